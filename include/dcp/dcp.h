@@ -1,0 +1,482 @@
+/*
+ * dcp: distributed checkpointing of sharded tensors, in PyTorch DCP's
+ * on-disk format (torch.distributed.checkpoint, FileSystemWriter layout).
+ *
+ * This header is the reference manual. It does not include <mpi.h>: the MPI
+ * entry points live in dcp_mpi.h, so programs that never use MPI (the CLI,
+ * fuzzers, single-process tools) need no MPI at all.
+ *
+ * Conventions, for every function below unless its comment says otherwise:
+ *  - Fallible functions return int: DCP_OK (0) or a negative DCP_E* code.
+ *    Results come back through out-parameters, which are set to NULL/0 on
+ *    failure. dcp_strerror() gives a static text for a code; dcp_errmsg()
+ *    gives the detail of the last failed call on a context (file, key, rank,
+ *    byte offset).
+ *  - The library never prints, exits or aborts.
+ *  - Handles (dcp_ctx, dcp_state, dcp_value, dcp_metadata) are not thread
+ *    safe: use one handle from one thread at a time. Different handles may be
+ *    used from different threads at once.
+ *  - dcp_*_free(NULL) is a no-op.
+ *  - "Collective" means every rank of the context's communicator must call
+ *    the function, in the same order, with compatible arguments; every rank
+ *    returns the same result code.
+ */
+#ifndef DCP_DCP_H
+#define DCP_DCP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dcp_version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(DCP_BUILDING_LIBRARY) && defined(__GNUC__)
+#define DCP_API __attribute__((visibility("default")))
+#else
+#define DCP_API
+#endif
+
+/* ---------------------------------------------------------------------- */
+/* Errors                                                                 */
+/* ---------------------------------------------------------------------- */
+
+/*
+ * Every error code, with its static description. Values are fixed forever
+ * and never reused.
+ */
+#define DCP_ERRNO_MAP(XX)                                                      \
+    XX(EINVAL, -1, "invalid argument")                                         \
+    XX(ENOMEM, -2, "out of memory")                                            \
+    XX(EIO, -3, "input/output error")                                          \
+    XX(ENOENT, -4, "no such file or directory")                                \
+    XX(EFORMAT, -5, "malformed checkpoint")                                    \
+    XX(EUNSAFE, -6, "refused unsafe input")                                    \
+    XX(ECORRUPT, -7, "checksum mismatch or truncated data")                    \
+    XX(EKEY, -8, "missing or unexpected key")                                  \
+    XX(EMISMATCH, -9, "shape or dtype mismatch")                               \
+    XX(ELIMIT, -10, "input exceeds a configured limit")                        \
+    XX(EPEER, -11, "another rank failed")                                      \
+    XX(ENOTSUP, -12, "not supported")                                          \
+    XX(ENOSPC, -13, "no space left on device")                                 \
+    XX(EEXIST, -14, "already exists")                                          \
+    XX(ETIMEOUT, -15, "timed out")                                             \
+    XX(EBUSY, -16, "resource busy")                                            \
+    XX(EPLAN, -17, "invalid save plan")
+
+enum dcp_error {
+    DCP_OK = 0,
+#define DCP_XX_ENUM(name, val, text) DCP_##name = (val),
+    DCP_ERRNO_MAP(DCP_XX_ENUM)
+#undef DCP_XX_ENUM
+};
+
+/* Static text for an error code ("unknown error" for unknown codes). */
+DCP_API const char *dcp_strerror(int code);
+
+/* Symbolic name of an error code, e.g. "DCP_EFORMAT". */
+DCP_API const char *dcp_err_name(int code);
+
+/* Library version as DCP_VERSION_NUMBER computes it, and as a string. */
+DCP_API unsigned dcp_version_number(void);
+DCP_API const char *dcp_version_string(void);
+
+/* Frees memory that a dcp function handed to the caller (documented there). */
+DCP_API void dcp_free(void *p);
+
+/* ---------------------------------------------------------------------- */
+/* Element types                                                          */
+/* ---------------------------------------------------------------------- */
+
+/* Tensor element types. Values are fixed forever. */
+typedef enum dcp_dtype {
+    DCP_F64 = 1,
+    DCP_F32 = 2,
+    DCP_F16 = 3,
+    DCP_BF16 = 4,
+    DCP_F8_E4M3FN = 5,
+    DCP_F8_E5M2 = 6,
+    DCP_I64 = 7,
+    DCP_I32 = 8,
+    DCP_I16 = 9,
+    DCP_I8 = 10,
+    DCP_U8 = 11,
+    DCP_BOOL = 12
+} dcp_dtype;
+
+/* Bytes per element, or 0 for an unknown dtype. */
+DCP_API size_t dcp_dtype_size(dcp_dtype dt);
+
+/* PyTorch name without the "torch." prefix ("float32", "bfloat16", ...), or
+ * NULL for an unknown dtype. */
+DCP_API const char *dcp_dtype_name(dcp_dtype dt);
+
+/* Parses a PyTorch dtype name ("float32" or "torch.float32"; also the short
+ * names f32, bf16, fp16, ...). Returns DCP_OK or DCP_EINVAL. */
+DCP_API int dcp_dtype_from_name(const char *name, dcp_dtype *out);
+
+/* Largest number of tensor dimensions dcp accepts. */
+#define DCP_MAX_NDIM 8
+
+/* Where a tensor buffer lives. */
+typedef enum dcp_mem {
+    DCP_MEM_HOST = 0
+} dcp_mem;
+
+/* ---------------------------------------------------------------------- */
+/* Context                                                                */
+/* ---------------------------------------------------------------------- */
+
+typedef struct dcp_ctx dcp_ctx;
+typedef struct dcp_comm dcp_comm;
+
+/*
+ * Context options. Zero-initialise, set struct_size = sizeof(dcp_ctx_options),
+ * then set what you need; a zero field means its default.
+ */
+typedef struct dcp_ctx_options {
+    uint32_t struct_size;
+    /* Bound on the size of a .metadata file read (default 4 GiB). */
+    uint64_t max_metadata_bytes;
+    /* Bound on the size of one pickled value read (default 64 MiB). */
+    uint64_t max_value_bytes;
+} dcp_ctx_options;
+
+/*
+ * Creates a context: the limits, the error message, cached buffers and the
+ * communicator used by save and load.
+ *  - comm: the communicator, or NULL for a single process (rank 0 of 1). The
+ *    context borrows it: it must outlive the context.
+ *  - opts: NULL for defaults.
+ * Returns DCP_OK, DCP_EINVAL (bad options), DCP_ENOMEM. Not collective.
+ */
+DCP_API int dcp_ctx_create(dcp_ctx **out, dcp_comm *comm,
+                           const dcp_ctx_options *opts);
+
+/* Frees a context and everything it owns. */
+DCP_API void dcp_ctx_free(dcp_ctx *ctx);
+
+/*
+ * Detail of the last failed call made with this context (names the file,
+ * key, rank or byte offset), or "" when none failed. Owned by the context,
+ * valid until the next call that takes it.
+ */
+DCP_API const char *dcp_errmsg(const dcp_ctx *ctx);
+
+/* This process's rank and the world size of the context's communicator. */
+DCP_API int dcp_ctx_rank(const dcp_ctx *ctx);
+DCP_API int dcp_ctx_size(const dcp_ctx *ctx);
+
+/* ---------------------------------------------------------------------- */
+/* Values (non-tensor state: int, float, bool, str, bytes, None, lists,   */
+/* tuples and dicts of them)                                              */
+/* ---------------------------------------------------------------------- */
+
+typedef struct dcp_value dcp_value;
+
+typedef enum dcp_value_type {
+    DCP_VALUE_NONE = 0,
+    DCP_VALUE_BOOL = 1,
+    DCP_VALUE_INT = 2,
+    DCP_VALUE_FLOAT = 3,
+    DCP_VALUE_STR = 4,
+    DCP_VALUE_BYTES = 5,
+    DCP_VALUE_LIST = 6,
+    DCP_VALUE_TUPLE = 7,
+    DCP_VALUE_DICT = 8
+} dcp_value_type;
+
+/*
+ * Constructors. Each returns a new value owned by the caller (free it with
+ * dcp_value_free, or hand it to a function that takes ownership), or NULL
+ * when memory runs out. Strings are UTF-8 and copied; bytes are copied.
+ */
+DCP_API dcp_value *dcp_value_none(void);
+DCP_API dcp_value *dcp_value_bool(int b);
+DCP_API dcp_value *dcp_value_int(int64_t i);
+DCP_API dcp_value *dcp_value_float(double d);
+DCP_API dcp_value *dcp_value_str(const char *s);
+DCP_API dcp_value *dcp_value_strn(const char *s, size_t len);
+DCP_API dcp_value *dcp_value_bytes(const void *p, size_t len);
+DCP_API dcp_value *dcp_value_list(void);
+DCP_API dcp_value *dcp_value_tuple(void);
+DCP_API dcp_value *dcp_value_dict(void);
+
+/*
+ * Appends item to a list or tuple; takes ownership of item, also on failure.
+ * Returns DCP_OK, DCP_EINVAL (not a list/tuple, or item NULL), DCP_ENOMEM.
+ */
+DCP_API int dcp_value_append(dcp_value *seq, dcp_value *item);
+
+/*
+ * Sets dict[key] = item, replacing an existing entry with the same str key;
+ * takes ownership of item, also on failure. Returns DCP_OK, DCP_EINVAL,
+ * DCP_ENOMEM.
+ */
+DCP_API int dcp_value_dict_set(dcp_value *dict, const char *key,
+                               dcp_value *item);
+
+/* Deep copy; NULL when memory runs out. */
+DCP_API dcp_value *dcp_value_copy(const dcp_value *v);
+
+DCP_API void dcp_value_free(dcp_value *v);
+
+/* Accessors. They return the value's content, or 0/NULL for another type.
+ * Returned pointers belong to the value. */
+DCP_API dcp_value_type dcp_value_type_of(const dcp_value *v);
+DCP_API int dcp_value_as_bool(const dcp_value *v);
+DCP_API int64_t dcp_value_as_int(const dcp_value *v);
+DCP_API double dcp_value_as_float(const dcp_value *v);
+/* str and bytes; *len (may be NULL) receives the length. str is also
+ * NUL-terminated. */
+DCP_API const char *dcp_value_as_str(const dcp_value *v, size_t *len);
+DCP_API const void *dcp_value_as_bytes(const dcp_value *v, size_t *len);
+/* Items of a list, tuple or dict (number of entries for a dict). */
+DCP_API size_t dcp_value_len(const dcp_value *v);
+DCP_API const dcp_value *dcp_value_item(const dcp_value *v, size_t i);
+/* Dict entry i: its key (any value type) and item. */
+DCP_API const dcp_value *dcp_value_dict_key(const dcp_value *v, size_t i);
+/* Dict lookup by str key; NULL when absent. */
+DCP_API const dcp_value *dcp_value_dict_get(const dcp_value *v,
+                                            const char *key);
+
+/* Equality by structure and content (floats compared by bits). */
+DCP_API int dcp_value_equal(const dcp_value *a, const dcp_value *b);
+
+/*
+ * Renders v as JSON (bytes as {"__bytes__": "<base64>"}, tuples as arrays,
+ * non-finite floats as the strings "nan", "inf", "-inf"). On success *out is
+ * a NUL-terminated string the caller frees with dcp_free().
+ */
+DCP_API int dcp_value_to_json(const dcp_value *v, char **out);
+
+/* ---------------------------------------------------------------------- */
+/* State: what a rank saves or loads                                      */
+/* ---------------------------------------------------------------------- */
+
+typedef struct dcp_state dcp_state;
+
+DCP_API int dcp_state_create(dcp_state **out);
+DCP_API void dcp_state_free(dcp_state *st);
+
+/*
+ * Nesting. A state is a nested dict, like a PyTorch state_dict. Entries are
+ * added under the current path: push a dict key with dcp_state_push, a list
+ * index with dcp_state_push_index, go back up with dcp_state_pop. The saved
+ * key (FQN) is the path joined with '.', and the path itself is recorded in
+ * the checkpoint's planner_data, exactly as PyTorch's flatten_state_dict
+ * does: {"model": {"fc.weight": t}} is key "model.fc.weight" with path
+ * ("model", "fc.weight").
+ * Returns DCP_OK, DCP_EINVAL (pop at the root, NULL name), DCP_ENOMEM.
+ */
+DCP_API int dcp_state_push(dcp_state *st, const char *name);
+DCP_API int dcp_state_push_index(dcp_state *st, int64_t index);
+DCP_API int dcp_state_pop(dcp_state *st);
+
+/*
+ * Adds one local box of a global tensor under the current path.
+ *  - name: last path component (may contain '.', e.g. "fc1.weight").
+ *  - ndim: 0..DCP_MAX_NDIM; global_shape, offsets and sizes have ndim
+ *    elements (may be NULL when ndim is 0). offsets/sizes: the box this
+ *    process holds; NULL offsets means all zeros, NULL sizes means the whole
+ *    global shape.
+ *  - buf: C-contiguous, little-endian elements of the box, borrowed. For a
+ *    save it must stay valid and unchanged until the call returns; for a load
+ *    it receives the box's elements. May be NULL for an empty box.
+ * Call again with the same name and another box for a second box of the same
+ * tensor: dtype and global shape must agree.
+ * Returns DCP_OK, DCP_EINVAL (bad dtype or ndim, box outside the global
+ * shape, negative size, dtype/shape disagreeing with an earlier box, the key
+ * already used by a value), DCP_ENOMEM.
+ */
+DCP_API int dcp_state_add_tensor(dcp_state *st, const char *name,
+                                 dcp_dtype dtype, int ndim,
+                                 const int64_t *global_shape,
+                                 const int64_t *offsets, const int64_t *sizes,
+                                 void *buf, dcp_mem mem);
+
+/*
+ * Adds a non-tensor value under the current path; takes ownership of value,
+ * also on failure (NULL value gives DCP_ENOMEM, so constructors can be
+ * passed straight in). A dict value, or a list holding a dict or a list that
+ * would itself be expanded, is flattened into one entry per leaf the way
+ * PyTorch's flatten_state_dict does it (an empty dict adds nothing). For a
+ * load, the value is a template whose content is replaced by what was saved.
+ * Returns DCP_OK, DCP_EINVAL (key already used), DCP_ENOMEM.
+ */
+DCP_API int dcp_state_add_value(dcp_state *st, const char *name,
+                                dcp_value *value);
+
+/* Number of keys (FQNs) in the state, and key i in insertion order. */
+DCP_API size_t dcp_state_count(const dcp_state *st);
+DCP_API const char *dcp_state_key(const dcp_state *st, size_t i);
+
+/*
+ * The value stored under fqn (after a load: the loaded value), or NULL when
+ * there is none. Owned by the state.
+ */
+DCP_API const dcp_value *dcp_state_value(const dcp_state *st, const char *fqn);
+
+/* ---------------------------------------------------------------------- */
+/* Save and load                                                          */
+/* ---------------------------------------------------------------------- */
+
+/* Options for dcp_save. Zero-initialise and set struct_size. */
+typedef struct dcp_save_options {
+    uint32_t struct_size;
+    /* Skip fsync of data files, .metadata and the directory (faster, not
+     * durable; for tests and scratch data only). */
+    int no_fsync;
+} dcp_save_options;
+
+/*
+ * Saves the state into directory path (created if missing, parents too) in
+ * PyTorch DCP's format. Collective.
+ *
+ * Each rank writes its boxes into data files __<rank>_<n>.distcp; rank 0
+ * then writes .metadata, the commit record, through a temporary file, fsync,
+ * rename and an fsync of the directory, after every rank's data is durable.
+ * A checkpoint already committed in path stays loadable until the new one
+ * commits: the new data goes to fresh file names and the old data files are
+ * removed only after the commit.
+ *
+ * The buffers are read during the call only.
+ * Returns DCP_OK, DCP_EINVAL, DCP_EPLAN (boxes overlap, do not tile a tensor,
+ * or disagree between ranks), DCP_EIO, DCP_ENOSPC, DCP_ENOMEM, DCP_EPEER.
+ * On failure nothing is committed.
+ */
+DCP_API int dcp_save(dcp_ctx *ctx, const dcp_state *st, const char *path,
+                     const dcp_save_options *opts);
+
+enum dcp_load_flags {
+    /* Missing keys (requested, not in the checkpoint) and unexpected keys (in
+     * the checkpoint, not requested) are reported, not errors. */
+    DCP_LOAD_PARTIAL = 1 << 0,
+    /* Convert stored elements to the requested dtype on copy (otherwise a
+     * dtype mismatch is an error). */
+    DCP_LOAD_CAST = 1 << 1,
+    /* Do not verify the CRC-32 of the stored records. */
+    DCP_LOAD_NO_VERIFY = 1 << 2
+};
+
+/* Options for dcp_load. Zero-initialise and set struct_size. */
+typedef struct dcp_load_options {
+    uint32_t struct_size;
+    unsigned flags; /* enum dcp_load_flags */
+} dcp_load_options;
+
+/*
+ * Loads the checkpoint in path into the state, in place: every tensor box
+ * receives its elements whatever sharding they were saved with, every value
+ * template is replaced by the saved value. Collective.
+ *
+ * Strict by default: a missing or unexpected key, a global shape mismatch or
+ * a dtype mismatch is an error naming the key, found before any buffer is
+ * changed. With DCP_LOAD_PARTIAL, missing and unexpected keys are listed by
+ * dcp_load_report. A CRC error is found while copying: the call fails, and
+ * the boxes read so far may hold partial data.
+ * Returns DCP_OK, DCP_EINVAL, DCP_ENOENT (no checkpoint in path), DCP_EFORMAT,
+ * DCP_EUNSAFE, DCP_ECORRUPT, DCP_EKEY, DCP_EMISMATCH, DCP_ELIMIT, DCP_EIO,
+ * DCP_ENOMEM, DCP_EPEER.
+ */
+DCP_API int dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
+                     const dcp_load_options *opts);
+
+/*
+ * Keys the last dcp_load on this context reported: which = 0 for missing
+ * keys, 1 for unexpected keys. Returns the count; *keys (may be NULL) gets an
+ * array owned by the context, valid until the next load.
+ */
+DCP_API size_t dcp_load_report(const dcp_ctx *ctx, int which,
+                               const char *const **keys);
+
+/* ---------------------------------------------------------------------- */
+/* Inspection (no communicator needed)                                    */
+/* ---------------------------------------------------------------------- */
+
+typedef struct dcp_metadata dcp_metadata;
+
+/*
+ * Reads and validates path/.metadata. Not collective; uses only the
+ * context's limits and error message.
+ * Returns DCP_OK, DCP_ENOENT, DCP_EFORMAT, DCP_EUNSAFE, DCP_ELIMIT, DCP_EIO,
+ * DCP_ENOMEM.
+ */
+DCP_API int dcp_metadata_open(dcp_ctx *ctx, const char *path,
+                              dcp_metadata **out);
+DCP_API void dcp_metadata_free(dcp_metadata *md);
+
+/* Number of entries, sorted by key. */
+DCP_API size_t dcp_metadata_count(const dcp_metadata *md);
+
+/* Information about one entry (index < count). Pointers belong to md. */
+typedef struct dcp_entry_info {
+    const char *key;
+    int is_tensor;     /* 0: a non-tensor value (PyTorch bytes item) */
+    dcp_dtype dtype;   /* tensors */
+    int ndim;          /* tensors */
+    const int64_t *shape; /* global shape, ndim elements */
+    size_t nchunks;    /* stored boxes (1 for a value) */
+    uint64_t nbytes;   /* element bytes for a tensor, record bytes for a
+                          value */
+    size_t npath;      /* planner_data path length (0 if absent) */
+} dcp_entry_info;
+
+DCP_API int dcp_metadata_entry(const dcp_metadata *md, size_t index,
+                               dcp_entry_info *out);
+
+/* Index of key, or -1. */
+DCP_API long dcp_metadata_find(const dcp_metadata *md, const char *key);
+
+/* One stored box of a tensor entry (chunk < nchunks). offsets and sizes
+ * belong to md. file is the data file name relative to the checkpoint. */
+typedef struct dcp_chunk_info {
+    const int64_t *offsets;
+    const int64_t *sizes;
+    const char *file;
+    uint64_t offset; /* byte offset of the record in file */
+    uint64_t length; /* record length in bytes */
+} dcp_chunk_info;
+
+DCP_API int dcp_metadata_chunk(const dcp_metadata *md, size_t index,
+                               size_t chunk, dcp_chunk_info *out);
+
+/* planner_data path element i of an entry: a str (*str set, *num 0) or an
+ * int (*str NULL). */
+DCP_API int dcp_metadata_path(const dcp_metadata *md, size_t index, size_t i,
+                              const char **str, int64_t *num);
+
+/* The format version string recorded in the checkpoint ("" if absent). */
+DCP_API const char *dcp_metadata_version(const dcp_metadata *md);
+
+/*
+ * Reads a box of a tensor entry into buf (C-contiguous, little-endian, the
+ * stored dtype; capacity len bytes, which must equal the box's byte size).
+ * offsets/sizes: ndim elements; NULL means the whole tensor.
+ * Returns DCP_OK, DCP_EINVAL, DCP_EFORMAT, DCP_ECORRUPT, DCP_EIO,
+ * DCP_ENOMEM. verify: nonzero checks the CRC-32 of the records read.
+ */
+DCP_API int dcp_metadata_read_box(dcp_ctx *ctx, const dcp_metadata *md,
+                                  size_t index, const int64_t *offsets,
+                                  const int64_t *sizes, void *buf, size_t len,
+                                  int verify);
+
+/* Reads a value entry; *out is owned by the caller (dcp_value_free). */
+DCP_API int dcp_metadata_read_value(dcp_ctx *ctx, const dcp_metadata *md,
+                                    size_t index, dcp_value **out);
+
+/*
+ * Checks a checkpoint completely: every tensor tiled by its chunks (no gap,
+ * no overlap, inside the shape), every record's byte range inside its file,
+ * every record parsed and every CRC right. Returns DCP_OK or the first
+ * problem's code with dcp_errmsg naming the key and file.
+ */
+DCP_API int dcp_verify(dcp_ctx *ctx, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DCP_DCP_H */

@@ -1,0 +1,231 @@
+/*
+ * Element conversion. Every value goes through double, which holds every
+ * supported dtype exactly except int64 beyond 2^53 (int64 to int64 copies
+ * bytes, so only cross-type casts of huge integers round).
+ */
+#include "convert.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static float f32_from_bits(uint32_t b)
+{
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    return b;
+}
+
+/* Small float (1 sign bit, ebits, mbits, bias) to double. */
+static double small_to_double(uint32_t v, int ebits, int mbits, int bias,
+                              int has_inf)
+{
+    uint32_t sign = v >> (ebits + mbits);
+    uint32_t e = (v >> mbits) & ((1u << ebits) - 1);
+    uint32_t m = v & ((1u << mbits) - 1);
+    double r;
+    if (e == (1u << ebits) - 1) {
+        if (has_inf) {
+            r = m ? NAN : INFINITY;
+            return sign ? -r : r;
+        }
+        if (m == (1u << mbits) - 1) /* e4m3fn: only S.1111.111 is NaN */
+            return NAN;
+    }
+    if (e == 0)
+        r = ldexp((double)m, 1 - bias - mbits);
+    else
+        r = ldexp((double)(m | (1u << mbits)), (int)e - bias - mbits);
+    return sign ? -r : r;
+}
+
+/* double to small float with round to nearest even. */
+static uint32_t double_to_small(double x, int ebits, int mbits, int bias,
+                                int has_inf)
+{
+    uint32_t sign = signbit(x) ? 1u << (ebits + mbits) : 0;
+    uint32_t emax = (1u << ebits) - 1, nan, maxfin;
+    double a = fabs(x), scaled, fl;
+    int e;
+    uint64_t q;
+    if (has_inf) {
+        nan = (emax << mbits) | (1u << (mbits - 1));
+        maxfin = ((emax - 1) << mbits) | ((1u << mbits) - 1);
+    } else {
+        nan = (emax << mbits) | ((1u << mbits) - 1);
+        maxfin = (emax << mbits) | ((1u << mbits) - 2);
+    }
+    if (isnan(x))
+        return sign | nan;
+    if (isinf(x))
+        return sign | (has_inf ? emax << mbits : nan);
+    if (a == 0.0)
+        return sign;
+    (void)frexp(a, &e); /* a = f * 2^e, f in [0.5, 1) */
+    e -= 1;             /* a = 1.x * 2^e */
+    if (e < 1 - bias)
+        e = 1 - bias; /* subnormal range: fixed exponent */
+    scaled = ldexp(a, mbits - e);
+    fl = floor(scaled);
+    q = (uint64_t)fl;
+    if (scaled - fl > 0.5 || (scaled - fl == 0.5 && (q & 1)))
+        q++;
+    /* q now holds the significand (with the implicit bit) at exponent e. */
+    if (q >= (2ull << mbits)) {
+        q >>= 1;
+        e++;
+    }
+    {
+        uint32_t bits;
+        if (q < (1ull << mbits)) {
+            bits = (uint32_t)q; /* subnormal (or rounded up to normal) */
+        } else {
+            int be = e + bias;
+            if (be >= (int)emax + (has_inf ? 0 : 1))
+                return sign | (has_inf ? emax << mbits : nan);
+            bits = ((uint32_t)be << mbits) | ((uint32_t)q & ((1u << mbits) - 1));
+        }
+        if (bits > maxfin)
+            return sign | (has_inf ? emax << mbits : nan);
+        return sign | bits;
+    }
+}
+
+static double load_elem(const uint8_t *p, dcp_dtype dt)
+{
+    switch (dt) {
+    case DCP_F64: {
+        double d;
+        memcpy(&d, p, 8);
+        return d;
+    }
+    case DCP_F32: {
+        float f;
+        memcpy(&f, p, 4);
+        return f;
+    }
+    case DCP_F16:
+        return small_to_double((uint32_t)(p[0] | (p[1] << 8)), 5, 10, 15, 1);
+    case DCP_BF16:
+        return f32_from_bits((uint32_t)(p[0] | (p[1] << 8)) << 16);
+    case DCP_F8_E4M3FN:
+        return small_to_double(p[0], 4, 3, 7, 0);
+    case DCP_F8_E5M2:
+        return small_to_double(p[0], 5, 2, 15, 1);
+    case DCP_I64: {
+        int64_t v;
+        memcpy(&v, p, 8);
+        return (double)v;
+    }
+    case DCP_I32: {
+        int32_t v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    case DCP_I16: {
+        int16_t v;
+        memcpy(&v, p, 2);
+        return v;
+    }
+    case DCP_I8:
+        return (int8_t)p[0];
+    case DCP_U8:
+        return p[0];
+    case DCP_BOOL:
+        return p[0] != 0;
+    }
+    return 0.0;
+}
+
+static int64_t to_int(double d, int64_t lo, int64_t hi)
+{
+    if (isnan(d))
+        return 0;
+    d = trunc(d);
+    if (d <= (double)lo)
+        return lo;
+    if (d >= (double)hi)
+        return hi;
+    return (int64_t)d;
+}
+
+static void store_elem(uint8_t *p, dcp_dtype dt, double d)
+{
+    switch (dt) {
+    case DCP_F64:
+        memcpy(p, &d, 8);
+        return;
+    case DCP_F32: {
+        float f = (float)d;
+        memcpy(p, &f, 4);
+        return;
+    }
+    case DCP_F16: {
+        uint32_t h = double_to_small(d, 5, 10, 15, 1);
+        p[0] = (uint8_t)h;
+        p[1] = (uint8_t)(h >> 8);
+        return;
+    }
+    case DCP_BF16: {
+        uint32_t b = f32_bits((float)d), r;
+        if (isnan(d))
+            r = (b >> 16) | 0x40;
+        else
+            r = (b + 0x7FFF + ((b >> 16) & 1)) >> 16;
+        p[0] = (uint8_t)r;
+        p[1] = (uint8_t)(r >> 8);
+        return;
+    }
+    case DCP_F8_E4M3FN:
+        p[0] = (uint8_t)double_to_small(d, 4, 3, 7, 0);
+        return;
+    case DCP_F8_E5M2:
+        p[0] = (uint8_t)double_to_small(d, 5, 2, 15, 1);
+        return;
+    case DCP_I64: {
+        int64_t v = to_int(d, INT64_MIN, INT64_MAX);
+        memcpy(p, &v, 8);
+        return;
+    }
+    case DCP_I32: {
+        int32_t v = (int32_t)to_int(d, INT32_MIN, INT32_MAX);
+        memcpy(p, &v, 4);
+        return;
+    }
+    case DCP_I16: {
+        int16_t v = (int16_t)to_int(d, INT16_MIN, INT16_MAX);
+        memcpy(p, &v, 2);
+        return;
+    }
+    case DCP_I8:
+        p[0] = (uint8_t)(int8_t)to_int(d, INT8_MIN, INT8_MAX);
+        return;
+    case DCP_U8:
+        p[0] = (uint8_t)to_int(d, 0, UINT8_MAX);
+        return;
+    case DCP_BOOL:
+        p[0] = d != 0.0;
+        return;
+    }
+}
+
+void dcp__convert(void *dst, dcp_dtype dt_dst, const void *src,
+                  dcp_dtype dt_src, size_t n)
+{
+    size_t sd = dcp_dtype_size(dt_dst), ss = dcp_dtype_size(dt_src), i;
+    uint8_t *d = dst;
+    const uint8_t *s = src;
+    if (dt_dst == dt_src) {
+        memcpy(dst, src, n * sd);
+        return;
+    }
+    for (i = 0; i < n; i++)
+        store_elem(d + i * sd, dt_dst, load_elem(s + i * ss, dt_src));
+}

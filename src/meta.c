@@ -1,0 +1,971 @@
+/*
+ * .metadata: decoding PyTorch's pickled Metadata object into struct
+ * dcp_metadata, validating it, and encoding it back.
+ *
+ * Decoding runs the safe pickle decoder with an allow-list of exactly the
+ * classes DCP's FileSystemWriter pickles (and their older module paths),
+ * then walks the resulting tree with explicit type checks; a tree of the
+ * wrong shape is DCP_EFORMAT naming what was expected. Nothing is executed.
+ *
+ * Encoding writes protocol 2 (readable by every Python 3 pickle), with
+ * strings and classes memoized, in the object shapes torch itself produces
+ * (NEWOBJ + BUILD of the dataclass __dict__, TensorProperties' 5-tuple
+ * state, torch.Size by REDUCE).
+ */
+#include "meta.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pickle.h"
+
+#define M_DCP "torch.distributed.checkpoint.metadata"
+#define M_OLD "torch.distributed._shard.sharded_tensor.metadata"
+#define M_FS "torch.distributed.checkpoint.filesystem"
+
+static const struct pk_global meta_allow[] = {
+    {M_DCP, "Metadata"},
+    {M_DCP, "TensorStorageMetadata"},
+    {M_DCP, "BytesStorageMetadata"},
+    {M_DCP, "ChunkStorageMetadata"},
+    {M_DCP, "TensorProperties"},
+    {M_DCP, "StorageMeta"},
+    {M_DCP, "MetadataIndex"},
+    {M_DCP, "_MEM_FORMAT_ENCODING"},
+    {M_OLD, "TensorProperties"},
+    {M_OLD, "MEM_FORMAT_ENCODING"},
+    {M_FS, "_StorageInfo"},
+    {"torch", "Size"},
+    {"torch.serialization", "_get_layout"},
+    {"torch", "strided"},
+    {"torch", "sparse_coo"},
+    {"torch", "contiguous_format"},
+    {"torch", "channels_last"},
+    {"torch", "preserve_format"},
+    {"collections", "OrderedDict"},
+    {"pathlib", "PosixPath"},
+    {"pathlib", "WindowsPath"},
+    {"pathlib", "PurePosixPath"},
+    {"pathlib", "PureWindowsPath"},
+    {"pathlib", "Path"},
+    {"pathlib._local", "PosixPath"},
+    {"pathlib._local", "WindowsPath"},
+    {"pathlib._local", "PurePosixPath"},
+    {"pathlib._local", "PureWindowsPath"},
+    {"pathlib._local", "Path"},
+    /* dtypes: the supported ones, and others so they can be named in a
+     * DCP_ENOTSUP message instead of being called unsafe */
+    {"torch", "float64"},
+    {"torch", "float32"},
+    {"torch", "float16"},
+    {"torch", "bfloat16"},
+    {"torch", "float8_e4m3fn"},
+    {"torch", "float8_e5m2"},
+    {"torch", "int64"},
+    {"torch", "int32"},
+    {"torch", "int16"},
+    {"torch", "int8"},
+    {"torch", "uint8"},
+    {"torch", "bool"},
+    {"torch", "complex32"},
+    {"torch", "complex64"},
+    {"torch", "complex128"},
+    {"torch", "uint16"},
+    {"torch", "uint32"},
+    {"torch", "uint64"},
+    {"torch", "float8_e4m3fnuz"},
+    {"torch", "float8_e5m2fnuz"},
+    {"torch", "float8_e8m0fnu"},
+    {"torch", "qint8"},
+    {"torch", "quint8"},
+    {"torch", "qint32"},
+};
+
+static int is_class(const struct pk_node *n, const char *name)
+{
+    return n && n->kind == PK_OBJ &&
+           (pk_obj_is(n, M_DCP, name) || pk_obj_is(n, M_OLD, name) ||
+            pk_obj_is(n, M_FS, name));
+}
+
+static const char *str_of(const struct pk_node *n)
+{
+    return n && n->kind == PK_STR ? n->u.s.p : NULL;
+}
+
+/* torch.Size((a, b, ...)) or a plain tuple/list of ints. */
+static int get_ints(const struct pk_node *n, int64_t *out, int *ndim)
+{
+    const struct pk_node *t = n;
+    size_t i;
+    if (!n)
+        return DCP_EFORMAT;
+    if (n->kind == PK_OBJ) {
+        if (!pk_obj_is(n, "torch", "Size") || !n->u.obj.args ||
+            n->u.obj.args->kind != PK_TUPLE || n->u.obj.args->u.seq.n != 1)
+            return DCP_EFORMAT;
+        t = n->u.obj.args->u.seq.v[0];
+    }
+    if (t->kind != PK_TUPLE && t->kind != PK_LIST)
+        return DCP_EFORMAT;
+    if (t->u.seq.n > DCP_MAX_NDIM)
+        return DCP_ELIMIT;
+    for (i = 0; i < t->u.seq.n; i++) {
+        if (t->u.seq.v[i]->kind != PK_INT)
+            return DCP_EFORMAT;
+        out[i] = t->u.seq.v[i]->u.i;
+    }
+    *ndim = (int)t->u.seq.n;
+    return DCP_OK;
+}
+
+static int get_u64(const struct pk_node *n, uint64_t *out)
+{
+    if (!n || n->kind != PK_INT || n->u.i < 0)
+        return DCP_EFORMAT;
+    *out = (uint64_t)n->u.i;
+    return DCP_OK;
+}
+
+struct walk {
+    struct dcp_metadata *md;
+    struct dcp_err *err;
+};
+
+static int walk_props(struct walk *w, const char *key,
+                      const struct pk_node *props, struct md_entry *e)
+{
+    const struct pk_node *st, *dt = NULL, *rg = NULL;
+    if (!is_class(props, "TensorProperties"))
+        return dcp__err(w->err, DCP_EFORMAT,
+                        "metadata: '%s': properties is not TensorProperties",
+                        key);
+    st = props->u.obj.state;
+    if (st && st->kind == PK_TUPLE && st->u.seq.n >= 1) {
+        dt = st->u.seq.v[0];
+        rg = st->u.seq.n >= 3 ? st->u.seq.v[2] : NULL;
+    } else if (st && st->kind == PK_DICT) {
+        dt = pk_dict_get(st, "dtype");
+        rg = pk_dict_get(st, "requires_grad");
+    }
+    if (!dt || dt->kind != PK_GLOBAL || strcmp(dt->u.g.module, "torch") != 0)
+        return dcp__err(w->err, DCP_EFORMAT,
+                        "metadata: '%s': missing or bad dtype", key);
+    if (dcp_dtype_from_name(dt->u.g.name, &e->dtype) != DCP_OK)
+        return dcp__err(w->err, DCP_ENOTSUP,
+                        "metadata: '%s': dtype torch.%s is not supported",
+                        key, dt->u.g.name);
+    e->requires_grad = rg && rg->kind == PK_BOOL && rg->u.b;
+    return DCP_OK;
+}
+
+static int walk_chunks(struct walk *w, struct md_entry *e,
+                       const struct pk_node *list)
+{
+    size_t i, n;
+    int d;
+    if (!list || list->kind != PK_LIST)
+        return dcp__err(w->err, DCP_EFORMAT,
+                        "metadata: '%s': chunks is not a list", e->key);
+    n = list->u.seq.n;
+    e->chunks = dcp__calloc(n ? n : 1, sizeof(*e->chunks));
+    if (!e->chunks)
+        return DCP_ENOMEM;
+    e->nchunks = n;
+    for (i = 0; i < n; i++) {
+        const struct pk_node *c = list->u.seq.v[i];
+        struct md_chunk *mc = &e->chunks[i];
+        int64_t *ints;
+        int nd1 = -1, nd2 = -1;
+        if (!is_class(c, "ChunkStorageMetadata") || !c->u.obj.state)
+            return dcp__err(w->err, DCP_EFORMAT,
+                            "metadata: '%s': chunk %zu is not "
+                            "ChunkStorageMetadata",
+                            e->key, i);
+        ints = dcp__calloc(2 * (size_t)(e->ndim ? e->ndim : 1),
+                           sizeof(int64_t));
+        if (!ints)
+            return DCP_ENOMEM;
+        mc->off = ints;
+        mc->size = ints + (e->ndim ? e->ndim : 1);
+        if (get_ints(pk_obj_attr(c, "offsets"), mc->off, &nd1) != DCP_OK ||
+            get_ints(pk_obj_attr(c, "sizes"), mc->size, &nd2) != DCP_OK ||
+            nd1 != e->ndim || nd2 != e->ndim)
+            return dcp__err(w->err, DCP_EFORMAT,
+                            "metadata: '%s': chunk %zu has bad offsets or "
+                            "sizes",
+                            e->key, i);
+        for (d = 0; d < e->ndim; d++) {
+            int64_t end;
+            if (mc->off[d] < 0 || mc->size[d] < 0 ||
+                dcp__add_overflow_i64(mc->off[d], mc->size[d], &end) ||
+                end > e->shape[d])
+                return dcp__err(w->err, DCP_EFORMAT,
+                                "metadata: '%s': chunk %zu lies outside the "
+                                "global shape (dim %d)",
+                                e->key, i, d);
+        }
+    }
+    return DCP_OK;
+}
+
+static int walk_entry(struct walk *w, struct md_entry *e,
+                      const struct pk_node *obj)
+{
+    uint64_t bytes, t;
+    int d, rc;
+    if (is_class(obj, "BytesStorageMetadata")) {
+        e->chunks = dcp__calloc(1, sizeof(*e->chunks));
+        if (!e->chunks)
+            return DCP_ENOMEM;
+        e->nchunks = 1;
+        return DCP_OK;
+    }
+    if (!is_class(obj, "TensorStorageMetadata") || !obj->u.obj.state)
+        return dcp__err(w->err, DCP_EFORMAT,
+                        "metadata: '%s': unknown storage metadata class",
+                        e->key);
+    e->is_tensor = 1;
+    rc = walk_props(w, e->key, pk_obj_attr(obj, "properties"), e);
+    if (rc != DCP_OK)
+        return rc;
+    rc = get_ints(pk_obj_attr(obj, "size"), e->shape, &e->ndim);
+    if (rc != DCP_OK)
+        return dcp__err(w->err, rc, "metadata: '%s': bad size", e->key);
+    bytes = dcp_dtype_size(e->dtype);
+    for (d = 0; d < e->ndim; d++) {
+        if (e->shape[d] < 0 ||
+            dcp__mul_overflow_u64(bytes, (uint64_t)e->shape[d], &t) ||
+            t > (uint64_t)INT64_MAX)
+            return dcp__err(w->err, DCP_EFORMAT,
+                            "metadata: '%s': bad global shape", e->key);
+        bytes = t;
+    }
+    return walk_chunks(w, e, pk_obj_attr(obj, "chunks"));
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const struct md_entry *)a)->key,
+                  ((const struct md_entry *)b)->key);
+}
+
+int dcp__meta_sort(struct dcp_metadata *md, struct dcp_err *err)
+{
+    size_t i;
+    if (md->n > 1)
+        qsort(md->e, md->n, sizeof(*md->e), cmp_entry);
+    for (i = 1; i < md->n; i++)
+        if (strcmp(md->e[i - 1].key, md->e[i].key) == 0)
+            return dcp__err(err, DCP_EPLAN, "duplicate key '%s'",
+                            md->e[i].key);
+    return DCP_OK;
+}
+
+long dcp__meta_find(const struct dcp_metadata *md, const char *key)
+{
+    size_t lo = 0, hi = md->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(md->e[mid].key, key);
+        if (c == 0)
+            return (long)mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -1;
+}
+
+int dcp__safe_name(const char *name)
+{
+    const char *p;
+    if (!name || !*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return 0;
+    if (strlen(name) > 255)
+        return 0;
+    for (p = name; *p; p++)
+        if (*p == '/' || *p == '\\' || (unsigned char)*p < 0x20)
+            return 0;
+    return 1;
+}
+
+static int file_index(struct dcp_metadata *md, const char *name,
+                      uint32_t *out)
+{
+    size_t i;
+    char **nf;
+    /* Few files per checkpoint in practice; the last one is the likely hit. */
+    for (i = md->nfiles; i-- > 0;) {
+        if (strcmp(md->files[i], name) == 0) {
+            *out = (uint32_t)i;
+            return DCP_OK;
+        }
+    }
+    if (md->nfiles >= UINT32_MAX)
+        return DCP_ELIMIT;
+    nf = dcp__realloc(md->files, (md->nfiles + 1) * sizeof(*nf));
+    if (!nf)
+        return DCP_ENOMEM;
+    md->files = nf;
+    md->files[md->nfiles] = dcp__strdup(name);
+    if (!md->files[md->nfiles])
+        return DCP_ENOMEM;
+    *out = (uint32_t)md->nfiles++;
+    return DCP_OK;
+}
+
+/* Finds the chunk of e whose offsets equal off, trying the hint first. */
+static struct md_chunk *find_chunk(struct md_entry *e, const int64_t *off,
+                                   int ndim, const struct pk_node *hint)
+{
+    size_t i;
+    if (ndim != e->ndim)
+        return NULL;
+    if (hint && hint->kind == PK_INT && hint->u.i >= 0 &&
+        (uint64_t)hint->u.i < e->nchunks) {
+        struct md_chunk *c = &e->chunks[hint->u.i];
+        if (!ndim || memcmp(c->off, off, (size_t)ndim * sizeof(*off)) == 0)
+            return c;
+    }
+    for (i = 0; i < e->nchunks; i++)
+        if (!ndim || memcmp(e->chunks[i].off, off,
+                            (size_t)ndim * sizeof(*off)) == 0)
+            return &e->chunks[i];
+    return NULL;
+}
+
+static int walk_storage_item(struct walk *w, const struct pk_node *idx,
+                             const struct pk_node *info)
+{
+    int64_t off[DCP_MAX_NDIM];
+    const struct pk_node *offn, *tds;
+    const char *fqn, *rel;
+    struct md_entry *e;
+    struct md_chunk *c;
+    uint64_t end;
+    int ndim = 0;
+    long ei;
+    if (!is_class(idx, "MetadataIndex") || !is_class(info, "_StorageInfo"))
+        return dcp__err(w->err, DCP_EFORMAT,
+                        "metadata: storage_data entry is not "
+                        "MetadataIndex -> _StorageInfo");
+    fqn = str_of(pk_obj_attr(idx, "fqn"));
+    if (!fqn)
+        return dcp__err(w->err, DCP_EFORMAT,
+                        "metadata: storage_data index without fqn");
+    ei = dcp__meta_find(w->md, fqn);
+    if (ei < 0)
+        return dcp__err(w->err, DCP_EFORMAT,
+                        "metadata: storage_data names unknown key '%s'", fqn);
+    e = &w->md->e[ei];
+    offn = pk_obj_attr(idx, "offset");
+    if (e->is_tensor) {
+        if (!offn || offn->kind == PK_NONE ||
+            get_ints(offn, off, &ndim) != DCP_OK)
+            return dcp__err(w->err, DCP_EFORMAT,
+                            "metadata: '%s': storage index without offset",
+                            fqn);
+        c = find_chunk(e, off, ndim, pk_obj_attr(idx, "index"));
+        if (!c)
+            return dcp__err(w->err, DCP_EFORMAT,
+                            "metadata: '%s': storage entry for a chunk that "
+                            "does not exist",
+                            fqn);
+    } else {
+        c = &e->chunks[0];
+    }
+    if (c->has_storage)
+        return dcp__err(w->err, DCP_EFORMAT,
+                        "metadata: '%s': two storage entries for one chunk",
+                        fqn);
+    tds = pk_obj_attr(info, "transform_descriptors");
+    if (tds && tds->kind != PK_NONE &&
+        !(tds->kind == PK_LIST && tds->u.seq.n == 0))
+        return dcp__err(w->err, DCP_ENOTSUP,
+                        "metadata: '%s': stream transforms (compression "
+                        "extensions) are not supported",
+                        fqn);
+    rel = str_of(pk_obj_attr(info, "relative_path"));
+    if (!rel || !dcp__safe_name(rel))
+        return dcp__err(w->err, DCP_EUNSAFE,
+                        "metadata: '%s': data file name '%s' is not a plain "
+                        "file name inside the checkpoint",
+                        fqn, rel ? rel : "(missing)");
+    if (get_u64(pk_obj_attr(info, "offset"), &c->offset) != DCP_OK ||
+        get_u64(pk_obj_attr(info, "length"), &c->length) != DCP_OK ||
+        dcp__add_overflow_u64(c->offset, c->length, &end) ||
+        end > (uint64_t)INT64_MAX)
+        return dcp__err(w->err, DCP_EFORMAT,
+                        "metadata: '%s': bad byte range in '%s'", fqn, rel);
+    c->has_storage = 1;
+    return file_index(w->md, rel, &c->file) == DCP_OK
+               ? DCP_OK
+               : dcp__err(w->err, DCP_ENOMEM, "out of memory");
+}
+
+static int walk_path(struct walk *w, const struct pk_node *pd)
+{
+    size_t i, j;
+    if (!pd || pd->kind == PK_NONE)
+        return DCP_OK;
+    if (pd->kind != PK_DICT)
+        return DCP_OK; /* other planners' data: not ours to interpret */
+    for (i = 0; i + 1 < pd->u.seq.n; i += 2) {
+        const char *key = str_of(pd->u.seq.v[i]);
+        const struct pk_node *t = pd->u.seq.v[i + 1];
+        struct md_entry *e;
+        long ei;
+        if (!key || (t->kind != PK_TUPLE && t->kind != PK_LIST))
+            continue;
+        ei = dcp__meta_find(w->md, key);
+        if (ei < 0 || t->u.seq.n == 0 || t->u.seq.n > 256)
+            continue; /* torch keeps paths of deduplicated keys too */
+        e = &w->md->e[ei];
+        if (e->path)
+            continue;
+        e->path = dcp__calloc(t->u.seq.n, sizeof(*e->path));
+        if (!e->path)
+            return DCP_ENOMEM;
+        e->npath = t->u.seq.n;
+        for (j = 0; j < t->u.seq.n; j++) {
+            const struct pk_node *c = t->u.seq.v[j];
+            if (c->kind == PK_STR) {
+                e->path[j].s = dcp__strdup(c->u.s.p);
+                if (!e->path[j].s)
+                    return DCP_ENOMEM;
+            } else if (c->kind == PK_INT) {
+                e->path[j].i = c->u.i;
+            } else {
+                return dcp__err(w->err, DCP_EFORMAT,
+                                "metadata: '%s': planner_data path holds a "
+                                "non-str, non-int element",
+                                key);
+            }
+        }
+    }
+    return DCP_OK;
+}
+
+static int walk_root(struct walk *w, const struct pk_node *root)
+{
+    const struct pk_node *sdm, *sd, *ver, *sm;
+    struct dcp_metadata *md = w->md;
+    size_t i, j;
+    int rc;
+    if (!is_class(root, "Metadata") || !root->u.obj.state ||
+        root->u.obj.state->kind != PK_DICT)
+        return dcp__err(w->err, DCP_EFORMAT,
+                        "metadata: top-level object is not a DCP Metadata");
+    sdm = pk_obj_attr(root, "state_dict_metadata");
+    if (!sdm || sdm->kind != PK_DICT)
+        return dcp__err(w->err, DCP_EFORMAT,
+                        "metadata: state_dict_metadata is not a dict");
+    md->e = dcp__calloc(sdm->u.seq.n / 2 + 1, sizeof(*md->e));
+    if (!md->e)
+        return DCP_ENOMEM;
+    for (i = 0; i + 1 < sdm->u.seq.n; i += 2) {
+        const char *key = str_of(sdm->u.seq.v[i]);
+        struct md_entry *e = &md->e[md->n];
+        if (!key)
+            return dcp__err(w->err, DCP_EFORMAT,
+                            "metadata: a state_dict_metadata key is not a "
+                            "str");
+        e->key = dcp__strdup(key);
+        if (!e->key)
+            return DCP_ENOMEM;
+        md->n++;
+        rc = walk_entry(w, e, sdm->u.seq.v[i + 1]);
+        if (rc != DCP_OK)
+            return rc;
+    }
+    rc = dcp__meta_sort(md, w->err);
+    if (rc != DCP_OK)
+        return dcp__err(w->err, DCP_EFORMAT, "metadata: duplicate key");
+    sd = pk_obj_attr(root, "storage_data");
+    if (!sd || sd->kind != PK_DICT)
+        return dcp__err(w->err, DCP_EFORMAT,
+                        "metadata: storage_data is not a dict (only "
+                        "FileSystemWriter checkpoints are supported)");
+    for (i = 0; i + 1 < sd->u.seq.n; i += 2) {
+        rc = walk_storage_item(w, sd->u.seq.v[i], sd->u.seq.v[i + 1]);
+        if (rc != DCP_OK)
+            return rc;
+    }
+    for (i = 0; i < md->n; i++)
+        for (j = 0; j < md->e[i].nchunks; j++)
+            if (!md->e[i].chunks[j].has_storage)
+                return dcp__err(w->err, DCP_EFORMAT,
+                                "metadata: '%s': chunk %zu has no storage "
+                                "entry",
+                                md->e[i].key, j);
+    rc = walk_path(w, pk_obj_attr(root, "planner_data"));
+    if (rc != DCP_OK)
+        return rc;
+    ver = pk_obj_attr(root, "version");
+    md->version = dcp__strdup(str_of(ver) ? str_of(ver) : "");
+    if (!md->version)
+        return DCP_ENOMEM;
+    sm = pk_obj_attr(root, "storage_meta");
+    if (is_class(sm, "StorageMeta")) {
+        const char *sid = str_of(pk_obj_attr(sm, "save_id"));
+        const char *cid = str_of(pk_obj_attr(sm, "checkpoint_id"));
+        if (sid && !(md->save_id = dcp__strdup(sid)))
+            return DCP_ENOMEM;
+        if (cid && !(md->checkpoint_id = dcp__strdup(cid)))
+            return DCP_ENOMEM;
+    }
+    return DCP_OK;
+}
+
+int dcp__meta_decode(const void *p, size_t len, struct dcp_metadata **out,
+                     struct dcp_err *err)
+{
+    struct pk_arena *arena = NULL;
+    struct pk_node *root = NULL;
+    struct dcp_metadata *md;
+    struct walk w;
+    int rc;
+    *out = NULL;
+    md = dcp__calloc(1, sizeof(*md));
+    if (!md)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    rc = pk_decode(p, len, meta_allow, DCP_ARRAY_LEN(meta_allow), NULL, 0,
+                   &arena, &root, err);
+    if (rc != DCP_OK)
+        goto out_free;
+    w.md = md;
+    w.err = err;
+    rc = walk_root(&w, root);
+    if (rc == DCP_ENOMEM)
+        (void)dcp__err(err, rc, "out of memory decoding metadata");
+out_free:
+    pk_arena_free(arena);
+    if (rc != DCP_OK) {
+        dcp__meta_free(md);
+        return rc;
+    }
+    *out = md;
+    return DCP_OK;
+}
+
+void dcp__meta_free(struct dcp_metadata *md)
+{
+    size_t i, j;
+    if (!md)
+        return;
+    for (i = 0; i < md->n; i++) {
+        struct md_entry *e = &md->e[i];
+        for (j = 0; j < e->nchunks; j++)
+            dcp__free(e->chunks[j].off);
+        dcp__free(e->chunks);
+        for (j = 0; j < e->npath; j++)
+            dcp__free(e->path[j].s);
+        dcp__free(e->path);
+        dcp__free(e->key);
+    }
+    dcp__free(md->e);
+    for (i = 0; i < md->nfiles; i++)
+        dcp__free(md->files[i]);
+    dcp__free(md->files);
+    dcp__free(md->version);
+    dcp__free(md->checkpoint_id);
+    dcp__free(md->save_id);
+    dcp__free(md->ints);
+    dcp__free(md->dir);
+    dcp__free(md);
+}
+
+/* ------------------------------------------------------------- tiling */
+
+/* A chunk with its start along the sweep dimension (qsort has no context
+ * argument, so the key travels with the element). */
+struct sweep {
+    int64_t start;
+    const struct md_chunk *c;
+};
+
+static int cmp_sweep(const void *a, const void *b)
+{
+    const struct sweep *x = a, *y = b;
+    if (x->start != y->start)
+        return x->start < y->start ? -1 : 1;
+    return 0;
+}
+
+static int boxes_overlap(const struct md_chunk *a, const struct md_chunk *b,
+                         int ndim)
+{
+    int d;
+    for (d = 0; d < ndim; d++)
+        if (a->off[d] >= b->off[d] + b->size[d] ||
+            b->off[d] >= a->off[d] + a->size[d])
+            return 0;
+    return 1;
+}
+
+int dcp__meta_check_tiling(const struct md_entry *e, struct dcp_err *err)
+{
+    struct sweep *v;
+    uint64_t total = 1, sum = 0;
+    size_t i, j, n = 0;
+    int d, best = 0;
+    int64_t best_ext = INT64_MAX;
+    if (!e->is_tensor)
+        return DCP_OK;
+    for (d = 0; d < e->ndim; d++)
+        total *= (uint64_t)e->shape[d];
+    if (e->ndim == 0)
+        return e->nchunks == 1
+                   ? DCP_OK
+                   : dcp__err(err, DCP_EFORMAT,
+                              "'%s': a 0-d tensor with %zu chunks", e->key,
+                              e->nchunks);
+    v = dcp__malloc((e->nchunks ? e->nchunks : 1) * sizeof(*v));
+    if (!v)
+        return DCP_ENOMEM;
+    /* Sweep along the dimension whose chunks are thinnest: few chunks are
+     * active at once there (row sharding: dim 0, column sharding: dim 1). */
+    for (d = 0; d < e->ndim; d++) {
+        int64_t ext = 0;
+        for (i = 0; i < e->nchunks; i++)
+            if (e->chunks[i].size[d] > ext)
+                ext = e->chunks[i].size[d];
+        if (ext < best_ext) {
+            best_ext = ext;
+            best = d;
+        }
+    }
+    for (i = 0; i < e->nchunks; i++) {
+        uint64_t vol = dcp__box_numel(e->ndim, e->chunks[i].size);
+        sum += vol;
+        if (vol) {
+            v[n].start = e->chunks[i].off[best];
+            v[n++].c = &e->chunks[i];
+        }
+    }
+    qsort(v, n, sizeof(*v), cmp_sweep);
+    for (i = 0; i < n; i++) {
+        for (j = i + 1; j < n; j++) {
+            if (v[j].start >= v[i].start + v[i].c->size[best])
+                break;
+            if (boxes_overlap(v[i].c, v[j].c, e->ndim)) {
+                dcp__free(v);
+                return dcp__err(err, DCP_EFORMAT,
+                                "'%s': stored chunks overlap", e->key);
+            }
+        }
+    }
+    dcp__free(v);
+    if (sum != total)
+        return dcp__err(err, DCP_EFORMAT,
+                        "'%s': stored chunks cover %" PRIu64 " of %" PRIu64
+                        " elements",
+                        e->key, sum, total);
+    return DCP_OK;
+}
+
+/* ------------------------------------------------------------- encode */
+
+static int enc_size(struct pk_writer *w, const int64_t *v, int n)
+{
+    int i, rc = pkw_global_memo(w, "torch", "Size");
+    if (rc == DCP_OK && n > 3)
+        rc = pkw_mark(w);
+    for (i = 0; rc == DCP_OK && i < n; i++)
+        rc = pkw_int(w, v[i]);
+    if (rc == DCP_OK)
+        rc = pkw_tuple(w, (size_t)n);
+    if (rc == DCP_OK)
+        rc = pkw_tuple(w, 1);
+    return rc == DCP_OK ? pkw_op(w, PK_OP_REDUCE) : rc;
+}
+
+/* cls() with an empty __dict__ filled by BUILD: opens the state dict. */
+static int enc_obj_open(struct pk_writer *w, const char *module,
+                        const char *name)
+{
+    int rc = pkw_global_memo(w, module, name);
+    if (rc == DCP_OK)
+        rc = pkw_empty_tuple(w);
+    if (rc == DCP_OK)
+        rc = pkw_op(w, PK_OP_NEWOBJ);
+    if (rc == DCP_OK)
+        rc = pkw_empty_dict(w);
+    return rc == DCP_OK ? pkw_mark(w) : rc;
+}
+
+static int enc_obj_close(struct pk_writer *w)
+{
+    int rc = pkw_op(w, PK_OP_SETITEMS);
+    return rc == DCP_OK ? pkw_op(w, PK_OP_BUILD) : rc;
+}
+
+static int enc_key(struct pk_writer *w, const char *s)
+{
+    return pkw_str_memo(w, s, strlen(s));
+}
+
+struct enc_memo {
+    uint32_t layout, memfmt;
+    int have;
+};
+
+static int enc_props(struct pk_writer *w, const struct md_entry *e,
+                     struct enc_memo *m)
+{
+    int rc = pkw_global_memo(w, M_DCP, "TensorProperties");
+    if (rc == DCP_OK)
+        rc = pkw_empty_tuple(w);
+    if (rc == DCP_OK)
+        rc = pkw_op(w, PK_OP_NEWOBJ);
+    if (rc == DCP_OK)
+        rc = pkw_mark(w);
+    if (rc == DCP_OK)
+        rc = pkw_global_memo(w, "torch", dcp_dtype_name(e->dtype));
+    if (rc != DCP_OK)
+        return rc;
+    if (m->have) {
+        rc = pkw_get(w, m->layout);
+        if (rc == DCP_OK)
+            rc = pkw_bool(w, e->requires_grad);
+        if (rc == DCP_OK)
+            rc = pkw_get(w, m->memfmt);
+    } else {
+        rc = pkw_global_memo(w, "torch.serialization", "_get_layout");
+        if (rc == DCP_OK)
+            rc = enc_key(w, "torch.strided");
+        if (rc == DCP_OK)
+            rc = pkw_tuple(w, 1);
+        if (rc == DCP_OK)
+            rc = pkw_op(w, PK_OP_REDUCE);
+        if (rc == DCP_OK)
+            rc = pkw_put(w, &m->layout);
+        if (rc == DCP_OK)
+            rc = pkw_bool(w, e->requires_grad);
+        if (rc == DCP_OK)
+            rc = pkw_global_memo(w, M_DCP, "_MEM_FORMAT_ENCODING");
+        if (rc == DCP_OK)
+            rc = pkw_int(w, 0);
+        if (rc == DCP_OK)
+            rc = pkw_tuple(w, 1);
+        if (rc == DCP_OK)
+            rc = pkw_op(w, PK_OP_REDUCE);
+        if (rc == DCP_OK)
+            rc = pkw_put(w, &m->memfmt);
+        m->have = rc == DCP_OK;
+    }
+    if (rc == DCP_OK)
+        rc = pkw_bool(w, 0); /* pin_memory */
+    if (rc == DCP_OK)
+        rc = pkw_op(w, PK_OP_TUPLE);
+    return rc == DCP_OK ? pkw_op(w, PK_OP_BUILD) : rc;
+}
+
+static int enc_tensor_md(struct pk_writer *w, const struct md_entry *e,
+                         struct enc_memo *m)
+{
+    size_t i;
+    int rc = enc_obj_open(w, M_DCP, "TensorStorageMetadata");
+    if (rc == DCP_OK)
+        rc = enc_key(w, "properties");
+    if (rc == DCP_OK)
+        rc = enc_props(w, e, m);
+    if (rc == DCP_OK)
+        rc = enc_key(w, "size");
+    if (rc == DCP_OK)
+        rc = enc_size(w, e->shape, e->ndim);
+    if (rc == DCP_OK)
+        rc = enc_key(w, "chunks");
+    if (rc == DCP_OK)
+        rc = pkw_empty_list(w);
+    if (rc == DCP_OK && e->nchunks)
+        rc = pkw_mark(w);
+    for (i = 0; rc == DCP_OK && i < e->nchunks; i++) {
+        rc = enc_obj_open(w, M_DCP, "ChunkStorageMetadata");
+        if (rc == DCP_OK)
+            rc = enc_key(w, "offsets");
+        if (rc == DCP_OK)
+            rc = enc_size(w, e->chunks[i].off, e->ndim);
+        if (rc == DCP_OK)
+            rc = enc_key(w, "sizes");
+        if (rc == DCP_OK)
+            rc = enc_size(w, e->chunks[i].size, e->ndim);
+        if (rc == DCP_OK)
+            rc = enc_obj_close(w);
+    }
+    if (rc == DCP_OK && e->nchunks)
+        rc = pkw_op(w, PK_OP_APPENDS);
+    return rc == DCP_OK ? enc_obj_close(w) : rc;
+}
+
+static int enc_state_dict_md(struct pk_writer *w,
+                             const struct dcp_metadata *md)
+{
+    struct enc_memo m = {0, 0, 0};
+    size_t i;
+    int rc = enc_key(w, "state_dict_metadata");
+    if (rc == DCP_OK)
+        rc = pkw_empty_dict(w);
+    if (rc == DCP_OK && md->n)
+        rc = pkw_mark(w);
+    for (i = 0; rc == DCP_OK && i < md->n; i++) {
+        const struct md_entry *e = &md->e[i];
+        rc = enc_key(w, e->key);
+        if (rc != DCP_OK)
+            break;
+        if (e->is_tensor) {
+            rc = enc_tensor_md(w, e, &m);
+        } else {
+            rc = pkw_global_memo(w, M_DCP, "BytesStorageMetadata");
+            if (rc == DCP_OK)
+                rc = pkw_empty_tuple(w);
+            if (rc == DCP_OK)
+                rc = pkw_op(w, PK_OP_NEWOBJ);
+        }
+    }
+    if (rc == DCP_OK && md->n)
+        rc = pkw_op(w, PK_OP_SETITEMS);
+    return rc;
+}
+
+static int enc_planner_data(struct pk_writer *w,
+                            const struct dcp_metadata *md)
+{
+    size_t i, j;
+    int rc = enc_key(w, "planner_data");
+    if (rc == DCP_OK)
+        rc = pkw_empty_dict(w);
+    if (rc == DCP_OK && md->n)
+        rc = pkw_mark(w);
+    for (i = 0; rc == DCP_OK && i < md->n; i++) {
+        const struct md_entry *e = &md->e[i];
+        rc = enc_key(w, e->key);
+        if (rc == DCP_OK && e->npath > 3)
+            rc = pkw_mark(w);
+        for (j = 0; rc == DCP_OK && j < e->npath; j++)
+            rc = e->path[j].s ? enc_key(w, e->path[j].s)
+                              : pkw_int(w, e->path[j].i);
+        if (rc == DCP_OK && e->npath == 0)
+            rc = enc_key(w, e->key); /* no path recorded: flat */
+        if (rc == DCP_OK)
+            rc = pkw_tuple(w, e->npath ? e->npath : 1);
+    }
+    if (rc == DCP_OK && md->n)
+        rc = pkw_op(w, PK_OP_SETITEMS);
+    return rc;
+}
+
+static int enc_storage_info(struct pk_writer *w,
+                            const struct dcp_metadata *md,
+                            const struct md_chunk *c)
+{
+    int rc = enc_obj_open(w, M_FS, "_StorageInfo");
+    if (rc == DCP_OK)
+        rc = enc_key(w, "relative_path");
+    if (rc == DCP_OK)
+        rc = enc_key(w, md->files[c->file]);
+    if (rc == DCP_OK)
+        rc = enc_key(w, "offset");
+    if (rc == DCP_OK)
+        rc = pkw_int(w, (int64_t)c->offset);
+    if (rc == DCP_OK)
+        rc = enc_key(w, "length");
+    if (rc == DCP_OK)
+        rc = pkw_int(w, (int64_t)c->length);
+    return rc == DCP_OK ? enc_obj_close(w) : rc;
+}
+
+static int enc_storage_data(struct pk_writer *w,
+                            const struct dcp_metadata *md)
+{
+    size_t i, j;
+    int rc = enc_key(w, "storage_data");
+    if (rc == DCP_OK)
+        rc = pkw_empty_dict(w);
+    if (rc == DCP_OK && md->n)
+        rc = pkw_mark(w);
+    for (i = 0; rc == DCP_OK && i < md->n; i++) {
+        const struct md_entry *e = &md->e[i];
+        for (j = 0; rc == DCP_OK && j < e->nchunks; j++) {
+            /* The MetadataIndex key is fully built (BUILD) before SETITEMS
+             * hashes it. */
+            rc = enc_obj_open(w, M_DCP, "MetadataIndex");
+            if (rc == DCP_OK)
+                rc = enc_key(w, "fqn");
+            if (rc == DCP_OK)
+                rc = enc_key(w, e->key);
+            if (rc == DCP_OK && e->is_tensor) {
+                rc = enc_key(w, "offset");
+                if (rc == DCP_OK)
+                    rc = enc_size(w, e->chunks[j].off, e->ndim);
+            }
+            if (rc == DCP_OK)
+                rc = enc_key(w, "index");
+            if (rc == DCP_OK)
+                rc = e->is_tensor ? pkw_int(w, (int64_t)j) : pkw_none(w);
+            if (rc == DCP_OK)
+                rc = enc_obj_close(w);
+            if (rc == DCP_OK)
+                rc = enc_storage_info(w, md, &e->chunks[j]);
+        }
+    }
+    if (rc == DCP_OK && md->n)
+        rc = pkw_op(w, PK_OP_SETITEMS);
+    return rc;
+}
+
+static int enc_storage_meta(struct pk_writer *w,
+                            const struct dcp_metadata *md)
+{
+    int rc = enc_key(w, "storage_meta");
+    if (rc == DCP_OK)
+        rc = enc_obj_open(w, M_DCP, "StorageMeta");
+    if (rc == DCP_OK)
+        rc = enc_key(w, "checkpoint_id");
+    if (rc == DCP_OK)
+        rc = md->checkpoint_id ? enc_key(w, md->checkpoint_id) : pkw_none(w);
+    if (rc == DCP_OK)
+        rc = enc_key(w, "save_id");
+    if (rc == DCP_OK)
+        rc = md->save_id ? enc_key(w, md->save_id) : pkw_none(w);
+    if (rc == DCP_OK)
+        rc = enc_key(w, "load_id");
+    if (rc == DCP_OK)
+        rc = pkw_none(w);
+    if (rc == DCP_OK)
+        rc = enc_key(w, "modules");
+    if (rc == DCP_OK)
+        rc = pkw_empty_list(w);
+    return rc == DCP_OK ? enc_obj_close(w) : rc;
+}
+
+int dcp__meta_encode(const struct dcp_metadata *md, struct dcp_buf *out)
+{
+    struct pk_writer w;
+    int rc;
+    pk_writer_init(&w, out);
+    rc = pkw_proto(&w);
+    if (rc == DCP_OK)
+        rc = enc_obj_open(&w, M_DCP, "Metadata");
+    if (rc == DCP_OK)
+        rc = enc_state_dict_md(&w, md);
+    if (rc == DCP_OK)
+        rc = enc_planner_data(&w, md);
+    if (rc == DCP_OK)
+        rc = enc_storage_data(&w, md);
+    if (rc == DCP_OK)
+        rc = enc_storage_meta(&w, md);
+    if (rc == DCP_OK)
+        rc = enc_key(&w, "version");
+    if (rc == DCP_OK)
+        rc = enc_key(&w, md->version && *md->version ? md->version : "1.0.0");
+    if (rc == DCP_OK)
+        rc = enc_obj_close(&w);
+    if (rc == DCP_OK)
+        rc = pkw_stop(&w);
+    pk_writer_release(&w);
+    return rc;
+}

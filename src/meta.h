@@ -1,0 +1,74 @@
+/*
+ * The checkpoint's .metadata: PyTorch's Metadata object as dcp holds it.
+ * Decoded from the pickle tree (never executing anything), validated, and
+ * encoded back as a protocol-2 pickle that torch's pickle.load accepts.
+ */
+#ifndef DCP_META_H
+#define DCP_META_H
+
+#include "util.h"
+#include "state.h"
+
+struct md_chunk {
+    int64_t *off; /* ndim elements (NULL for values) */
+    int64_t *size;
+    uint32_t file; /* index into md->files */
+    uint64_t offset;
+    uint64_t length;
+    int has_storage; /* storage_data entry seen (decode) */
+};
+
+struct md_entry {
+    char *key;
+    int is_tensor;
+    dcp_dtype dtype;
+    int ndim;
+    int64_t shape[DCP_MAX_NDIM];
+    int requires_grad;
+    struct md_chunk *chunks; /* values: exactly one, off/size NULL */
+    size_t nchunks;
+    struct st_pathel *path; /* planner_data; NULL when absent */
+    size_t npath;
+};
+
+struct dcp_metadata {
+    struct md_entry *e; /* sorted by key (strcmp) */
+    size_t n;
+    char **files;
+    size_t nfiles;
+    char *version;       /* "" when absent */
+    char *checkpoint_id; /* storage_meta.checkpoint_id when a str/path */
+    char *save_id;
+    int64_t *ints;       /* backing store for chunk offsets/sizes */
+    char *dir;           /* set by dcp_metadata_open: where it was read */
+};
+
+/*
+ * Decodes .metadata bytes. Validates: known classes only (allow-list),
+ * every tensor chunk inside its global shape, every chunk and value has
+ * exactly one storage entry, file names are single safe path components,
+ * byte ranges do not overflow. Tiling is not checked here
+ * (dcp__meta_check_tiling).
+ */
+int dcp__meta_decode(const void *p, size_t len, struct dcp_metadata **out,
+                     struct dcp_err *err);
+
+/* Encodes md as a protocol-2 pickle (PROTO ... STOP) appended to out. */
+int dcp__meta_encode(const struct dcp_metadata *md, struct dcp_buf *out);
+
+void dcp__meta_free(struct dcp_metadata *md);
+
+/* Index of key in md (binary search), or -1. */
+long dcp__meta_find(const struct dcp_metadata *md, const char *key);
+
+/* Checks that the chunks of tensor entry e tile its shape exactly: inside
+ * the shape, no two overlapping, volumes summing to the tensor's. */
+int dcp__meta_check_tiling(const struct md_entry *e, struct dcp_err *err);
+
+/* Sorts entries by key and fails with DCP_EPLAN on a duplicate. */
+int dcp__meta_sort(struct dcp_metadata *md, struct dcp_err *err);
+
+/* Checks that name is a plain file name inside the checkpoint directory. */
+int dcp__safe_name(const char *name);
+
+#endif /* DCP_META_H */

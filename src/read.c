@@ -1,0 +1,394 @@
+/*
+ * Reading stored records. A tensor chunk's archive is parsed through a read
+ * callback bounded to the record's byte range, so a hostile offset inside
+ * the archive can never reach outside it. Data is read once per chunk: when
+ * the chunk lands contiguously in one destination with the same dtype (the
+ * common case of loading with the sharding it was saved with, or rows of a
+ * row-sharded tensor), straight into the caller's buffer; otherwise into a
+ * reused scratch buffer and copied (strided) into every overlapping box.
+ */
+#include "read.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "convert.h"
+#include "crc32.h"
+#include "storage.h"
+#include "torchzip.h"
+#include "value.h"
+
+#define PKL_MAX ((size_t)1 << 20) /* a tensor's data.pkl is ~200 bytes */
+
+int dcp__rd_open(struct rd_files *f, const char *path,
+                 const struct dcp_metadata *md, struct dcp_err *err)
+{
+    size_t i;
+    int rc;
+    memset(f, 0, sizeof(*f));
+    f->path = path;
+    f->md = md;
+    f->dirfd = -1;
+    f->fds = dcp__malloc((md->nfiles ? md->nfiles : 1) * sizeof(int));
+    f->sizes = dcp__calloc(md->nfiles ? md->nfiles : 1, sizeof(uint64_t));
+    if (!f->fds || !f->sizes) {
+        dcp__rd_close(f);
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    }
+    for (i = 0; i < md->nfiles; i++)
+        f->fds[i] = -1;
+    rc = dcp__fs_open_dir(path, &f->dirfd, err);
+    if (rc != DCP_OK)
+        dcp__rd_close(f);
+    return rc;
+}
+
+void dcp__rd_close(struct rd_files *f)
+{
+    size_t i;
+    if (f->fds)
+        for (i = 0; i < f->md->nfiles; i++)
+            if (f->fds[i] >= 0)
+                (void)close(f->fds[i]);
+    if (f->dirfd >= 0)
+        (void)close(f->dirfd);
+    dcp__free(f->fds);
+    dcp__free(f->sizes);
+    dcp__free(f->scratch);
+    memset(f, 0, sizeof(*f));
+    f->dirfd = -1;
+}
+
+static int rd_file(struct rd_files *f, uint32_t idx, struct dcp_err *err)
+{
+    if (f->fds[idx] >= 0)
+        return DCP_OK;
+    return dcp__fs_open_read(f->dirfd, f->md->files[idx], &f->fds[idx],
+                             &f->sizes[idx], err);
+}
+
+/* A record: a byte range of a data file, as tz_read_fn sees it. */
+struct rec {
+    int fd;
+    uint64_t base;
+    uint64_t len;
+    const char *file;
+};
+
+static int rec_read(void *opaque, uint64_t off, void *buf, size_t len,
+                    struct dcp_err *err)
+{
+    const struct rec *r = opaque;
+    uint64_t end;
+    if (dcp__add_overflow_u64(off, len, &end) || end > r->len)
+        return dcp__err(err, DCP_EFORMAT,
+                        "read of %zu bytes at %llu outside the record", len,
+                        (unsigned long long)off);
+    return dcp__fs_pread(r->fd, buf, len, r->base + off, r->file, err);
+}
+
+/* Opens the record of chunk c and parses its archive. */
+static int open_record(struct rd_files *f, const struct md_entry *e,
+                       const struct md_chunk *c, struct rec *r,
+                       struct tz_archive *a, struct dcp_err *err)
+{
+    const char *file = f->md->files[c->file];
+    uint64_t end;
+    int rc = rd_file(f, c->file, err);
+    if (rc != DCP_OK)
+        return dcp__err_prefix(err, "'%s'", e->key);
+    end = c->offset + c->length; /* checked when the metadata was decoded */
+    if (end > f->sizes[c->file])
+        return dcp__err(err, DCP_ECORRUPT,
+                        "'%s': record at byte %" PRIu64 " of '%s' (%" PRIu64
+                        " bytes) runs past the end of the file (%" PRIu64
+                        " bytes): truncated",
+                        e->key, c->offset, file, c->length,
+                        f->sizes[c->file]);
+    r->fd = f->fds[c->file];
+    r->base = c->offset;
+    r->len = c->length;
+    r->file = file;
+    rc = tz_open(a, c->length, rec_read, r, err);
+    if (rc != DCP_OK)
+        return dcp__err_prefix(err, "'%s': record at byte %" PRIu64 " of '%s'",
+                               e->key, c->offset, file);
+    return DCP_OK;
+}
+
+int dcp__box_intersect(int ndim, const int64_t *aoff, const int64_t *asize,
+                       const int64_t *boff, const int64_t *bsize,
+                       int64_t *ioff, int64_t *isize)
+{
+    int d;
+    for (d = 0; d < ndim; d++) {
+        int64_t lo = aoff[d] > boff[d] ? aoff[d] : boff[d];
+        int64_t ae = aoff[d] + asize[d], be = boff[d] + bsize[d];
+        int64_t hi = ae < be ? ae : be;
+        if (hi <= lo)
+            return 0;
+        ioff[d] = lo;
+        isize[d] = hi - lo;
+    }
+    return 1;
+}
+
+/*
+ * Copies the intersection (global offsets ioff, sizes isize) from a stored
+ * chunk (global offset coff; elements at src with strides and
+ * storage_offset of t) into a destination box.
+ */
+static void copy_overlap(const struct rd_dest *dst, const struct tz_tensor *t,
+                         const uint8_t *src, const int64_t *coff,
+                         const int64_t *ioff, const int64_t *isize)
+{
+    size_t ss = dcp_dtype_size(t->dtype), ds = dcp_dtype_size(dst->dtype);
+    int64_t idx[DCP_MAX_NDIM] = {0}, dstride[DCP_MAX_NDIM];
+    int nd = t->ndim, d;
+    int64_t inner = nd ? isize[nd - 1] : 1;
+    int64_t sstep = nd ? t->stride[nd - 1] : 1;
+    if (nd)
+        dstride[nd - 1] = 1;
+    for (d = nd - 2; d >= 0; d--)
+        dstride[d] = dstride[d + 1] * dst->size[d + 1];
+    for (;;) {
+        int64_t so = t->storage_offset, dof = 0, k;
+        uint8_t *dp;
+        const uint8_t *sp;
+        for (d = 0; d < nd; d++) {
+            int64_t g = ioff[d] + (d == nd - 1 ? 0 : idx[d]);
+            so += (g - coff[d]) * t->stride[d];
+            dof += (g - dst->off[d]) * dstride[d];
+        }
+        dp = (uint8_t *)dst->buf + (size_t)dof * ds;
+        sp = src + (size_t)so * ss;
+        if (sstep == 1) {
+            dcp__convert(dp, dst->dtype, sp, t->dtype, (size_t)inner);
+        } else {
+            for (k = 0; k < inner; k++)
+                dcp__convert(dp + (size_t)k * ds, dst->dtype,
+                             sp + (size_t)(k * sstep) * ss, t->dtype, 1);
+        }
+        /* Advance the outer index (all dims but the last). */
+        for (d = nd - 2; d >= 0; d--) {
+            if (++idx[d] < isize[d])
+                break;
+            idx[d] = 0;
+        }
+        if (d < 0)
+            return;
+    }
+}
+
+static int is_contiguous(const struct tz_tensor *t)
+{
+    int64_t s = 1;
+    int d;
+    if (t->storage_offset != 0)
+        return 0;
+    for (d = t->ndim - 1; d >= 0; d--) {
+        if (t->size[d] != 1 && t->stride[d] != s)
+            return 0;
+        s *= t->size[d];
+    }
+    return 1;
+}
+
+/*
+ * When the whole chunk lands contiguously in dest with no cast: the byte
+ * offset in dest->buf, else -1.
+ */
+static int64_t direct_offset(const struct rd_dest *dest,
+                             const struct tz_tensor *t,
+                             const struct md_chunk *c, int ndim)
+{
+    int64_t row = (int64_t)dcp_dtype_size(t->dtype);
+    int d;
+    if (dest->dtype != t->dtype || !is_contiguous(t))
+        return -1;
+    for (d = 0; d < ndim; d++) {
+        if (c->off[d] < dest->off[d] ||
+            c->off[d] + c->size[d] > dest->off[d] + dest->size[d])
+            return -1;
+        if (d > 0 && (c->off[d] != dest->off[d] || c->size[d] != dest->size[d]))
+            return -1;
+        if (d > 0)
+            row *= c->size[d];
+    }
+    return ndim ? (c->off[0] - dest->off[0]) * row : 0;
+}
+
+static int check_archive(const struct tz_archive *a, const struct md_entry *e,
+                         const struct md_chunk *c, const char *file,
+                         const struct tz_tensor *t,
+                         const struct tz_entry **data, struct dcp_err *err)
+{
+    uint64_t want = dcp__box_numel(e->ndim, c->size) * dcp_dtype_size(e->dtype);
+    char name[TZ_MAX_NAME + 8];
+    int d;
+    if (t->dtype != e->dtype || t->ndim != e->ndim)
+        return dcp__err(err, DCP_EFORMAT,
+                        "'%s': record in '%s' holds a %s tensor of %d "
+                        "dimensions, the metadata says %s with %d",
+                        e->key, file, dcp_dtype_name(t->dtype), t->ndim,
+                        dcp_dtype_name(e->dtype), e->ndim);
+    for (d = 0; d < e->ndim; d++)
+        if (t->size[d] != c->size[d])
+            return dcp__err(err, DCP_EFORMAT,
+                            "'%s': record in '%s' has size %" PRId64
+                            " in dimension %d, the chunk has %" PRId64,
+                            e->key, file, t->size[d], d, c->size[d]);
+    (void)snprintf(name, sizeof(name), "data/%s", t->key);
+    *data = tz_find(a, name);
+    if (!*data && want == 0)
+        return DCP_OK;
+    if (!*data)
+        return dcp__err(err, DCP_EFORMAT,
+                        "'%s': record in '%s' has no storage '%s'", e->key,
+                        file, name);
+    if ((*data)->size != t->storage_numel * dcp_dtype_size(t->dtype))
+        return dcp__err(err, DCP_EFORMAT,
+                        "'%s': storage in '%s' is %" PRIu64
+                        " bytes, %" PRIu64 " expected",
+                        e->key, file, (*data)->size,
+                        t->storage_numel * dcp_dtype_size(t->dtype));
+    {
+        const struct tz_entry *bo = tz_find(a, "byteorder");
+        if (bo && bo->size != 6)
+            return dcp__err(err, DCP_ENOTSUP,
+                            "'%s': record in '%s' is not little-endian",
+                            e->key, file);
+    }
+    return DCP_OK;
+}
+
+static int ensure_scratch(struct rd_files *f, uint64_t n, struct dcp_err *err)
+{
+    uint8_t *p;
+    if (n <= f->scratch_cap)
+        return DCP_OK;
+    if (n > SIZE_MAX)
+        return dcp__err(err, DCP_ENOMEM, "record too large for memory");
+    p = dcp__realloc(f->scratch, (size_t)n);
+    if (!p)
+        return dcp__err(err, DCP_ENOMEM, "out of memory for a %" PRIu64
+                        "-byte record", n);
+    f->scratch = p;
+    f->scratch_cap = (size_t)n;
+    return DCP_OK;
+}
+
+int dcp__rd_chunk(struct rd_files *f, const struct md_entry *e, size_t ci,
+                  const struct rd_dest *dest, size_t ndest, int verify,
+                  uint64_t *bytes_checked, struct dcp_err *err)
+{
+    const struct md_chunk *c = &e->chunks[ci];
+    const char *file = f->md->files[c->file];
+    const struct tz_entry *pe, *data = NULL;
+    int64_t ioff[DCP_MAX_NDIM], isize[DCP_MAX_NDIM];
+    struct tz_archive a;
+    struct tz_tensor t;
+    struct rec r;
+    uint8_t *pkl = NULL, *dst = NULL;
+    size_t i;
+    int rc;
+    rc = open_record(f, e, c, &r, &a, err);
+    if (rc != DCP_OK)
+        return rc;
+    pe = tz_find(&a, "data.pkl");
+    if (!pe)
+        return dcp__err(err, DCP_EFORMAT, "'%s': record in '%s' has no "
+                        "data.pkl", e->key, file);
+    rc = tz_read_entry(&a, pe, PKL_MAX, verify, rec_read, &r, &pkl, err);
+    if (rc == DCP_OK)
+        rc = tz_parse_tensor_pickle(pkl, pe->size, &t, err);
+    dcp__free(pkl);
+    if (rc != DCP_OK)
+        return dcp__err_prefix(err, "'%s': record in '%s'", e->key, file);
+    rc = check_archive(&a, e, c, file, &t, &data, err);
+    if (rc != DCP_OK || !data)
+        return rc;
+    if (bytes_checked)
+        *bytes_checked += data->size;
+    /* One destination that takes the chunk whole and contiguous: read
+     * straight into it. */
+    if (ndest == 1 && data->size > 0) {
+        int64_t off = direct_offset(&dest[0], &t, c, e->ndim);
+        if (off >= 0)
+            dst = (uint8_t *)dest[0].buf + off;
+    }
+    if (!dst) {
+        rc = ensure_scratch(f, data->size, err);
+        if (rc != DCP_OK)
+            return rc;
+        dst = f->scratch;
+    }
+    rc = rec_read(&r, data->data_off, dst, (size_t)data->size, err);
+    if (rc != DCP_OK)
+        return dcp__err_prefix(err, "'%s'", e->key);
+    if (verify && dcp__crc32(0, dst, (size_t)data->size) != data->crc)
+        return dcp__err(err, DCP_ECORRUPT,
+                        "'%s': CRC mismatch in '%s' (record at byte %" PRIu64
+                        ", data at byte %" PRIu64 ", %" PRIu64 " bytes)",
+                        e->key, file, c->offset, c->offset + data->data_off,
+                        data->size);
+    if (dst != f->scratch)
+        return DCP_OK;
+    for (i = 0; i < ndest; i++)
+        if (dcp__box_intersect(e->ndim, c->off, c->size, dest[i].off,
+                               dest[i].size, ioff, isize))
+            copy_overlap(&dest[i], &t, dst, c->off, ioff, isize);
+    return DCP_OK;
+}
+
+int dcp__rd_value(struct rd_files *f, const struct md_entry *e, int verify,
+                  uint64_t max_bytes, dcp_value **out, struct dcp_err *err)
+{
+    const struct md_chunk *c = &e->chunks[0];
+    const struct tz_entry *pe;
+    struct tz_archive a;
+    struct rec r;
+    uint8_t *pkl = NULL;
+    int rc;
+    *out = NULL;
+    rc = open_record(f, e, c, &r, &a, err);
+    if (rc != DCP_OK)
+        return rc;
+    pe = tz_find(&a, "data.pkl");
+    if (!pe)
+        return dcp__err(err, DCP_EFORMAT, "'%s': record in '%s' has no "
+                        "data.pkl", e->key, f->md->files[c->file]);
+    rc = tz_read_entry(&a, pe, max_bytes > SIZE_MAX ? SIZE_MAX
+                                                    : (size_t)max_bytes,
+                       verify, rec_read, &r, &pkl, err);
+    if (rc == DCP_OK)
+        rc = dcp__value_unpickle(pkl, pe->size, out, err);
+    dcp__free(pkl);
+    if (rc != DCP_OK)
+        return dcp__err_prefix(err, "'%s': record in '%s'", e->key,
+                               f->md->files[c->file]);
+    return DCP_OK;
+}
+
+int dcp__rd_metadata(int dirfd, const char *path, uint64_t max_bytes,
+                     struct dcp_metadata **out, struct dcp_err *err)
+{
+    uint8_t *p = NULL;
+    size_t len = 0;
+    int rc = dcp__fs_read_all(dirfd, ".metadata", max_bytes, &p, &len, err);
+    *out = NULL;
+    if (rc == DCP_ENOENT)
+        return dcp__err(err, DCP_ENOENT,
+                        "no checkpoint in '%s': .metadata not found (an "
+                        "interrupted save leaves none)",
+                        path);
+    if (rc != DCP_OK)
+        return dcp__err_prefix(err, "'%s'", path);
+    rc = dcp__meta_decode(p, len, out, err);
+    dcp__free(p);
+    if (rc != DCP_OK)
+        return dcp__err_prefix(err, "'%s/.metadata'", path);
+    return DCP_OK;
+}

@@ -1,0 +1,61 @@
+/*
+ * Reading stored records: open a checkpoint's data files on demand, parse a
+ * chunk's torch.save archive, verify CRCs, and copy the part of a stored
+ * chunk that overlaps each destination box (with an optional dtype cast).
+ * Shared by dcp_load, the inspection API and dcp_verify.
+ */
+#ifndef DCP_READ_H
+#define DCP_READ_H
+
+#include "util.h"
+#include "meta.h"
+
+struct rd_files {
+    const char *path; /* checkpoint directory, for messages */
+    int dirfd;
+    const struct dcp_metadata *md;
+    int *fds;         /* per md->files, -1 until opened */
+    uint64_t *sizes;
+    uint8_t *scratch; /* reused staging buffer */
+    size_t scratch_cap;
+};
+
+/* A destination: a box of the global tensor, with its own buffer. */
+struct rd_dest {
+    const int64_t *off;  /* global offsets of the box */
+    const int64_t *size; /* box sizes */
+    void *buf;           /* C-contiguous elements of the box */
+    dcp_dtype dtype;     /* may differ from the stored dtype (cast) */
+};
+
+int dcp__rd_open(struct rd_files *f, const char *path,
+                 const struct dcp_metadata *md, struct dcp_err *err);
+void dcp__rd_close(struct rd_files *f);
+
+/*
+ * Reads chunk ci of tensor entry e, checks that the archive describes the
+ * chunk (dtype, sizes), verifies CRCs when verify is nonzero, and copies the
+ * overlap into each destination that overlaps the chunk (ndest may be 0:
+ * check only). *bytes_checked (may be NULL) is increased by the record's
+ * data bytes. Returns DCP_OK, DCP_EFORMAT, DCP_ECORRUPT, DCP_EUNSAFE,
+ * DCP_ENOTSUP, DCP_EIO, DCP_ENOMEM; the message names the key and file.
+ */
+int dcp__rd_chunk(struct rd_files *f, const struct md_entry *e, size_t ci,
+                  const struct rd_dest *dest, size_t ndest, int verify,
+                  uint64_t *bytes_checked, struct dcp_err *err);
+
+/* Reads value entry e; *out belongs to the caller. */
+int dcp__rd_value(struct rd_files *f, const struct md_entry *e, int verify,
+                  uint64_t max_bytes, dcp_value **out, struct dcp_err *err);
+
+/* Reads .metadata of an open directory and decodes it. */
+int dcp__rd_metadata(int dirfd, const char *path, uint64_t max_bytes,
+                     struct dcp_metadata **out, struct dcp_err *err);
+
+/* Overlap of two boxes: 1 and the intersection (global coordinates) when
+ * they overlap with nonzero volume, else 0. 0-d boxes always overlap. */
+int dcp__box_intersect(int ndim, const int64_t *aoff, const int64_t *asize,
+                       const int64_t *boff, const int64_t *bsize,
+                       int64_t *ioff, int64_t *isize);
+
+#endif /* DCP_READ_H */

@@ -1,0 +1,60 @@
+/*
+ * The state: what one rank saves or loads. Entries in insertion order, each
+ * a tensor (one or more boxes of a global tensor) or a value, with the
+ * nested path PyTorch's flatten_state_dict would record.
+ */
+#ifndef DCP_STATE_H
+#define DCP_STATE_H
+
+#include "util.h"
+#include "value.h"
+
+/* One path component: a dict key (s != NULL) or a list index. */
+struct st_pathel {
+    char *s;
+    int64_t i;
+};
+
+struct st_box {
+    int64_t off[DCP_MAX_NDIM];
+    int64_t size[DCP_MAX_NDIM];
+    void *buf;
+};
+
+struct st_entry {
+    char *key; /* path joined with '.' */
+    struct st_pathel *path;
+    size_t npath;
+    int is_tensor;
+    dcp_dtype dtype;
+    int ndim;
+    int64_t shape[DCP_MAX_NDIM];
+    dcp_mem mem;
+    struct st_box *boxes;
+    size_t nboxes;
+    size_t capboxes;
+    dcp_value *value; /* values: owned */
+};
+
+struct dcp_state {
+    struct st_entry *e;
+    size_t n;
+    size_t cap;
+    uint32_t *index; /* open addressing: entry index + 1, 0 = empty */
+    size_t index_cap;
+    struct st_pathel *cur; /* current nesting */
+    size_t ncur;
+    size_t capcur;
+};
+
+/* Entry by key, or NULL. */
+struct st_entry *dcp__state_find(const dcp_state *st, const char *key);
+
+/* Element count and byte size of a box (0 on overflow is impossible: boxes
+ * were checked when added). */
+uint64_t dcp__box_numel(int ndim, const int64_t *size);
+
+/* Renders a path component list as "('model', 'fc.weight', 0)". */
+int dcp__path_repr(const struct st_pathel *p, size_t n, struct dcp_buf *out);
+
+#endif /* DCP_STATE_H */

@@ -1,0 +1,221 @@
+/*
+ * Shared internals: the allocation wrappers (with a fail-after-k hook for
+ * the allocation-failure tests), error detail, and the growable buffer.
+ */
+#include "util.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Atomic uint64_t alloc_count;
+static _Atomic uint64_t alloc_fail_at; /* 0: never */
+
+uint64_t dcp__alloc_fail_after(uint64_t k)
+{
+    uint64_t n = atomic_exchange(&alloc_count, 0);
+    atomic_store(&alloc_fail_at, k);
+    return n;
+}
+
+static int alloc_should_fail(void)
+{
+    uint64_t n = atomic_fetch_add(&alloc_count, 1) + 1;
+    uint64_t k = atomic_load(&alloc_fail_at);
+    return k != 0 && n >= k;
+}
+
+void *dcp__malloc(size_t n)
+{
+    if (alloc_should_fail())
+        return NULL;
+    return malloc(n ? n : 1);
+}
+
+void *dcp__calloc(size_t n, size_t size)
+{
+    if (alloc_should_fail())
+        return NULL;
+    if (n == 0 || size == 0)
+        return calloc(1, 1);
+    return calloc(n, size);
+}
+
+void *dcp__realloc(void *p, size_t n)
+{
+    if (alloc_should_fail())
+        return NULL;
+    return realloc(p, n ? n : 1);
+}
+
+void dcp__free(void *p)
+{
+    free(p);
+}
+
+char *dcp__strndup(const char *s, size_t n)
+{
+    char *d = dcp__malloc(n + 1);
+    if (!d)
+        return NULL;
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+char *dcp__strdup(const char *s)
+{
+    return dcp__strndup(s, strlen(s));
+}
+
+void dcp_free(void *p)
+{
+    dcp__free(p);
+}
+
+int dcp__verr(struct dcp_err *err, int code, const char *fmt, va_list ap)
+{
+    if (err) {
+        err->code = code;
+        (void)vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+    }
+    return code;
+}
+
+int dcp__err(struct dcp_err *err, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    (void)dcp__verr(err, code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int dcp__err_prefix(struct dcp_err *err, const char *fmt, ...)
+{
+    char pre[DCP_ERRMSG_MAX], old[DCP_ERRMSG_MAX];
+    va_list ap;
+    if (!err)
+        return DCP_EINVAL;
+    va_start(ap, fmt);
+    (void)vsnprintf(pre, sizeof(pre), fmt, ap);
+    va_end(ap);
+    memcpy(old, err->msg, sizeof(old));
+    {
+        /* Truncation is acceptable here: the message is detail only. */
+        size_t lp = strnlen(pre, sizeof(err->msg) - 3);
+        size_t lo = strnlen(old, sizeof(err->msg) - 3 - lp);
+        memcpy(err->msg, pre, lp);
+        memcpy(err->msg + lp, ": ", 2);
+        memcpy(err->msg + lp + 2, old, lo);
+        err->msg[lp + 2 + lo] = '\0';
+    }
+    return err->code;
+}
+
+void dcp__err_clear(struct dcp_err *err)
+{
+    if (err) {
+        err->code = DCP_OK;
+        err->msg[0] = '\0';
+    }
+}
+
+/* ------------------------------------------------------------ buffers */
+
+int dcp__buf_reserve(struct dcp_buf *b, size_t extra)
+{
+    size_t need, cap;
+    uint8_t *p;
+    if (__builtin_add_overflow(b->len, extra, &need))
+        return DCP_ENOMEM;
+    if (need <= b->cap)
+        return DCP_OK;
+    cap = b->cap ? b->cap : 256;
+    while (cap < need) {
+        if (cap > SIZE_MAX / 2) {
+            cap = need;
+            break;
+        }
+        cap *= 2;
+    }
+    p = dcp__realloc(b->p, cap);
+    if (!p)
+        return DCP_ENOMEM;
+    b->p = p;
+    b->cap = cap;
+    return DCP_OK;
+}
+
+int dcp__buf_put(struct dcp_buf *b, const void *p, size_t n)
+{
+    if (n == 0)
+        return DCP_OK;
+    if (dcp__buf_reserve(b, n) != DCP_OK)
+        return DCP_ENOMEM;
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+    return DCP_OK;
+}
+
+int dcp__buf_put_u8(struct dcp_buf *b, uint8_t v)
+{
+    return dcp__buf_put(b, &v, 1);
+}
+
+int dcp__buf_put_le16(struct dcp_buf *b, uint16_t v)
+{
+    uint8_t x[2] = {(uint8_t)v, (uint8_t)(v >> 8)};
+    return dcp__buf_put(b, x, 2);
+}
+
+int dcp__buf_put_le32(struct dcp_buf *b, uint32_t v)
+{
+    uint8_t x[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16),
+                    (uint8_t)(v >> 24)};
+    return dcp__buf_put(b, x, 4);
+}
+
+int dcp__buf_put_le64(struct dcp_buf *b, uint64_t v)
+{
+    if (dcp__buf_put_le32(b, (uint32_t)v) != DCP_OK)
+        return DCP_ENOMEM;
+    return dcp__buf_put_le32(b, (uint32_t)(v >> 32));
+}
+
+int dcp__buf_fill(struct dcp_buf *b, uint8_t byte, size_t n)
+{
+    if (n == 0)
+        return DCP_OK;
+    if (dcp__buf_reserve(b, n) != DCP_OK)
+        return DCP_ENOMEM;
+    memset(b->p + b->len, byte, n);
+    b->len += n;
+    return DCP_OK;
+}
+
+int dcp__buf_printf(struct dcp_buf *b, const char *fmt, ...)
+{
+    va_list ap, ap2;
+    int n;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || dcp__buf_reserve(b, (size_t)n + 1) != DCP_OK) {
+        va_end(ap2);
+        return DCP_ENOMEM;
+    }
+    (void)vsnprintf((char *)b->p + b->len, (size_t)n + 1, fmt, ap2);
+    va_end(ap2);
+    b->len += (size_t)n;
+    return DCP_OK;
+}
+
+void dcp__buf_free(struct dcp_buf *b)
+{
+    dcp__free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+}

@@ -1,0 +1,102 @@
+/*
+ * Shared internals: allocation, error detail, growable byte buffers and
+ * checked arithmetic. Every module includes this; it includes nothing of
+ * dcp's but the public header.
+ */
+#ifndef DCP_UTIL_H
+#define DCP_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dcp/dcp.h"
+
+/* All internal allocation goes through these (one place for OOM tests). */
+void *dcp__malloc(size_t n);
+void *dcp__calloc(size_t n, size_t size);
+void *dcp__realloc(void *p, size_t n);
+void dcp__free(void *p);
+char *dcp__strdup(const char *s);
+char *dcp__strndup(const char *s, size_t n);
+
+/*
+ * Test hook: make the k-th allocation from now on fail (k >= 1), or never
+ * (k = 0). Returns the number of allocations made since the last call.
+ */
+uint64_t dcp__alloc_fail_after(uint64_t k);
+
+/* Error detail carried by a context (or a stack variable in tests). */
+#define DCP_ERRMSG_MAX 1024
+struct dcp_err {
+    int code;
+    char msg[DCP_ERRMSG_MAX];
+};
+
+/*
+ * Records code and a printf-style message in err (err may be NULL) and
+ * returns code, so callers write: return dcp__err(err, DCP_EFORMAT, "...").
+ * Messages follow git's style: lowercase, no full stop, subject quoted.
+ */
+int dcp__err(struct dcp_err *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int dcp__verr(struct dcp_err *err, int code, const char *fmt, va_list ap);
+/* Prepends "prefix: " to the message already in err; returns err->code. */
+int dcp__err_prefix(struct dcp_err *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void dcp__err_clear(struct dcp_err *err);
+
+/* Growable byte buffer. Zero-initialise; free with dcp__buf_free. */
+struct dcp_buf {
+    uint8_t *p;
+    size_t len;
+    size_t cap;
+};
+
+int dcp__buf_reserve(struct dcp_buf *b, size_t extra); /* DCP_OK/ENOMEM */
+int dcp__buf_put(struct dcp_buf *b, const void *p, size_t n);
+int dcp__buf_put_u8(struct dcp_buf *b, uint8_t v);
+int dcp__buf_put_le16(struct dcp_buf *b, uint16_t v);
+int dcp__buf_put_le32(struct dcp_buf *b, uint32_t v);
+int dcp__buf_put_le64(struct dcp_buf *b, uint64_t v);
+int dcp__buf_fill(struct dcp_buf *b, uint8_t byte, size_t n);
+int dcp__buf_printf(struct dcp_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void dcp__buf_free(struct dcp_buf *b);
+
+/* Little-endian loads from unaligned memory. */
+static inline uint16_t dcp__le16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t dcp__le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+static inline uint64_t dcp__le64(const uint8_t *p)
+{
+    return (uint64_t)dcp__le32(p) | ((uint64_t)dcp__le32(p + 4) << 32);
+}
+
+/* Checked arithmetic: return nonzero on overflow. */
+static inline int dcp__add_overflow_u64(uint64_t a, uint64_t b, uint64_t *r)
+{
+    return __builtin_add_overflow(a, b, r);
+}
+static inline int dcp__mul_overflow_u64(uint64_t a, uint64_t b, uint64_t *r)
+{
+    return __builtin_mul_overflow(a, b, r);
+}
+static inline int dcp__mul_overflow_i64(int64_t a, int64_t b, int64_t *r)
+{
+    return __builtin_mul_overflow(a, b, r);
+}
+static inline int dcp__add_overflow_i64(int64_t a, int64_t b, int64_t *r)
+{
+    return __builtin_add_overflow(a, b, r);
+}
+
+#define DCP_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif /* DCP_UTIL_H */

@@ -1,0 +1,49 @@
+/*
+ * Non-tensor values: the public dcp_value tree, its pickle form (what
+ * torch.save writes for a Python object, protocol 2) and the conversion
+ * from a decoded pickle.
+ */
+#ifndef DCP_VALUE_H
+#define DCP_VALUE_H
+
+#include "util.h"
+#include "pickle.h"
+
+struct dcp_value {
+    dcp_value_type type;
+    union {
+        int b;
+        int64_t i;
+        double f;
+        struct {
+            char *p; /* NUL-terminated */
+            size_t len;
+        } s; /* STR, BYTES */
+        struct {
+            dcp_value **v; /* DICT: key0, val0, key1, val1, ... */
+            size_t n;      /* items (2 * entries for DICT) */
+            size_t cap;
+        } seq;
+    } u;
+};
+
+/* Appends the protocol-2 pickle of v (PROTO ... STOP) to out, as Python's
+ * pickle module writes it. */
+int dcp__value_pickle(const dcp_value *v, struct dcp_buf *out);
+
+/*
+ * Decodes a value pickle (data.pkl of a value item) with the value
+ * allow-list (collections.OrderedDict, _codecs.encode, builtins.bytes,
+ * builtins.set/frozenset are refused) into a new dcp_value. Shared memo
+ * references are copied; depth and total size are bounded.
+ * Returns DCP_OK, DCP_EFORMAT, DCP_EUNSAFE, DCP_ELIMIT, DCP_ENOTSUP,
+ * DCP_ENOMEM.
+ */
+int dcp__value_unpickle(const void *p, size_t len, dcp_value **out,
+                        struct dcp_err *err);
+
+/* PyTorch's flatten rule: a list is expanded when it holds a dict or an
+ * expandable list. */
+int dcp__value_list_expands(const dcp_value *v);
+
+#endif /* DCP_VALUE_H */

@@ -1,0 +1,27 @@
+/*
+ * dcptool: shared declarations of the command table. Each command is a
+ * cmd_<verb>.c using only the public API. Exit codes: 0 success, 1 error,
+ * 2 bad usage.
+ */
+#ifndef DCPTOOL_H
+#define DCPTOOL_H
+
+#include <dcp/dcp.h>
+
+#define EXIT_USAGE 2
+
+int cmd_info(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_cat(int argc, char **argv);
+
+/* Prints "dcptool: <detail or strerror>" for a failed call; returns 1. */
+int tool_fail(const dcp_ctx *ctx, int rc);
+/* Prints usage for the command to stderr; returns EXIT_USAGE. */
+int tool_usage(const char *fmt);
+/* Opens a context and the metadata of dir; returns 0 or the exit code. */
+int tool_open(const char *dir, dcp_ctx **ctx, dcp_metadata **md);
+/* "[2,3]" into buf. */
+void tool_shape(char *buf, size_t cap, int ndim, const int64_t *shape);
+
+#endif /* DCPTOOL_H */

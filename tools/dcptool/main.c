@@ -1,0 +1,91 @@
+/*
+ * dcptool: inspect, verify and read checkpoints in PyTorch DCP format.
+ * A client of the public API only.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "dcptool.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} commands[] = {
+    {"info", cmd_info, "DIR                    summary of a checkpoint"},
+    {"ls", cmd_ls, "DIR                      one line per entry"},
+    {"verify", cmd_verify, "DIR                  check every chunk and CRC"},
+    {"cat", cmd_cat,
+     "DIR KEY [--offsets O --sizes S]  raw bytes of a tensor, or a value "
+     "as JSON"},
+};
+
+static void usage(FILE *f)
+{
+    size_t i;
+    fprintf(f, "usage: dcptool <command> [args]\n\ncommands:\n");
+    for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(f, "  %s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n  --version              library and header versions\n");
+}
+
+int tool_fail(const dcp_ctx *ctx, int rc)
+{
+    const char *msg = ctx ? dcp_errmsg(ctx) : "";
+    fprintf(stderr, "dcptool: %s\n", msg && *msg ? msg : dcp_strerror(rc));
+    return 1;
+}
+
+int tool_usage(const char *text)
+{
+    fprintf(stderr, "usage: dcptool %s\n", text);
+    return EXIT_USAGE;
+}
+
+int tool_open(const char *dir, dcp_ctx **ctx, dcp_metadata **md)
+{
+    int rc = dcp_ctx_create(ctx, NULL, NULL);
+    if (rc != DCP_OK)
+        return tool_fail(NULL, rc);
+    rc = dcp_metadata_open(*ctx, dir, md);
+    if (rc != DCP_OK) {
+        tool_fail(*ctx, rc);
+        dcp_ctx_free(*ctx);
+        *ctx = NULL;
+        return 1;
+    }
+    return 0;
+}
+
+void tool_shape(char *buf, size_t cap, int ndim, const int64_t *shape)
+{
+    size_t n = 0;
+    int d;
+    n += (size_t)snprintf(buf + n, cap - n, "[");
+    for (d = 0; d < ndim && n < cap; d++)
+        n += (size_t)snprintf(buf + n, cap - n, d ? ",%lld" : "%lld",
+                              (long long)shape[d]);
+    if (n < cap)
+        (void)snprintf(buf + n, cap - n, "]");
+}
+
+int main(int argc, char **argv)
+{
+    size_t i;
+    if (argc < 2 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "--help") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? EXIT_USAGE : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("dcptool %s (library %s)\n", DCP_VERSION_STRING,
+               dcp_version_string());
+        return 0;
+    }
+    for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "dcptool: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return EXIT_USAGE;
+}
