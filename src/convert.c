@@ -65,7 +65,7 @@ static uint32_t double_to_small(double x, int ebits, int mbits, int bias,
     if (isnan(x))
         return sign | nan;
     if (isinf(x))
-        return sign | (has_inf ? emax << mbits : nan);
+        return sign | (has_inf ? emax << mbits : maxfin);
     if (a == 0.0)
         return sign;
     (void)frexp(a, &e); /* a = f * 2^e, f in [0.5, 1) */
@@ -89,11 +89,11 @@ static uint32_t double_to_small(double x, int ebits, int mbits, int bias,
         } else {
             int be = e + bias;
             if (be >= (int)emax + (has_inf ? 0 : 1))
-                return sign | (has_inf ? emax << mbits : nan);
+                return sign | (has_inf ? emax << mbits : maxfin);
             bits = ((uint32_t)be << mbits) | ((uint32_t)q & ((1u << mbits) - 1));
         }
         if (bits > maxfin)
-            return sign | (has_inf ? emax << mbits : nan);
+            return sign | (has_inf ? emax << mbits : maxfin);
         return sign | bits;
     }
 }
@@ -195,20 +195,18 @@ static void store_elem(uint8_t *p, dcp_dtype dt, double d)
         return;
     }
     case DCP_I32: {
-        int32_t v = (int32_t)to_int(d, INT32_MIN, INT32_MAX);
+        uint32_t v = (uint32_t)to_int(d, INT64_MIN, INT64_MAX);
         memcpy(p, &v, 4);
         return;
     }
     case DCP_I16: {
-        int16_t v = (int16_t)to_int(d, INT16_MIN, INT16_MAX);
+        uint16_t v = (uint16_t)to_int(d, INT64_MIN, INT64_MAX);
         memcpy(p, &v, 2);
         return;
     }
     case DCP_I8:
-        p[0] = (uint8_t)(int8_t)to_int(d, INT8_MIN, INT8_MAX);
-        return;
     case DCP_U8:
-        p[0] = (uint8_t)to_int(d, 0, UINT8_MAX);
+        p[0] = (uint8_t)to_int(d, INT64_MIN, INT64_MAX);
         return;
     case DCP_BOOL:
         p[0] = d != 0.0;

@@ -1,9 +1,10 @@
 /*
  * Element conversion between dtypes, for loads that ask for a cast
- * (DCP_LOAD_CAST). Floats round to nearest even; float to integer truncates
- * toward zero and saturates at the integer's range; NaN to integer gives 0;
- * anything to bool is (x != 0). float8_e4m3fn has no infinity: an infinite
- * or too large value becomes NaN, as in PyTorch.
+ * (DCP_LOAD_CAST), matching PyTorch 2.13's Tensor.to() (checked against it
+ * in tests/unit/test_convert.c). Floats round to nearest even and overflow
+ * to infinity; float8_e4m3fn has no infinity and saturates at +-448; float
+ * to integer truncates toward zero to int64, then wraps to narrower types
+ * (as torch does); NaN to an integer gives 0; anything to bool is x != 0.
  */
 #ifndef DCP_CONVERT_H
 #define DCP_CONVERT_H
