@@ -253,41 +253,44 @@ static int box_check(dcp_dtype dtype, int ndim, const int64_t *shape,
     return n > (uint64_t)INT64_MAX ? DCP_EINVAL : DCP_OK;
 }
 
-int dcp_state_add_tensor(dcp_state *st, const char *name, dcp_dtype dtype,
-                         int ndim, const int64_t *global_shape,
-                         const int64_t *offsets, const int64_t *sizes,
-                         void *buf, dcp_mem mem)
+/*
+ * With name NULL the entry goes at the current path itself: its last
+ * component (a dict key or a list index pushed by the caller) is taken off
+ * the cursor for the duration of the call.
+ */
+static int take_last(dcp_state *st, const char **name, int64_t *name_i,
+                     struct st_pathel *saved)
 {
-    int64_t off[DCP_MAX_NDIM] = {0}, size[DCP_MAX_NDIM] = {0};
+    if (*name)
+        return 0;
+    if (st->ncur == 0)
+        return -1;
+    *saved = st->cur[--st->ncur];
+    *name = saved->s;
+    *name_i = saved->i;
+    return 1;
+}
+
+static int add_tensor_at(dcp_state *st, const char *name, int64_t name_i,
+                         dcp_dtype dtype, int ndim, const int64_t *shape,
+                         const int64_t *off, const int64_t *size, void *buf,
+                         dcp_mem mem)
+{
     struct dcp_buf key = {0};
     struct st_entry *e;
     struct st_box *box;
     int d, rc;
-    if (!st || !name || dcp_dtype_size(dtype) == 0 || ndim < 0 ||
-        ndim > DCP_MAX_NDIM || (ndim > 0 && !global_shape) ||
-        mem != DCP_MEM_HOST)
-        return DCP_EINVAL;
-    for (d = 0; d < ndim; d++) {
-        off[d] = offsets ? offsets[d] : 0;
-        size[d] = sizes ? sizes[d] : global_shape[d];
-    }
-    rc = box_check(dtype, ndim, global_shape, off, size);
-    if (rc != DCP_OK)
-        return rc;
-    if (!buf && dcp__box_numel(ndim, size) != 0)
-        return DCP_EINVAL;
-    rc = join_key(st, name, 0, &key);
+    rc = join_key(st, name, name_i, &key);
     if (rc != DCP_OK)
         return rc;
     e = dcp__state_find(st, (const char *)key.p);
     dcp__buf_free(&key);
     if (e) {
         if (!e->is_tensor || e->dtype != dtype || e->ndim != ndim ||
-            (ndim && memcmp(e->shape, global_shape,
-                            (size_t)ndim * sizeof(int64_t)) != 0))
+            (ndim && memcmp(e->shape, shape, (size_t)ndim * sizeof(int64_t))))
             return DCP_EINVAL;
     } else {
-        rc = entry_new(st, name, 0, &e);
+        rc = entry_new(st, name, name_i, &e);
         if (rc != DCP_OK)
             return rc;
         e->is_tensor = 1;
@@ -295,7 +298,7 @@ int dcp_state_add_tensor(dcp_state *st, const char *name, dcp_dtype dtype,
         e->ndim = ndim;
         e->mem = mem;
         for (d = 0; d < ndim; d++)
-            e->shape[d] = global_shape[d];
+            e->shape[d] = shape[d];
     }
     if (e->nboxes == e->capboxes) {
         size_t cap = e->capboxes ? e->capboxes * 2 : 1;
@@ -313,6 +316,37 @@ int dcp_state_add_tensor(dcp_state *st, const char *name, dcp_dtype dtype,
     }
     box->buf = buf;
     return DCP_OK;
+}
+
+int dcp_state_add_tensor(dcp_state *st, const char *name, dcp_dtype dtype,
+                         int ndim, const int64_t *global_shape,
+                         const int64_t *offsets, const int64_t *sizes,
+                         void *buf, dcp_mem mem)
+{
+    int64_t off[DCP_MAX_NDIM] = {0}, size[DCP_MAX_NDIM] = {0}, name_i = 0;
+    struct st_pathel saved;
+    int d, rc, took;
+    if (!st || dcp_dtype_size(dtype) == 0 || ndim < 0 ||
+        ndim > DCP_MAX_NDIM || (ndim > 0 && !global_shape) ||
+        mem != DCP_MEM_HOST)
+        return DCP_EINVAL;
+    for (d = 0; d < ndim; d++) {
+        off[d] = offsets ? offsets[d] : 0;
+        size[d] = sizes ? sizes[d] : global_shape[d];
+    }
+    rc = box_check(dtype, ndim, global_shape, off, size);
+    if (rc != DCP_OK)
+        return rc;
+    if (!buf && dcp__box_numel(ndim, size) != 0)
+        return DCP_EINVAL;
+    took = take_last(st, &name, &name_i, &saved);
+    if (took < 0)
+        return DCP_EINVAL;
+    rc = add_tensor_at(st, name, name_i, dtype, ndim, global_shape, off,
+                       size, buf, mem);
+    if (took)
+        st->cur[st->ncur++] = saved;
+    return rc;
 }
 
 /* ------------------------------------------------------------- values */
@@ -385,13 +419,24 @@ static int add_value_at(dcp_state *st, const char *name, int64_t name_i,
 
 int dcp_state_add_value(dcp_state *st, const char *name, dcp_value *value)
 {
+    struct st_pathel saved;
+    int64_t name_i = 0;
+    int rc, took;
     if (!value)
         return DCP_ENOMEM;
-    if (!st || !name) {
+    if (!st) {
         dcp_value_free(value);
         return DCP_EINVAL;
     }
-    return add_value_at(st, name, 0, value, 0);
+    took = take_last(st, &name, &name_i, &saved);
+    if (took < 0) {
+        dcp_value_free(value);
+        return DCP_EINVAL;
+    }
+    rc = add_value_at(st, name, name_i, value, 0);
+    if (took)
+        st->cur[st->ncur++] = saved;
+    return rc;
 }
 
 size_t dcp_state_count(const dcp_state *st)

@@ -100,7 +100,8 @@ int tz_tensor_item_begin(struct tz_writer *w, dcp_dtype dt, int ndim,
                          uint64_t *data_off);
 int tz_tensor_item_end(struct tz_writer *w, uint32_t crc);
 
-/* A whole value item: archive/data.pkl = pickle, then byteorder, version. */
+/* A whole value item, with torch's record set for values: archive/data.pkl
+ * (the pickle), .format_version, .storage_alignment, byteorder, version. */
 int tz_value_item(struct tz_writer *w, const void *pickle, size_t len);
 
 /* ------------------------------------------------------------------ */

@@ -40,7 +40,8 @@ struct dcp_err {
  */
 int dcp__err(struct dcp_err *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-int dcp__verr(struct dcp_err *err, int code, const char *fmt, va_list ap);
+int dcp__verr(struct dcp_err *err, int code, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 /* Prepends "prefix: " to the message already in err; returns err->code. */
 int dcp__err_prefix(struct dcp_err *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -470,6 +470,48 @@ TEST(bad_input)
     dcp_ctx_free(ctx);
 }
 
+/* {"buffers": [t0, t1]}: leaves at list indices, path ("buffers", i). */
+TEST(list_index_leaves)
+{
+    dcp_ctx *ctx;
+    dcp_state *st;
+    dcp_metadata *md;
+    const char *s = "x";
+    int64_t num = -1, n = 2;
+    float t0[2] = {1, 2}, t1[2] = {3, 4};
+    long idx;
+    ASSERT_OK(dcp_ctx_create(&ctx, NULL, NULL));
+    ASSERT_OK(dcp_state_create(&st));
+    ASSERT_RC(dcp_state_add_tensor(st, NULL, DCP_F32, 1, &n, NULL, NULL, t0,
+                                   DCP_MEM_HOST),
+              DCP_EINVAL);
+    ASSERT_OK(dcp_state_push(st, "buffers"));
+    ASSERT_OK(dcp_state_push_index(st, 0));
+    ASSERT_OK(dcp_state_add_tensor(st, NULL, DCP_F32, 1, &n, NULL, NULL, t0,
+                                   DCP_MEM_HOST));
+    ASSERT_OK(dcp_state_pop(st));
+    ASSERT_OK(dcp_state_push_index(st, 1));
+    ASSERT_OK(dcp_state_add_tensor(st, NULL, DCP_F32, 1, &n, NULL, NULL, t1,
+                                   DCP_MEM_HOST));
+    ASSERT_OK(dcp_state_pop(st));
+    ASSERT_OK(dcp_state_push_index(st, 2));
+    ASSERT_OK(dcp_state_add_value(st, NULL, dcp_value_int(5)));
+    ASSERT_OK(dcp_state_pop(st));
+    ASSERT_OK(dcp_state_pop(st));
+    ASSERT_STR_EQ(dcp_state_key(st, 1), "buffers.1");
+    ASSERT_STR_EQ(dcp_state_key(st, 2), "buffers.2");
+    ASSERT_OK(dcp_save(ctx, st, dirpath("listidx"), NULL));
+    ASSERT_OK(dcp_metadata_open(ctx, dirpath("listidx"), &md));
+    idx = dcp_metadata_find(md, "buffers.1");
+    ASSERT(idx >= 0);
+    ASSERT_OK(dcp_metadata_path(md, (size_t)idx, 1, &s, &num));
+    ASSERT(s == NULL);
+    ASSERT_EQ(num, 1);
+    dcp_metadata_free(md);
+    dcp_state_free(st);
+    dcp_ctx_free(ctx);
+}
+
 TEST(bad_arguments)
 {
     dcp_state *st;
@@ -509,6 +551,7 @@ int main(void)
     RUN(verify_catches_every_flipped_data_byte);
     RUN(overwrite_keeps_old_until_commit);
     RUN(bad_input);
+    RUN(list_index_leaves);
     RUN(bad_arguments);
     return TEST_SUMMARY();
 }
