@@ -1,0 +1,140 @@
+/*
+ * CRC-32: the standard check value, known vectors, incremental use and the
+ * copying variant, against a bitwise reference over random lengths and
+ * alignments.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "crc32.h"
+#include "test.h"
+
+static uint32_t ref_crc32(uint32_t crc, const uint8_t *p, size_t n)
+{
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++) {
+        crc ^= p[i];
+        for (int k = 0; k < 8; k++)
+            crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+    }
+    return ~crc;
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint32_t rnd(void)
+{
+    /* xorshift64*: deterministic across runs */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (uint32_t)((rng_state * 0x2545F4914F6CDD1Dull) >> 32);
+}
+
+TEST(check_value)
+{
+    ASSERT_EQ(dcp__crc32(0, "123456789", 9), 0xCBF43926u);
+    ASSERT_EQ(ref_crc32(0, (const uint8_t *)"123456789", 9), 0xCBF43926u);
+}
+
+TEST(known_vectors)
+{
+    static const uint8_t zeros[32];
+    static const uint8_t ones[32] = {
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    const char *fox = "The quick brown fox jumps over the lazy dog";
+
+    ASSERT_EQ(dcp__crc32(0, NULL, 0), 0);
+    ASSERT_EQ(dcp__crc32(0, "", 0), 0);
+    ASSERT_EQ(dcp__crc32(0, "a", 1), 0xE8B7BE43u);
+    ASSERT_EQ(dcp__crc32(0, fox, strlen(fox)), 0x414FA339u);
+    ASSERT_EQ(dcp__crc32(0, zeros, 32), 0x190A55ADu);
+    ASSERT_EQ(dcp__crc32(0, ones, 32), 0xFF6CAB0Bu);
+    /* the records torch writes (CRCs seen in tests/data/torch_item_w.bin) */
+    ASSERT_EQ(dcp__crc32(0, "1", 1), 0x83DCEFB7u);
+    ASSERT_EQ(dcp__crc32(0, "64", 2), 0xE971773Fu);
+    ASSERT_EQ(dcp__crc32(0, "little", 6), 0x19E33D85u);
+    ASSERT_EQ(dcp__crc32(0, "3\n", 2), 0x55679ED1u);
+}
+
+TEST(incremental_equals_one_shot)
+{
+    enum { N = 5000 };
+    static uint8_t buf[N];
+    for (size_t i = 0; i < N; i++)
+        buf[i] = (uint8_t)rnd();
+    uint32_t whole = dcp__crc32(0, buf, N);
+    ASSERT_EQ(whole, ref_crc32(0, buf, N));
+
+    for (int trial = 0; trial < 500; trial++) {
+        uint32_t c = 0;
+        size_t off = 0;
+        while (off < N) {
+            size_t k = rnd() % 67;
+            if (k > N - off)
+                k = N - off;
+            c = dcp__crc32(c, buf + off, k);
+            off += k;
+        }
+        ASSERT_EQ(c, whole);
+    }
+    /* every split point of a short prefix */
+    for (size_t s = 0; s <= 100; s++) {
+        uint32_t c = dcp__crc32(dcp__crc32(0, buf, s), buf + s, 100 - s);
+        ASSERT_EQ(c, dcp__crc32(0, buf, 100));
+    }
+}
+
+TEST(random_lengths_and_alignments)
+{
+    enum { N = 4096 + 64 };
+    static uint8_t buf[N];
+    for (size_t i = 0; i < N; i++)
+        buf[i] = (uint8_t)rnd();
+    for (size_t off = 0; off < 16; off++)
+        for (size_t len = 0; len < 80; len++)
+            ASSERT_EQ(dcp__crc32(0, buf + off, len),
+                      ref_crc32(0, buf + off, len));
+    for (int trial = 0; trial < 3000; trial++) {
+        size_t off = rnd() % 64;
+        size_t len = rnd() % (N - off);
+        uint32_t seed = rnd();
+        ASSERT_EQ(dcp__crc32(seed, buf + off, len),
+                  ref_crc32(seed, buf + off, len));
+    }
+}
+
+TEST(copy_copies_and_matches)
+{
+    enum { N = 70000 }; /* more than one internal block */
+    static uint8_t src[N + 16], dst[N + 16];
+    for (size_t i = 0; i < sizeof src; i++)
+        src[i] = (uint8_t)rnd();
+
+    for (int trial = 0; trial < 200; trial++) {
+        size_t so = rnd() % 16, d_o = rnd() % 16;
+        size_t len = trial < 100 ? rnd() % 300 : rnd() % (N + 1);
+        uint32_t seed = trial & 1 ? rnd() : 0;
+        memset(dst, 0xA5, sizeof dst);
+        uint32_t c = dcp__crc32_copy(seed, dst + d_o, src + so, len);
+        ASSERT_EQ(c, dcp__crc32(seed, src + so, len));
+        ASSERT_MEM_EQ(dst + d_o, src + so, len);
+        for (size_t i = 0; i < d_o; i++)
+            ASSERT_EQ(dst[i], 0xA5);
+        for (size_t i = d_o + len; i < sizeof dst; i++)
+            ASSERT_EQ(dst[i], 0xA5);
+    }
+    ASSERT_EQ(dcp__crc32_copy(0x1234u, NULL, NULL, 0), 0x1234u);
+}
+
+int main(void)
+{
+    RUN(check_value);
+    RUN(known_vectors);
+    RUN(incremental_equals_one_shot);
+    RUN(random_lengths_and_alignments);
+    RUN(copy_copies_and_matches);
+    return TEST_SUMMARY();
+}
