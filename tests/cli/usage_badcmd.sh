@@ -1,0 +1,2 @@
+# An unknown command.
+$DCPTOOL_PREFIX "$DCPTOOL" frobnicate ck

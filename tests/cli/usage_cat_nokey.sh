@@ -1,0 +1,3 @@
+# cat without its KEY argument.
+cp -R "$DCP_TEST_DATA/torch_small" ck || exit 125
+$DCPTOOL_PREFIX "$DCPTOOL" cat ck

@@ -1,0 +1,2 @@
+# --version prints the library and header versions.
+$DCPTOOL_PREFIX "$DCPTOOL" --version
