@@ -103,7 +103,8 @@ struct pk_arena;
  * missing MARK, bad memo index, truncated, trailing bytes, BUILD on a
  * non-object...), DCP_EUNSAFE (a global not on the allow-list, or opcodes
  * that would run code we cannot model: INST, OBJ, EXT*, NEXT_BUFFER...),
- * DCP_ELIMIT (a bound exceeded), DCP_ENOMEM. Messages name the byte offset.
+ * DCP_ELIMIT (a bound exceeded), DCP_ENOTSUP (sets, protocol-0 STRING and
+ * FLOAT, protocols above 5), DCP_ENOMEM. Messages name the byte offset.
  */
 int pk_decode(const void *data, size_t len, const struct pk_global *allow,
               size_t nallow, const struct pk_limits *limits,
