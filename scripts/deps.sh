@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Install what dcp needs to build and test, skipping what is present.
+#
+#   scripts/deps.sh            Debian packages + .venv (torch 2.13.0 CPU)
+#   scripts/deps.sh --format   also clang-format-14 (for `make format-check`)
+#
+# Written for Debian 12. Runs as root, or as a user with sudo, or as any user
+# when everything is already there. Idempotent; a second run installs nothing
+# and takes a few seconds (most of it is importing torch once).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+
+WANT_FORMAT=0
+for arg in "$@"; do
+    case "$arg" in
+    --format) WANT_FORMAT=1 ;;
+    -h | --help)
+        sed -n '2,9p' "$0"
+        exit 0
+        ;;
+    *)
+        echo "deps: unknown argument '$arg'" >&2
+        exit 2
+        ;;
+    esac
+done
+
+step() { printf 'deps: %s\n' "$*"; }
+
+# ------------------------------------------------------------ Debian packages
+PKGS=(cmake make gcc pkg-config libopenmpi-dev openmpi-bin liburing-dev
+    clang-14 libclang-rt-14-dev fio strace)
+[ "$WANT_FORMAT" = 1 ] && PKGS+=(clang-format-14)
+
+# python3 itself, and python3-venv only where python3's venv cannot bootstrap
+# pip (Debian's own python3 ships ensurepip separately; pyenv's has it).
+if ! command -v python3 >/dev/null 2>&1; then
+    PKGS+=(python3 python3-venv)
+elif ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    PKGS+=(python3-venv)
+fi
+
+installed() {
+    [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" = installed ]
+}
+
+missing=()
+if command -v dpkg-query >/dev/null 2>&1; then
+    for p in "${PKGS[@]}"; do
+        installed "$p" || missing+=("$p")
+    done
+else
+    step "not a Debian system: skipping package checks"
+fi
+
+if [ ${#missing[@]} -eq 0 ]; then
+    step "debian packages: all ${#PKGS[@]} present"
+else
+    step "debian packages missing: ${missing[*]}"
+    SUDO=()
+    if [ "$(id -u)" != 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then
+            SUDO=(sudo)
+        else
+            echo "deps: not root and no sudo: install ${missing[*]} by hand" >&2
+            exit 1
+        fi
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    step "apt-get update"
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    step "apt-get install ${missing[*]}"
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends "${missing[@]}" >/dev/null
+    for p in "${missing[@]}"; do
+        installed "$p" || {
+            echo "deps: $p did not install" >&2
+            exit 1
+        }
+    done
+    step "debian packages: installed ${#missing[@]}"
+fi
+
+# ------------------------------------------------------------ Python venv
+# torch 2.13.0 must be pinned: the CPU wheel is a local file; anything else
+# pulls the CUDA build (gigabytes).
+VENV=$ROOT/.venv
+PY=$VENV/bin/python
+CHECK='import torch, numpy, safetensors; assert torch.__version__.startswith("2.13.0"), torch.__version__'
+
+if [ -e "$VENV" ] && ! "$PY" -c 'import sys' >/dev/null 2>&1; then
+    if [ ! -w "$VENV" ]; then
+        echo "deps: .venv exists but its python does not run for $(id -un)" \
+            "and .venv is not writable: remove it or run as its owner" >&2
+        exit 1
+    fi
+    step "venv .venv is broken (its python does not run): recreating"
+    rm -rf "$VENV"
+fi
+if [ ! -e "$VENV" ]; then
+    step "creating venv .venv from $(command -v python3) ($(python3 -V 2>&1))"
+    python3 -m venv "$VENV"
+else
+    step "venv .venv present ($("$PY" -V 2>&1))"
+fi
+
+if ver=$("$PY" -c "$CHECK; print(torch.__version__)" 2>/dev/null); then
+    step "python packages: torch $ver, numpy, safetensors present"
+else
+    step "pip install torch==2.13.0 numpy safetensors"
+    "$PY" -m pip install -q --disable-pip-version-check \
+        torch==2.13.0 numpy safetensors
+    if ! "$PY" -c "$CHECK"; then
+        echo "deps: torch 2.13.0, numpy or safetensors still missing in .venv" >&2
+        exit 1
+    fi
+    step "python packages: installed"
+fi
+step "done"
