@@ -216,7 +216,7 @@ int dcp__comm_agree(const dcp_comm *c, int rc, int *bad_rank)
      * finds the lowest failing rank. */
     v[0] = rc;
     v[1] = rc == DCP_OK ? INT64_MAX : c->rank;
-    trc = c->vt->allreduce_min(c->impl, v, 2);
+    trc = dcp__comm_allreduce_min(c, v, 2, NULL);
     if (trc != DCP_OK)
         return trc;
     if (v[0] == DCP_OK)

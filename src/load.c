@@ -1,12 +1,17 @@
 /*
- * dcp_load: a checkpoint into the caller's buffers, in place.
+ * dcp_load: a checkpoint into the caller's buffers, in place, on every rank.
  *
- * Check first, then touch: every requested key is matched against the
- * metadata (missing, unexpected, kind, shape, dtype) and every value is read
- * and decoded before the first tensor byte lands in a caller's buffer. Then
- * each stored chunk that overlaps a requested box is read once and its
- * overlap copied into every such box (straight into the buffer when the
- * chunk lands there whole and contiguous).
+ * Rank 0 reads .metadata once and broadcasts its bytes; every rank decodes
+ * them. Check first, then touch: each rank matches its requested keys
+ * against the metadata (missing, kind, shape, dtype) and the ranks agree on
+ * the outcome; then a checkpoint key counts as unexpected only when no rank
+ * asked for it (an element-wise minimum over ranks of "not requested"
+ * flags); every value is read and decoded before the first tensor byte
+ * lands in a caller's buffer. Then each rank reads each stored chunk that
+ * overlaps one of its boxes once and copies the overlap into every such box
+ * (straight into the buffer when the chunk lands there whole and
+ * contiguous). Every step ends in an agreement, so all ranks return the
+ * same code and the failing rank's message.
  */
 #include "ctx.h"
 
@@ -14,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "comm.h"
 #include "meta.h"
 #include "read.h"
 #include "state.h"
@@ -75,7 +81,8 @@ static int report_add(char ***list, size_t *n, const char *key)
     return DCP_OK;
 }
 
-/* Matches the state's keys with the checkpoint's, filling ctx's report. */
+/* Matches this rank's keys with the checkpoint's: kinds, shapes, dtypes;
+ * missing keys go to ctx's report and fail a strict load. */
 static int match_keys(dcp_ctx *ctx, const dcp_state *st,
                       const struct dcp_metadata *md, unsigned flags)
 {
@@ -88,25 +95,47 @@ static int match_keys(dcp_ctx *ctx, const dcp_state *st,
         else
             rc = check_entry(ctx, &st->e[i], &md->e[ei], flags);
     }
-    for (i = 0; rc == DCP_OK && i < md->n; i++)
-        if (!dcp__state_find(st, md->e[i].key))
-            rc = report_add(&ctx->unexpected, &ctx->nunexpected,
-                            md->e[i].key);
     if (rc == DCP_ENOMEM)
         return dcp__err(&ctx->err, rc, "out of memory");
-    if (rc != DCP_OK || (flags & DCP_LOAD_PARTIAL))
+    if (rc != DCP_OK || (flags & DCP_LOAD_PARTIAL) || !ctx->nmissing)
         return rc;
-    if (ctx->nmissing)
-        return dcp__err(&ctx->err, DCP_EKEY,
-                        "missing key '%s' in checkpoint (%zu missing, %zu "
-                        "unexpected; DCP_LOAD_PARTIAL allows it)",
-                        ctx->missing[0], ctx->nmissing, ctx->nunexpected);
-    if (ctx->nunexpected)
-        return dcp__err(&ctx->err, DCP_EKEY,
-                        "unexpected key '%s' in checkpoint (%zu unexpected; "
-                        "DCP_LOAD_PARTIAL allows it)",
-                        ctx->unexpected[0], ctx->nunexpected);
-    return DCP_OK;
+    return dcp__err(&ctx->err, DCP_EKEY,
+                    "missing key '%s' in checkpoint (%zu missing; "
+                    "DCP_LOAD_PARTIAL allows it)",
+                    ctx->missing[0], ctx->nmissing);
+}
+
+/* Checkpoint keys that no rank asked for: the same list on every rank,
+ * failing a strict load everywhere. Collective. */
+static int unexpected_keys(dcp_ctx *ctx, const dcp_state *st,
+                           const struct dcp_metadata *md, unsigned flags)
+{
+    int64_t *nreq;
+    size_t i;
+    int rc = DCP_OK;
+    nreq = dcp__malloc((md->n ? md->n : 1) * sizeof(*nreq));
+    if (!nreq)
+        rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
+    for (i = 0; rc == DCP_OK && i < md->n; i++)
+        nreq[i] = dcp__state_find(st, md->e[i].key) ? 0 : 1;
+    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+    if (rc == DCP_OK && md->n)
+        rc = dcp__comm_allreduce_min(ctx->comm, nreq, md->n, &ctx->err);
+    for (i = 0; rc == DCP_OK && i < md->n; i++)
+        if (nreq[i])
+            rc = report_add(&ctx->unexpected, &ctx->nunexpected, md->e[i].key);
+    if (rc == DCP_ENOMEM)
+        rc = dcp__err(&ctx->err, rc, "out of memory");
+    dcp__free(nreq);
+    /* Identical lists everywhere; only an allocation failure can differ. */
+    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+    if (rc != DCP_OK || (flags & DCP_LOAD_PARTIAL) || !ctx->nunexpected)
+        return rc;
+    return dcp__err(&ctx->err, DCP_EKEY,
+                    "unexpected key '%s' in checkpoint (%zu unexpected%s; "
+                    "DCP_LOAD_PARTIAL allows it)",
+                    ctx->unexpected[0], ctx->nunexpected,
+                    ctx->size > 1 ? ", asked for by no rank" : "");
 }
 
 static int load_tensor(struct rd_files *f, const struct st_entry *se,
@@ -131,8 +160,8 @@ static int load_tensor(struct rd_files *f, const struct st_entry *se,
         int wanted = 0;
         for (j = 0; !wanted && j < se->nboxes; j++)
             wanted = dcp__box_numel(e->ndim, se->boxes[j].size) &&
-                     dcp__box_intersect(e->ndim, c->off, c->size,
-                                        dest[j].off, dest[j].size, io, is);
+                     dcp__box_intersect(e->ndim, c->off, c->size, dest[j].off,
+                                        dest[j].size, io, is);
         if (wanted)
             rc = dcp__rd_chunk(f, e, i, dest, se->nboxes, verify, NULL, err);
     }
@@ -174,39 +203,79 @@ static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
     return rc;
 }
 
+/* Rank 0: the bytes of path/.metadata. */
+static int read_metadata_bytes(dcp_ctx *ctx, const char *path, uint8_t **p,
+                               size_t *len)
+{
+    int dirfd = -1;
+    int rc = dcp__fs_open_dir(path, &dirfd, &ctx->err);
+    if (rc != DCP_OK)
+        return rc;
+    rc = dcp__fs_read_all(dirfd, ".metadata", ctx->max_metadata_bytes, p, len,
+                          &ctx->err);
+    (void)close(dirfd);
+    if (rc == DCP_ENOENT)
+        return dcp__err(&ctx->err, DCP_ENOENT,
+                        "no checkpoint in '%s': .metadata not found (an "
+                        "interrupted save leaves none)",
+                        path);
+    if (rc != DCP_OK)
+        return dcp__err_prefix(&ctx->err, "'%s'", path);
+    return DCP_OK;
+}
+
 int dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
              const dcp_load_options *opts)
 {
     struct dcp_metadata *md = NULL;
     struct rd_files f;
+    uint8_t *bytes = NULL, *got = NULL;
+    size_t len = 0, gotlen = 0;
     unsigned flags = 0;
-    int dirfd = -1, rc, bad = -1;
+    int rc = DCP_OK;
     if (!ctx)
         return DCP_EINVAL;
     dcp__ctx_begin(ctx);
     dcp__ctx_clear_report(ctx);
     if (!st || !path)
-        return dcp__err(&ctx->err, DCP_EINVAL, "load: state and path needed");
+        rc = dcp__err(&ctx->err, DCP_EINVAL, "load: state and path needed");
     if (opts && opts->struct_size >= sizeof(dcp_load_options))
         flags = opts->flags;
-    if (ctx->size != 1)
-        return dcp__err(&ctx->err, DCP_ENOTSUP,
-                        "load: several ranks need the MPI communicator");
-    rc = dcp__fs_open_dir(path, &dirfd, &ctx->err);
-    if (rc == DCP_OK) {
-        rc = dcp__rd_metadata(dirfd, path, ctx->max_metadata_bytes, &md,
-                              &ctx->err);
-        (void)close(dirfd);
-    }
+    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+    if (rc == DCP_OK)
+        rc = dcp__comm_same_string(ctx->comm, path, "checkpoint path",
+                                   &ctx->err);
+    if (rc == DCP_OK && ctx->rank == 0)
+        rc = read_metadata_bytes(ctx, path, &bytes, &len);
+    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+    if (rc == DCP_OK)
+        rc = dcp__comm_bcast_blob(ctx->comm, bytes, len, 0, &got, &gotlen,
+                                  &ctx->err);
+    if (rc != DCP_OK)
+        goto out;
+    rc =
+        dcp__meta_decode(got ? got : bytes, got ? gotlen : len, &md, &ctx->err);
+    if (rc != DCP_OK)
+        (void)dcp__err_prefix(&ctx->err, "'%s/.metadata'", path);
+    dcp__free(bytes);
+    dcp__free(got);
+    bytes = got = NULL;
     if (rc == DCP_OK)
         rc = match_keys(ctx, st, md, flags);
+    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
     if (rc == DCP_OK)
-        rc = dcp__rd_open(&f, path, md, &ctx->err);
+        rc = unexpected_keys(ctx, st, md, flags);
+    if (rc != DCP_OK)
+        goto out;
+    rc = dcp__rd_open(&f, path, md, &ctx->err);
     if (rc == DCP_OK) {
         rc = load_all(ctx, st, &f, md, !(flags & DCP_LOAD_NO_VERIFY));
         dcp__rd_close(&f);
     }
-    rc = dcp__comm_agree(ctx->comm, rc, &bad);
+    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+out:
+    dcp__free(bytes);
+    dcp__free(got);
     dcp__meta_free(md);
     return rc;
 }

@@ -526,13 +526,22 @@ int dcp__meta_decode(const void *p, size_t len, struct dcp_metadata **out,
     struct pk_arena *arena = NULL;
     struct pk_node *root = NULL;
     struct dcp_metadata *md;
+    struct pk_limits lim;
     struct walk w;
     int rc;
     *out = NULL;
     md = dcp__calloc(1, sizeof(*md));
     if (!md)
         return dcp__err(err, DCP_ENOMEM, "out of memory");
-    rc = pk_decode(p, len, meta_allow, DCP_ARRAY_LEN(meta_allow), NULL, 0,
+    /* A node or memo slot costs at least one byte of input, so the caller's
+     * byte bound (max_metadata_bytes) already bounds them; the defaults
+     * (64 Mi) would refuse a 4096-rank x 2000-tensor checkpoint. */
+    pk_limits_default(&lim);
+    if (len > lim.max_nodes)
+        lim.max_nodes = len;
+    if (len > lim.max_memo)
+        lim.max_memo = len;
+    rc = pk_decode(p, len, meta_allow, DCP_ARRAY_LEN(meta_allow), &lim, 0,
                    &arena, &root, err);
     if (rc != DCP_OK)
         goto out_free;
@@ -558,7 +567,8 @@ void dcp__meta_free(struct dcp_metadata *md)
         return;
     for (i = 0; i < md->n; i++) {
         struct md_entry *e = &md->e[i];
-        for (j = 0; j < e->nchunks; j++)
+        /* With a pool (md->ints), chunks' offsets and sizes live in it. */
+        for (j = 0; !md->ints && e->chunks && j < e->nchunks; j++)
             dcp__free(e->chunks[j].off);
         dcp__free(e->chunks);
         for (j = 0; j < e->npath; j++)
@@ -606,13 +616,85 @@ static int boxes_overlap(const struct md_chunk *a, const struct md_chunk *b,
     return 1;
 }
 
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Number of values in sorted s[0..n) below x. */
+static size_t count_below(const int64_t *s, size_t n, int64_t x)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/*
+ * The dimension to sweep along: the one where the overlap scan below
+ * compares the fewest pairs. Sweeping along d, a chunk is compared with the
+ * chunks that start inside its extent along d; that count, summed over the
+ * chunks, is exact and costs one sort per dimension. Row sharding picks
+ * dim 0, column sharding dim 1, whatever the extents; the scan is then
+ * O(n). Returns -1 when memory runs out.
+ */
+static int sweep_dim(const struct md_entry *e)
+{
+    int64_t *s;
+    uint64_t best_cost = UINT64_MAX;
+    size_t i, n = 0;
+    int d, best = 0, cut = -1;
+    if (e->ndim < 2)
+        return 0;
+    /* Shortcut: chunks that span every dimension but one (row, column
+     * sharding) are cheapest to sweep along that one. */
+    for (d = 0; d < e->ndim && cut != -2; d++) {
+        for (i = 0; i < e->nchunks; i++)
+            if (dcp__box_numel(e->ndim, e->chunks[i].size) &&
+                (e->chunks[i].off[d] || e->chunks[i].size[d] != e->shape[d]))
+                break;
+        if (i < e->nchunks)
+            cut = cut == -1 ? d : -2;
+    }
+    if (cut >= 0)
+        return cut;
+    s = dcp__malloc((e->nchunks ? e->nchunks : 1) * sizeof(*s));
+    if (!s)
+        return -1;
+    for (d = 0; d < e->ndim; d++) {
+        uint64_t cost = 0;
+        n = 0;
+        for (i = 0; i < e->nchunks; i++)
+            if (dcp__box_numel(e->ndim, e->chunks[i].size))
+                s[n++] = e->chunks[i].off[d];
+        qsort(s, n, sizeof(*s), cmp_i64);
+        for (i = 0; i < e->nchunks; i++) {
+            const int64_t lo = e->chunks[i].off[d];
+            const int64_t hi = lo + e->chunks[i].size[d];
+            if (dcp__box_numel(e->ndim, e->chunks[i].size))
+                cost += count_below(s, n, hi) - count_below(s, n, lo);
+        }
+        if (cost < best_cost) {
+            best_cost = cost;
+            best = d;
+        }
+    }
+    dcp__free(s);
+    return best;
+}
+
 int dcp__meta_check_tiling(const struct md_entry *e, struct dcp_err *err)
 {
     struct sweep *v;
     uint64_t total = 1, sum = 0;
     size_t i, j, n = 0;
-    int d, best = 0;
-    int64_t best_ext = INT64_MAX;
+    int d, best;
     if (!e->is_tensor)
         return DCP_OK;
     for (d = 0; d < e->ndim; d++)
@@ -623,20 +705,11 @@ int dcp__meta_check_tiling(const struct md_entry *e, struct dcp_err *err)
                    : dcp__err(err, DCP_EFORMAT,
                               "'%s': a 0-d tensor with %zu chunks", e->key,
                               e->nchunks);
+    best = sweep_dim(e);
     v = dcp__malloc((e->nchunks ? e->nchunks : 1) * sizeof(*v));
-    if (!v)
+    if (!v || best < 0) {
+        dcp__free(v);
         return DCP_ENOMEM;
-    /* Sweep along the dimension whose chunks are thinnest: few chunks are
-     * active at once there (row sharding: dim 0, column sharding: dim 1). */
-    for (d = 0; d < e->ndim; d++) {
-        int64_t ext = 0;
-        for (i = 0; i < e->nchunks; i++)
-            if (e->chunks[i].size[d] > ext)
-                ext = e->chunks[i].size[d];
-        if (ext < best_ext) {
-            best_ext = ext;
-            best = d;
-        }
     }
     for (i = 0; i < e->nchunks; i++) {
         uint64_t vol = dcp__box_numel(e->ndim, e->chunks[i].size);
@@ -646,7 +719,10 @@ int dcp__meta_check_tiling(const struct md_entry *e, struct dcp_err *err)
             v[n++].c = &e->chunks[i];
         }
     }
-    qsort(v, n, sizeof(*v), cmp_sweep);
+    for (i = 1; i < n && v[i - 1].start <= v[i].start; i++)
+        ;
+    if (i < n) /* often sorted already: chunks listed by offsets */
+        qsort(v, n, sizeof(*v), cmp_sweep);
     for (i = 0; i < n; i++) {
         for (j = i + 1; j < n; j++) {
             if (v[j].start >= v[i].start + v[i].c->size[best])
@@ -764,6 +840,32 @@ static int enc_props(struct pk_writer *w, const struct md_entry *e,
     return rc == DCP_OK ? pkw_op(w, PK_OP_BUILD) : rc;
 }
 
+/*
+ * Containers are filled in batches of ENC_BATCH items, MARK ... SETITEMS
+ * (or APPENDS), as Python's pickle does: a reader's stack then never holds
+ * more than one batch, whatever the number of chunks (a 4096-rank x
+ * 2000-tensor checkpoint has 8 Mi storage_data items). Called before item i;
+ * enc_batch_end after the last of n items.
+ */
+#define ENC_BATCH 1000
+
+static int enc_batch(struct pk_writer *w, size_t i, uint8_t op)
+{
+    int rc = DCP_OK;
+    if (i % ENC_BATCH == 0) {
+        if (i)
+            rc = pkw_op(w, op);
+        if (rc == DCP_OK)
+            rc = pkw_mark(w);
+    }
+    return rc;
+}
+
+static int enc_batch_end(struct pk_writer *w, size_t n, uint8_t op)
+{
+    return n ? pkw_op(w, op) : DCP_OK;
+}
+
 static int enc_tensor_md(struct pk_writer *w, const struct md_entry *e,
                          struct enc_memo *m)
 {
@@ -781,10 +883,10 @@ static int enc_tensor_md(struct pk_writer *w, const struct md_entry *e,
         rc = enc_key(w, "chunks");
     if (rc == DCP_OK)
         rc = pkw_empty_list(w);
-    if (rc == DCP_OK && e->nchunks)
-        rc = pkw_mark(w);
     for (i = 0; rc == DCP_OK && i < e->nchunks; i++) {
-        rc = enc_obj_open(w, M_DCP, "ChunkStorageMetadata");
+        rc = enc_batch(w, i, PK_OP_APPENDS);
+        if (rc == DCP_OK)
+            rc = enc_obj_open(w, M_DCP, "ChunkStorageMetadata");
         if (rc == DCP_OK)
             rc = enc_key(w, "offsets");
         if (rc == DCP_OK)
@@ -796,8 +898,8 @@ static int enc_tensor_md(struct pk_writer *w, const struct md_entry *e,
         if (rc == DCP_OK)
             rc = enc_obj_close(w);
     }
-    if (rc == DCP_OK && e->nchunks)
-        rc = pkw_op(w, PK_OP_APPENDS);
+    if (rc == DCP_OK)
+        rc = enc_batch_end(w, e->nchunks, PK_OP_APPENDS);
     return rc == DCP_OK ? enc_obj_close(w) : rc;
 }
 
@@ -809,11 +911,11 @@ static int enc_state_dict_md(struct pk_writer *w,
     int rc = enc_key(w, "state_dict_metadata");
     if (rc == DCP_OK)
         rc = pkw_empty_dict(w);
-    if (rc == DCP_OK && md->n)
-        rc = pkw_mark(w);
     for (i = 0; rc == DCP_OK && i < md->n; i++) {
         const struct md_entry *e = &md->e[i];
-        rc = enc_key(w, e->key);
+        rc = enc_batch(w, i, PK_OP_SETITEMS);
+        if (rc == DCP_OK)
+            rc = enc_key(w, e->key);
         if (rc != DCP_OK)
             break;
         if (e->is_tensor) {
@@ -826,9 +928,7 @@ static int enc_state_dict_md(struct pk_writer *w,
                 rc = pkw_op(w, PK_OP_NEWOBJ);
         }
     }
-    if (rc == DCP_OK && md->n)
-        rc = pkw_op(w, PK_OP_SETITEMS);
-    return rc;
+    return rc == DCP_OK ? enc_batch_end(w, md->n, PK_OP_SETITEMS) : rc;
 }
 
 static int enc_planner_data(struct pk_writer *w,
@@ -838,11 +938,11 @@ static int enc_planner_data(struct pk_writer *w,
     int rc = enc_key(w, "planner_data");
     if (rc == DCP_OK)
         rc = pkw_empty_dict(w);
-    if (rc == DCP_OK && md->n)
-        rc = pkw_mark(w);
     for (i = 0; rc == DCP_OK && i < md->n; i++) {
         const struct md_entry *e = &md->e[i];
-        rc = enc_key(w, e->key);
+        rc = enc_batch(w, i, PK_OP_SETITEMS);
+        if (rc == DCP_OK)
+            rc = enc_key(w, e->key);
         if (rc == DCP_OK && e->npath > 3)
             rc = pkw_mark(w);
         for (j = 0; rc == DCP_OK && j < e->npath; j++)
@@ -853,9 +953,7 @@ static int enc_planner_data(struct pk_writer *w,
         if (rc == DCP_OK)
             rc = pkw_tuple(w, e->npath ? e->npath : 1);
     }
-    if (rc == DCP_OK && md->n)
-        rc = pkw_op(w, PK_OP_SETITEMS);
-    return rc;
+    return rc == DCP_OK ? enc_batch_end(w, md->n, PK_OP_SETITEMS) : rc;
 }
 
 static int enc_storage_info(struct pk_writer *w,
@@ -881,18 +979,18 @@ static int enc_storage_info(struct pk_writer *w,
 static int enc_storage_data(struct pk_writer *w,
                             const struct dcp_metadata *md)
 {
-    size_t i, j;
+    size_t i, j, item = 0;
     int rc = enc_key(w, "storage_data");
     if (rc == DCP_OK)
         rc = pkw_empty_dict(w);
-    if (rc == DCP_OK && md->n)
-        rc = pkw_mark(w);
     for (i = 0; rc == DCP_OK && i < md->n; i++) {
         const struct md_entry *e = &md->e[i];
         for (j = 0; rc == DCP_OK && j < e->nchunks; j++) {
             /* The MetadataIndex key is fully built (BUILD) before SETITEMS
              * hashes it. */
-            rc = enc_obj_open(w, M_DCP, "MetadataIndex");
+            rc = enc_batch(w, item++, PK_OP_SETITEMS);
+            if (rc == DCP_OK)
+                rc = enc_obj_open(w, M_DCP, "MetadataIndex");
             if (rc == DCP_OK)
                 rc = enc_key(w, "fqn");
             if (rc == DCP_OK)
@@ -912,9 +1010,7 @@ static int enc_storage_data(struct pk_writer *w,
                 rc = enc_storage_info(w, md, &e->chunks[j]);
         }
     }
-    if (rc == DCP_OK && md->n)
-        rc = pkw_op(w, PK_OP_SETITEMS);
-    return rc;
+    return rc == DCP_OK ? enc_batch_end(w, item, PK_OP_SETITEMS) : rc;
 }
 
 static int enc_storage_meta(struct pk_writer *w,

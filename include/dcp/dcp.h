@@ -130,7 +130,22 @@ typedef enum dcp_mem {
 /* ---------------------------------------------------------------------- */
 
 typedef struct dcp_ctx dcp_ctx;
+
+/*
+ * A communicator: how the ranks of a job talk during dcp_save and dcp_load.
+ * Made by dcp_comm_mpi (dcp_mpi.h) or, for any other transport,
+ * dcp_comm_create (dcp_comm.h). NULL everywhere a dcp_comm is taken means a
+ * single process (rank 0 of 1).
+ */
 typedef struct dcp_comm dcp_comm;
+
+/*
+ * Frees a communicator made by dcp_comm_mpi or dcp_comm_create, calling its
+ * destroy operation (for MPI: MPI_Comm_free of dcp's duplicate, so call it
+ * before MPI_Finalize, on every rank, as MPI requires). Every context
+ * created with it must be freed first. NULL is a no-op.
+ */
+DCP_API void dcp_comm_free(dcp_comm *comm);
 
 /*
  * Context options. Zero-initialise, set struct_size = sizeof(dcp_ctx_options),
@@ -148,9 +163,12 @@ typedef struct dcp_ctx_options {
  * Creates a context: the limits, the error message, cached buffers and the
  * communicator used by save and load.
  *  - comm: the communicator, or NULL for a single process (rank 0 of 1). The
- *    context borrows it: it must outlive the context.
+ *    context borrows it: it must outlive the context. Several contexts may
+ *    share one communicator as long as their collective calls do not
+ *    interleave (one thread, or calls in the same order on every rank).
  *  - opts: NULL for defaults.
- * Returns DCP_OK, DCP_EINVAL (bad options), DCP_ENOMEM. Not collective.
+ * Returns DCP_OK, DCP_EINVAL (bad options), DCP_ENOMEM. Not collective (no
+ * communication happens).
  */
 DCP_API int dcp_ctx_create(dcp_ctx **out, dcp_comm *comm,
                            const dcp_ctx_options *opts);
@@ -276,8 +294,32 @@ DCP_API int dcp_state_push_index(dcp_state *st, int64_t index);
 DCP_API int dcp_state_pop(dcp_state *st);
 
 /*
+ * Per-rank data. A collective save treats equal keys on several ranks as
+ * the same logical entry: a value (or a tensor box) present on several
+ * ranks is replicated, written once, and loaded by every rank that asks for
+ * it. State that differs from rank to rank under one logical name (an RNG
+ * state, a data loader position: PyTorch issue #120356, where torch
+ * silently keeps one rank's copy) must therefore carry the rank in its key.
+ * dcp_state_push_rank pushes the dict key "rank<rank>" (e.g. "rank3"), so
+ *     dcp_state_push_rank(st, dcp_ctx_rank(ctx));
+ *     dcp_state_add_value(st, "rng", ...);   -- key "rank3.rng"
+ *     dcp_state_pop(st);
+ * saves one entry per rank, and a load on the same number of ranks asks
+ * each rank for its own key the same way. (A value key whose contents
+ * differ between ranks is refused at save time with DCP_EPLAN, so the
+ * mistake cannot go unnoticed; replicated tensor boxes are not compared.)
+ * Returns DCP_OK, DCP_EINVAL (st NULL, rank < 0), DCP_ENOMEM. Not
+ * collective.
+ */
+DCP_API int dcp_state_push_rank(dcp_state *st, int rank);
+
+/*
  * Adds one local box of a global tensor under the current path.
- *  - name: last path component (may contain '.', e.g. "fc1.weight").
+ *  - name: last path component (may contain '.', e.g. "fc1.weight"), or
+ *    NULL to add at the current path itself: after
+ *    dcp_state_push(st, "buffers"); dcp_state_push_index(st, 0);
+ *    a NULL name adds key "buffers.0" with path ("buffers", 0), as torch
+ *    flattens {"buffers": [t0, ...]}. NULL at the root is DCP_EINVAL.
  *  - ndim: 0..DCP_MAX_NDIM; global_shape, offsets and sizes have ndim
  *    elements (may be NULL when ndim is 0). offsets/sizes: the box this
  *    process holds; NULL offsets means all zeros, NULL sizes means the whole
@@ -298,7 +340,8 @@ DCP_API int dcp_state_add_tensor(dcp_state *st, const char *name,
                                  void *buf, dcp_mem mem);
 
 /*
- * Adds a non-tensor value under the current path; takes ownership of value,
+ * Adds a non-tensor value under the current path (name as for
+ * dcp_state_add_tensor, NULL included); takes ownership of value,
  * also on failure (NULL value gives DCP_ENOMEM, so constructors can be
  * passed straight in). A dict value, or a list holding a dict or a list that
  * would itself be expanded, is flattened into one entry per leaf the way
@@ -333,19 +376,48 @@ typedef struct dcp_save_options {
 
 /*
  * Saves the state into directory path (created if missing, parents too) in
- * PyTorch DCP's format. Collective.
+ * PyTorch DCP's format. Collective over the context's communicator: every
+ * rank calls it with its own state and the same path (checked: DCP_EINVAL
+ * otherwise) and options. All communication happens on the calling
+ * thread.
  *
- * Each rank writes its boxes into data files __<rank>_<n>.distcp; rank 0
- * then writes .metadata, the commit record, through a temporary file, fsync,
- * rename and an fsync of the directory, after every rank's data is durable.
- * A checkpoint already committed in path stays loadable until the new one
- * commits: the new data goes to fresh file names and the old data files are
- * removed only after the commit.
+ * Planning. Each rank describes what it holds (keys, kinds, dtypes, global
+ * shapes, boxes, value sizes; not the data) to rank 0, which checks the
+ * whole plan before any byte is written:
+ *  - every rank holding a key agrees on its kind (tensor or value), dtype,
+ *    global shape and nesting path;
+ *  - a tensor's boxes, over all ranks, tile its global shape: no overlap, no
+ *    gap. A tensor key may be held by some ranks only (FSDP-style) as long
+ *    as their boxes tile it;
+ *  - a value key may be held by some ranks only; where several ranks hold
+ *    it, its contents must be equal (see dcp_state_push_rank for per-rank
+ *    data).
+ * Replicated data (the same tensor box on several ranks, a value on several
+ * ranks) is written once, by one of its holders: the holder with the fewest
+ * bytes assigned so far, the largest items placed first, so replicated
+ * tensors spread over the ranks instead of all landing on rank 0. Empty
+ * boxes at the offsets of a non-empty one are dropped; replicated boxes are
+ * assumed to hold equal data (they are not compared).
+ *
+ * Writing. Each rank that has records to write writes them into its data
+ * file __<rank>_0.distcp (a rank with none writes no file) and fsyncs it;
+ * then, once every rank's data is durable, rank 0 writes .metadata, the
+ * commit record, through a temporary file, fsync, rename and an fsync of
+ * the directory. A checkpoint already committed in path stays loadable
+ * until the new one commits: when it uses the file names this save would
+ * use, every rank writes __<rank>_0.<tag>.distcp instead (one random tag
+ * chosen by rank 0), and the old data files are removed only after the
+ * commit.
  *
  * The buffers are read during the call only.
- * Returns DCP_OK, DCP_EINVAL, DCP_EPLAN (boxes overlap, do not tile a tensor,
- * or disagree between ranks), DCP_EIO, DCP_ENOSPC, DCP_ENOMEM, DCP_EPEER.
- * On failure nothing is committed.
+ * Returns, on every rank the same code: DCP_OK, DCP_EINVAL, DCP_EPLAN (an
+ * invalid plan: the message names the key and the ranks involved),
+ * DCP_EIO, DCP_ENOSPC, DCP_ENOMEM, DCP_ELIMIT. When a rank fails (bad
+ * argument, I/O error, out of memory), every rank returns that rank's code
+ * and dcp_errmsg reads "rank R failed: <its message>" on every rank (the
+ * lowest failing rank's message; "ranks R to S failed; rank R: ..." when
+ * several failed). On failure nothing is committed and the new data files
+ * are removed; a checkpoint committed before stays loadable.
  */
 DCP_API int dcp_save(dcp_ctx *ctx, const dcp_state *st, const char *path,
                      const dcp_save_options *opts);
@@ -369,17 +441,27 @@ typedef struct dcp_load_options {
 
 /*
  * Loads the checkpoint in path into the state, in place: every tensor box
- * receives its elements whatever sharding they were saved with, every value
- * template is replaced by the saved value. Collective.
+ * receives its elements whatever sharding and world size they were saved
+ * with, every value template is replaced by the saved value. Collective over
+ * the context's communicator, with the same path on every rank (checked:
+ * DCP_EINVAL otherwise); each rank passes the state it wants filled
+ * (ranks may ask for different keys and boxes; a replicated tensor or a
+ * value lands on every rank that asks for it). Rank 0 reads .metadata once
+ * and broadcasts it; each rank then reads only the stored chunks that
+ * overlap its own boxes.
  *
- * Strict by default: a missing or unexpected key, a global shape mismatch or
- * a dtype mismatch is an error naming the key, found before any buffer is
- * changed. With DCP_LOAD_PARTIAL, missing and unexpected keys are listed by
- * dcp_load_report. A CRC error is found while copying: the call fails, and
- * the boxes read so far may hold partial data.
- * Returns DCP_OK, DCP_EINVAL, DCP_ENOENT (no checkpoint in path), DCP_EFORMAT,
- * DCP_EUNSAFE, DCP_ECORRUPT, DCP_EKEY, DCP_EMISMATCH, DCP_ELIMIT, DCP_EIO,
- * DCP_ENOMEM, DCP_EPEER.
+ * Strict by default: a missing key (asked for by a rank, not in the
+ * checkpoint), an unexpected key (in the checkpoint, asked for by no rank),
+ * a kind, global shape or dtype mismatch is an error naming the key (and
+ * the rank), found before any buffer is changed. With DCP_LOAD_PARTIAL,
+ * missing keys (this rank's) and unexpected keys (no rank's) are listed by
+ * dcp_load_report instead. A CRC error is found while copying: the call
+ * fails, and the boxes read so far may hold partial data.
+ * Returns, on every rank the same code: DCP_OK, DCP_EINVAL, DCP_ENOENT (no
+ * checkpoint in path), DCP_EFORMAT, DCP_EUNSAFE, DCP_ECORRUPT, DCP_EKEY,
+ * DCP_EMISMATCH, DCP_ELIMIT, DCP_EIO, DCP_ENOMEM. When ranks fail, every
+ * rank returns the lowest failing rank's code and dcp_errmsg reads
+ * "rank R failed: <its message>".
  */
 DCP_API int dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
                      const dcp_load_options *opts);

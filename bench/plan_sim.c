@@ -1,0 +1,306 @@
+/*
+ * plan_sim: the coordinator's side of a large collective save, simulated in
+ * one process (no MPI, no data files).
+ *
+ * Every one of R ranks holds one row shard (torch.chunk-style, uneven, some
+ * empty) of each of T tensors, FSDP-style, under nested keys
+ * model.layers.<i>.<name>, plus two replicated values. Their local plans
+ * are encoded as dcp_save encodes them (not timed). Then, per repetition:
+ *  - plan_sim_seconds: what rank 0 does between gathering the plans and
+ *    writing .metadata: the global plan (parse, agreement checks, dedup,
+ *    tiling check, writer choice), the records' extents coming back, and
+ *    the .metadata pickle encoding; plan_sim_peak_gib is the peak resident
+ *    memory over that step (the gathered plans included, as on rank 0);
+ *  - metadata_decode_seconds: decoding that .metadata, as every rank does
+ *    at load;
+ *  - load_plan_ms: one rank's load planning with the sharding it saved
+ *    with: finding, for each of its T boxes, the stored chunks it overlaps.
+ * The JSON printed on stdout has those four keys as
+ * {"value": median, "unit", "min", "max"}.
+ *
+ * It uses the library's internals (plan.h, meta.h), so it links the static
+ * library. Build and run (from the repository root, after a CMake build in
+ * BUILD):
+ *   cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude \
+ *      -Isrc bench/plan_sim.c BUILD/libdcp.a -lm -lpthread -o plan_sim
+ *   ./plan_sim [ranks=4096] [tensors=2000] [reps=3] > plan_sim.json
+ * Peak memory is read from /proc/self/status (VmHWM), reset before the
+ * timed step through /proc/self/clear_refs (Linux).
+ */
+#include <dcp/dcp.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "meta.h"
+#include "plan.h"
+#include "read.h"
+#include "state.h"
+
+static const char *names[20] = {
+    "input_layernorm.weight",   "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",  "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",  "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",  "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight",     "mlp.up_proj.weight",
+    "mlp.down_proj.weight",     "mlp.gate_proj.bias",
+    "mlp.up_proj.bias",         "mlp.down_proj.bias",
+    "self_attn.q_proj.bias",    "self_attn.k_proj.bias",
+    "self_attn.v_proj.bias",    "self_attn.o_proj.bias",
+    "adapter.lora_a.weight",    "adapter.lora_b.weight"};
+
+static double now(void)
+{
+    struct timespec ts;
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Peak resident set (VmHWM) in bytes, and its reset. */
+static double peak_rss(void)
+{
+    char line[256];
+    double kib = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, "VmHWM:", 6) == 0)
+            kib = strtod(line + 6, NULL);
+    (void)fclose(f);
+    return kib * 1024.0;
+}
+
+static void reset_peak(void)
+{
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) {
+        (void)fputs("5", f);
+        (void)fclose(f);
+    }
+}
+
+/* Tensor t's global shape: about 2 rows per rank, uneven. */
+static void shape_of(int t, int nranks, int64_t *shape)
+{
+    shape[0] = 2 * (int64_t)nranks - t % 7;
+    shape[1] = 64 + t % 3;
+}
+
+/* torch.chunk-style row split. */
+static void split(int64_t n, int p, int i, int64_t *off, int64_t *size)
+{
+    int64_t c = (n + p - 1) / p, o = c * i, e = c * (i + 1);
+    *off = o > n ? n : o;
+    *size = (e > n ? n : e) - *off;
+}
+
+static int local_plan(int r, int nranks, int ntensors, struct dcp_buf *all)
+{
+    static char dummy[1];
+    struct pl_local lp;
+    struct dcp_err err;
+    dcp_state *st;
+    int t, rc;
+    if (dcp_state_create(&st) != DCP_OK)
+        return DCP_ENOMEM;
+    rc = dcp_state_push(st, "model");
+    if (rc == DCP_OK)
+        rc = dcp_state_push(st, "layers");
+    for (t = 0; rc == DCP_OK && t < ntensors; t++) {
+        int64_t shape[2], off[2] = {0, 0}, size[2];
+        shape_of(t, nranks, shape);
+        split(shape[0], nranks, r, &off[0], &size[0]);
+        size[1] = shape[1];
+        if (t % 20 == 0 && t)
+            rc = dcp_state_pop(st);
+        if (rc == DCP_OK && t % 20 == 0)
+            rc = dcp_state_push_index(st, t / 20);
+        if (rc == DCP_OK)
+            rc = dcp_state_add_tensor(st, names[t % 20], DCP_BF16, 2, shape,
+                                      off, size, dummy, DCP_MEM_HOST);
+    }
+    while (rc == DCP_OK && dcp_state_pop(st) == DCP_OK)
+        ;
+    if (rc == DCP_OK)
+        rc = dcp_state_add_value(st, "step", dcp_value_int(1000));
+    if (rc == DCP_OK)
+        rc = dcp_state_add_value(st, "lr", dcp_value_float(3e-4));
+    if (rc == DCP_OK)
+        rc = dcp__plan_local(st, &lp, &err);
+    if (rc == DCP_OK) {
+        rc = dcp__buf_put(all, lp.blob.p, lp.blob.len);
+        dcp__plan_local_release(&lp);
+    }
+    dcp_state_free(st);
+    return rc;
+}
+
+/* Rank 0's work after the gather: plan, extents back, .metadata bytes. */
+static int coordinate(const uint8_t *blobs, const size_t *lens,
+                      const size_t *displs, int nranks, struct dcp_buf *md_out)
+{
+    struct pl_global g;
+    struct dcp_err err;
+    struct dcp_buf res = {0};
+    uint64_t *offlen = NULL;
+    size_t cap = 0;
+    int r, rc;
+    double t0 = now();
+    memset(&err, 0, sizeof(err));
+    rc = dcp__plan_global(blobs, lens, displs, nranks, &g, &err);
+    fprintf(stderr, "  global plan alone: %.2f s\n", now() - t0);
+    if (rc != DCP_OK) {
+        fprintf(stderr, "plan: %s\n", err.msg);
+        return rc;
+    }
+    g.md->files = dcp__calloc((size_t)nranks, sizeof(*g.md->files));
+    for (r = 0; rc == DCP_OK && r < nranks; r++) {
+        size_t n = g.recbase[r + 1] - g.recbase[r], i;
+        char name[32];
+        (void)snprintf(name, sizeof(name), "__%d_0.distcp", r);
+        g.md->files[g.md->nfiles++] = dcp__strdup(name);
+        if (2 * n > cap) {
+            cap = 2 * n;
+            offlen = realloc(offlen, cap * sizeof(*offlen));
+        }
+        for (i = 0; i < n; i++) { /* a record of ~1 KiB each */
+            offlen[2 * i] = (uint64_t)i * 1024;
+            offlen[2 * i + 1] = 1024;
+        }
+        res.len = 0;
+        rc = dcp__plan_results_encode(offlen, n, &res);
+        if (rc == DCP_OK)
+            rc = dcp__plan_results_apply(&g, r, (uint32_t)r, res.p, res.len,
+                                         &err);
+    }
+    g.md->save_id = dcp__strdup("plan-sim");
+    g.md->checkpoint_id = dcp__strdup("/ckpt/step-100");
+    if (rc == DCP_OK)
+        rc = dcp__meta_encode(g.md, md_out);
+    free(offlen);
+    dcp__buf_free(&res);
+    dcp__plan_global_release(&g);
+    return rc;
+}
+
+/* One rank's load planning: the stored chunks each of its boxes needs. */
+static size_t load_plan(const struct dcp_metadata *md, int r, int nranks,
+                        int ntensors)
+{
+    int64_t io[2], is[2];
+    size_t hits = 0, j;
+    char key[128];
+    int t;
+    for (t = 0; t < ntensors; t++) {
+        int64_t shape[2], off[2] = {0, 0}, size[2];
+        const struct md_entry *e;
+        long k;
+        shape_of(t, nranks, shape);
+        split(shape[0], nranks, r, &off[0], &size[0]);
+        size[1] = shape[1];
+        (void)snprintf(key, sizeof(key), "model.layers.%d.%s", t / 20,
+                       names[t % 20]);
+        k = dcp__meta_find(md, key);
+        if (k < 0)
+            return 0;
+        e = &md->e[k];
+        for (j = 0; j < e->nchunks; j++)
+            hits += (size_t)dcp__box_intersect(2, e->chunks[j].off,
+                                               e->chunks[j].size, off, size,
+                                               io, is);
+    }
+    return hits;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void stat_json(const char *key, double *v, int n, const char *unit,
+                      int last)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_d);
+    printf("  \"%s\": {\"value\": %.4g, \"unit\": \"%s\", \"min\": %.4g, "
+           "\"max\": %.4g}%s\n",
+           key, v[n / 2], unit, v[0], v[n - 1], last ? "" : ",");
+}
+
+int main(int argc, char **argv)
+{
+    int nranks = argc > 1 ? atoi(argv[1]) : 4096;
+    int ntensors = argc > 2 ? atoi(argv[2]) : 2000;
+    int reps = argc > 3 ? atoi(argv[3]) : 3, r, k;
+    struct dcp_buf all = {0};
+    size_t *lens, *displs;
+    double t0, *ps, *pk, *ds, *lp;
+    if (nranks < 1 || ntensors < 1 || reps < 1 || reps > 100) {
+        fprintf(stderr, "usage: plan_sim [ranks] [tensors] [reps]\n");
+        return 2;
+    }
+    lens = calloc((size_t)nranks, sizeof(*lens));
+    displs = calloc((size_t)nranks, sizeof(*displs));
+    ps = calloc((size_t)reps, sizeof(double));
+    pk = calloc((size_t)reps, sizeof(double));
+    ds = calloc((size_t)reps, sizeof(double));
+    lp = calloc((size_t)reps, sizeof(double));
+    t0 = now();
+    for (r = 0; r < nranks; r++) {
+        displs[r] = all.len;
+        if (local_plan(r, nranks, ntensors, &all) != DCP_OK) {
+            fprintf(stderr, "local plan of rank %d failed\n", r);
+            return 1;
+        }
+        lens[r] = all.len - displs[r];
+    }
+    fprintf(stderr, "local plans: %d ranks x %d tensors, %.1f MiB, %.2f s\n",
+            nranks, ntensors, (double)all.len / 1048576.0, now() - t0);
+    for (k = 0; k < reps; k++) {
+        struct dcp_buf md = {0};
+        struct dcp_metadata *dec = NULL;
+        struct dcp_err err;
+        size_t hits;
+        double t1;
+        reset_peak();
+        t1 = now();
+        if (coordinate(all.p, lens, displs, nranks, &md) != DCP_OK)
+            return 1;
+        ps[k] = now() - t1;
+        pk[k] = peak_rss() / (1024.0 * 1024.0 * 1024.0);
+        t1 = now();
+        if (dcp__meta_decode(md.p, md.len, &dec, &err) != DCP_OK) {
+            fprintf(stderr, "decode: %s\n", err.msg);
+            return 1;
+        }
+        ds[k] = now() - t1;
+        t1 = now();
+        hits = load_plan(dec, nranks / 2, nranks, ntensors);
+        lp[k] = (now() - t1) * 1e3;
+        fprintf(stderr,
+                "rep %d: plan+encode %.2f s (peak %.2f GiB), .metadata "
+                "%.1f MiB, decode %.2f s, load plan %.1f ms (%zu chunks)\n",
+                k, ps[k], pk[k], (double)md.len / 1048576.0, ds[k], lp[k],
+                hits);
+        dcp__meta_free(dec);
+        dcp__buf_free(&md);
+    }
+    printf("{\n");
+    stat_json("plan_sim_seconds", ps, reps, "s", 0);
+    stat_json("plan_sim_peak_gib", pk, reps, "GiB", 0);
+    stat_json("metadata_decode_seconds", ds, reps, "s", 0);
+    stat_json("load_plan_ms", lp, reps, "ms", 1);
+    printf("}\n");
+    dcp__buf_free(&all);
+    free(lens);
+    free(displs);
+    free(ps);
+    free(pk);
+    free(ds);
+    free(lp);
+    return 0;
+}

@@ -1,0 +1,89 @@
+/*
+ * dcp_comm.h: plugging your own communicator into dcp.
+ *
+ * dcp_save and dcp_load coordinate the ranks of a job through a dcp_comm.
+ * dcp_mpi.h makes one from an MPI communicator; this header lets any other
+ * transport (NCCL/gloo bootstrap, a job launcher's key-value store, sockets,
+ * threads in one process in tests) provide the same few collectives through
+ * a versioned vtable. It includes no MPI header.
+ *
+ * Contract for every member of struct dcp_comm_ops:
+ *  - Collective: every rank of the communicator calls the same member in the
+ *    same order with matching root and lengths. dcp only calls them from
+ *    inside dcp_save/dcp_load, on the thread that called those, so an
+ *    implementation needs no locking of its own for dcp's sake.
+ *  - Return DCP_OK, or a negative DCP_E* code (DCP_EIO is the usual one) for
+ *    a transport failure. A transport failure is not recoverable: dcp returns
+ *    the code, but ranks whose transport succeeded may be left waiting in a
+ *    later collective. Application errors (a failed write on one rank) never
+ *    travel as transport failures: dcp exchanges them as data.
+ *  - Lengths are size_t and may exceed INT_MAX (metadata of a large job can
+ *    exceed 2 GiB): an implementation on a transport with int counts must
+ *    split or use derived types.
+ *  - Buffers are only valid during the call.
+ */
+#ifndef DCP_DCP_COMM_H
+#define DCP_DCP_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dcp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The version of struct dcp_comm_ops this header describes. */
+#define DCP_COMM_OPS_VERSION 1
+
+/*
+ * A communicator's operations. Set version = DCP_COMM_OPS_VERSION; members
+ * are only ever appended, each group marked with the version it appeared
+ * in, and dcp never calls a member newer than the version a caller set.
+ */
+struct dcp_comm_ops {
+    uint32_t version;
+    /* --- valid since version 1; all required except destroy --- */
+    /* Copies len bytes of buf on root into buf on every rank. */
+    int (*bcast)(void *impl, void *buf, size_t len, int root);
+    /* Every rank sends len bytes (the same len on every rank); root receives
+     * size blocks, rank r's at recv + r * len. recv is NULL on other ranks. */
+    int (*gather)(void *impl, const void *send, size_t len, void *recv,
+                  int root);
+    /* Rank r sends len bytes; root receives them at recv + displs[r], with
+     * lens[r] == rank r's len. recv, lens and displs are NULL on other
+     * ranks. */
+    int (*gatherv)(void *impl, const void *send, size_t len, void *recv,
+                   const size_t *lens, const size_t *displs, int root);
+    /* Root sends lens[r] bytes at send + displs[r] to rank r; rank r
+     * receives them into recv, whose len equals lens[r]. send, lens and
+     * displs are NULL on other ranks. */
+    int (*scatterv)(void *impl, const void *send, const size_t *lens,
+                    const size_t *displs, void *recv, size_t len, int root);
+    /* Element-wise minimum over all ranks of n int64 values, in place, the
+     * result on every rank. */
+    int (*allreduce_min)(void *impl, int64_t *vals, size_t n);
+    int (*barrier)(void *impl);
+    /* Called by dcp_comm_free with impl; may be NULL. Not collective unless
+     * the implementation makes it so (the MPI one calls MPI_Comm_free). */
+    void (*destroy)(void *impl);
+};
+
+/*
+ * Wraps a user communicator. ops is copied (it need not outlive the call);
+ * impl is passed to every member and, at dcp_comm_free, to ops->destroy,
+ * which is how its ownership ends. rank and size describe this process.
+ *  - out: receives the communicator, for dcp_ctx_create; NULL on failure.
+ * Returns DCP_OK, DCP_EINVAL (NULL ops or out, ops->version 0, a required
+ * member NULL, size < 1, rank outside [0, size)), DCP_ENOMEM. On failure,
+ * impl is not destroyed. Not collective. Thread safe.
+ */
+DCP_API int dcp_comm_create(const struct dcp_comm_ops *ops, void *impl,
+                            int rank, int size, dcp_comm **out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DCP_DCP_COMM_H */

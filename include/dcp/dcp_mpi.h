@@ -1,0 +1,44 @@
+/*
+ * dcp_mpi.h: the MPI communicator. The only public dcp header that includes
+ * <mpi.h>; programs that never use MPI need neither it nor an MPI library.
+ *
+ * Threads: every MPI call dcp makes runs on the thread that called
+ * dcp_comm_mpi, dcp_save, dcp_load or dcp_comm_free; dcp starts no thread
+ * that calls MPI. So dcp needs no more MPI thread support than your own
+ * calls do: MPI_THREAD_SINGLE is enough for a single-threaded program,
+ * MPI_THREAD_FUNNELED when those calls come from the main thread of a
+ * threaded one, MPI_THREAD_SERIALIZED when they come from any one thread at
+ * a time.
+ */
+#ifndef DCP_DCP_MPI_H
+#define DCP_DCP_MPI_H
+
+#include <mpi.h>
+
+#include "dcp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Creates a dcp communicator over comm. Collective over comm: it calls
+ * MPI_Comm_dup, and dcp only ever communicates on that duplicate (never on
+ * comm itself, never on MPI_COMM_WORLD), so its messages cannot match
+ * yours. The duplicate inherits comm's error handler: with the default
+ * MPI_ERRORS_ARE_FATAL a transport failure ends the job the MPI way; with
+ * MPI_ERRORS_RETURN dcp returns DCP_EIO naming the MPI error (other ranks
+ * may then be left waiting, see dcp_comm.h).
+ *  - out: receives the communicator; NULL on failure. Free it with
+ *    dcp_comm_free before MPI_Finalize, after every context using it.
+ * Returns DCP_OK, DCP_EINVAL (NULL out, MPI not initialised or already
+ * finalised, comm is MPI_COMM_NULL or an intercommunicator), DCP_EIO
+ * (MPI_Comm_dup failed), DCP_ENOMEM.
+ */
+DCP_API int dcp_comm_mpi(dcp_comm **out, MPI_Comm comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DCP_DCP_MPI_H */

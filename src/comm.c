@@ -1,0 +1,351 @@
+/*
+ * Communicators: the user-pluggable wrapper (dcp_comm_create/_free), the
+ * single-process case (a NULL dcp_comm, handled here by local copies so
+ * save and load run one code path for one rank or many), and the protocol
+ * pieces save and load build on: agreement on an outcome with the failing
+ * rank's message, and byte strings of any length gathered, scattered or
+ * broadcast in two steps (lengths first, so every receiver can allocate,
+ * and an allocation failure is agreed on before the bulk transfer).
+ */
+#include "comm.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int dcp_comm_create(const struct dcp_comm_ops *ops, void *impl, int rank,
+                    int size, dcp_comm **out)
+{
+    dcp_comm *c;
+    if (!out)
+        return DCP_EINVAL;
+    *out = NULL;
+    if (!ops || ops->version < 1 || size < 1 || rank < 0 || rank >= size)
+        return DCP_EINVAL;
+    if (!ops->bcast || !ops->gather || !ops->gatherv || !ops->scatterv ||
+        !ops->allreduce_min || !ops->barrier)
+        return DCP_EINVAL;
+    c = dcp__calloc(1, sizeof(*c));
+    if (!c)
+        return DCP_ENOMEM;
+    /* Version 1 is the whole struct today; a later version copies the
+     * prefix its caller knows and leaves newer members NULL. */
+    c->ops = *ops;
+    c->ops.version = DCP_COMM_OPS_VERSION;
+    c->impl = impl;
+    c->rank = rank;
+    c->size = size;
+    *out = c;
+    return DCP_OK;
+}
+
+void dcp_comm_free(dcp_comm *comm)
+{
+    if (!comm)
+        return;
+    if (comm->ops.destroy)
+        comm->ops.destroy(comm->impl);
+    dcp__free(comm);
+}
+
+/* ------------------------------------------------------ collectives */
+
+static int transport(struct dcp_err *err, int rc, const char *what)
+{
+    if (rc == DCP_OK)
+        return DCP_OK;
+    return dcp__err(err, rc, "communicator %s failed: %s", what,
+                    dcp_strerror(rc));
+}
+
+int dcp__comm_bcast(const dcp_comm *c, void *buf, size_t len, int root,
+                    struct dcp_err *err)
+{
+    if (!c)
+        return DCP_OK;
+    return transport(err, c->ops.bcast(c->impl, buf, len, root), "bcast");
+}
+
+int dcp__comm_gather(const dcp_comm *c, const void *send, size_t len,
+                     void *recv, int root, struct dcp_err *err)
+{
+    if (!c) {
+        if (len)
+            memmove(recv, send, len);
+        return DCP_OK;
+    }
+    return transport(err, c->ops.gather(c->impl, send, len, recv, root),
+                     "gather");
+}
+
+int dcp__comm_gatherv(const dcp_comm *c, const void *send, size_t len,
+                      void *recv, const size_t *lens, const size_t *displs,
+                      int root, struct dcp_err *err)
+{
+    if (!c) {
+        if (len)
+            memmove((uint8_t *)recv + displs[0], send, len);
+        return DCP_OK;
+    }
+    return transport(
+        err, c->ops.gatherv(c->impl, send, len, recv, lens, displs, root),
+        "gatherv");
+}
+
+int dcp__comm_scatterv(const dcp_comm *c, const void *send, const size_t *lens,
+                       const size_t *displs, void *recv, size_t len, int root,
+                       struct dcp_err *err)
+{
+    if (!c) {
+        if (len)
+            memmove(recv, (const uint8_t *)send + displs[0], len);
+        return DCP_OK;
+    }
+    return transport(
+        err, c->ops.scatterv(c->impl, send, lens, displs, recv, len, root),
+        "scatterv");
+}
+
+int dcp__comm_allreduce_min(const dcp_comm *c, int64_t *vals, size_t n,
+                            struct dcp_err *err)
+{
+    if (!c)
+        return DCP_OK;
+    return transport(err, c->ops.allreduce_min(c->impl, vals, n), "allreduce");
+}
+
+/* -------------------------------------------------------- agreement */
+
+/* What travels when a rank's failure is explained to the others. */
+struct verdict {
+    int64_t code;
+    char msg[DCP_ERRMSG_MAX];
+};
+
+int dcp__comm_agree_err(const dcp_comm *c, int rc, struct dcp_err *err)
+{
+    struct verdict v;
+    int64_t r[2];
+    int lo, hi, trc;
+    if (dcp__comm_size(c) == 1)
+        return rc;
+    /* Lowest failing rank in r[0], highest (negated) in r[1]. */
+    r[0] = rc == DCP_OK ? INT64_MAX : c->rank;
+    r[1] = rc == DCP_OK ? INT64_MAX : -(int64_t)c->rank;
+    trc = dcp__comm_allreduce_min(c, r, 2, err);
+    if (trc != DCP_OK)
+        return trc;
+    if (r[0] == INT64_MAX)
+        return DCP_OK;
+    lo = (int)r[0];
+    hi = (int)-r[1];
+    memset(&v, 0, sizeof(v));
+    if (c->rank == lo) {
+        v.code = rc;
+        if (err && err->msg[0])
+            memcpy(v.msg, err->msg, sizeof(v.msg));
+        else
+            (void)snprintf(v.msg, sizeof(v.msg), "%s", dcp_strerror(rc));
+    }
+    trc = dcp__comm_bcast(c, &v, sizeof(v), lo, err);
+    if (trc != DCP_OK)
+        return trc;
+    v.msg[sizeof(v.msg) - 1] = '\0';
+    if (v.code >= 0 || v.code < INT32_MIN)
+        v.code = DCP_EIO; /* cannot happen: only failures are sent */
+    if (lo == hi)
+        return dcp__err(err, (int)v.code, "rank %d failed: %s", lo, v.msg);
+    return dcp__err(err, (int)v.code, "ranks %d to %d failed; rank %d: %s", lo,
+                    hi, lo, v.msg);
+}
+
+int dcp__comm_share_err(const dcp_comm *c, int rc, struct dcp_err *err,
+                        int root)
+{
+    struct verdict v;
+    int64_t code = rc;
+    int trc;
+    if (dcp__comm_size(c) == 1)
+        return rc;
+    trc = dcp__comm_bcast(c, &code, sizeof(code), root, err);
+    if (trc != DCP_OK)
+        return trc;
+    if (code == DCP_OK)
+        return DCP_OK;
+    memset(&v, 0, sizeof(v));
+    if (c->rank == root && err)
+        memcpy(v.msg, err->msg, sizeof(v.msg));
+    trc = dcp__comm_bcast(c, v.msg, sizeof(v.msg), root, err);
+    if (trc != DCP_OK)
+        return trc;
+    v.msg[sizeof(v.msg) - 1] = '\0';
+    if (code > 0 || code < INT32_MIN)
+        code = DCP_EIO;
+    if (c->rank == root)
+        return (int)code;
+    return dcp__err(err, (int)code, "%s", v.msg);
+}
+
+int dcp__comm_same_string(const dcp_comm *c, const char *s, const char *what,
+                          struct dcp_err *err)
+{
+    uint64_t h = 1469598103934665603ULL;
+    int64_t v[2];
+    int rc;
+    if (dcp__comm_size(c) == 1)
+        return DCP_OK;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ULL;
+    }
+    /* min(x) == max(x) over ranks, with max(x) = -min(-x). */
+    v[0] = (int64_t)(h >> 1);
+    v[1] = -v[0];
+    rc = dcp__comm_allreduce_min(c, v, 2, err);
+    if (rc == DCP_OK && v[0] != -v[1])
+        rc = dcp__err(err, DCP_EINVAL, "not every rank passed the same %s",
+                      what);
+    return rc;
+}
+
+/* ------------------------------------------------------ byte strings */
+
+int dcp__comm_gather_blob(const dcp_comm *c, const void *send, size_t len,
+                          int root, uint8_t **recv, size_t **lens,
+                          size_t **displs, struct dcp_err *err)
+{
+    int n = dcp__comm_size(c), me = dcp__comm_rank(c), i, rc = DCP_OK;
+    uint64_t mylen = len, *ul = NULL, total = 0;
+    *recv = NULL;
+    *lens = *displs = NULL;
+    if (me == root) {
+        ul = dcp__malloc((size_t)n * sizeof(*ul));
+        *lens = dcp__malloc((size_t)n * sizeof(**lens));
+        *displs = dcp__malloc((size_t)n * sizeof(**displs));
+        if (!ul || !*lens || !*displs)
+            rc = dcp__err(err, DCP_ENOMEM, "out of memory");
+    }
+    rc = dcp__comm_share_err(c, rc, err, root);
+    if (rc == DCP_OK)
+        rc = dcp__comm_gather(c, &mylen, sizeof(mylen), ul, root, err);
+    if (rc != DCP_OK)
+        goto out;
+    if (me == root) {
+        for (i = 0; i < n; i++) {
+            (*lens)[i] = (size_t)ul[i];
+            (*displs)[i] = (size_t)total;
+            if (ul[i] > SIZE_MAX ||
+                dcp__add_overflow_u64(total, ul[i], &total) ||
+                total > SIZE_MAX) {
+                rc = dcp__err(err, DCP_ELIMIT,
+                              "gathered plans exceed "
+                              "the address space");
+                break;
+            }
+        }
+        if (rc == DCP_OK) {
+            *recv = dcp__malloc(total ? (size_t)total : 1);
+            if (!*recv)
+                rc = dcp__err(err, DCP_ENOMEM,
+                              "out of memory receiving %llu bytes",
+                              (unsigned long long)total);
+        }
+    }
+    rc = dcp__comm_share_err(c, rc, err, root);
+    if (rc == DCP_OK)
+        rc = dcp__comm_gatherv(c, send, len, *recv, *lens, *displs, root, err);
+out:
+    dcp__free(ul);
+    if (rc != DCP_OK) {
+        dcp__free(*recv);
+        dcp__free(*lens);
+        dcp__free(*displs);
+        *recv = NULL;
+        *lens = *displs = NULL;
+    }
+    return rc;
+}
+
+int dcp__comm_scatter_blob(const dcp_comm *c, const void *send,
+                           const size_t *lens, const size_t *displs, int root,
+                           uint8_t **recv, size_t *len, struct dcp_err *err)
+{
+    int n = dcp__comm_size(c), me = dcp__comm_rank(c), i, rc = DCP_OK;
+    uint64_t *ul = NULL, mylen = 0;
+    size_t *eights = NULL, *eoffs = NULL;
+    *recv = NULL;
+    *len = 0;
+    if (me == root) {
+        ul = dcp__malloc((size_t)n * sizeof(*ul));
+        eights = dcp__malloc((size_t)n * sizeof(*eights));
+        eoffs = dcp__malloc((size_t)n * sizeof(*eoffs));
+        if (!ul || !eights || !eoffs)
+            rc = dcp__err(err, DCP_ENOMEM, "out of memory");
+        for (i = 0; rc == DCP_OK && i < n; i++) {
+            ul[i] = lens[i];
+            eights[i] = sizeof(uint64_t);
+            eoffs[i] = (size_t)i * sizeof(uint64_t);
+        }
+    }
+    rc = dcp__comm_share_err(c, rc, err, root);
+    if (rc == DCP_OK)
+        rc = dcp__comm_scatterv(c, ul, eights, eoffs, &mylen, sizeof(mylen),
+                                root, err);
+    if (rc != DCP_OK)
+        goto out;
+    if (mylen > SIZE_MAX)
+        rc = dcp__err(err, DCP_ELIMIT, "plan exceeds the address space");
+    else if (!(*recv = dcp__malloc(mylen ? (size_t)mylen : 1)))
+        rc = dcp__err(err, DCP_ENOMEM, "out of memory receiving %llu bytes",
+                      (unsigned long long)mylen);
+    rc = dcp__comm_agree_err(c, rc, err);
+    if (rc == DCP_OK)
+        rc = dcp__comm_scatterv(c, send, lens, displs, *recv, (size_t)mylen,
+                                root, err);
+    if (rc == DCP_OK)
+        *len = (size_t)mylen;
+out:
+    dcp__free(ul);
+    dcp__free(eights);
+    dcp__free(eoffs);
+    if (rc != DCP_OK) {
+        dcp__free(*recv);
+        *recv = NULL;
+    }
+    return rc;
+}
+
+int dcp__comm_bcast_blob(const dcp_comm *c, const void *buf, size_t len,
+                         int root, uint8_t **out, size_t *out_len,
+                         struct dcp_err *err)
+{
+    uint64_t n = len;
+    int rc;
+    *out = NULL;
+    *out_len = 0;
+    if (dcp__comm_size(c) == 1)
+        return DCP_OK;
+    rc = dcp__comm_bcast(c, &n, sizeof(n), root, err);
+    if (rc != DCP_OK)
+        return rc;
+    if (c->rank != root) {
+        if (n > SIZE_MAX)
+            rc = dcp__err(err, DCP_ELIMIT,
+                          "metadata exceeds the address "
+                          "space");
+        else if (!(*out = dcp__malloc(n ? (size_t)n : 1)))
+            rc = dcp__err(err, DCP_ENOMEM, "out of memory receiving %llu bytes",
+                          (unsigned long long)n);
+    }
+    rc = dcp__comm_agree_err(c, rc, err);
+    if (rc == DCP_OK)
+        rc = dcp__comm_bcast(c, c->rank == root ? (void *)(uintptr_t)buf : *out,
+                             (size_t)n, root, err);
+    if (rc != DCP_OK) {
+        dcp__free(*out);
+        *out = NULL;
+        return rc;
+    }
+    if (c->rank != root)
+        *out_len = (size_t)n;
+    return DCP_OK;
+}

@@ -1,0 +1,253 @@
+/*
+ * The MPI communicator: struct dcp_comm_ops over a duplicate of the
+ * caller's MPI communicator (compiled only when MPI is found).
+ *
+ * MPI counts are int, dcp's lengths size_t (a large job's metadata exceeds
+ * 2 GiB). Broadcasts and reductions go in pieces of at most 1 GiB. A
+ * gatherv or scatterv whose every length and displacement fits in an int is
+ * one MPI_Gatherv/MPI_Scatterv; otherwise it runs as point-to-point
+ * messages of at most 1 GiB between root and each rank, in rank order (MPI
+ * keeps messages between two ranks with one tag in order). Only root knows
+ * every length, so root decides which way and broadcasts the choice first.
+ * Everything runs on the caller's thread; nothing here needs more than
+ * MPI_THREAD_SINGLE.
+ */
+#include "comm.h"
+
+#include <limits.h>
+#include <string.h>
+
+#include <mpi.h>
+
+#include "dcp/dcp_mpi.h"
+
+#define TAG_BULK 0x4443 /* "DC": point-to-point gatherv/scatterv */
+
+/* Bytes per MPI call, and the largest count or displacement one call may
+ * carry. Fixed in production; tests lower them (dcp__comm_mpi_test_limits)
+ * to run the split paths on small data. */
+static size_t piece = (size_t)1 << 30;
+static size_t int_max = INT_MAX;
+
+void dcp__comm_mpi_test_limits(size_t piece_bytes, size_t max_count)
+{
+    piece = piece_bytes ? piece_bytes : (size_t)1 << 30;
+    int_max = max_count && max_count < INT_MAX ? max_count : INT_MAX;
+}
+
+struct mpi_comm {
+    MPI_Comm comm;
+    int rank;
+    int size;
+};
+
+static int mpi_ok(int e)
+{
+    return e == MPI_SUCCESS ? DCP_OK : DCP_EIO;
+}
+
+static int m_bcast(void *impl, void *buf, size_t len, int root)
+{
+    struct mpi_comm *m = impl;
+    size_t off;
+    int rc = DCP_OK;
+    for (off = 0; rc == DCP_OK && off < len; off += piece) {
+        size_t n = len - off < piece ? len - off : piece;
+        rc = mpi_ok(
+            MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, m->comm));
+    }
+    return rc;
+}
+
+/* Sends len bytes to dest in pieces (the big path). */
+static int send_pieces(struct mpi_comm *m, const void *p, size_t len, int dest)
+{
+    size_t off;
+    int rc = DCP_OK;
+    for (off = 0; rc == DCP_OK && off < len; off += piece) {
+        size_t n = len - off < piece ? len - off : piece;
+        rc = mpi_ok(MPI_Send((const char *)p + off, (int)n, MPI_BYTE, dest,
+                             TAG_BULK, m->comm));
+    }
+    return rc;
+}
+
+static int recv_pieces(struct mpi_comm *m, void *p, size_t len, int src)
+{
+    size_t off;
+    int rc = DCP_OK;
+    for (off = 0; rc == DCP_OK && off < len; off += piece) {
+        size_t n = len - off < piece ? len - off : piece;
+        rc = mpi_ok(MPI_Recv((char *)p + off, (int)n, MPI_BYTE, src, TAG_BULK,
+                             m->comm, MPI_STATUS_IGNORE));
+    }
+    return rc;
+}
+
+/*
+ * Root's int counts and displacements for a one-call gatherv/scatterv, or
+ * NULL arrays when some value does not fit in an int (or memory is short:
+ * the point-to-point path needs none).
+ */
+static void int_layout(const struct mpi_comm *m, const size_t *lens,
+                       const size_t *displs, int **cnt, int **dsp)
+{
+    int r;
+    *cnt = dcp__malloc((size_t)m->size * sizeof(int));
+    *dsp = dcp__malloc((size_t)m->size * sizeof(int));
+    for (r = 0; *cnt && *dsp && r < m->size; r++) {
+        if (lens[r] > int_max || displs[r] > int_max ||
+            lens[r] > int_max - displs[r])
+            break;
+        (*cnt)[r] = (int)lens[r];
+        (*dsp)[r] = (int)displs[r];
+    }
+    if (!*cnt || !*dsp || r < m->size) {
+        dcp__free(*cnt);
+        dcp__free(*dsp);
+        *cnt = *dsp = NULL;
+    }
+}
+
+static int m_gatherv(void *impl, const void *send, size_t len, void *recv,
+                     const size_t *lens, const size_t *displs, int root)
+{
+    struct mpi_comm *m = impl;
+    int *cnt = NULL, *dsp = NULL, one_call = 0, r, rc;
+    if (m->rank == root) {
+        int_layout(m, lens, displs, &cnt, &dsp);
+        one_call = cnt != NULL && len <= int_max;
+    }
+    rc = mpi_ok(MPI_Bcast(&one_call, 1, MPI_INT, root, m->comm));
+    if (rc == DCP_OK && one_call) {
+        rc = mpi_ok(MPI_Gatherv(send, (int)len, MPI_BYTE, recv, cnt, dsp,
+                                MPI_BYTE, root, m->comm));
+    } else if (rc == DCP_OK && m->rank != root) {
+        rc = send_pieces(m, send, len, root);
+    } else if (rc == DCP_OK) {
+        for (r = 0; rc == DCP_OK && r < m->size; r++) {
+            if (r == root && len)
+                memcpy((char *)recv + displs[r], send, len);
+            else if (r != root)
+                rc = recv_pieces(m, (char *)recv + displs[r], lens[r], r);
+        }
+    }
+    dcp__free(cnt);
+    dcp__free(dsp);
+    return rc;
+}
+
+static int m_gather(void *impl, const void *send, size_t len, void *recv,
+                    int root)
+{
+    struct mpi_comm *m = impl;
+    int r, rc = DCP_OK;
+    /* Every rank knows len and size, so every rank takes the same way. */
+    if (len <= int_max / (size_t)m->size)
+        return mpi_ok(MPI_Gather(send, (int)len, MPI_BYTE, recv, (int)len,
+                                 MPI_BYTE, root, m->comm));
+    if (m->rank != root)
+        return send_pieces(m, send, len, root);
+    for (r = 0; rc == DCP_OK && r < m->size; r++) {
+        if (r == root)
+            memcpy((char *)recv + (size_t)r * len, send, len);
+        else
+            rc = recv_pieces(m, (char *)recv + (size_t)r * len, len, r);
+    }
+    return rc;
+}
+
+static int m_scatterv(void *impl, const void *send, const size_t *lens,
+                      const size_t *displs, void *recv, size_t len, int root)
+{
+    struct mpi_comm *m = impl;
+    int *cnt = NULL, *dsp = NULL, one_call = 0, r, rc;
+    if (m->rank == root) {
+        int_layout(m, lens, displs, &cnt, &dsp);
+        one_call = cnt != NULL;
+    }
+    rc = mpi_ok(MPI_Bcast(&one_call, 1, MPI_INT, root, m->comm));
+    if (rc == DCP_OK && one_call) {
+        rc = mpi_ok(MPI_Scatterv(send, cnt, dsp, MPI_BYTE, recv, (int)len,
+                                 MPI_BYTE, root, m->comm));
+    } else if (rc == DCP_OK && m->rank != root) {
+        rc = recv_pieces(m, recv, len, root);
+    } else if (rc == DCP_OK) {
+        for (r = 0; rc == DCP_OK && r < m->size; r++) {
+            if (r == root && len)
+                memcpy(recv, (const char *)send + displs[r], len);
+            else if (r != root)
+                rc = send_pieces(m, (const char *)send + displs[r], lens[r], r);
+        }
+    }
+    dcp__free(cnt);
+    dcp__free(dsp);
+    return rc;
+}
+
+static int m_allreduce_min(void *impl, int64_t *vals, size_t n)
+{
+    struct mpi_comm *m = impl;
+    size_t off, step = piece / sizeof(int64_t) ? piece / sizeof(int64_t) : 1;
+    int rc = DCP_OK;
+    for (off = 0; rc == DCP_OK && off < n; off += step) {
+        size_t k = n - off < step ? n - off : step;
+        rc = mpi_ok(MPI_Allreduce(MPI_IN_PLACE, vals + off, (int)k, MPI_INT64_T,
+                                  MPI_MIN, m->comm));
+    }
+    return rc;
+}
+
+static int m_barrier(void *impl)
+{
+    struct mpi_comm *m = impl;
+    return mpi_ok(MPI_Barrier(m->comm));
+}
+
+static void m_destroy(void *impl)
+{
+    struct mpi_comm *m = impl;
+    int fin = 0;
+    (void)MPI_Finalized(&fin);
+    if (!fin)
+        (void)MPI_Comm_free(&m->comm);
+    dcp__free(m);
+}
+
+static const struct dcp_comm_ops mpi_ops = {
+    DCP_COMM_OPS_VERSION, m_bcast,         m_gather,  m_gatherv,
+    m_scatterv,           m_allreduce_min, m_barrier, m_destroy};
+
+int dcp_comm_mpi(dcp_comm **out, MPI_Comm comm)
+{
+    struct mpi_comm *m;
+    MPI_Comm dup = MPI_COMM_NULL;
+    int init = 0, fin = 0, inter = 0, rc;
+    if (!out)
+        return DCP_EINVAL;
+    *out = NULL;
+    if (MPI_Initialized(&init) != MPI_SUCCESS || !init ||
+        MPI_Finalized(&fin) != MPI_SUCCESS || fin || comm == MPI_COMM_NULL)
+        return DCP_EINVAL;
+    if (MPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter)
+        return DCP_EINVAL;
+    /* The collective step comes first, so a local failure below cannot
+     * leave other ranks waiting in MPI_Comm_dup. */
+    if (MPI_Comm_dup(comm, &dup) != MPI_SUCCESS)
+        return DCP_EIO;
+    m = dcp__calloc(1, sizeof(*m));
+    if (!m) {
+        (void)MPI_Comm_free(&dup);
+        return DCP_ENOMEM;
+    }
+    m->comm = dup;
+    if (MPI_Comm_rank(dup, &m->rank) != MPI_SUCCESS ||
+        MPI_Comm_size(dup, &m->size) != MPI_SUCCESS) {
+        m_destroy(m);
+        return DCP_EIO;
+    }
+    rc = dcp_comm_create(&mpi_ops, m, m->rank, m->size, out);
+    if (rc != DCP_OK)
+        m_destroy(m);
+    return rc;
+}

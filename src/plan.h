@@ -1,0 +1,85 @@
+/*
+ * Save planning: what each rank holds (local plan), the coordinator's
+ * checked, deduplicated global plan (which rank writes which record), and
+ * the compact encodings that travel between them. Knows nothing of files
+ * or communicators: save.c moves the byte strings and names the files.
+ */
+#ifndef DCP_PLAN_H
+#define DCP_PLAN_H
+
+#include "util.h"
+#include "meta.h"
+#include "state.h"
+
+/* A rank's local plan: the encoded description of its state (keys, kinds,
+ * dtypes, shapes, boxes, value sizes and hashes; no data) and the pickles
+ * of its values, kept for writing. */
+struct pl_local {
+    struct dcp_buf blob;
+    struct dcp_buf *pickles; /* one per state entry; empty for tensors */
+    size_t n;
+};
+
+int dcp__plan_local(const dcp_state *st, struct pl_local *lp,
+                    struct dcp_err *err);
+void dcp__plan_local_release(struct pl_local *lp);
+
+/* One record a rank writes: its state entry and box (0 for a value), and
+ * the metadata entry and chunk the record becomes. */
+struct pl_rec {
+    uint32_t lent;
+    uint32_t lbox;
+    uint32_t k;
+    uint32_t j;
+    uint32_t tensor;
+};
+
+/* The coordinator's plan. */
+struct pl_global {
+    /* Entries sorted by key, chunks with offsets and sizes (in md->ints),
+     * storage fields unset; version set, files/ids left to the caller. */
+    struct dcp_metadata *md;
+    int nranks;
+    struct pl_rec *recs; /* rank-major; each rank's in write order */
+    size_t *recbase;     /* nranks + 1 offsets into recs */
+    uint64_t *bytes;     /* per rank: bytes of data it writes */
+};
+
+/*
+ * Builds the global plan from every rank's local plan blob (rank r's at
+ * blobs + displs[r], lens[r] bytes). Checks that ranks agree on each key's
+ * kind, dtype, global shape and path, that equal value keys have equal
+ * contents, and that each tensor's boxes tile it; deduplicates replicated
+ * boxes and values and spreads them over their holders by size.
+ * Returns DCP_OK, DCP_EPLAN (message names the key and ranks), DCP_EFORMAT
+ * (a corrupt blob), DCP_ELIMIT, DCP_ENOMEM. The blobs may be freed after.
+ */
+int dcp__plan_global(const uint8_t *blobs, const size_t *lens,
+                     const size_t *displs, int nranks, struct pl_global *g,
+                     struct dcp_err *err);
+void dcp__plan_global_release(struct pl_global *g);
+
+/* Rank r's assignment: the file it writes and its records, in order. */
+int dcp__plan_assign_encode(const struct pl_global *g, int r, const char *file,
+                            struct dcp_buf *out);
+
+struct pl_assign {
+    char *file;
+    struct pl_rec *recs; /* lent, lbox, tensor set */
+    size_t n;
+};
+
+/* Decodes an assignment and checks it against this rank's state. */
+int dcp__plan_assign_decode(const uint8_t *p, size_t len, const dcp_state *st,
+                            struct pl_assign *a, struct dcp_err *err);
+void dcp__plan_assign_release(struct pl_assign *a);
+
+/* What a rank wrote: (offset, length) per record of its assignment. */
+int dcp__plan_results_encode(const uint64_t *offlen, size_t n,
+                             struct dcp_buf *out);
+
+/* Stores rank r's results in its chunks, in file index file. */
+int dcp__plan_results_apply(struct pl_global *g, int r, uint32_t file,
+                            const uint8_t *p, size_t len, struct dcp_err *err);
+
+#endif /* DCP_PLAN_H */
