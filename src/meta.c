@@ -131,6 +131,11 @@ static int get_u64(const struct pk_node *n, uint64_t *out)
 struct walk {
     struct dcp_metadata *md;
     struct dcp_err *err;
+    uint32_t *ftab; /* md->files by name: index + 1, 0 = empty */
+    size_t ftabcap;
+    /* Memo references let a small pickle name one big list many times;
+     * a real chunk costs at least this many bytes of pickle. */
+    uint64_t chunks_left;
 };
 
 static int walk_props(struct walk *w, const char *key,
@@ -169,6 +174,12 @@ static int walk_chunks(struct walk *w, struct md_entry *e,
         return dcp__err(w->err, DCP_EFORMAT,
                         "metadata: '%s': chunks is not a list", e->key);
     n = list->u.seq.n;
+    if (n > w->chunks_left)
+        return dcp__err(w->err, DCP_ELIMIT,
+                        "metadata: '%s': more chunks than the file can hold "
+                        "(shared references)",
+                        e->key);
+    w->chunks_left -= n;
     e->chunks = dcp__calloc(n ? n : 1, sizeof(*e->chunks));
     if (!e->chunks)
         return DCP_ENOMEM;
@@ -292,19 +303,48 @@ int dcp__safe_name(const char *name)
     return 1;
 }
 
-static int file_index(struct dcp_metadata *md, const char *name,
-                      uint32_t *out)
+static size_t name_hash(const char *s)
 {
-    size_t i;
+    uint64_t h = 1469598103934665603ULL;
+    while (*s) {
+        h ^= (unsigned char)*s++;
+        h *= 1099511628211ULL;
+    }
+    return (size_t)h;
+}
+
+/* Index of a data file name in md->files, added if new. A hash table: a
+ * checkpoint has a file or more per rank, and every storage item names
+ * one (8 Mi items x 4096 files for 4096 ranks x 2000 tensors). */
+static int file_index(struct walk *w, const char *name, uint32_t *out)
+{
+    struct dcp_metadata *md = w->md;
+    size_t h, i;
     char **nf;
-    /* Few files per checkpoint in practice; the last one is the likely hit. */
-    for (i = md->nfiles; i-- > 0;) {
-        if (strcmp(md->files[i], name) == 0) {
-            *out = (uint32_t)i;
+    if ((md->nfiles + 1) * 2 > w->ftabcap) {
+        size_t cap = w->ftabcap ? w->ftabcap * 2 : 64;
+        uint32_t *t = dcp__calloc(cap, sizeof(*t));
+        if (!t)
+            return DCP_ENOMEM;
+        for (i = 0; i < md->nfiles; i++) {
+            h = name_hash(md->files[i]) & (cap - 1);
+            while (t[h])
+                h = (h + 1) & (cap - 1);
+            t[h] = (uint32_t)(i + 1);
+        }
+        dcp__free(w->ftab);
+        w->ftab = t;
+        w->ftabcap = cap;
+    }
+    h = name_hash(name) & (w->ftabcap - 1);
+    while (w->ftab[h]) {
+        if (strcmp(md->files[w->ftab[h] - 1], name) == 0) {
+            *out = w->ftab[h] - 1;
             return DCP_OK;
         }
+        h = (h + 1) & (w->ftabcap - 1);
     }
-    if (md->nfiles >= UINT32_MAX)
+    if (md->nfiles >= UINT32_MAX - 1)
         return DCP_ELIMIT;
     nf = dcp__realloc(md->files, (md->nfiles + 1) * sizeof(*nf));
     if (!nf)
@@ -313,6 +353,7 @@ static int file_index(struct dcp_metadata *md, const char *name,
     md->files[md->nfiles] = dcp__strdup(name);
     if (!md->files[md->nfiles])
         return DCP_ENOMEM;
+    w->ftab[h] = (uint32_t)(md->nfiles + 1);
     *out = (uint32_t)md->nfiles++;
     return DCP_OK;
 }
@@ -401,7 +442,7 @@ static int walk_storage_item(struct walk *w, const struct pk_node *idx,
         return dcp__err(w->err, DCP_EFORMAT,
                         "metadata: '%s': bad byte range in '%s'", fqn, rel);
     c->has_storage = 1;
-    return file_index(w->md, rel, &c->file) == DCP_OK
+    return file_index(w, rel, &c->file) == DCP_OK
                ? DCP_OK
                : dcp__err(w->err, DCP_ENOMEM, "out of memory");
 }
@@ -547,7 +588,11 @@ int dcp__meta_decode(const void *p, size_t len, struct dcp_metadata **out,
         goto out_free;
     w.md = md;
     w.err = err;
+    w.chunks_left = len / 8 + 1;
+    w.ftab = NULL;
+    w.ftabcap = 0;
     rc = walk_root(&w, root);
+    dcp__free(w.ftab);
     if (rc == DCP_ENOMEM)
         (void)dcp__err(err, rc, "out of memory decoding metadata");
 out_free:
