@@ -131,8 +131,7 @@ static int get_u64(const struct pk_node *n, uint64_t *out)
 struct walk {
     struct dcp_metadata *md;
     struct dcp_err *err;
-    uint32_t *ftab; /* md->files by name: index + 1, 0 = empty */
-    size_t ftabcap;
+    struct md_ftab ftab; /* md->files by name */
     /* Memo references let a small pickle name one big list many times;
      * a real chunk costs at least this many bytes of pickle. */
     uint64_t chunks_left;
@@ -303,11 +302,12 @@ int dcp__safe_name(const char *name)
     return 1;
 }
 
-static size_t name_hash(const char *s)
+static size_t name_hash(const char *s, size_t n)
 {
     uint64_t h = 1469598103934665603ULL;
-    while (*s) {
-        h ^= (unsigned char)*s++;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
         h *= 1099511628211ULL;
     }
     return (size_t)h;
@@ -316,33 +316,34 @@ static size_t name_hash(const char *s)
 /* Index of a data file name in md->files, added if new. A hash table: a
  * checkpoint has a file or more per rank, and every storage item names
  * one (8 Mi items x 4096 files for 4096 ranks x 2000 tensors). */
-static int file_index(struct walk *w, const char *name, uint32_t *out)
+int dcp__meta_file_index(struct dcp_metadata *md, struct md_ftab *t,
+                         const char *name, size_t len, uint32_t *out)
 {
-    struct dcp_metadata *md = w->md;
     size_t h, i;
     char **nf;
-    if ((md->nfiles + 1) * 2 > w->ftabcap) {
-        size_t cap = w->ftabcap ? w->ftabcap * 2 : 64;
-        uint32_t *t = dcp__calloc(cap, sizeof(*t));
-        if (!t)
+    if ((md->nfiles + 1) * 2 > t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 64;
+        uint32_t *nt = dcp__calloc(cap, sizeof(*nt));
+        if (!nt)
             return DCP_ENOMEM;
         for (i = 0; i < md->nfiles; i++) {
-            h = name_hash(md->files[i]) & (cap - 1);
-            while (t[h])
+            h = name_hash(md->files[i], strlen(md->files[i])) & (cap - 1);
+            while (nt[h])
                 h = (h + 1) & (cap - 1);
-            t[h] = (uint32_t)(i + 1);
+            nt[h] = (uint32_t)(i + 1);
         }
-        dcp__free(w->ftab);
-        w->ftab = t;
-        w->ftabcap = cap;
+        dcp__free(t->tab);
+        t->tab = nt;
+        t->cap = cap;
     }
-    h = name_hash(name) & (w->ftabcap - 1);
-    while (w->ftab[h]) {
-        if (strcmp(md->files[w->ftab[h] - 1], name) == 0) {
-            *out = w->ftab[h] - 1;
+    h = name_hash(name, len) & (t->cap - 1);
+    while (t->tab[h]) {
+        const char *f = md->files[t->tab[h] - 1];
+        if (strncmp(f, name, len) == 0 && f[len] == '\0') {
+            *out = t->tab[h] - 1;
             return DCP_OK;
         }
-        h = (h + 1) & (w->ftabcap - 1);
+        h = (h + 1) & (t->cap - 1);
     }
     if (md->nfiles >= UINT32_MAX - 1)
         return DCP_ELIMIT;
@@ -350,10 +351,10 @@ static int file_index(struct walk *w, const char *name, uint32_t *out)
     if (!nf)
         return DCP_ENOMEM;
     md->files = nf;
-    md->files[md->nfiles] = dcp__strdup(name);
+    md->files[md->nfiles] = dcp__strndup(name, len);
     if (!md->files[md->nfiles])
         return DCP_ENOMEM;
-    w->ftab[h] = (uint32_t)(md->nfiles + 1);
+    t->tab[h] = (uint32_t)(md->nfiles + 1);
     *out = (uint32_t)md->nfiles++;
     return DCP_OK;
 }
@@ -442,7 +443,8 @@ static int walk_storage_item(struct walk *w, const struct pk_node *idx,
         return dcp__err(w->err, DCP_EFORMAT,
                         "metadata: '%s': bad byte range in '%s'", fqn, rel);
     c->has_storage = 1;
-    return file_index(w, rel, &c->file) == DCP_OK
+    return dcp__meta_file_index(w->md, &w->ftab, rel, strlen(rel),
+                                &c->file) == DCP_OK
                ? DCP_OK
                : dcp__err(w->err, DCP_ENOMEM, "out of memory");
 }
@@ -564,6 +566,14 @@ static int walk_root(struct walk *w, const struct pk_node *root)
 int dcp__meta_decode(const void *p, size_t len, struct dcp_metadata **out,
                      struct dcp_err *err)
 {
+    if (dcp__meta_decode_fast(p, len, out) == DCP_OK)
+        return DCP_OK;
+    return dcp__meta_decode_general(p, len, out, err);
+}
+
+int dcp__meta_decode_general(const void *p, size_t len,
+                             struct dcp_metadata **out, struct dcp_err *err)
+{
     struct pk_arena *arena = NULL;
     struct pk_node *root = NULL;
     struct dcp_metadata *md;
@@ -589,10 +599,10 @@ int dcp__meta_decode(const void *p, size_t len, struct dcp_metadata **out,
     w.md = md;
     w.err = err;
     w.chunks_left = len / 8 + 1;
-    w.ftab = NULL;
-    w.ftabcap = 0;
+    w.ftab.tab = NULL;
+    w.ftab.cap = 0;
     rc = walk_root(&w, root);
-    dcp__free(w.ftab);
+    dcp__free(w.ftab.tab);
     if (rc == DCP_ENOMEM)
         (void)dcp__err(err, rc, "out of memory decoding metadata");
 out_free:
@@ -790,54 +800,200 @@ int dcp__meta_check_tiling(const struct md_entry *e, struct dcp_err *err)
 
 /* ------------------------------------------------------------- encode */
 
-static int enc_size(struct pk_writer *w, const int64_t *v, int n)
+/*
+ * The encoder emits what Python's pickler would for the same objects
+ * (protocol 2, strings and classes memoized). At scale almost all of the
+ * output is two item kinds repeated millions of times: a
+ * ChunkStorageMetadata in a tensor's chunk list and a (MetadataIndex,
+ * _StorageInfo) pair in storage_data. Their strings and classes are memoized
+ * after the first occurrence, so the encoder remembers the memo indices
+ * (struct enc) and writes those items with one reservation and no lookups.
+ * The bytes are exactly those the general path would produce.
+ */
+#define ENC_NONE UINT32_MAX
+
+enum {
+    EG_SIZE, /* torch.Size */
+    EG_CHUNK,
+    EG_MDINDEX,
+    EG_SINFO,
+    EK_OFFSETS,
+    EK_SIZES,
+    EK_FQN,
+    EK_OFFSET,
+    EK_INDEX,
+    EK_RELPATH,
+    EK_LENGTH,
+    E_NSLOTS
+};
+
+struct enc {
+    struct pk_writer w;
+    uint32_t slot[E_NSLOTS];
+    uint32_t *ekey; /* per entry: memo index of its key */
+    uint32_t *fkey; /* per file: memo index of its name */
+    uint32_t layout, memfmt;
+    int have_props;
+};
+
+static int enc_str(struct enc *x, const char *s, uint32_t *slot)
 {
-    int i, rc = pkw_global_memo(w, "torch", "Size");
+    if (*slot != ENC_NONE)
+        return pkw_get(&x->w, *slot);
+    return pkw_str_memo(&x->w, s, strlen(s), slot);
+}
+
+static int enc_glob(struct enc *x, const char *module, const char *name,
+                    uint32_t *slot)
+{
+    if (slot && *slot != ENC_NONE)
+        return pkw_get(&x->w, *slot);
+    return pkw_global_memo(&x->w, module, name, slot);
+}
+
+static int enc_key(struct enc *x, const char *s)
+{
+    return pkw_str_memo(&x->w, s, strlen(s), NULL);
+}
+
+static int enc_size(struct enc *x, const int64_t *v, int n)
+{
+    int i, rc = enc_glob(x, "torch", "Size", &x->slot[EG_SIZE]);
     if (rc == DCP_OK && n > 3)
-        rc = pkw_mark(w);
+        rc = pkw_mark(&x->w);
     for (i = 0; rc == DCP_OK && i < n; i++)
-        rc = pkw_int(w, v[i]);
+        rc = pkw_int(&x->w, v[i]);
     if (rc == DCP_OK)
-        rc = pkw_tuple(w, (size_t)n);
+        rc = pkw_tuple(&x->w, (size_t)n);
     if (rc == DCP_OK)
-        rc = pkw_tuple(w, 1);
-    return rc == DCP_OK ? pkw_op(w, PK_OP_REDUCE) : rc;
+        rc = pkw_tuple(&x->w, 1);
+    return rc == DCP_OK ? pkw_op(&x->w, PK_OP_REDUCE) : rc;
 }
 
 /* cls() with an empty __dict__ filled by BUILD: opens the state dict. */
-static int enc_obj_open(struct pk_writer *w, const char *module,
-                        const char *name)
+static int enc_obj_open(struct enc *x, const char *module, const char *name,
+                        uint32_t *slot)
 {
-    int rc = pkw_global_memo(w, module, name);
+    int rc = enc_glob(x, module, name, slot);
     if (rc == DCP_OK)
-        rc = pkw_empty_tuple(w);
+        rc = pkw_empty_tuple(&x->w);
     if (rc == DCP_OK)
-        rc = pkw_op(w, PK_OP_NEWOBJ);
+        rc = pkw_op(&x->w, PK_OP_NEWOBJ);
     if (rc == DCP_OK)
-        rc = pkw_empty_dict(w);
-    return rc == DCP_OK ? pkw_mark(w) : rc;
+        rc = pkw_empty_dict(&x->w);
+    return rc == DCP_OK ? pkw_mark(&x->w) : rc;
 }
 
-static int enc_obj_close(struct pk_writer *w)
+static int enc_obj_close(struct enc *x)
 {
-    int rc = pkw_op(w, PK_OP_SETITEMS);
-    return rc == DCP_OK ? pkw_op(w, PK_OP_BUILD) : rc;
+    int rc = pkw_op(&x->w, PK_OP_SETITEMS);
+    return rc == DCP_OK ? pkw_op(&x->w, PK_OP_BUILD) : rc;
 }
 
-static int enc_key(struct pk_writer *w, const char *s)
+/* ---- raw writers for the fast paths: the caller reserved the room. */
+
+#define ENC_ITEM_MAX 512 /* bytes of one fast item, ndim <= DCP_MAX_NDIM */
+
+static inline uint8_t *raw_get(uint8_t *p, uint32_t idx)
 {
-    return pkw_str_memo(w, s, strlen(s));
+    if (idx < 256) {
+        p[0] = 'h'; /* BINGET */
+        p[1] = (uint8_t)idx;
+        return p + 2;
+    }
+    p[0] = 'j'; /* LONG_BINGET */
+    p[1] = (uint8_t)idx;
+    p[2] = (uint8_t)(idx >> 8);
+    p[3] = (uint8_t)(idx >> 16);
+    p[4] = (uint8_t)(idx >> 24);
+    return p + 5;
 }
 
-struct enc_memo {
-    uint32_t layout, memfmt;
-    int have;
-};
-
-static int enc_props(struct pk_writer *w, const struct md_entry *e,
-                     struct enc_memo *m)
+/* The same encoding as pkw_int. */
+static inline uint8_t *raw_int(uint8_t *p, int64_t v)
 {
-    int rc = pkw_global_memo(w, M_DCP, "TensorProperties");
+    uint64_t u = (uint64_t)v;
+    size_t n, i;
+    if (v >= 0 && v <= 0xff) {
+        p[0] = 'K';
+        p[1] = (uint8_t)v;
+        return p + 2;
+    }
+    if (v >= 0 && v <= 0xffff) {
+        p[0] = 'M';
+        p[1] = (uint8_t)v;
+        p[2] = (uint8_t)(v >> 8);
+        return p + 3;
+    }
+    if (v >= INT32_MIN && v <= INT32_MAX) {
+        p[0] = 'J';
+        for (i = 0; i < 4; i++)
+            p[1 + i] = (uint8_t)(u >> (8 * i));
+        return p + 5;
+    }
+    for (n = 8; n > 1; n--) { /* LONG1: shortest two's complement */
+        uint8_t top = (uint8_t)(u >> (8 * (n - 1)));
+        uint8_t next = (uint8_t)(u >> (8 * (n - 2)));
+        if (!((top == 0x00 && !(next & 0x80)) ||
+              (top == 0xff && (next & 0x80))))
+            break;
+    }
+    p[0] = 0x8a;
+    p[1] = (uint8_t)n;
+    for (i = 0; i < n; i++)
+        p[2 + i] = (uint8_t)(u >> (8 * i));
+    return p + 2 + n;
+}
+
+static inline uint8_t *raw_size(uint8_t *p, uint32_t g, const int64_t *v,
+                                int n)
+{
+    int i;
+    p = raw_get(p, g);
+    if (n > 3)
+        *p++ = '(';
+    for (i = 0; i < n; i++)
+        p = raw_int(p, v[i]);
+    *p++ = n == 0 ? ')' : n <= 3 ? (uint8_t)(0x85 + n - 1) : 't';
+    *p++ = 0x85; /* TUPLE1 */
+    *p++ = 'R';  /* REDUCE */
+    return p;
+}
+
+static inline uint8_t *raw_obj_open(uint8_t *p, uint32_t g)
+{
+    p = raw_get(p, g);
+    p[0] = ')';
+    p[1] = 0x81; /* NEWOBJ */
+    p[2] = '}';
+    p[3] = '(';
+    return p + 4;
+}
+
+static inline uint8_t *raw_obj_close(uint8_t *p)
+{
+    p[0] = 'u'; /* SETITEMS */
+    p[1] = 'b'; /* BUILD */
+    return p + 2;
+}
+
+/* Room for one fast item; returns where to write, or NULL. */
+static uint8_t *raw_begin(struct enc *x)
+{
+    if (dcp__buf_reserve(x->w.out, ENC_ITEM_MAX) != DCP_OK)
+        return NULL;
+    return x->w.out->p + x->w.out->len;
+}
+
+static void raw_end(struct enc *x, const uint8_t *p)
+{
+    x->w.out->len = (size_t)(p - x->w.out->p);
+}
+
+static int enc_props(struct enc *x, const struct md_entry *e)
+{
+    struct pk_writer *w = &x->w;
+    int rc = enc_glob(x, M_DCP, "TensorProperties", NULL);
     if (rc == DCP_OK)
         rc = pkw_empty_tuple(w);
     if (rc == DCP_OK)
@@ -845,29 +1001,29 @@ static int enc_props(struct pk_writer *w, const struct md_entry *e,
     if (rc == DCP_OK)
         rc = pkw_mark(w);
     if (rc == DCP_OK)
-        rc = pkw_global_memo(w, "torch", dcp_dtype_name(e->dtype));
+        rc = enc_glob(x, "torch", dcp_dtype_name(e->dtype), NULL);
     if (rc != DCP_OK)
         return rc;
-    if (m->have) {
-        rc = pkw_get(w, m->layout);
+    if (x->have_props) {
+        rc = pkw_get(w, x->layout);
         if (rc == DCP_OK)
             rc = pkw_bool(w, e->requires_grad);
         if (rc == DCP_OK)
-            rc = pkw_get(w, m->memfmt);
+            rc = pkw_get(w, x->memfmt);
     } else {
-        rc = pkw_global_memo(w, "torch.serialization", "_get_layout");
+        rc = enc_glob(x, "torch.serialization", "_get_layout", NULL);
         if (rc == DCP_OK)
-            rc = enc_key(w, "torch.strided");
+            rc = enc_key(x, "torch.strided");
         if (rc == DCP_OK)
             rc = pkw_tuple(w, 1);
         if (rc == DCP_OK)
             rc = pkw_op(w, PK_OP_REDUCE);
         if (rc == DCP_OK)
-            rc = pkw_put(w, &m->layout);
+            rc = pkw_put(w, &x->layout);
         if (rc == DCP_OK)
             rc = pkw_bool(w, e->requires_grad);
         if (rc == DCP_OK)
-            rc = pkw_global_memo(w, M_DCP, "_MEM_FORMAT_ENCODING");
+            rc = enc_glob(x, M_DCP, "_MEM_FORMAT_ENCODING", NULL);
         if (rc == DCP_OK)
             rc = pkw_int(w, 0);
         if (rc == DCP_OK)
@@ -875,8 +1031,8 @@ static int enc_props(struct pk_writer *w, const struct md_entry *e,
         if (rc == DCP_OK)
             rc = pkw_op(w, PK_OP_REDUCE);
         if (rc == DCP_OK)
-            rc = pkw_put(w, &m->memfmt);
-        m->have = rc == DCP_OK;
+            rc = pkw_put(w, &x->memfmt);
+        x->have_props = rc == DCP_OK;
     }
     if (rc == DCP_OK)
         rc = pkw_bool(w, 0); /* pin_memory */
@@ -894,219 +1050,289 @@ static int enc_props(struct pk_writer *w, const struct md_entry *e,
  */
 #define ENC_BATCH 1000
 
-static int enc_batch(struct pk_writer *w, size_t i, uint8_t op)
+static int enc_batch(struct enc *x, size_t i, uint8_t op)
 {
     int rc = DCP_OK;
     if (i % ENC_BATCH == 0) {
         if (i)
-            rc = pkw_op(w, op);
+            rc = pkw_op(&x->w, op);
         if (rc == DCP_OK)
-            rc = pkw_mark(w);
+            rc = pkw_mark(&x->w);
     }
     return rc;
 }
 
-static int enc_batch_end(struct pk_writer *w, size_t n, uint8_t op)
+static int enc_batch_end(struct enc *x, size_t n, uint8_t op)
 {
-    return n ? pkw_op(w, op) : DCP_OK;
+    return n ? pkw_op(&x->w, op) : DCP_OK;
 }
 
-static int enc_tensor_md(struct pk_writer *w, const struct md_entry *e,
-                         struct enc_memo *m)
+/* ChunkStorageMetadata(offsets=Size(..), sizes=Size(..)). */
+static int enc_chunk(struct enc *x, const struct md_entry *e,
+                     const struct md_chunk *c)
+{
+    const uint32_t *s = x->slot;
+    int rc;
+    if (s[EG_CHUNK] != ENC_NONE && s[EK_OFFSETS] != ENC_NONE &&
+        s[EK_SIZES] != ENC_NONE && s[EG_SIZE] != ENC_NONE) {
+        uint8_t *p = raw_begin(x);
+        if (!p)
+            return DCP_ENOMEM;
+        p = raw_obj_open(p, s[EG_CHUNK]);
+        p = raw_get(p, s[EK_OFFSETS]);
+        p = raw_size(p, s[EG_SIZE], c->off, e->ndim);
+        p = raw_get(p, s[EK_SIZES]);
+        p = raw_size(p, s[EG_SIZE], c->size, e->ndim);
+        raw_end(x, raw_obj_close(p));
+        return DCP_OK;
+    }
+    rc = enc_obj_open(x, M_DCP, "ChunkStorageMetadata", &x->slot[EG_CHUNK]);
+    if (rc == DCP_OK)
+        rc = enc_str(x, "offsets", &x->slot[EK_OFFSETS]);
+    if (rc == DCP_OK)
+        rc = enc_size(x, c->off, e->ndim);
+    if (rc == DCP_OK)
+        rc = enc_str(x, "sizes", &x->slot[EK_SIZES]);
+    if (rc == DCP_OK)
+        rc = enc_size(x, c->size, e->ndim);
+    return rc == DCP_OK ? enc_obj_close(x) : rc;
+}
+
+static int enc_tensor_md(struct enc *x, const struct md_entry *e)
 {
     size_t i;
-    int rc = enc_obj_open(w, M_DCP, "TensorStorageMetadata");
+    int rc = enc_obj_open(x, M_DCP, "TensorStorageMetadata", NULL);
     if (rc == DCP_OK)
-        rc = enc_key(w, "properties");
+        rc = enc_key(x, "properties");
     if (rc == DCP_OK)
-        rc = enc_props(w, e, m);
+        rc = enc_props(x, e);
     if (rc == DCP_OK)
-        rc = enc_key(w, "size");
+        rc = enc_key(x, "size");
     if (rc == DCP_OK)
-        rc = enc_size(w, e->shape, e->ndim);
+        rc = enc_size(x, e->shape, e->ndim);
     if (rc == DCP_OK)
-        rc = enc_key(w, "chunks");
+        rc = enc_key(x, "chunks");
     if (rc == DCP_OK)
-        rc = pkw_empty_list(w);
+        rc = pkw_empty_list(&x->w);
     for (i = 0; rc == DCP_OK && i < e->nchunks; i++) {
-        rc = enc_batch(w, i, PK_OP_APPENDS);
+        rc = enc_batch(x, i, PK_OP_APPENDS);
         if (rc == DCP_OK)
-            rc = enc_obj_open(w, M_DCP, "ChunkStorageMetadata");
-        if (rc == DCP_OK)
-            rc = enc_key(w, "offsets");
-        if (rc == DCP_OK)
-            rc = enc_size(w, e->chunks[i].off, e->ndim);
-        if (rc == DCP_OK)
-            rc = enc_key(w, "sizes");
-        if (rc == DCP_OK)
-            rc = enc_size(w, e->chunks[i].size, e->ndim);
-        if (rc == DCP_OK)
-            rc = enc_obj_close(w);
+            rc = enc_chunk(x, e, &e->chunks[i]);
     }
     if (rc == DCP_OK)
-        rc = enc_batch_end(w, e->nchunks, PK_OP_APPENDS);
-    return rc == DCP_OK ? enc_obj_close(w) : rc;
+        rc = enc_batch_end(x, e->nchunks, PK_OP_APPENDS);
+    return rc == DCP_OK ? enc_obj_close(x) : rc;
 }
 
-static int enc_state_dict_md(struct pk_writer *w,
-                             const struct dcp_metadata *md)
+static int enc_state_dict_md(struct enc *x, const struct dcp_metadata *md)
 {
-    struct enc_memo m = {0, 0, 0};
     size_t i;
-    int rc = enc_key(w, "state_dict_metadata");
+    int rc = enc_key(x, "state_dict_metadata");
     if (rc == DCP_OK)
-        rc = pkw_empty_dict(w);
+        rc = pkw_empty_dict(&x->w);
     for (i = 0; rc == DCP_OK && i < md->n; i++) {
         const struct md_entry *e = &md->e[i];
-        rc = enc_batch(w, i, PK_OP_SETITEMS);
+        rc = enc_batch(x, i, PK_OP_SETITEMS);
         if (rc == DCP_OK)
-            rc = enc_key(w, e->key);
+            rc = pkw_str_memo(&x->w, e->key, strlen(e->key), &x->ekey[i]);
         if (rc != DCP_OK)
             break;
         if (e->is_tensor) {
-            rc = enc_tensor_md(w, e, &m);
+            rc = enc_tensor_md(x, e);
         } else {
-            rc = pkw_global_memo(w, M_DCP, "BytesStorageMetadata");
+            rc = enc_glob(x, M_DCP, "BytesStorageMetadata", NULL);
             if (rc == DCP_OK)
-                rc = pkw_empty_tuple(w);
+                rc = pkw_empty_tuple(&x->w);
             if (rc == DCP_OK)
-                rc = pkw_op(w, PK_OP_NEWOBJ);
+                rc = pkw_op(&x->w, PK_OP_NEWOBJ);
         }
     }
-    return rc == DCP_OK ? enc_batch_end(w, md->n, PK_OP_SETITEMS) : rc;
+    return rc == DCP_OK ? enc_batch_end(x, md->n, PK_OP_SETITEMS) : rc;
 }
 
-static int enc_planner_data(struct pk_writer *w,
-                            const struct dcp_metadata *md)
+static int enc_planner_data(struct enc *x, const struct dcp_metadata *md)
 {
     size_t i, j;
-    int rc = enc_key(w, "planner_data");
+    int rc = enc_key(x, "planner_data");
     if (rc == DCP_OK)
-        rc = pkw_empty_dict(w);
+        rc = pkw_empty_dict(&x->w);
     for (i = 0; rc == DCP_OK && i < md->n; i++) {
         const struct md_entry *e = &md->e[i];
-        rc = enc_batch(w, i, PK_OP_SETITEMS);
+        rc = enc_batch(x, i, PK_OP_SETITEMS);
         if (rc == DCP_OK)
-            rc = enc_key(w, e->key);
+            rc = enc_str(x, e->key, &x->ekey[i]);
         if (rc == DCP_OK && e->npath > 3)
-            rc = pkw_mark(w);
+            rc = pkw_mark(&x->w);
         for (j = 0; rc == DCP_OK && j < e->npath; j++)
-            rc = e->path[j].s ? enc_key(w, e->path[j].s)
-                              : pkw_int(w, e->path[j].i);
+            rc = e->path[j].s ? enc_key(x, e->path[j].s)
+                              : pkw_int(&x->w, e->path[j].i);
         if (rc == DCP_OK && e->npath == 0)
-            rc = enc_key(w, e->key); /* no path recorded: flat */
+            rc = enc_str(x, e->key, &x->ekey[i]); /* no path: flat */
         if (rc == DCP_OK)
-            rc = pkw_tuple(w, e->npath ? e->npath : 1);
+            rc = pkw_tuple(&x->w, e->npath ? e->npath : 1);
     }
-    return rc == DCP_OK ? enc_batch_end(w, md->n, PK_OP_SETITEMS) : rc;
+    return rc == DCP_OK ? enc_batch_end(x, md->n, PK_OP_SETITEMS) : rc;
 }
 
-static int enc_storage_info(struct pk_writer *w,
-                            const struct dcp_metadata *md,
-                            const struct md_chunk *c)
+/* MetadataIndex(fqn, offset, index): _StorageInfo(path, offset, length). */
+static int enc_storage_item(struct enc *x, const struct dcp_metadata *md,
+                            size_t i, size_t j)
 {
-    int rc = enc_obj_open(w, M_FS, "_StorageInfo");
+    const struct md_entry *e = &md->e[i];
+    const struct md_chunk *c = &e->chunks[j];
+    const uint32_t *s = x->slot;
+    int k, rc;
+    for (k = EG_SIZE; k < E_NSLOTS; k++)
+        if (s[k] == ENC_NONE)
+            break;
+    if (k == E_NSLOTS && x->ekey[i] != ENC_NONE &&
+        x->fkey[c->file] != ENC_NONE) {
+        uint8_t *p = raw_begin(x);
+        if (!p)
+            return DCP_ENOMEM;
+        p = raw_obj_open(p, s[EG_MDINDEX]);
+        p = raw_get(p, s[EK_FQN]);
+        p = raw_get(p, x->ekey[i]);
+        if (e->is_tensor) {
+            p = raw_get(p, s[EK_OFFSET]);
+            p = raw_size(p, s[EG_SIZE], c->off, e->ndim);
+        }
+        p = raw_get(p, s[EK_INDEX]);
+        if (e->is_tensor)
+            p = raw_int(p, (int64_t)j);
+        else
+            *p++ = 'N';
+        p = raw_obj_close(p);
+        p = raw_obj_open(p, s[EG_SINFO]);
+        p = raw_get(p, s[EK_RELPATH]);
+        p = raw_get(p, x->fkey[c->file]);
+        p = raw_get(p, s[EK_OFFSET]);
+        p = raw_int(p, (int64_t)c->offset);
+        p = raw_get(p, s[EK_LENGTH]);
+        p = raw_int(p, (int64_t)c->length);
+        raw_end(x, raw_obj_close(p));
+        return DCP_OK;
+    }
+    /* The MetadataIndex key is fully built (BUILD) before SETITEMS hashes
+     * it. */
+    rc = enc_obj_open(x, M_DCP, "MetadataIndex", &x->slot[EG_MDINDEX]);
     if (rc == DCP_OK)
-        rc = enc_key(w, "relative_path");
+        rc = enc_str(x, "fqn", &x->slot[EK_FQN]);
     if (rc == DCP_OK)
-        rc = enc_key(w, md->files[c->file]);
+        rc = enc_str(x, e->key, &x->ekey[i]);
+    if (rc == DCP_OK && e->is_tensor) {
+        rc = enc_str(x, "offset", &x->slot[EK_OFFSET]);
+        if (rc == DCP_OK)
+            rc = enc_size(x, c->off, e->ndim);
+    }
     if (rc == DCP_OK)
-        rc = enc_key(w, "offset");
+        rc = enc_str(x, "index", &x->slot[EK_INDEX]);
     if (rc == DCP_OK)
-        rc = pkw_int(w, (int64_t)c->offset);
+        rc = e->is_tensor ? pkw_int(&x->w, (int64_t)j) : pkw_none(&x->w);
     if (rc == DCP_OK)
-        rc = enc_key(w, "length");
+        rc = enc_obj_close(x);
     if (rc == DCP_OK)
-        rc = pkw_int(w, (int64_t)c->length);
-    return rc == DCP_OK ? enc_obj_close(w) : rc;
+        rc = enc_obj_open(x, M_FS, "_StorageInfo", &x->slot[EG_SINFO]);
+    if (rc == DCP_OK)
+        rc = enc_str(x, "relative_path", &x->slot[EK_RELPATH]);
+    if (rc == DCP_OK)
+        rc = enc_str(x, md->files[c->file], &x->fkey[c->file]);
+    if (rc == DCP_OK)
+        rc = enc_str(x, "offset", &x->slot[EK_OFFSET]);
+    if (rc == DCP_OK)
+        rc = pkw_int(&x->w, (int64_t)c->offset);
+    if (rc == DCP_OK)
+        rc = enc_str(x, "length", &x->slot[EK_LENGTH]);
+    if (rc == DCP_OK)
+        rc = pkw_int(&x->w, (int64_t)c->length);
+    return rc == DCP_OK ? enc_obj_close(x) : rc;
 }
 
-static int enc_storage_data(struct pk_writer *w,
-                            const struct dcp_metadata *md)
+static int enc_storage_data(struct enc *x, const struct dcp_metadata *md)
 {
     size_t i, j, item = 0;
-    int rc = enc_key(w, "storage_data");
+    int rc = enc_key(x, "storage_data");
     if (rc == DCP_OK)
-        rc = pkw_empty_dict(w);
+        rc = pkw_empty_dict(&x->w);
     for (i = 0; rc == DCP_OK && i < md->n; i++) {
-        const struct md_entry *e = &md->e[i];
-        for (j = 0; rc == DCP_OK && j < e->nchunks; j++) {
-            /* The MetadataIndex key is fully built (BUILD) before SETITEMS
-             * hashes it. */
-            rc = enc_batch(w, item++, PK_OP_SETITEMS);
+        for (j = 0; rc == DCP_OK && j < md->e[i].nchunks; j++) {
+            if (md->e[i].chunks[j].file >= md->nfiles)
+                return DCP_EINVAL;
+            rc = enc_batch(x, item++, PK_OP_SETITEMS);
             if (rc == DCP_OK)
-                rc = enc_obj_open(w, M_DCP, "MetadataIndex");
-            if (rc == DCP_OK)
-                rc = enc_key(w, "fqn");
-            if (rc == DCP_OK)
-                rc = enc_key(w, e->key);
-            if (rc == DCP_OK && e->is_tensor) {
-                rc = enc_key(w, "offset");
-                if (rc == DCP_OK)
-                    rc = enc_size(w, e->chunks[j].off, e->ndim);
-            }
-            if (rc == DCP_OK)
-                rc = enc_key(w, "index");
-            if (rc == DCP_OK)
-                rc = e->is_tensor ? pkw_int(w, (int64_t)j) : pkw_none(w);
-            if (rc == DCP_OK)
-                rc = enc_obj_close(w);
-            if (rc == DCP_OK)
-                rc = enc_storage_info(w, md, &e->chunks[j]);
+                rc = enc_storage_item(x, md, i, j);
         }
     }
-    return rc == DCP_OK ? enc_batch_end(w, item, PK_OP_SETITEMS) : rc;
+    return rc == DCP_OK ? enc_batch_end(x, item, PK_OP_SETITEMS) : rc;
 }
 
-static int enc_storage_meta(struct pk_writer *w,
-                            const struct dcp_metadata *md)
+static int enc_storage_meta(struct enc *x, const struct dcp_metadata *md)
 {
-    int rc = enc_key(w, "storage_meta");
+    int rc = enc_key(x, "storage_meta");
     if (rc == DCP_OK)
-        rc = enc_obj_open(w, M_DCP, "StorageMeta");
+        rc = enc_obj_open(x, M_DCP, "StorageMeta", NULL);
     if (rc == DCP_OK)
-        rc = enc_key(w, "checkpoint_id");
+        rc = enc_key(x, "checkpoint_id");
     if (rc == DCP_OK)
-        rc = md->checkpoint_id ? enc_key(w, md->checkpoint_id) : pkw_none(w);
+        rc = md->checkpoint_id ? enc_key(x, md->checkpoint_id)
+                               : pkw_none(&x->w);
     if (rc == DCP_OK)
-        rc = enc_key(w, "save_id");
+        rc = enc_key(x, "save_id");
     if (rc == DCP_OK)
-        rc = md->save_id ? enc_key(w, md->save_id) : pkw_none(w);
+        rc = md->save_id ? enc_key(x, md->save_id) : pkw_none(&x->w);
     if (rc == DCP_OK)
-        rc = enc_key(w, "load_id");
+        rc = enc_key(x, "load_id");
     if (rc == DCP_OK)
-        rc = pkw_none(w);
+        rc = pkw_none(&x->w);
     if (rc == DCP_OK)
-        rc = enc_key(w, "modules");
+        rc = enc_key(x, "modules");
     if (rc == DCP_OK)
-        rc = pkw_empty_list(w);
-    return rc == DCP_OK ? enc_obj_close(w) : rc;
+        rc = pkw_empty_list(&x->w);
+    return rc == DCP_OK ? enc_obj_close(x) : rc;
 }
 
 int dcp__meta_encode(const struct dcp_metadata *md, struct dcp_buf *out)
 {
-    struct pk_writer w;
+    struct enc x;
+    size_t i;
     int rc;
-    pk_writer_init(&w, out);
-    rc = pkw_proto(&w);
+    memset(&x, 0, sizeof(x));
+    for (i = 0; i < E_NSLOTS; i++)
+        x.slot[i] = ENC_NONE;
+    x.ekey = dcp__malloc((md->n ? md->n : 1) * sizeof(*x.ekey));
+    x.fkey = dcp__malloc((md->nfiles ? md->nfiles : 1) * sizeof(*x.fkey));
+    if (!x.ekey || !x.fkey) {
+        dcp__free(x.ekey);
+        dcp__free(x.fkey);
+        return DCP_ENOMEM;
+    }
+    for (i = 0; i < md->n; i++)
+        x.ekey[i] = ENC_NONE;
+    for (i = 0; i < md->nfiles; i++)
+        x.fkey[i] = ENC_NONE;
+    pk_writer_init(&x.w, out);
+    rc = pkw_proto(&x.w);
     if (rc == DCP_OK)
-        rc = enc_obj_open(&w, M_DCP, "Metadata");
+        rc = enc_obj_open(&x, M_DCP, "Metadata", NULL);
     if (rc == DCP_OK)
-        rc = enc_state_dict_md(&w, md);
+        rc = enc_state_dict_md(&x, md);
     if (rc == DCP_OK)
-        rc = enc_planner_data(&w, md);
+        rc = enc_planner_data(&x, md);
     if (rc == DCP_OK)
-        rc = enc_storage_data(&w, md);
+        rc = enc_storage_data(&x, md);
     if (rc == DCP_OK)
-        rc = enc_storage_meta(&w, md);
+        rc = enc_storage_meta(&x, md);
     if (rc == DCP_OK)
-        rc = enc_key(&w, "version");
+        rc = enc_key(&x, "version");
     if (rc == DCP_OK)
-        rc = enc_key(&w, md->version && *md->version ? md->version : "1.0.0");
+        rc = enc_key(&x, md->version && *md->version ? md->version
+                                                     : "1.0.0");
     if (rc == DCP_OK)
-        rc = enc_obj_close(&w);
+        rc = enc_obj_close(&x);
     if (rc == DCP_OK)
-        rc = pkw_stop(&w);
-    pk_writer_release(&w);
+        rc = pkw_stop(&x.w);
+    pk_writer_release(&x.w);
+    dcp__free(x.ekey);
+    dcp__free(x.fkey);
     return rc;
 }

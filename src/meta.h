@@ -58,6 +58,31 @@ int dcp__meta_encode(const struct dcp_metadata *md, struct dcp_buf *out);
 
 void dcp__meta_free(struct dcp_metadata *md);
 
+/* The general decoder alone (dcp__meta_decode tries the fast path first). */
+int dcp__meta_decode_general(const void *p, size_t len,
+                             struct dcp_metadata **out, struct dcp_err *err);
+
+/*
+ * The fast path (meta_fast.c): decodes the layout dcp__meta_encode writes
+ * straight into md, without a pickle tree. Returns DCP_OK, or
+ * META_FAST_DECLINE for anything else -- another writer's layout, or any
+ * input the general decoder would refuse -- so that the general decoder
+ * runs and reports. Whatever it accepts, it decodes exactly as the general
+ * decoder would.
+ */
+#define META_FAST_DECLINE 1
+int dcp__meta_decode_fast(const uint8_t *p, size_t len,
+                          struct dcp_metadata **out);
+
+/* md->files by name, for decoders: index + 1 per slot, 0 = empty. */
+struct md_ftab {
+    uint32_t *tab;
+    size_t cap;
+};
+/* Index of name[0..len) in md->files, appended if new. */
+int dcp__meta_file_index(struct dcp_metadata *md, struct md_ftab *t,
+                         const char *name, size_t len, uint32_t *out);
+
 /* Index of key in md (binary search), or -1. */
 long dcp__meta_find(const struct dcp_metadata *md, const char *key);
 

@@ -454,7 +454,7 @@ static int pop_mark(struct pk_dec *d, size_t *start)
 /* ------------------------------------------------------------------ */
 
 /* UTF-8 as CPython decodes it with "surrogatepass". */
-static int utf8_valid(const uint8_t *s, size_t n)
+int pk_utf8_valid(const uint8_t *s, size_t n)
 {
     size_t i = 0, k;
     uint64_t w;
@@ -588,7 +588,7 @@ static int push_string(struct pk_dec *d, uint8_t kind, uint64_t n)
                     "pickle: string of %" PRIu64 " bytes exceeds the limit "
                     "at byte %zu",
                     n, d->op_off);
-    if (kind == PK_STR && !utf8_valid(d->p, (size_t)n))
+    if (kind == PK_STR && !pk_utf8_valid(d->p, (size_t)n))
         return fail(d, DCP_EFORMAT, "pickle: invalid utf-8 at byte %zu",
                     d->op_off);
     s = str_new(d, kind, d->p, (size_t)n);
@@ -1870,7 +1870,8 @@ static int intern_ready(struct pk_writer *w)
  * global) then BINPUT. Everything that can fail happens before the first
  * byte is written, so a failed call leaves out unchanged.
  */
-static int memo_emit(struct pk_writer *w, const struct ikey *k)
+static int memo_emit(struct pk_writer *w, const struct ikey *k,
+                     uint32_t *idx)
 {
     struct pk_intern_ent *e;
     char *key;
@@ -1879,8 +1880,11 @@ static int memo_emit(struct pk_writer *w, const struct ikey *k)
     if (rc != DCP_OK)
         return rc;
     e = intern_slot(w->intern, k);
-    if (e->key)
+    if (e->key) {
+        if (idx)
+            *idx = e->idx;
         return pkw_get(w, e->idx);
+    }
     if (w->next_memo == UINT32_MAX)
         return DCP_ELIMIT;
     if (k->tag == 's' && k->alen > UINT32_MAX)
@@ -1906,19 +1910,23 @@ static int memo_emit(struct pk_writer *w, const struct ikey *k)
     e->len = k->len;
     e->hash = k->hash;
     w->intern->n++;
+    if (idx)
+        *idx = e->idx;
     return DCP_OK;
 }
 
-int pkw_str_memo(struct pk_writer *w, const char *s, size_t len)
+int pkw_str_memo(struct pk_writer *w, const char *s, size_t len,
+                 uint32_t *idx)
 {
     struct ikey k;
     ikey_init(&k, 's', s, len, NULL);
-    return memo_emit(w, &k);
+    return memo_emit(w, &k, idx);
 }
 
-int pkw_global_memo(struct pk_writer *w, const char *module, const char *name)
+int pkw_global_memo(struct pk_writer *w, const char *module, const char *name,
+                    uint32_t *idx)
 {
     struct ikey k;
     ikey_init(&k, 'g', module, strlen(module), name);
-    return memo_emit(w, &k);
+    return memo_emit(w, &k, idx);
 }

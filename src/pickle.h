@@ -167,10 +167,17 @@ int pkw_op(struct pk_writer *w, uint8_t opcode); /* any single opcode:
  * be NULL). */
 int pkw_put(struct pk_writer *w, uint32_t *idx);
 int pkw_get(struct pk_writer *w, uint32_t idx); /* BINGET / LONG_BINGET */
-/* Interned: the first time, emit and BINPUT; later, BINGET. */
-int pkw_str_memo(struct pk_writer *w, const char *s, size_t len);
+/* Interned: the first time, emit and BINPUT; later, BINGET. *idx (may be
+ * NULL) receives the memo index either way, so a caller emitting the same
+ * item many times can cache it and emit pkw_get itself. */
+int pkw_str_memo(struct pk_writer *w, const char *s, size_t len,
+                 uint32_t *idx);
 int pkw_global_memo(struct pk_writer *w, const char *module,
-                    const char *name);
+                    const char *name, uint32_t *idx);
+
+/* 1 if s[0..n) is valid UTF-8 as Python's decoder accepts it (no
+ * surrogates, no overlongs), else 0. */
+int pk_utf8_valid(const uint8_t *s, size_t n);
 
 /* Pickle opcodes used by callers. */
 enum {

@@ -606,6 +606,12 @@ struct build {
     uint32_t *hold;
     size_t nhold;
     uint64_t *load;
+    /* The chunks' offsets and sizes, copied in entry order as they are
+     * made: the gathered pool is in rank order, so every later pass over
+     * the chunks (tiling check, encoding twice) would otherwise miss the
+     * cache on each chunk at scale. */
+    int64_t *ints;
+    size_t nints;
 };
 
 /* Rebuilds an entry's path from its encoding and key. */
@@ -715,8 +721,11 @@ static int group_chunk(struct build *b, uint32_t k, size_t a, size_t z)
         b->hold[b->nhold++] = b->srt[m].ci;
     }
     c = &e->chunks[e->nchunks];
-    c->off = p->pool + p->cands[b->hold[h0]].ioff;
+    c->off = b->ints + b->nints;
     c->size = c->off + slot;
+    memcpy(c->off, p->pool + p->cands[b->hold[h0]].ioff,
+           2 * (size_t)slot * sizeof(int64_t));
+    b->nints += 2 * (size_t)slot;
     gid = add_cref(b, k, (uint32_t)e->nchunks, b->hold[h0]);
     e->nchunks++;
     place(b, gid, h0, numel * dcp_dtype_size(e->dtype) + 1);
@@ -920,7 +929,9 @@ static int build_all(struct gp *p, struct pl_global *g)
     if (bucket(&b, kof, &maxn) != DCP_OK)
         goto out;
     b.srt = dcp__malloc((maxn ? maxn : 1) * sizeof(*b.srt));
-    if (!b.srt)
+    /* Each chunk's ints come from one cand's: the pool's size bounds them. */
+    b.ints = dcp__malloc((p->npool ? p->npool : 1) * sizeof(*b.ints));
+    if (!b.srt || !b.ints)
         goto out;
     rc = DCP_OK;
     for (i = 0; rc == DCP_OK && i < p->nkeys; i++) {
@@ -929,6 +940,10 @@ static int build_all(struct gp *p, struct pl_global *g)
     }
     if (rc != DCP_OK)
         goto out_rc;
+    /* The chunks point into b.ints now: md owns it instead of the pool. */
+    dcp__free(g->md->ints);
+    g->md->ints = b.ints;
+    b.ints = NULL;
     spread(&b);
     rc = make_recs(&b, g);
     if (rc == DCP_OK) {
@@ -948,6 +963,7 @@ out_rc:
     dcp__free(b.reps);
     dcp__free(b.hold);
     dcp__free(b.load);
+    dcp__free(b.ints);
     return rc;
 }
 

@@ -1889,13 +1889,13 @@ TEST(emit_tensor_data_pkl)
     uint32_t idx = 99;
     pk_writer_init(&w, &b);
     ASSERT_OK(pkw_proto(&w));
-    ASSERT_OK(pkw_global_memo(&w, "torch._utils", "_rebuild_tensor_v2"));
+    ASSERT_OK(pkw_global_memo(&w, "torch._utils", "_rebuild_tensor_v2", NULL));
     ASSERT_OK(pkw_mark(&w));
     ASSERT_OK(pkw_mark(&w));
-    ASSERT_OK(pkw_str_memo(&w, "storage", 7));
-    ASSERT_OK(pkw_global_memo(&w, "torch", "FloatStorage"));
-    ASSERT_OK(pkw_str_memo(&w, "0", 1));
-    ASSERT_OK(pkw_str_memo(&w, "cpu", 3));
+    ASSERT_OK(pkw_str_memo(&w, "storage", 7, NULL));
+    ASSERT_OK(pkw_global_memo(&w, "torch", "FloatStorage", NULL));
+    ASSERT_OK(pkw_str_memo(&w, "0", 1, NULL));
+    ASSERT_OK(pkw_str_memo(&w, "cpu", 3, NULL));
     ASSERT_OK(pkw_int(&w, 6));
     ASSERT_OK(pkw_tuple(&w, 5));
     ASSERT_OK(pkw_put(&w, &idx));
@@ -1911,7 +1911,7 @@ TEST(emit_tensor_data_pkl)
     ASSERT_OK(pkw_tuple(&w, 2));
     ASSERT_OK(pkw_put(&w, NULL));
     ASSERT_OK(pkw_bool(&w, 0));
-    ASSERT_OK(pkw_global_memo(&w, "collections", "OrderedDict"));
+    ASSERT_OK(pkw_global_memo(&w, "collections", "OrderedDict", NULL));
     ASSERT_OK(pkw_empty_tuple(&w));
     ASSERT_OK(pkw_op(&w, PK_OP_REDUCE));
     ASSERT_OK(pkw_put(&w, NULL));
@@ -2047,7 +2047,7 @@ TEST(emit_memo_matches_python)
     ASSERT_OK(pkw_mark(&w));
     for (i = 0; i < 600; i++) {
         n = snprintf(s, sizeof(s), "%d", i % 300);
-        ASSERT_OK(pkw_str_memo(&w, s, (size_t)n));
+        ASSERT_OK(pkw_str_memo(&w, s, (size_t)n, NULL));
     }
     ASSERT_OK(pkw_op(&w, PK_OP_APPENDS));
     ASSERT_OK(pkw_stop(&w));
@@ -2062,20 +2062,20 @@ TEST(emit_memo_matches_python)
     ASSERT_OK(pkw_empty_list(&w));
     ASSERT_OK(pkw_put(&w, NULL));
     ASSERT_OK(pkw_mark(&w));
-    ASSERT_OK(pkw_global_memo(&w, "collections", "OrderedDict"));
-    ASSERT_OK(pkw_global_memo(&w, "collections", "OrderedDict"));
+    ASSERT_OK(pkw_global_memo(&w, "collections", "OrderedDict", NULL));
+    ASSERT_OK(pkw_global_memo(&w, "collections", "OrderedDict", NULL));
     ASSERT_OK(pkw_op(&w, PK_OP_APPENDS));
     ASSERT_OK(pkw_stop(&w));
     ASSERT(out_is(&b, "80025d71002863636f6c6c656374696f6e730a4f726465726564"
                       "446963740a71016801652e"));
     /* strings and globals with the same text are interned apart */
-    ASSERT_OK(pkw_str_memo(&w, "collections\nOrderedDict", 23));
+    ASSERT_OK(pkw_str_memo(&w, "collections\nOrderedDict", 23, NULL));
     ASSERT_EQ(b.p[0], 'X');
     ASSERT_EQ(w.next_memo, 3);
     b.len = 0;
-    ASSERT_OK(pkw_global_memo(&w, "collections", "OrderedDic"));
+    ASSERT_OK(pkw_global_memo(&w, "collections", "OrderedDic", NULL));
     ASSERT_EQ(b.p[0], 'c');
-    ASSERT_OK(pkw_global_memo(&w, "collection", "sOrderedDict"));
+    ASSERT_OK(pkw_global_memo(&w, "collection", "sOrderedDict", NULL));
     ASSERT_EQ(w.next_memo, 5);
     pk_writer_release(&w);
     dcp__buf_free(&b);
@@ -2103,7 +2103,7 @@ TEST(emit_memo_indices)
     ASSERT(out_is(&b, "68ff6a000100006a04030201"));
     w.next_memo = UINT32_MAX;
     ASSERT_RC(pkw_put(&w, &idx), DCP_ELIMIT);
-    ASSERT_RC(pkw_str_memo(&w, "x", 1), DCP_ELIMIT);
+    ASSERT_RC(pkw_str_memo(&w, "x", 1, NULL), DCP_ELIMIT);
     ASSERT_EQ(b.len, 0);
     pk_writer_release(&w);
     dcp__buf_free(&b);
@@ -2128,7 +2128,7 @@ static int emit_sample(struct pk_writer *w)
     E(pkw_put(w, NULL));
     E(pkw_mark(w));
     /* "ints": every width */
-    E(pkw_str_memo(w, "ints", 4));
+    E(pkw_str_memo(w, "ints", 4, NULL));
     E(pkw_empty_list(w));
     E(pkw_put(w, NULL));
     E(pkw_mark(w));
@@ -2136,50 +2136,50 @@ static int emit_sample(struct pk_writer *w)
         E(pkw_int(w, emit_ints[i].v));
     E(pkw_op(w, PK_OP_APPENDS));
     /* "floats" */
-    E(pkw_str_memo(w, "floats", 6));
+    E(pkw_str_memo(w, "floats", 6, NULL));
     E(pkw_empty_list(w));
     for (i = 0; i < DCP_ARRAY_LEN(emit_floats); i++) {
         E(pkw_float(w, emit_floats[i].v));
         E(pkw_op(w, PK_OP_APPEND));
     }
     /* "obj": mymod.Foo() with state {'a': 1} */
-    E(pkw_str_memo(w, "obj", 3));
-    E(pkw_global_memo(w, "mymod", "Foo"));
+    E(pkw_str_memo(w, "obj", 3, NULL));
+    E(pkw_global_memo(w, "mymod", "Foo", NULL));
     E(pkw_empty_tuple(w));
     E(pkw_op(w, PK_OP_NEWOBJ));
     E(pkw_empty_dict(w));
-    E(pkw_str_memo(w, "a", 1));
+    E(pkw_str_memo(w, "a", 1, NULL));
     E(pkw_int(w, 1));
     E(pkw_op(w, PK_OP_SETITEM));
     E(pkw_op(w, PK_OP_BUILD));
     /* "od": OrderedDict() filled later; "raw": b'\xff\x00' */
-    E(pkw_str_memo(w, "od", 2));
-    E(pkw_global_memo(w, "collections", "OrderedDict"));
+    E(pkw_str_memo(w, "od", 2, NULL));
+    E(pkw_global_memo(w, "collections", "OrderedDict", NULL));
     E(pkw_empty_tuple(w));
     E(pkw_op(w, PK_OP_REDUCE));
-    E(pkw_str_memo(w, "a", 1));
+    E(pkw_str_memo(w, "a", 1, NULL));
     E(pkw_none(w));
     E(pkw_op(w, PK_OP_SETITEM));
-    E(pkw_str_memo(w, "raw", 3));
-    E(pkw_global_memo(w, "_codecs", "encode"));
+    E(pkw_str_memo(w, "raw", 3, NULL));
+    E(pkw_global_memo(w, "_codecs", "encode", NULL));
     E(pkw_str(w, "\303\277\000", 3));
-    E(pkw_str_memo(w, "latin1", 6));
+    E(pkw_str_memo(w, "latin1", 6, NULL));
     E(pkw_tuple(w, 2));
     E(pkw_op(w, PK_OP_REDUCE));
     /* "t": (True, False, None, 'a', obj) with obj by BINGET */
-    E(pkw_str_memo(w, "t", 1));
+    E(pkw_str_memo(w, "t", 1, NULL));
     E(pkw_mark(w));
     E(pkw_bool(w, 1));
     E(pkw_bool(w, 0));
     E(pkw_none(w));
-    E(pkw_str_memo(w, "a", 1));
+    E(pkw_str_memo(w, "a", 1, NULL));
     E(pkw_get(w, 0));
     E(pkw_tuple(w, 5));
     /* 2000 more keys, interned twice over */
     for (i = 0; i < 2000; i++) {
         n = snprintf(key, sizeof(key), "key.%zu", i);
-        E(pkw_str_memo(w, key, (size_t)n));
-        E(pkw_str_memo(w, key, (size_t)n));
+        E(pkw_str_memo(w, key, (size_t)n, NULL));
+        E(pkw_str_memo(w, key, (size_t)n, NULL));
     }
     E(pkw_op(w, PK_OP_SETITEMS));
     E(pkw_stop(w));
@@ -2243,7 +2243,7 @@ TEST(emit_errors)
     for (k = 1;; k++) {
         size_t before = b.len;
         (void)dcp__alloc_fail_after(k);
-        rc = pkw_str_memo(&w, "first", 5);
+        rc = pkw_str_memo(&w, "first", 5, NULL);
         (void)dcp__alloc_fail_after(0);
         if (rc == DCP_OK)
             break;
@@ -2252,17 +2252,17 @@ TEST(emit_errors)
         ASSERT_EQ(w.next_memo, 0);
     }
     ASSERT(out_is(&b, "580500000066697273747100"));
-    ASSERT_OK(pkw_str_memo(&w, "first", 5));
+    ASSERT_OK(pkw_str_memo(&w, "first", 5, NULL));
     ASSERT(out_is(&b, "6800"));
     /* the same when the intern table has to grow */
     for (i = 1; i < 192; i++) {
         n = snprintf(s, sizeof(s), "s%d", i);
-        ASSERT_OK(pkw_str_memo(&w, s, (size_t)n));
+        ASSERT_OK(pkw_str_memo(&w, s, (size_t)n, NULL));
     }
     b.len = 0;
     for (k = 1;; k++) {
         (void)dcp__alloc_fail_after(k);
-        rc = pkw_global_memo(&w, "mymod", "Foo");
+        rc = pkw_global_memo(&w, "mymod", "Foo", NULL);
         (void)dcp__alloc_fail_after(0);
         if (rc == DCP_OK)
             break;
@@ -2272,11 +2272,11 @@ TEST(emit_errors)
     }
     ASSERT(k > 1);
     ASSERT(out_is(&b, "636d796d6f640a466f6f0a71c0"));
-    ASSERT_OK(pkw_str_memo(&w, "s191", 4));
+    ASSERT_OK(pkw_str_memo(&w, "s191", 4, NULL));
     ASSERT(out_is(&b, "68bf"));
     ASSERT_RC(pkw_global(&w, "a\nb", "c"), DCP_EINVAL);
     ASSERT_RC(pkw_global(&w, "a", "c\n"), DCP_EINVAL);
-    ASSERT_RC(pkw_global_memo(&w, "a", "c\n"), DCP_EINVAL);
+    ASSERT_RC(pkw_global_memo(&w, "a", "c\n", NULL), DCP_EINVAL);
     ASSERT_EQ(b.len, 0);
     ASSERT_EQ(w.next_memo, 193);
     dcp__buf_free(&b);
