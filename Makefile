@@ -2,7 +2,9 @@
 # CMakePresets.json); this file only strings the usual steps together.
 #
 #   make demo           build, save a checkpoint with dcp, inspect it with
-#                       dcptool, load it with PyTorch
+#                       dcptool, load it with PyTorch; then a GPT-2-small
+#                       state saved on 4 MPI ranks, loaded on 3 (DEMO_KEEP=1
+#                       keeps its 1.5 GB in build/demo-gpt2)
 #   make check          build + all tests, ASan+UBSan build + all tests,
 #                       install test (what CI runs, through .ci/run)
 #   make build | test | asan | install-test | install | clean | format-check
@@ -21,6 +23,7 @@ PYTHON     := $(CURDIR)/.venv/bin/python
 CMAKE      ?= cmake
 CTEST      ?= ctest
 DEMO_DIR   ?= build/demo-ckpt
+GPT2_DIR   ?= build/demo-gpt2
 
 MAKEFLAGS += --no-print-directory
 
@@ -32,7 +35,7 @@ CONFIGURE_COMMON = -DDCP_PYTHON=$(PYTHON) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
 all: build
 
 help:
-	@sed -n '4,12p' Makefile
+	@sed -n '4,14p' Makefile
 
 deps:
 	bash scripts/deps.sh
@@ -52,6 +55,7 @@ demo: build
 	build/dcptool info $(DEMO_DIR)
 	build/dcptool ls $(DEMO_DIR)
 	$(PYTHON) scripts/demo_torch_load.py $(DEMO_DIR)
+	bash scripts/demo_gpt2.sh build $(GPT2_DIR)
 
 # Every phase runs even if an earlier one failed, so one run reports all
 # failures; the target fails if any phase did. (One phase per recipe line, so
