@@ -195,12 +195,14 @@ static int coordinate(const uint8_t *blobs, const size_t *lens,
     return rc;
 }
 
-/* One rank's load planning: the stored chunks each of its boxes needs. */
+/* One rank's load planning, as dcp_load does it (load.c): for each of its
+ * boxes, the stored chunks it overlaps (dcp__meta_overlapping). */
 static size_t load_plan(const struct dcp_metadata *md, int r, int nranks,
                         int ntensors)
 {
-    int64_t io[2], is[2];
-    size_t hits = 0, j;
+    static uint8_t *mark;
+    static size_t cap;
+    size_t hits = 0;
     char key[128];
     int t;
     for (t = 0; t < ntensors; t++) {
@@ -216,10 +218,15 @@ static size_t load_plan(const struct dcp_metadata *md, int r, int nranks,
         if (k < 0)
             return 0;
         e = &md->e[k];
-        for (j = 0; j < e->nchunks; j++)
-            hits += (size_t)dcp__box_intersect(2, e->chunks[j].off,
-                                               e->chunks[j].size, off, size,
-                                               io, is);
+        if (e->nchunks > cap) {
+            cap = e->nchunks;
+            free(mark);
+            mark = malloc(cap);
+            if (!mark)
+                return 0;
+        }
+        memset(mark, 0, e->nchunks);
+        hits += dcp__meta_overlapping(e, off, size, mark);
     }
     return hits;
 }

@@ -143,28 +143,33 @@ static int load_tensor(struct rd_files *f, const struct st_entry *se,
                        struct dcp_err *err)
 {
     struct rd_dest *dest;
-    int64_t io[DCP_MAX_NDIM], is[DCP_MAX_NDIM];
-    size_t i, j;
+    uint8_t *mark;
+    size_t i, nwanted = 0;
     int rc = DCP_OK;
     dest = dcp__calloc(se->nboxes ? se->nboxes : 1, sizeof(*dest));
-    if (!dest)
+    mark = dcp__calloc(e->nchunks ? e->nchunks : 1, 1);
+    if (!dest || !mark) {
+        dcp__free(dest);
+        dcp__free(mark);
         return dcp__err(err, DCP_ENOMEM, "out of memory");
+    }
     for (i = 0; i < se->nboxes; i++) {
         dest[i].off = se->boxes[i].off;
         dest[i].size = se->boxes[i].size;
         dest[i].buf = se->boxes[i].buf;
         dest[i].dtype = se->dtype;
+        if (dcp__box_numel(e->ndim, se->boxes[i].size))
+            nwanted += dcp__meta_overlapping(e, se->boxes[i].off,
+                                             se->boxes[i].size, mark);
     }
-    for (i = 0; rc == DCP_OK && i < e->nchunks; i++) {
-        const struct md_chunk *c = &e->chunks[i];
-        int wanted = 0;
-        for (j = 0; !wanted && j < se->nboxes; j++)
-            wanted = dcp__box_numel(e->ndim, se->boxes[j].size) &&
-                     dcp__box_intersect(e->ndim, c->off, c->size, dest[j].off,
-                                        dest[j].size, io, is);
-        if (wanted)
-            rc = dcp__rd_chunk(f, e, i, dest, se->nboxes, verify, NULL, err);
+    /* In chunk order: the order of the bytes in each file. */
+    for (i = 0; rc == DCP_OK && nwanted && i < e->nchunks; i++) {
+        if (!mark[i])
+            continue;
+        nwanted--;
+        rc = dcp__rd_chunk(f, e, i, dest, se->nboxes, verify, NULL, err);
     }
+    dcp__free(mark);
     dcp__free(dest);
     return rc;
 }

@@ -603,6 +603,8 @@ int dcp__meta_decode_general(const void *p, size_t len,
     w.ftab.cap = 0;
     rc = walk_root(&w, root);
     dcp__free(w.ftab.tab);
+    if (rc == DCP_OK)
+        dcp__meta_index(md);
     if (rc == DCP_ENOMEM)
         (void)dcp__err(err, rc, "out of memory decoding metadata");
 out_free:
@@ -641,6 +643,76 @@ void dcp__meta_free(struct dcp_metadata *md)
     dcp__free(md->ints);
     dcp__free(md->dir);
     dcp__free(md);
+}
+
+/* ------------------------------------------------------- load planning */
+
+void dcp__meta_index(struct dcp_metadata *md)
+{
+    size_t i, j;
+    for (i = 0; i < md->n; i++) {
+        struct md_entry *e = &md->e[i];
+        e->sorted0 = e->is_tensor && e->ndim > 0;
+        e->maxlen0 = 0;
+        for (j = 0; e->sorted0 && j < e->nchunks; j++) {
+            const struct md_chunk *c = &e->chunks[j];
+            if (j && c->off[0] < e->chunks[j - 1].off[0])
+                e->sorted0 = 0;
+            if (c->size[0] > e->maxlen0)
+                e->maxlen0 = c->size[0];
+        }
+    }
+}
+
+static int overlaps(int ndim, const int64_t *ao, const int64_t *as,
+                    const int64_t *bo, const int64_t *bs)
+{
+    int d;
+    for (d = 0; d < ndim; d++) {
+        int64_t lo = ao[d] > bo[d] ? ao[d] : bo[d];
+        int64_t hi = ao[d] + as[d] < bo[d] + bs[d] ? ao[d] + as[d]
+                                                   : bo[d] + bs[d];
+        if (hi <= lo)
+            return 0;
+    }
+    return 1;
+}
+
+size_t dcp__meta_overlapping(const struct md_entry *e, const int64_t *off,
+                             const int64_t *size, uint8_t *mark)
+{
+    size_t lo = 0, hi = e->nchunks, i, n = 0;
+    if (!e->is_tensor)
+        return 0;
+    if (e->ndim == 0) { /* a 0-d tensor: its one chunk */
+        if (e->nchunks && !mark[0]) {
+            mark[0] = 1;
+            n = 1;
+        }
+        return n;
+    }
+    if (e->sorted0) {
+        /* First chunk that may reach the box: start > off[0] - maxlen0. */
+        int64_t from = off[0] - e->maxlen0;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (e->chunks[mid].off[0] <= from)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        hi = e->nchunks;
+    }
+    for (i = lo; i < hi; i++) {
+        const struct md_chunk *c = &e->chunks[i];
+        if (e->sorted0 && c->off[0] >= off[0] + size[0])
+            break;
+        if (!mark[i] && overlaps(e->ndim, c->off, c->size, off, size)) {
+            mark[i] = 1;
+            n++;
+        }
+    }
+    return n;
 }
 
 /* ------------------------------------------------------------- tiling */

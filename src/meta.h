@@ -29,6 +29,11 @@ struct md_entry {
     size_t nchunks;
     struct st_pathel *path; /* planner_data; NULL when absent */
     size_t npath;
+    /* Set by the decoders (dcp__meta_index) for dcp__meta_overlapping:
+     * chunks listed by ascending offset along dim 0 (as dcp and torch write
+     * them), and the largest chunk extent along dim 0. */
+    int sorted0;
+    int64_t maxlen0;
 };
 
 struct dcp_metadata {
@@ -92,6 +97,20 @@ int dcp__meta_check_tiling(const struct md_entry *e, struct dcp_err *err);
 
 /* Sorts entries by key and fails with DCP_EPLAN on a duplicate. */
 int dcp__meta_sort(struct dcp_metadata *md, struct dcp_err *err);
+
+/* Fills sorted0 and maxlen0 of every tensor entry: one pass over the
+ * chunks. */
+void dcp__meta_index(struct dcp_metadata *md);
+
+/*
+ * Load planning: marks (mark[i] = 1) every chunk i of tensor entry e that
+ * overlaps the box (off, size), and returns how many it newly marked. mark
+ * has e->nchunks bytes. With chunks sorted along dim 0, a binary search
+ * limits the scan to chunks starting within maxlen0 before the box: row
+ * sharding costs O(log n + k); otherwise every chunk is tested.
+ */
+size_t dcp__meta_overlapping(const struct md_entry *e, const int64_t *off,
+                             const int64_t *size, uint8_t *mark);
 
 /* Checks that name is a plain file name inside the checkpoint directory. */
 int dcp__safe_name(const char *name);

@@ -981,6 +981,7 @@ int dcp__meta_decode_fast(const uint8_t *p, size_t len,
         dcp__meta_free(f.md);
         return DECLINE;
     }
+    dcp__meta_index(f.md);
     *out = f.md;
     return DCP_OK;
 }
