@@ -13,7 +13,9 @@ The tests run in CI and never skip: without torch they fail loudly.
 import math
 import os
 import random
+import shlex
 import shutil
+import socket
 import struct
 import subprocess
 import sys
@@ -302,12 +304,14 @@ def flatten(state):
     return flatten_state_dict(state)
 
 
-def write_manifest(state, dirpath, boxes=None, flat=None):
+def write_manifest(state, dirpath, boxes=None, flat=None, files=True):
     """Writes dirpath/manifest (+ side files) for a nested state dict.
 
     boxes: {key: [(offsets, sizes), ...]} saves that tensor as several boxes
-    (one "tensor" line each, with the box's own bytes). Returns the manifest
-    path."""
+    (one "tensor" line each, with the box's own bytes); an empty list leaves
+    the key out. files=False writes no side files (a manifest for
+    interop_state loadinto, whose FILE names are outputs; the tensors are
+    then only read for their dtype and shape). Returns the manifest path."""
     os.makedirs(dirpath, exist_ok=True)
     flat_sd, mapping = flatten(state)
     boxes = boxes or {}
@@ -324,8 +328,9 @@ def write_manifest(state, dirpath, boxes=None, flat=None):
                     box = box.narrow(d, o, s)
                 fname = f"b{nfile}.bin"
                 nfile += 1
-                with open(os.path.join(dirpath, fname), "wb") as f:
-                    f.write(tensor_bytes(box))
+                if files:
+                    with open(os.path.join(dirpath, fname), "wb") as f:
+                        f.write(tensor_bytes(box))
                 lines.append(
                     f"tensor {path} {dtype_name(t.dtype)} "
                     f"[{','.join(map(str, shape))}] "
@@ -341,17 +346,22 @@ def write_manifest(state, dirpath, boxes=None, flat=None):
 
 
 class Dump:
-    """A manifest read back: entries {key: entry} in file order, meta."""
+    """A manifest read back: entries {key: entry} in file order, meta, and
+    (read_manifest(boxes=True)) the tensor boxes."""
 
     def __init__(self):
         self.entries = {}
         self.meta = {}
         self.nchunks = {}
+        self.boxes = []
 
 
-def read_manifest(dirpath):
+def read_manifest(dirpath, boxes=False):
     """Reads dirpath/manifest as dumpall writes it. Tensor entries are
-    {"path", "tensor"}, value entries {"path", "value"}."""
+    {"path", "tensor"}, value entries {"path", "value"}. boxes=True (what
+    loadinto writes): tensor lines may be any box, several per key; each goes
+    to d.boxes as {"key", "path", "shape", "offsets", "sizes", "tensor"}
+    (the box's elements) instead of d.entries."""
     d = Dump()
     with open(os.path.join(dirpath, "manifest"), encoding="ascii") as f:
         lines = f.read().split("\n")
@@ -384,9 +394,15 @@ def read_manifest(dirpath):
             assert p.s[p.i] == "s"
             p.i += 1
             fname = p.quoted().decode()
-            assert offs == [0] * len(shape) and sizes == shape, ln
             with open(os.path.join(dirpath, fname), "rb") as f:
                 data = f.read()
+            if boxes:
+                d.boxes.append({"key": key, "path": path, "shape": shape,
+                                "offsets": offs, "sizes": sizes,
+                                "tensor": tensor_from_bytes(data, dt, sizes)})
+                assert p.eof(), ln
+                continue
+            assert offs == [0] * len(shape) and sizes == shape, ln
             d.entries[key] = {"path": path,
                               "tensor": tensor_from_bytes(data, dt, shape)}
         elif tag == "value":
@@ -462,6 +478,110 @@ def dcp_box(ckpt_dir, key, offsets, sizes, work_dir, mode="loadbox"):
     run(mode, ckpt_dir, key, csv(offsets), csv(sizes), out)
     with open(out, "rb") as f:
         return f.read()
+
+
+def mpiexec(np, *args, tmp, timeout=120):
+    """Runs interop_state_mpi ARGS on np ranks under mpiexec (DCP_MPIEXEC,
+    as CMake found it; mpiexec --oversubscribe from PATH otherwise) and
+    returns the CompletedProcess. Open MPI's session directory goes under
+    tmp, so concurrent tests do not share one."""
+    launcher = os.environ.get("DCP_MPIEXEC")
+    if launcher:
+        cmd = shlex.split(launcher)
+    else:
+        found = shutil.which("mpiexec")
+        if not found:
+            raise RuntimeError("no DCP_MPIEXEC and no mpiexec in PATH")
+        cmd = [found, "--oversubscribe"]
+    cmd += [os.environ.get("DCP_MPIEXEC_NUMPROC_FLAG") or "-n", str(np),
+            prog("interop_state_mpi")] + [str(a) for a in args]
+    env = dict(os.environ)
+    for k in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
+              "OMPI_MCA_rmaps_base_oversubscribe"):
+        env.setdefault(k, "1")
+    env["OMPI_MCA_orte_tmpdir_base"] = os.path.join(tmp, "ompi")
+    os.makedirs(env["OMPI_MCA_orte_tmpdir_base"], exist_ok=True)
+    return subprocess.run(cmd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+# ---------------------------------------------------- torch.distributed
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def slice_of(t, offs, sizes):
+    """The box of t at offsets offs with sizes sizes (a view)."""
+    for d, (o, n) in enumerate(zip(offs, sizes)):
+        t = t.narrow(d, o, n)
+    return t
+
+
+def local_box(full_shape, mesh, placements):
+    """(offsets, sizes) of this rank's DTensor shard."""
+    from torch.distributed.tensor._utils import (
+        compute_local_shape_and_global_offset)
+    sizes, offs = compute_local_shape_and_global_offset(
+        full_shape, mesh, placements)
+    return tuple(offs), tuple(sizes)
+
+
+def dtensor_from_full(full, mesh, placements):
+    """full as a DTensor, each rank holding its own slice (built locally
+    with from_local: gloo cannot scatter every dtype)."""
+    from torch.distributed.tensor import DTensor
+    offs, sizes = local_box(full.shape, mesh, placements)
+    local = slice_of(full, offs, sizes).clone()
+    return DTensor.from_local(local, mesh, placements, run_check=False,
+                              shape=full.shape, stride=full.stride())
+
+
+def _rank_main(rank, world, port, fn, args, result_dir):
+    import datetime
+    import torch.distributed as dist
+    msg = "ok"
+    try:
+        # Forked from a parent that imported torch: no OpenMP pool here.
+        torch.set_num_threads(1)
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+            world_size=world, timeout=datetime.timedelta(seconds=60))
+        fn(rank, world, *args)
+        dist.barrier()
+    except Exception:
+        msg = traceback.format_exc()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        with open(os.path.join(result_dir, f"rank{rank}.txt"), "w") as f:
+            f.write(msg)
+
+
+def run_ranks(check, world, fn, args, tmp):
+    """Runs fn(rank, world, *args) on world local processes in a gloo
+    process group at tcp://127.0.0.1:<free port>, loopback only. Each rank's
+    outcome ("ok" or its traceback) is one check. The processes are forked,
+    not spawned: a spawned child imports torch again, 3 s of CPU each, which
+    made 4 ranks take half a minute on 2 busy cores; the parent has run no
+    intra-op parallel work (small tensors only) and no process group."""
+    import torch.multiprocessing as mp
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    result_dir = os.path.join(tmp, f"results{world}-{fn.__name__}")
+    os.makedirs(result_dir, exist_ok=True)
+    try:
+        mp.start_processes(_rank_main,
+                           args=(world, free_port(), fn, args, result_dir),
+                           nprocs=world, join=True, start_method="fork")
+    except Exception as exc:
+        check.true(False, f"spawned ranks failed: {exc}")
+    for r in range(world):
+        p = os.path.join(result_dir, f"rank{r}.txt")
+        text = open(p).read() if os.path.exists(p) else "no result file"
+        check.eq(text, "ok", f"{fn.__name__}: rank {r} of {world}")
 
 
 # -------------------------------------------------------------- the runner
@@ -629,14 +749,16 @@ def list_state(seed=99):
     }
 
 
-def zeros_template(state):
-    """Same nesting as state: tensors zeroed (contiguous), values None."""
+def zeros_template(state, keep_tensors=False):
+    """Same nesting as state: tensors zeroed (contiguous), values None.
+    keep_tensors: the tensors (DTensors too) are kept as they are."""
     flat_sd, mapping = flatten(state)
     from torch.distributed.checkpoint._nested_dict import unflatten_state_dict
     tmpl = {}
     for k, v in flat_sd.items():
         if isinstance(v, torch.Tensor):
-            tmpl[k] = torch.zeros(v.shape, dtype=v.dtype)
+            tmpl[k] = v if keep_tensors else torch.zeros(v.shape,
+                                                         dtype=v.dtype)
         else:
             tmpl[k] = None
     return unflatten_state_dict(tmpl, mapping)

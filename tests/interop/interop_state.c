@@ -24,6 +24,23 @@
  *       The same box through dcp_metadata_read_box (CRC verified).
  *   OFFS and SIZES are comma-separated integers ("2,0"), "-" for a 0-d
  *   tensor.
+ *   interop_state loadinto MANIFEST DIR OUTDIR
+ *       Builds a state for a load from MANIFEST: each "tensor" line is a box
+ *       to fill (its buffer is first set to the byte 0xa5, so an element
+ *       dcp_load does not write shows; FILE is not read, it names the output
+ *       file, relative), each "value" line's VALUE is the template. Then
+ *       dcp_load's DIR (strict) and writes OUTDIR/manifest: the same records
+ *       in the same order, each box's loaded bytes in OUTDIR/FILE, each value
+ *       as loaded.
+ *
+ * interop_state_mpi, the same source built with DCP_INTEROP_MPI (only where
+ * MPI is found), runs under mpiexec: savefrom and loadinto are collective
+ * over MPI_COMM_WORLD (dcp_comm_mpi), each rank with its own manifest and
+ * output directory: "{rank}" in MANIFEST and OUTDIR stands for the rank
+ * (manifests/{rank}/manifest). A rank whose manifest is bad makes every rank
+ * exit 1 before dcp_save/dcp_load; messages carry "[rank R]". The other
+ * commands are single-process there too. The serial build reads "{rank}" as
+ * 0.
  *
  * Exit status 0 on success. On failure: "interop_state: <message>" on
  * stderr (the message is dcp_errmsg() where the library failed) and exit 1;
@@ -71,6 +88,9 @@
  *                                       accepts str keys only)
  */
 #include <dcp/dcp.h>
+#ifdef DCP_INTEROP_MPI
+#include <dcp/dcp_mpi.h>
+#endif
 
 #include <errno.h>
 #include <inttypes.h>
@@ -80,7 +100,11 @@
 #include <string.h>
 #include <sys/stat.h> /* mkdir */
 
-#define PROG      "interop_state"
+#ifdef DCP_INTEROP_MPI
+#define PROG "interop_state_mpi"
+#else
+#define PROG "interop_state"
+#endif
 #define MAX_DEPTH 200
 
 #if defined(__GNUC__)
@@ -93,10 +117,17 @@
 
 static void fail(const char *fmt, ...) PRINTF_LIKE(1, 2);
 
+/* The communicator of savefrom and loadinto (NULL: one process), and this
+ * process's rank in it (0 without MPI). */
+static dcp_comm *g_comm;
+static int g_rank;
+
 static void fail(const char *fmt, ...)
 {
     va_list ap;
     fputs(PROG ": ", stderr);
+    if (g_comm)
+        fprintf(stderr, "[rank %d] ", g_rank);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -825,6 +856,55 @@ static void bufs_free(struct bufs *b)
     free(b->p);
 }
 
+/*
+ * What loadinto writes back, one record per manifest line in file order: the
+ * path, and for a tensor box its dtype, dims, output file name and the
+ * buffer dcp_load fills (owned by the struct bufs that st borrows from).
+ */
+struct rec {
+    dcp_value *path;
+    int is_tensor;
+    dcp_dtype dtype;
+    int ndim;
+    int64_t shape[DCP_MAX_NDIM], offs[DCP_MAX_NDIM], sizes[DCP_MAX_NDIM];
+    char *fname;
+    void *buf;
+    size_t nbytes;
+};
+
+struct recs {
+    struct rec *p;
+    size_t n, cap;
+};
+
+/* Appends r (taking its path and fname, also on failure). */
+static int recs_add(struct recs *rs, struct rec *r)
+{
+    if (rs->n == rs->cap) {
+        size_t cap = rs->cap ? rs->cap * 2 : 64;
+        struct rec *np = realloc(rs->p, cap * sizeof(*np));
+        if (!np) {
+            dcp_value_free(r->path);
+            free(r->fname);
+            return -1;
+        }
+        rs->p = np;
+        rs->cap = cap;
+    }
+    rs->p[rs->n++] = *r;
+    return 0;
+}
+
+static void recs_free(struct recs *rs)
+{
+    size_t i;
+    for (i = 0; i < rs->n; i++) {
+        dcp_value_free(rs->p[i].path);
+        free(rs->p[i].fname);
+    }
+    free(rs->p);
+}
+
 static char *dir_of(const char *path)
 {
     const char *slash = strrchr(path, '/');
@@ -844,18 +924,66 @@ static char *dir_of(const char *path)
     return d;
 }
 
-/* Handles one "tensor" line after the tag. */
+/* Largest box loadinto allocates (the manifest is the test's own input). */
+#define MAX_LOAD_BOX ((uint64_t)1 << 32)
+
+/* The bytes of one box: for a save read from FILE (its size checked), for a
+ * load (out not NULL) a buffer set to 0xa5. *data is malloc'd. */
+static int box_data(struct cur *c, const char *mdir, const char *fname,
+                    uint64_t want, const struct recs *out, char **data)
+{
+    char *full;
+    size_t dlen = 0;
+    *data = NULL;
+    if (out) {
+        if (fname[0] == '/' || fname[0] == '\0') {
+            perr(c, "loadinto needs FILE names relative to OUTDIR");
+            return -1;
+        }
+        if (want > MAX_LOAD_BOX) {
+            perr(c, "box too large");
+            return -1;
+        }
+        *data = malloc(want ? (size_t)want : 1);
+        if (!*data) {
+            perr(c, "out of memory");
+            return -1;
+        }
+        memset(*data, 0xa5, (size_t)want);
+        return 0;
+    }
+    full = fname[0] == '/' ? NULL : path_join(mdir, fname);
+    if (read_file(full ? full : fname, data, &dlen) != 0) {
+        free(full);
+        perr(c, "cannot read the tensor file");
+        return -1;
+    }
+    free(full);
+    if (dlen != want) {
+        (void)snprintf(c->err, sizeof(c->err),
+                       "tensor file holds %zu bytes, the box needs %" PRIu64,
+                       dlen, want);
+        free(*data);
+        *data = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Handles one "tensor" line after the tag. out: NULL for a save; for a load
+ * the record list the line is appended to. */
 static int line_tensor(struct cur *c, dcp_state *st, const char *mdir,
-                       struct bufs *keep)
+                       struct bufs *keep, struct recs *out)
 {
     dcp_value *path = NULL;
     int64_t shape[DCP_MAX_NDIM], offs[DCP_MAX_NDIM], sizes[DCP_MAX_NDIM];
     int nd_shape, nd_offs, nd_sizes, rc;
     char dtname[64], why[200] = "";
-    char *fname = NULL, *full = NULL, *data = NULL;
-    size_t flen = 0, dlen = 0;
+    char *fname = NULL, *data = NULL;
+    size_t flen = 0;
     dcp_dtype dt;
     struct leaf lf;
+    struct rec r;
     uint64_t want;
 
     path = parse_path(c);
@@ -880,18 +1008,9 @@ static int line_tensor(struct cur *c, dcp_state *st, const char *mdir,
         perr(c, "unknown dtype");
         goto bad;
     }
-    full = fname[0] == '/' ? NULL : path_join(mdir, fname);
-    if (read_file(full ? full : fname, &data, &dlen) != 0) {
-        perr(c, "cannot read the tensor file");
-        goto bad;
-    }
     want = numel(nd_sizes, sizes) * dcp_dtype_size(dt);
-    if (dlen != want) {
-        (void)snprintf(c->err, sizeof(c->err),
-                       "tensor file holds %zu bytes, the box needs %" PRIu64,
-                       dlen, want);
+    if (box_data(c, mdir, fname, want, out, &data) != 0)
         goto bad;
-    }
     if (bufs_add(keep, data) != 0) {
         perr(c, "out of memory");
         goto bad;
@@ -904,26 +1023,45 @@ static int line_tensor(struct cur *c, dcp_state *st, const char *mdir,
     lf.offsets = nd_shape ? offs : NULL;
     lf.sizes = nd_shape ? sizes : NULL;
     lf.buf = want ? data : NULL; /* an empty box passes NULL */
-    data = NULL;
     rc = add_leaf(st, path, &lf, why, sizeof(why));
     if (rc != DCP_OK) {
+        data = NULL;
         (void)snprintf(c->err, sizeof(c->err), "%s: %s (%s)", why,
                        dcp_strerror(rc), dcp_err_name(rc));
         goto bad;
     }
+    if (out) {
+        memset(&r, 0, sizeof(r));
+        r.path = path;
+        r.is_tensor = 1;
+        r.dtype = dt;
+        r.ndim = nd_shape;
+        memcpy(r.shape, shape, sizeof(shape));
+        memcpy(r.offs, offs, sizeof(offs));
+        memcpy(r.sizes, sizes, sizeof(sizes));
+        r.fname = fname;
+        r.buf = data;
+        r.nbytes = (size_t)want;
+        path = NULL;
+        fname = NULL;
+        if (recs_add(out, &r) != 0) {
+            perr(c, "out of memory");
+            data = NULL;
+            goto bad;
+        }
+    }
     dcp_value_free(path);
     free(fname);
-    free(full);
     return 0;
 bad:
     dcp_value_free(path);
     free(fname);
-    free(full);
     free(data);
     return -1;
 }
 
-static int line_value(struct cur *c, dcp_state *st)
+/* Handles one "value" line after the tag; out as for line_tensor. */
+static int line_value(struct cur *c, dcp_state *st, struct recs *out)
 {
     dcp_value *path = parse_path(c), *v = NULL;
     struct leaf lf;
@@ -940,17 +1078,30 @@ static int line_value(struct cur *c, dcp_state *st)
     memset(&lf, 0, sizeof(lf));
     lf.value = v;
     rc = add_leaf(st, path, &lf, why, sizeof(why));
-    dcp_value_free(path);
     if (rc != DCP_OK) {
+        dcp_value_free(path);
         (void)snprintf(c->err, sizeof(c->err), "%s: %s (%s)", why,
                        dcp_strerror(rc), dcp_err_name(rc));
         return -1;
     }
+    if (out) {
+        struct rec r;
+        memset(&r, 0, sizeof(r));
+        r.path = path;
+        if (recs_add(out, &r) != 0) {
+            perr(c, "out of memory");
+            return -1;
+        }
+        return 0;
+    }
+    dcp_value_free(path);
     return 0;
 }
 
-/* Parses a manifest into st; buffers that st borrows go to keep. */
-static int read_manifest(const char *mpath, dcp_state *st, struct bufs *keep)
+/* Parses a manifest into st; buffers that st borrows go to keep. out: NULL
+ * for a save, the records to write back for a load (loadinto). */
+static int read_manifest(const char *mpath, dcp_state *st, struct bufs *keep,
+                         struct recs *out)
 {
     char *text = NULL, *mdir = NULL;
     size_t len = 0;
@@ -991,10 +1142,10 @@ static int read_manifest(const char *mpath, dcp_state *st, struct bufs *keep)
             continue;
         }
         if (strcmp(tag, "tensor") == 0) {
-            if (line_tensor(&c, st, mdir, keep) != 0)
+            if (line_tensor(&c, st, mdir, keep, out) != 0)
                 goto bad_line;
         } else if (strcmp(tag, "value") == 0) {
-            if (line_value(&c, st) != 0)
+            if (line_value(&c, st, out) != 0)
                 goto bad_line;
         } else if (strcmp(tag, "meta") != 0) {
             perr(&c, "unknown record");
@@ -1016,6 +1167,46 @@ out:
     return ret;
 }
 
+/*
+ * Whether every rank passes ok (collective under MPI): a rank that cannot
+ * build its state must not leave the others waiting in dcp_save/dcp_load.
+ */
+static int all_ok(int ok)
+{
+#ifdef DCP_INTEROP_MPI
+    int all = 0;
+    if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) !=
+        MPI_SUCCESS)
+        return 0;
+    if (ok && !all)
+        fail("another rank failed");
+    return all;
+#else
+    return ok;
+#endif
+}
+
+/* s with every "{rank}" replaced by this process's rank; malloc'd. */
+static char *subst_rank(const char *s)
+{
+    static const char tok[] = "{rank}";
+    struct sbuf b = {0};
+    const char *hit;
+    sb_put(&b, "", 0);
+    while ((hit = strstr(s, tok)) != NULL) {
+        sb_put(&b, s, (size_t)(hit - s));
+        sb_printf(&b, "%d", g_rank);
+        s = hit + sizeof(tok) - 1;
+    }
+    sb_puts(&b, s);
+    if (b.oom) {
+        free(b.p);
+        fail("out of memory");
+        return NULL;
+    }
+    return b.p;
+}
+
 static int cmd_savefrom(const char *manifest, const char *dir)
 {
     dcp_state *st = NULL;
@@ -1026,9 +1217,9 @@ static int cmd_savefrom(const char *manifest, const char *dir)
     rc = dcp_state_create(&st);
     if (rc != DCP_OK)
         return fail_rc("dcp_state_create", rc);
-    if (read_manifest(manifest, st, &keep) != 0)
+    if (!all_ok(read_manifest(manifest, st, &keep, NULL) == 0))
         goto out;
-    rc = dcp_ctx_create(&ctx, NULL, NULL);
+    rc = dcp_ctx_create(&ctx, g_comm, NULL);
     if (rc != DCP_OK) {
         fail_rc("dcp_ctx_create", rc);
         goto out;
@@ -1081,12 +1272,12 @@ static dcp_value *entry_path(const dcp_metadata *md, size_t i,
     return t;
 }
 
-/* Whether the path's items joined with '.' spell key. */
-static int path_spells(const dcp_value *path, const char *key)
+/* The path's items joined with '.' (the key); malloc'd, NULL without
+ * memory. */
+static char *path_key(const dcp_value *path)
 {
     struct sbuf b = {0};
     size_t i, n = dcp_value_len(path);
-    int same;
     sb_put(&b, "", 0);
     for (i = 0; i < n; i++) {
         const dcp_value *it = dcp_value_item(path, i);
@@ -1097,8 +1288,19 @@ static int path_spells(const dcp_value *path, const char *key)
         else
             sb_printf(&b, "%" PRId64, dcp_value_as_int(it));
     }
-    same = !b.oom && strcmp(b.p, key) == 0;
-    free(b.p);
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
+
+/* Whether the path's items joined with '.' spell key. */
+static int path_spells(const dcp_value *path, const char *key)
+{
+    char *k = path_key(path);
+    int same = k && strcmp(k, key) == 0;
+    free(k);
     return same;
 }
 
@@ -1355,6 +1557,118 @@ out:
     return ret;
 }
 
+/* ------------------------------------------------------------ loadinto */
+
+/* Writes one record of OUTDIR/manifest (and a box's OUTDIR/FILE). */
+static int put_rec(struct sbuf *man, const struct rec *r, const dcp_state *st,
+                   const char *outdir)
+{
+    const dcp_value *v;
+    char *key, *full;
+    int ret;
+    if (r->is_tensor) {
+        sb_puts(man, "tensor ");
+        (void)put_value(man, r->path, 0);
+        sb_printf(man, " %s ", dcp_dtype_name(r->dtype));
+        put_dims(man, r->ndim, r->shape);
+        sb_puts(man, " ");
+        put_dims(man, r->ndim, r->offs);
+        sb_puts(man, " ");
+        put_dims(man, r->ndim, r->sizes);
+        sb_puts(man, " ");
+        put_str(man, 's', r->fname, strlen(r->fname));
+        sb_puts(man, "\n");
+        full = path_join(outdir, r->fname);
+        ret = full ? write_file(full, r->buf, r->nbytes) : -1;
+        free(full);
+        return ret;
+    }
+    key = path_key(r->path);
+    v = key ? dcp_state_value(st, key) : NULL;
+    if (!v) {
+        fail("'%s': dcp_state_value gives NULL after dcp_load",
+             key ? key : "?");
+        free(key);
+        return -1;
+    }
+    free(key);
+    sb_puts(man, "value ");
+    (void)put_value(man, r->path, 0);
+    sb_puts(man, " ");
+    if (put_value(man, v, 0) != 0) {
+        fail("a loaded value nested too deeply to write");
+        return -1;
+    }
+    sb_puts(man, "\n");
+    return 0;
+}
+
+static int write_loaded(const struct recs *rs, const dcp_state *st,
+                        const char *outdir)
+{
+    struct sbuf man = {0};
+    char *mpath = NULL;
+    size_t i;
+    int ret = -1;
+    if (mkdir(outdir, 0777) != 0 && errno != EEXIST) {
+        fail("cannot create '%s': %s", outdir, strerror(errno));
+        return -1;
+    }
+    sb_puts(&man, "dcp-manifest 1\n# written by " PROG " loadinto\n");
+    for (i = 0; i < rs->n; i++)
+        if (put_rec(&man, &rs->p[i], st, outdir) != 0)
+            goto out;
+    if (man.oom) {
+        fail("out of memory");
+        goto out;
+    }
+    mpath = path_join(outdir, "manifest");
+    if (!mpath || write_file(mpath, man.p, man.n) != 0)
+        goto out;
+    ret = 0;
+out:
+    free(mpath);
+    free(man.p);
+    return ret;
+}
+
+static int cmd_loadinto(const char *manifest, const char *dir,
+                        const char *outdir)
+{
+    dcp_state *st = NULL;
+    dcp_ctx *ctx = NULL;
+    struct bufs keep = {0};
+    struct recs recs = {0};
+    dcp_load_options lo;
+    int rc, ret = 1;
+    rc = dcp_state_create(&st);
+    if (rc != DCP_OK)
+        return fail_rc("dcp_state_create", rc);
+    if (!all_ok(read_manifest(manifest, st, &keep, &recs) == 0))
+        goto out;
+    rc = dcp_ctx_create(&ctx, g_comm, NULL);
+    if (rc != DCP_OK) {
+        fail_rc("dcp_ctx_create", rc);
+        goto out;
+    }
+    memset(&lo, 0, sizeof(lo));
+    lo.struct_size = sizeof(lo);
+    rc = dcp_load(ctx, st, dir, &lo);
+    if (rc != DCP_OK) {
+        fail_ctx(ctx, "dcp_load", rc);
+        goto out;
+    }
+    if (write_loaded(&recs, st, outdir) != 0)
+        goto out;
+    ret = 0;
+out:
+    dcp_ctx_free(ctx);
+    dcp_state_free(st);
+    recs_free(&recs);
+    bufs_free(&keep);
+    return ret;
+}
+
 /* ------------------------------------------------------- loadbox/readbox */
 
 /* Parses "1,2,3" (or "-" / "" for none) into at most DCP_MAX_NDIM dims. */
@@ -1501,6 +1815,7 @@ out:
 static int usage(void)
 {
     fputs("usage: " PROG " savefrom MANIFEST DIR\n"
+          "       " PROG " loadinto MANIFEST DIR OUTDIR\n"
           "       " PROG " dumpall DIR OUTDIR\n"
           "       " PROG " loadbox DIR KEY OFFS SIZES OUTFILE\n"
           "       " PROG " readbox DIR KEY OFFS SIZES OUTFILE\n",
@@ -1508,10 +1823,27 @@ static int usage(void)
     return 2;
 }
 
-int main(int argc, char **argv)
+/* savefrom and loadinto with "{rank}" in MANIFEST and OUTDIR replaced. */
+static int cmd_ranked(int load, const char *manifest, const char *dir,
+                      const char *outdir)
+{
+    char *m = subst_rank(manifest), *o = load ? subst_rank(outdir) : NULL;
+    int ret = 1;
+    if (!all_ok(m && (!load || o)))
+        goto out;
+    ret = load ? cmd_loadinto(m, dir, o) : cmd_savefrom(m, dir);
+out:
+    free(m);
+    free(o);
+    return ret;
+}
+
+static int run_cmd(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "savefrom") == 0)
-        return cmd_savefrom(argv[2], argv[3]);
+        return cmd_ranked(0, argv[2], argv[3], NULL);
+    if (argc == 5 && strcmp(argv[1], "loadinto") == 0)
+        return cmd_ranked(1, argv[2], argv[3], argv[4]);
     if (argc == 4 && strcmp(argv[1], "dumpall") == 0)
         return cmd_dumpall(argv[2], argv[3]);
     if (argc == 7 && strcmp(argv[1], "loadbox") == 0)
@@ -1520,3 +1852,33 @@ int main(int argc, char **argv)
         return cmd_box(0, argv[2], argv[3], argv[4], argv[5], argv[6]);
     return usage();
 }
+
+#ifdef DCP_INTEROP_MPI
+int main(int argc, char **argv)
+{
+    dcp_comm *comm = NULL;
+    int rc, ret = 1;
+    if (MPI_Init(&argc, &argv) != MPI_SUCCESS) {
+        fail("MPI_Init failed");
+        return 1;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    rc = dcp_comm_mpi(&comm, MPI_COMM_WORLD);
+    if (rc != DCP_OK) {
+        fail_rc("dcp_comm_mpi", rc);
+        goto out;
+    }
+    g_comm = comm;
+    ret = run_cmd(argc, argv);
+out:
+    g_comm = NULL;
+    dcp_comm_free(comm);
+    MPI_Finalize();
+    return ret;
+}
+#else
+int main(int argc, char **argv)
+{
+    return run_cmd(argc, argv);
+}
+#endif

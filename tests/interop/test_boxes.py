@@ -9,23 +9,19 @@
   uneven split with an empty shard, Replicate, several dtypes): dcp dumpall
   gives the whole tensors, loadbox/readbox across chunks give the slices.
 
-The ranks are local processes (torch.multiprocessing spawn) meeting at
+The ranks are local processes (dcpio.run_ranks) meeting at
 tcp://127.0.0.1:<free port>, loopback only.
 """
 
-import datetime
 import os
 import random
-import socket
 import sys
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dcpio  # noqa: E402  (fails loudly without torch)
 from dcpio import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.distributed.checkpoint as tdcp  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 from torch.distributed.checkpoint import FileSystemReader  # noqa: E402
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save  # noqa: E402
 
@@ -58,15 +54,9 @@ def dcp_boxed():
     }
 
 
-def slice_of(t, offs, sizes):
-    for d, (o, s) in enumerate(zip(offs, sizes)):
-        t = t.narrow(d, o, s)
-    return t
-
-
 def check_boxes(check, ck, key, full, cases, tmp):
     for offs, sizes in cases:
-        want = dcpio.tensor_bytes(slice_of(full, offs, sizes))
+        want = dcpio.tensor_bytes(dcpio.slice_of(full, offs, sizes))
         for mode in ("loadbox", "readbox"):
             what = f"{mode} {key} offsets {offs} sizes {sizes}"
             try:
@@ -78,12 +68,6 @@ def check_boxes(check, ck, key, full, cases, tmp):
 
 
 # ------------------------------------------------------- distributed part
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def sharded_full():
     """The tensors the ranks shard, the same on every rank."""
@@ -98,77 +82,36 @@ def sharded_full():
     }
 
 
-def _dtensor(full, mesh, placements):
-    """full as a DTensor, each rank holding its own slice (built locally
-    with from_local: gloo cannot scatter every dtype)."""
-    from torch.distributed.tensor import DTensor
-    from torch.distributed.tensor._utils import (
-        compute_local_shape_and_global_offset)
-    shape, offs = compute_local_shape_and_global_offset(
-        full.shape, mesh, placements)
-    local = slice_of(full, offs, shape).clone()
-    return DTensor.from_local(local, mesh, placements, run_check=False,
-                              shape=full.shape, stride=full.stride())
-
-
-def _worker(rank, world, port, ck_torch, ck_dcp, result_dir):
+def _ranks(rank, world, ck_torch, ck_dcp):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard
-    msg = "ok"
-    try:
-        dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-            world_size=world, timeout=datetime.timedelta(seconds=60))
-        mesh = init_device_mesh("cpu", (world,))
-        full = sharded_full()
-        model = {
-            "a": _dtensor(full["a"], mesh, [Shard(0)]),
-            "b": _dtensor(full["b"], mesh, [Shard(1)]),
-            "c": _dtensor(full["c"], mesh, [Shard(0)]),
-            "r": _dtensor(full["r"], mesh, [Replicate()]),
-            "f8": _dtensor(full["f8"], mesh, [Shard(0)]),
-            "plain": full["plain"].clone(),
-        }
-        tdcp.save({"model": model, "step": 9}, checkpoint_id=ck_torch)
-        dist.barrier()
-        # dcp's boxed checkpoint, loaded into DTensors of another layout.
-        if ck_dcp:
-            boxed = dcp_boxed()
-            tmpl = {}
-            for key, (t, _) in boxed.items():
-                z = torch.zeros(t.shape, dtype=t.dtype)
-                tmpl[key] = _dtensor(z, mesh, [Shard(1)])
-            tdcp.load(tmpl, checkpoint_id=ck_dcp)
-            for key, (t, _) in boxed.items():
-                want = _dtensor(t, mesh, [Shard(1)]).to_local()
-                got = tmpl[key].to_local()
-                d = dcpio.tensors_identical(want, got)
-                if d:
-                    raise AssertionError(f"rank {rank}: DTensor {key}: {d}")
-        dist.barrier()
-    except Exception:
-        msg = traceback.format_exc()
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        with open(os.path.join(result_dir, f"rank{rank}.txt"), "w") as f:
-            f.write(msg)
-
-
-def run_ranks(check, world, ck_torch, ck_dcp, tmp):
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    result_dir = os.path.join(tmp, "results")
-    os.makedirs(result_dir, exist_ok=True)
-    try:
-        mp.spawn(_worker, args=(world, free_port(), ck_torch, ck_dcp,
-                                result_dir), nprocs=world, join=True)
-    except Exception as exc:
-        check.true(False, f"spawned ranks failed: {exc}")
-    for r in range(world):
-        p = os.path.join(result_dir, f"rank{r}.txt")
-        text = open(p).read() if os.path.exists(p) else "no result file"
-        check.eq(text, "ok", f"rank {r} of {world}")
+    _dtensor = dcpio.dtensor_from_full
+    mesh = init_device_mesh("cpu", (world,))
+    full = sharded_full()
+    model = {
+        "a": _dtensor(full["a"], mesh, [Shard(0)]),
+        "b": _dtensor(full["b"], mesh, [Shard(1)]),
+        "c": _dtensor(full["c"], mesh, [Shard(0)]),
+        "r": _dtensor(full["r"], mesh, [Replicate()]),
+        "f8": _dtensor(full["f8"], mesh, [Shard(0)]),
+        "plain": full["plain"].clone(),
+    }
+    tdcp.save({"model": model, "step": 9}, checkpoint_id=ck_torch)
+    dist.barrier()
+    # dcp's boxed checkpoint, loaded into DTensors of another layout.
+    if ck_dcp:
+        boxed = dcp_boxed()
+        tmpl = {}
+        for key, (t, _) in boxed.items():
+            z = torch.zeros(t.shape, dtype=t.dtype)
+            tmpl[key] = _dtensor(z, mesh, [Shard(1)])
+        tdcp.load(tmpl, checkpoint_id=ck_dcp)
+        for key, (t, _) in boxed.items():
+            want = _dtensor(t, mesh, [Shard(1)]).to_local()
+            got = tmpl[key].to_local()
+            d = dcpio.tensors_identical(want, got)
+            if d:
+                raise AssertionError(f"rank {rank}: DTensor {key}: {d}")
 
 
 # ------------------------------------------------------------------ tests
@@ -250,7 +193,7 @@ def torch_dtensor_ranks_dcp_reads(check, tmp):
                             tmp, boxes={k: b for k, (_, b) in boxed.items()})
     ck = os.path.join(tmp, "ck_torch")
     world = 3
-    run_ranks(check, world, ck, ck_dcp, tmp)
+    dcpio.run_ranks(check, world, _ranks, (ck, ck_dcp), tmp)
     if not os.path.exists(os.path.join(ck, ".metadata")):
         check.true(False, "torch wrote no checkpoint")
         return
