@@ -244,6 +244,7 @@ int dcp__comm_gather_blob(const dcp_comm *c, const void *send, size_t len,
         }
         if (rc == DCP_OK) {
             *recv = dcp__malloc(total ? (size_t)total : 1);
+            dcp__advise_huge(*recv, (size_t)total); /* planned out of order */
             if (!*recv)
                 rc = dcp__err(err, DCP_ENOMEM,
                               "out of memory receiving %llu bytes",

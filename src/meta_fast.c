@@ -530,6 +530,7 @@ static int64_t *ints_room(struct fd *f, size_t n)
             return NULL;
         f->ints = p;
         f->capints = cap;
+        dcp__advise_huge(p, cap * sizeof(*p));
     }
     return f->ints + f->nints;
 }

@@ -262,9 +262,21 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
             return DCP_ENOMEM;
         nc *= 2;
     }
-    np = dcp__realloc(*p, nc * elem);
-    if (!np)
-        return DCP_ENOMEM;
+    if (nc * elem < ((size_t)4 << 20)) {
+        np = dcp__realloc(*p, nc * elem);
+        if (!np)
+            return DCP_ENOMEM;
+    } else {
+        /* Not realloc: the copy would be touched before the advice and
+         * stay on small pages. */
+        np = dcp__malloc(nc * elem);
+        if (!np)
+            return DCP_ENOMEM;
+        dcp__advise_huge(np, nc * elem);
+        if (*p)
+            memcpy(np, *p, *cap * elem);
+        dcp__free(*p);
+    }
     *p = np;
     *cap = nc;
     return DCP_OK;
@@ -886,6 +898,7 @@ static int bucket(struct build *b, const uint32_t *kof, size_t *maxn)
     b->corder = dcp__malloc((p->ncands ? p->ncands : 1) * sizeof(*b->corder));
     if (!b->cstart || !b->corder)
         return DCP_ENOMEM;
+    dcp__advise_huge(b->corder, p->ncands * sizeof(*b->corder));
     for (i = 0; i < p->ncands; i++)
         b->cstart[kof[p->cands[i].g] + 2]++;
     *maxn = 0;
@@ -918,6 +931,9 @@ static int build_all(struct gp *p, struct pl_global *g)
     b.load = dcp__calloc((size_t)p->nranks, sizeof(*b.load));
     if (!sk || !kof || !b.md->e || !b.crefs || !b.reps || !b.hold || !b.load)
         goto out;
+    dcp__advise_huge(b.crefs, p->ncands * sizeof(*b.crefs));
+    dcp__advise_huge(b.reps, p->ncands * sizeof(*b.reps));
+    dcp__advise_huge(b.hold, p->ncands * sizeof(*b.hold));
     for (i = 0; i < p->nkeys; i++) {
         sk[i].key = p->keys[i].key;
         sk[i].g = (uint32_t)i;
@@ -933,6 +949,7 @@ static int build_all(struct gp *p, struct pl_global *g)
     b.ints = dcp__malloc((p->npool ? p->npool : 1) * sizeof(*b.ints));
     if (!b.srt || !b.ints)
         goto out;
+    dcp__advise_huge(b.ints, p->npool * sizeof(*b.ints));
     rc = DCP_OK;
     for (i = 0; rc == DCP_OK && i < p->nkeys; i++) {
         b.md->n = i + 1;

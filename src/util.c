@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static _Atomic uint64_t alloc_count;
 static _Atomic uint64_t alloc_fail_at; /* 0: never */
@@ -124,6 +126,23 @@ void dcp__err_clear(struct dcp_err *err)
 
 /* ------------------------------------------------------------ buffers */
 
+void dcp__advise_huge(void *p, size_t n)
+{
+#if defined(MADV_HUGEPAGE)
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t lo, hi;
+    if (!p || n < ((size_t)4 << 20))
+        return;
+    lo = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+    hi = ((uintptr_t)p + n) & ~(huge - 1);
+    if (hi > lo)
+        (void)madvise((void *)lo, (size_t)(hi - lo), MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
 int dcp__buf_reserve(struct dcp_buf *b, size_t extra)
 {
     size_t need, cap;
@@ -140,9 +159,19 @@ int dcp__buf_reserve(struct dcp_buf *b, size_t extra)
         }
         cap *= 2;
     }
-    p = dcp__realloc(b->p, cap);
-    if (!p)
-        return DCP_ENOMEM;
+    if (cap < ((size_t)4 << 20)) {
+        p = dcp__realloc(b->p, cap);
+        if (!p)
+            return DCP_ENOMEM;
+    } else { /* advised before the copy touches it (dcp__advise_huge) */
+        p = dcp__malloc(cap);
+        if (!p)
+            return DCP_ENOMEM;
+        dcp__advise_huge(p, cap);
+        if (b->len)
+            memcpy(p, b->p, b->len);
+        dcp__free(b->p);
+    }
     b->p = p;
     b->cap = cap;
     return DCP_OK;
