@@ -53,6 +53,11 @@ static int transport(struct dcp_err *err, int rc, const char *what)
 {
     if (rc == DCP_OK)
         return DCP_OK;
+    if (rc == DCP_ETIMEOUT)
+        return dcp__err(err, rc,
+                        "communicator %s timed out: another rank did not "
+                        "answer (the communicator is now unusable)",
+                        what);
     return dcp__err(err, rc, "communicator %s failed: %s", what,
                     dcp_strerror(rc));
 }

@@ -11,11 +11,19 @@
  * every length, so root decides which way and broadcasts the choice first.
  * Everything runs on the caller's thread; nothing here needs more than
  * MPI_THREAD_SINGLE.
+ *
+ * Every call is the non-blocking form (MPI_Ibcast, MPI_Isend, ...) and a
+ * wait: MPI_Wait, or, with a timeout set (dcp_comm_mpi_set_timeout), a
+ * MPI_Test loop that gives up at the deadline with DCP_ETIMEOUT. MPI cannot
+ * cancel a collective, so the communicator is then marked broken: every
+ * later call fails at once with DCP_ETIMEOUT and it is never freed (the
+ * pending request would make MPI_Comm_free erroneous).
  */
 #include "comm.h"
 
 #include <limits.h>
 #include <string.h>
+#include <time.h>
 
 #include <mpi.h>
 
@@ -39,6 +47,8 @@ struct mpi_comm {
     MPI_Comm comm;
     int rank;
     int size;
+    double timeout; /* seconds per call; 0 = wait forever */
+    int broken;     /* a call timed out: a request is left pending */
 };
 
 static int mpi_ok(int e)
@@ -46,15 +56,55 @@ static int mpi_ok(int e)
     return e == MPI_SUCCESS ? DCP_OK : DCP_EIO;
 }
 
+static double mono(void)
+{
+    struct timespec ts;
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Completes the request e started (e: the MPI_I* call's result). */
+static int wait_req(struct mpi_comm *m, int e, MPI_Request *req)
+{
+    double deadline;
+    long nap = 1000; /* ns, doubling to 1 ms */
+    int done = 0;
+    if (e != MPI_SUCCESS)
+        return DCP_EIO;
+    if (m->timeout <= 0)
+        return mpi_ok(MPI_Wait(req, MPI_STATUS_IGNORE));
+    deadline = mono() + m->timeout;
+    for (;;) {
+        struct timespec ts;
+        if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return DCP_EIO;
+        if (done)
+            return DCP_OK;
+        if (mono() >= deadline) {
+            m->broken = 1;
+            return DCP_ETIMEOUT;
+        }
+        ts.tv_sec = 0;
+        ts.tv_nsec = nap;
+        (void)nanosleep(&ts, NULL);
+        if (nap < 1000000)
+            nap *= 2;
+    }
+}
+
+#define MPI_CALL(m, call)                                                      \
+    ((m)->broken ? DCP_ETIMEOUT : wait_req((m), (call), &req))
+
 static int m_bcast(void *impl, void *buf, size_t len, int root)
 {
     struct mpi_comm *m = impl;
+    MPI_Request req;
     size_t off;
     int rc = DCP_OK;
     for (off = 0; rc == DCP_OK && off < len; off += piece) {
         size_t n = len - off < piece ? len - off : piece;
-        rc = mpi_ok(
-            MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, m->comm));
+        rc = MPI_CALL(m, MPI_Ibcast((char *)buf + off, (int)n, MPI_BYTE,
+                                    root, m->comm, &req));
     }
     return rc;
 }
@@ -62,24 +112,26 @@ static int m_bcast(void *impl, void *buf, size_t len, int root)
 /* Sends len bytes to dest in pieces (the big path). */
 static int send_pieces(struct mpi_comm *m, const void *p, size_t len, int dest)
 {
+    MPI_Request req;
     size_t off;
     int rc = DCP_OK;
     for (off = 0; rc == DCP_OK && off < len; off += piece) {
         size_t n = len - off < piece ? len - off : piece;
-        rc = mpi_ok(MPI_Send((const char *)p + off, (int)n, MPI_BYTE, dest,
-                             TAG_BULK, m->comm));
+        rc = MPI_CALL(m, MPI_Isend((const char *)p + off, (int)n, MPI_BYTE,
+                                   dest, TAG_BULK, m->comm, &req));
     }
     return rc;
 }
 
 static int recv_pieces(struct mpi_comm *m, void *p, size_t len, int src)
 {
+    MPI_Request req;
     size_t off;
     int rc = DCP_OK;
     for (off = 0; rc == DCP_OK && off < len; off += piece) {
         size_t n = len - off < piece ? len - off : piece;
-        rc = mpi_ok(MPI_Recv((char *)p + off, (int)n, MPI_BYTE, src, TAG_BULK,
-                             m->comm, MPI_STATUS_IGNORE));
+        rc = MPI_CALL(m, MPI_Irecv((char *)p + off, (int)n, MPI_BYTE, src,
+                                   TAG_BULK, m->comm, &req));
     }
     return rc;
 }
@@ -113,15 +165,16 @@ static int m_gatherv(void *impl, const void *send, size_t len, void *recv,
                      const size_t *lens, const size_t *displs, int root)
 {
     struct mpi_comm *m = impl;
+    MPI_Request req;
     int *cnt = NULL, *dsp = NULL, one_call = 0, r, rc;
     if (m->rank == root) {
         int_layout(m, lens, displs, &cnt, &dsp);
         one_call = cnt != NULL && len <= int_max;
     }
-    rc = mpi_ok(MPI_Bcast(&one_call, 1, MPI_INT, root, m->comm));
+    rc = MPI_CALL(m, MPI_Ibcast(&one_call, 1, MPI_INT, root, m->comm, &req));
     if (rc == DCP_OK && one_call) {
-        rc = mpi_ok(MPI_Gatherv(send, (int)len, MPI_BYTE, recv, cnt, dsp,
-                                MPI_BYTE, root, m->comm));
+        rc = MPI_CALL(m, MPI_Igatherv(send, (int)len, MPI_BYTE, recv, cnt, dsp,
+                                      MPI_BYTE, root, m->comm, &req));
     } else if (rc == DCP_OK && m->rank != root) {
         rc = send_pieces(m, send, len, root);
     } else if (rc == DCP_OK) {
@@ -141,11 +194,13 @@ static int m_gather(void *impl, const void *send, size_t len, void *recv,
                     int root)
 {
     struct mpi_comm *m = impl;
+    MPI_Request req;
     int r, rc = DCP_OK;
     /* Every rank knows len and size, so every rank takes the same way. */
     if (len <= int_max / (size_t)m->size)
-        return mpi_ok(MPI_Gather(send, (int)len, MPI_BYTE, recv, (int)len,
-                                 MPI_BYTE, root, m->comm));
+        return MPI_CALL(m, MPI_Igather(send, (int)len, MPI_BYTE, recv,
+                                       (int)len, MPI_BYTE, root, m->comm,
+                                       &req));
     if (m->rank != root)
         return send_pieces(m, send, len, root);
     for (r = 0; rc == DCP_OK && r < m->size; r++) {
@@ -161,15 +216,17 @@ static int m_scatterv(void *impl, const void *send, const size_t *lens,
                       const size_t *displs, void *recv, size_t len, int root)
 {
     struct mpi_comm *m = impl;
+    MPI_Request req;
     int *cnt = NULL, *dsp = NULL, one_call = 0, r, rc;
     if (m->rank == root) {
         int_layout(m, lens, displs, &cnt, &dsp);
         one_call = cnt != NULL;
     }
-    rc = mpi_ok(MPI_Bcast(&one_call, 1, MPI_INT, root, m->comm));
+    rc = MPI_CALL(m, MPI_Ibcast(&one_call, 1, MPI_INT, root, m->comm, &req));
     if (rc == DCP_OK && one_call) {
-        rc = mpi_ok(MPI_Scatterv(send, cnt, dsp, MPI_BYTE, recv, (int)len,
-                                 MPI_BYTE, root, m->comm));
+        rc = MPI_CALL(m, MPI_Iscatterv(send, cnt, dsp, MPI_BYTE, recv,
+                                       (int)len, MPI_BYTE, root, m->comm,
+                                       &req));
     } else if (rc == DCP_OK && m->rank != root) {
         rc = recv_pieces(m, recv, len, root);
     } else if (rc == DCP_OK) {
@@ -188,12 +245,13 @@ static int m_scatterv(void *impl, const void *send, const size_t *lens,
 static int m_allreduce_min(void *impl, int64_t *vals, size_t n)
 {
     struct mpi_comm *m = impl;
+    MPI_Request req;
     size_t off, step = piece / sizeof(int64_t) ? piece / sizeof(int64_t) : 1;
     int rc = DCP_OK;
     for (off = 0; rc == DCP_OK && off < n; off += step) {
         size_t k = n - off < step ? n - off : step;
-        rc = mpi_ok(MPI_Allreduce(MPI_IN_PLACE, vals + off, (int)k, MPI_INT64_T,
-                                  MPI_MIN, m->comm));
+        rc = MPI_CALL(m, MPI_Iallreduce(MPI_IN_PLACE, vals + off, (int)k,
+                                        MPI_INT64_T, MPI_MIN, m->comm, &req));
     }
     return rc;
 }
@@ -201,7 +259,8 @@ static int m_allreduce_min(void *impl, int64_t *vals, size_t n)
 static int m_barrier(void *impl)
 {
     struct mpi_comm *m = impl;
-    return mpi_ok(MPI_Barrier(m->comm));
+    MPI_Request req;
+    return MPI_CALL(m, MPI_Ibarrier(m->comm, &req));
 }
 
 static void m_destroy(void *impl)
@@ -209,7 +268,7 @@ static void m_destroy(void *impl)
     struct mpi_comm *m = impl;
     int fin = 0;
     (void)MPI_Finalized(&fin);
-    if (!fin)
+    if (!fin && !m->broken)
         (void)MPI_Comm_free(&m->comm);
     dcp__free(m);
 }
@@ -250,4 +309,15 @@ int dcp_comm_mpi(dcp_comm **out, MPI_Comm comm)
     if (rc != DCP_OK)
         m_destroy(m);
     return rc;
+}
+
+int dcp_comm_mpi_set_timeout(dcp_comm *comm, double seconds)
+{
+    struct mpi_comm *m;
+    if (!comm || comm->ops.bcast != m_bcast || !(seconds >= 0) ||
+        seconds > 1e9)
+        return DCP_EINVAL;
+    m = comm->impl;
+    m->timeout = seconds;
+    return DCP_OK;
 }

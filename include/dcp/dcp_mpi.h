@@ -37,6 +37,30 @@ extern "C" {
  */
 DCP_API int dcp_comm_mpi(dcp_comm **out, MPI_Comm comm);
 
+/*
+ * Bounds how long each communication step dcp makes on comm may wait for
+ * the other ranks: a rank that stops answering (hung, or dead under an MPI
+ * that does not end the job) then makes dcp_save / dcp_load fail on the
+ * ranks still running, instead of hanging, with DCP_ETIMEOUT and a message
+ * naming the step. Nothing is committed: .metadata is written only after
+ * every rank's data is durable, which needs the missing rank's answer.
+ *
+ * MPI cannot cancel a collective: after a timeout the communicator is
+ * broken. Every later call on it fails at once with DCP_ETIMEOUT, and
+ * dcp_comm_free releases dcp's memory but not the MPI communicator. The
+ * job cannot go on communicating: report, then end it (MPI_Abort).
+ *
+ * Choose the timeout well above the slowest step's normal time: a save
+ * waits in one step for the slowest rank's writes and fsyncs.
+ *  - comm: a communicator from dcp_comm_mpi.
+ *  - seconds: the bound per step; 0 (the default) waits forever.
+ * Returns DCP_OK, or DCP_EINVAL (comm NULL or not from dcp_comm_mpi,
+ * seconds negative, NaN or above 1e9). Local, not collective; call it on
+ * every rank with the same value, when no dcp call is running on comm.
+ * The wait polls MPI_Test with naps of at most 1 ms.
+ */
+DCP_API int dcp_comm_mpi_set_timeout(dcp_comm *comm, double seconds);
+
 #ifdef __cplusplus
 }
 #endif
