@@ -18,6 +18,15 @@ static const struct {
     {"cat", cmd_cat,
      "DIR KEY [--offsets O --sizes S]  raw bytes of a tensor, or a value "
      "as JSON"},
+    {"export", cmd_export,
+     "DIR OUT [--format F --dtype D --max-shard-size S --keys P ...]\n"
+     "                         to one torch.save or safetensors file"},
+    {"import", cmd_import,
+     "IN DIR [--keys P ...]  a torch.save, safetensors or index file into\n"
+     "                         a new checkpoint"},
+    {"diff", cmd_diff,
+     "DIR1 DIR2 [--rtol R --atol A]  keys, dtypes, shapes, values\n"
+     "                         (exit 1 on a difference)"},
 };
 
 static void usage(FILE *f)
