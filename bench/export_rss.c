@@ -21,9 +21,9 @@
 #include <time.h>
 
 #define LAYERS 12
-#define D 768
-#define VOCAB 50257
-#define CTX 1024
+#define D      768
+#define VOCAB  50257
+#define CTX    1024
 
 struct param {
     char name[64];

@@ -12,12 +12,12 @@
 #include "convert.h"
 
 #define DEFAULT_MEM ((uint64_t)64 << 20)
-#define MIN_MEM ((uint64_t)1 << 20)
+#define MIN_MEM     ((uint64_t)1 << 20)
 
 int dcp__cv_is_float(dcp_dtype dt)
 {
-    return dt == DCP_F64 || dt == DCP_F32 || dt == DCP_F16 ||
-           dt == DCP_BF16 || dt == DCP_F8_E4M3FN || dt == DCP_F8_E5M2;
+    return dt == DCP_F64 || dt == DCP_F32 || dt == DCP_F16 || dt == DCP_BF16 ||
+           dt == DCP_F8_E4M3FN || dt == DCP_F8_E5M2;
 }
 
 int dcp__cv_options(const dcp_convert_options *in, dcp_convert_options *out,
@@ -149,10 +149,10 @@ static int rename_path(const dcp_convert_options *o, const char *key,
     /* 1. strip: drop whole components, or flatten to the stripped key */
     if (npath == 0 || (plen && strncmp(key, sp, plen) == 0 &&
                        !(skip = covered(path, npath, sp)))) {
-        flat_el.s = (char *)(uintptr_t)(key + (plen && strncmp(key, sp, plen)
-                                                           == 0
-                                                   ? plen
-                                                   : 0));
+        flat_el.s =
+            (char *)(uintptr_t)(key + (plen && strncmp(key, sp, plen) == 0
+                                           ? plen
+                                           : 0));
         flat_el.i = 0;
         rest = &flat_el;
         nrest = 1;

@@ -45,11 +45,11 @@
 #include "torchzip.h"
 #include "value.h"
 
-#define RETURN_IF(call)                                                        \
-    do {                                                                       \
-        int rc_ = (call);                                                      \
-        if (rc_ != DCP_OK)                                                     \
-            return rc_;                                                        \
+#define RETURN_IF(call)    \
+    do {                   \
+        int rc_ = (call);  \
+        if (rc_ != DCP_OK) \
+            return rc_;    \
     } while (0)
 
 /* One selected entry, renamed. */
@@ -67,7 +67,7 @@ struct ofile {
     char *tmp;
     int fd;
     uint64_t pos;
-    uint32_t crc;  /* running CRC of the current zip record */
+    uint32_t crc; /* running CRC of the current zip record */
     int renamed;
 };
 
@@ -110,11 +110,12 @@ static int ofile_create(struct xp *xp, struct ofile *of, const char *final)
     if (fd < 0) {
         int e = errno;
         of->tmp[0] = '\0';
-        return dcp__err(xp->err, e == ENOSPC ? DCP_ENOSPC
-                                 : e == ENOENT ? DCP_ENOENT
-                                               : DCP_EIO,
-                        "cannot create a temporary file beside '%s': %s",
-                        final, strerror(e));
+        return dcp__err(xp->err,
+                        e == ENOSPC   ? DCP_ENOSPC
+                        : e == ENOENT ? DCP_ENOENT
+                                      : DCP_EIO,
+                        "cannot create a temporary file beside '%s': %s", final,
+                        strerror(e));
     }
     (void)fchmod(fd, 0644);
     of->fd = fd;
@@ -232,7 +233,7 @@ static void box_copy(uint8_t *dst, const int64_t *dsize, const int64_t *at,
 /* Per-chunk reading state of the tensor being streamed. */
 struct cstate {
     struct rd_loc loc;
-    int plain;       /* storage == the chunk, contiguous: running CRC */
+    int plain; /* storage == the chunk, contiguous: running CRC */
     uint32_t crc;
     uint64_t crc_len;
 };
@@ -350,9 +351,8 @@ static int read_part(struct xp *xp, const struct md_entry *e,
 typedef int (*sink_fn)(struct xp *xp, void *arg, const void *p, size_t n);
 
 /* Fills the slab (soff, ssize) from every chunk that meets it. */
-static int fill_slab(struct xp *xp, const struct md_entry *e,
-                     struct cstate *cs, const int64_t *soff,
-                     const int64_t *ssize)
+static int fill_slab(struct xp *xp, const struct md_entry *e, struct cstate *cs,
+                     const int64_t *soff, const int64_t *ssize)
 {
     size_t es = dcp_dtype_size(e->dtype), i;
     uint64_t sn = dcp__box_numel(e->ndim, ssize);
@@ -502,8 +502,8 @@ static int select_entries(struct xp *xp, int with_values)
         }
         x = &xp->x[xp->nx];
         x->e = e;
-        RETURN_IF(dcp__cv_rename(&xp->o, e->key, e->path, e->npath, &x->nm,
-                                 xp->err));
+        RETURN_IF(
+            dcp__cv_rename(&xp->o, e->key, e->path, e->npath, &x->nm, xp->err));
         xp->nx++;
         if (!e->is_tensor)
             continue;
@@ -518,10 +518,9 @@ static int select_entries(struct xp *xp, int with_values)
     qsort(xp->x, xp->nx, sizeof(*xp->x), cmp_xkey);
     for (i = 1; i < xp->nx; i++)
         if (strcmp(xp->x[i - 1].nm.key, xp->x[i].nm.key) == 0)
-            return dcp__err(xp->err, DCP_EKEY,
-                            "'%s' and '%s' are both renamed to '%s'",
-                            xp->x[i - 1].e->key, xp->x[i].e->key,
-                            xp->x[i].nm.key);
+            return dcp__err(
+                xp->err, DCP_EKEY, "'%s' and '%s' are both renamed to '%s'",
+                xp->x[i - 1].e->key, xp->x[i].e->key, xp->x[i].nm.key);
     return DCP_OK;
 }
 
@@ -597,10 +596,11 @@ static int write_index(struct xp *xp, struct ofile *of, const char *out)
 {
     struct dcp_buf j = {0};
     size_t i;
-    int rc = dcp__buf_printf(&j,
-                             "{\n  \"metadata\": {\n    \"total_size\": %" PRIu64
-                             "\n  },\n  \"weight_map\": {",
-                             xp->res.bytes);
+    int rc =
+        dcp__buf_printf(&j,
+                        "{\n  \"metadata\": {\n    \"total_size\": %" PRIu64
+                        "\n  },\n  \"weight_map\": {",
+                        xp->res.bytes);
     for (i = 0; rc == DCP_OK && i < xp->nx; i++) {
         const char *f = xp->out[xp->x[i].shard].final;
         const char *base = strrchr(f, '/') ? strrchr(f, '/') + 1 : f;
@@ -1034,8 +1034,7 @@ static int xp_run(struct xp *xp, const char *dir, const char *out)
         return export_safetensors(xp, out);
     if (format == DCP_FORMAT_TORCH)
         return export_torch(xp, out);
-    return dcp__err(xp->err, DCP_EINVAL, "cannot export to format %d",
-                    format);
+    return dcp__err(xp->err, DCP_EINVAL, "cannot export to format %d", format);
 }
 
 int dcp_export(dcp_ctx *ctx, const char *dir, const char *out,

@@ -28,7 +28,7 @@
 #include "torchzip.h"
 #include "value.h"
 
-#define DATA_FILE "__0_0.distcp"
+#define DATA_FILE  "__0_0.distcp"
 #define ITEM_ALIGN 64
 #define MAX_PICKLE ((uint64_t)1 << 30)
 
@@ -123,8 +123,7 @@ static int write_tensor(struct imp *im, const struct src_entry *s,
     for (i = 0; rc == DCP_OK && i < numel; i += step) {
         uint64_t n = numel - i < step ? numel - i : step;
         const uint8_t *out = im->buf;
-        rc = dcp__src_read(&im->ix, s, i, n, im->buf, im->o.mem_limit / 2,
-                           err);
+        rc = dcp__src_read(&im->ix, s, i, n, im->buf, im->o.mem_limit / 2, err);
         if (rc == DCP_OK && dt != s->dtype) {
             rc = dcp__cv_cast(&im->o, im->cbuf, dt, im->buf, s->dtype,
                               (size_t)n, s->key, i, err);
@@ -139,9 +138,9 @@ static int write_tensor(struct imp *im, const struct src_entry *s,
     }
     if (rc == DCP_OK) {
         rc = tz_tensor_item_end(&z, crc);
-        rc = rc == DCP_OK ? drain(im, &z)
-                          : dcp__err(err, rc, "cannot encode tensor '%s'",
-                                     s->key);
+        rc = rc == DCP_OK
+                 ? drain(im, &z)
+                 : dcp__err(err, rc, "cannot encode tensor '%s'", s->key);
     }
     tz_writer_release(&z);
     if (rc == DCP_OK) {

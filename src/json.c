@@ -307,7 +307,8 @@ static int parse_num(struct parser *ps, struct json_node **out)
     if (ps->p[ps->pos] == '0' && ps->pos + 1 < ps->len &&
         ps->p[ps->pos + 1] >= '0' && ps->p[ps->pos + 1] <= '9')
         return fail(ps, "leading zero in a number");
-    while (ps->pos < ps->len && ps->p[ps->pos] >= '0' && ps->p[ps->pos] <= '9') {
+    while (ps->pos < ps->len && ps->p[ps->pos] >= '0' &&
+           ps->p[ps->pos] <= '9') {
         if (dcp__mul_overflow_u64(mag, 10, &mag) ||
             dcp__add_overflow_u64(mag, (uint64_t)(ps->p[ps->pos] - '0'), &mag))
             overflow = 1;
@@ -360,8 +361,7 @@ static int parse_lit(struct parser *ps, const char *lit, enum json_kind k,
     return DCP_OK;
 }
 
-static int parse_value(struct parser *ps, size_t depth,
-                       struct json_node **out);
+static int parse_value(struct parser *ps, size_t depth, struct json_node **out);
 
 /* Arrays and objects: items are collected in a growable buffer of
  * pointers, then copied into the arena. */
@@ -560,7 +560,11 @@ int json_put_str(struct dcp_buf *b, const char *s, size_t n)
             uint8_t e[2] = {'\\', c};
             rc = dcp__buf_put(b, e, 2);
         } else if (c < 0x20) {
-            uint8_t e[6] = {'\\', 'u', '0', '0', (uint8_t)hex[c >> 4],
+            uint8_t e[6] = {'\\',
+                            'u',
+                            '0',
+                            '0',
+                            (uint8_t)hex[c >> 4],
                             (uint8_t)hex[c & 15]};
             rc = dcp__buf_put(b, e, 6);
         } else {

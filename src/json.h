@@ -32,7 +32,7 @@ struct json_node {
     const char *s;  /* JSON_STR: decoded UTF-8, NUL-terminated */
     size_t len;     /* JSON_STR: bytes; JSON_ARR: items; JSON_OBJ: members */
     struct json_node **v; /* JSON_ARR: items; JSON_OBJ: key0, val0, ... */
-    size_t off;     /* byte offset of the value in the document */
+    size_t off;           /* byte offset of the value in the document */
 };
 
 struct json_doc;
@@ -50,8 +50,7 @@ int json_parse(const char *p, size_t len, size_t max_depth, size_t max_nodes,
 void json_free(struct json_doc *doc);
 
 /* Member of an object by key (the first one), or NULL. */
-const struct json_node *json_get(const struct json_node *obj,
-                                 const char *key);
+const struct json_node *json_get(const struct json_node *obj, const char *key);
 
 /* The key of member i of an object. */
 static inline const struct json_node *json_key(const struct json_node *obj,

@@ -35,7 +35,7 @@
 #include "value.h"
 
 #define ROUND_BYTES ((uint64_t)64 << 20)
-#define MAX_PICKLE ((uint64_t)1 << 30)
+#define MAX_PICKLE  ((uint64_t)1 << 30)
 
 /* ----------------------------------------------------- wire helpers */
 
@@ -255,9 +255,9 @@ struct lf {
     unsigned flags;
     int rank, size;
     struct src_index ix;
-    int have;          /* ix is open */
-    int own;           /* own mode */
-    uint64_t cap;      /* slab bytes */
+    int have;     /* ix is open */
+    int own;      /* own mode */
+    uint64_t cap; /* slab bytes */
     /* per state entry, from rank 0's answer */
     uint8_t *found;
     dcp_dtype *fdt;
@@ -506,13 +506,12 @@ static int read_own(struct lf *lf)
             int64_t goff[DCP_MAX_NDIM];
             struct slab_it it;
             int d;
-            for (slab_first(&it, se->ndim, b->size,
-                            dcp_dtype_size(lf->fdt[i]), lf->cap);
+            for (slab_first(&it, se->ndim, b->size, dcp_dtype_size(lf->fdt[i]),
+                            lf->cap);
                  rc == DCP_OK && !it.done; slab_next(&it)) {
                 uint8_t *dst =
                     lf->fdt[i] == se->dtype
-                        ? (uint8_t *)b->buf +
-                              it.lin * dcp_dtype_size(se->dtype)
+                        ? (uint8_t *)b->buf + it.lin * dcp_dtype_size(se->dtype)
                         : lf->stage;
                 for (d = 0; d < se->ndim; d++)
                     goff[d] = b->off[d] + it.off[d];
@@ -567,8 +566,8 @@ static int cur_advance(struct cursor *c, size_t n,
 }
 
 /* Box (entry, box) of this rank's state, for the cursor: 0 when none. */
-static int own_box(void *arg, size_t i, size_t j, int *nd,
-                   const int64_t **size, size_t *es)
+static int own_box(void *arg, size_t i, size_t j, int *nd, const int64_t **size,
+                   size_t *es)
 {
     struct lf *lf = arg;
     const struct st_entry *se = &lf->st->e[i];
@@ -585,8 +584,8 @@ struct root_arg {
     struct req *q;
 };
 
-static int req_box(void *arg, size_t i, size_t j, int *nd,
-                   const int64_t **size, size_t *es)
+static int req_box(void *arg, size_t i, size_t j, int *nd, const int64_t **size,
+                   size_t *es)
 {
     struct root_arg *ra = arg;
     const struct req *q = &ra->q[i];
@@ -646,8 +645,7 @@ static int root_rounds(struct lf *lf, const uint8_t *all, const size_t *lens,
                     continue;
                 {
                     const struct req *q = &c->q[c->entry];
-                    const int64_t *bo =
-                        q->boxes + 2 * (size_t)q->ndim * c->box;
+                    const int64_t *bo = q->boxes + 2 * (size_t)q->ndim * c->box;
                     const struct src_entry *e = dcp__src_find(&lf->ix, q->key);
                     int64_t goff[DCP_MAX_NDIM];
                     int d;
@@ -666,8 +664,7 @@ static int root_rounds(struct lf *lf, const uint8_t *all, const size_t *lens,
                       : lf->stage;
         rc = dcp__comm_scatterv(lf->ctx->comm, send, slen, sdis,
                                 dst ? (void *)dst : (void *)lf->stage,
-                                have ? (size_t)mine.it.n * es : 0, 0,
-                                lf->err);
+                                have ? (size_t)mine.it.n * es : 0, 0, lf->err);
         if (rc != DCP_OK)
             break; /* a transport failure: nothing more can be agreed */
         if (have)
@@ -700,10 +697,10 @@ static int lf_run(struct lf *lf, const char *file)
     if (rc != DCP_OK)
         return rc;
     /* 1. who sees the file */
-    lrc = (lf->flags & DCP_LOAD_FILE_ROOT_READS) && lf->rank != 0
-              ? DCP_ENOENT
-              : dcp__src_open(file, DCP_FORMAT_AUTO, MAX_PICKLE, &lf->ix,
-                              &lerr);
+    lrc =
+        (lf->flags & DCP_LOAD_FILE_ROOT_READS) && lf->rank != 0
+            ? DCP_ENOENT
+            : dcp__src_open(file, DCP_FORMAT_AUTO, MAX_PICKLE, &lf->ix, &lerr);
     lf->have = lrc == DCP_OK;
     if (lf->rank == 0)
         *lf->err = lerr;
@@ -717,32 +714,30 @@ static int lf_run(struct lf *lf, const char *file)
     rc = dcp__comm_bcast(c, &fp[1], sizeof(fp[1]), 0, lf->err);
     if (rc != DCP_OK)
         return rc;
-    vis[0] = lf->have && fp[0] == fp[1] &&
-             !(lf->flags & DCP_LOAD_FILE_ROOT_READS);
+    vis[0] =
+        lf->have && fp[0] == fp[1] && !(lf->flags & DCP_LOAD_FILE_ROOT_READS);
     rc = dcp__comm_allreduce_min(c, vis, 1, lf->err);
     if (rc != DCP_OK)
         return rc;
     lf->own = vis[0] != 0;
-    lf->cap = lf->own ? ROUND_BYTES / 4
-                      : ROUND_BYTES / (uint64_t)lf->size;
+    lf->cap = lf->own ? ROUND_BYTES / 4 : ROUND_BYTES / (uint64_t)lf->size;
     lf->stage = dcp__malloc((size_t)lf->cap);
     lf->found = dcp__calloc(lf->st->n + 1, 1);
     lf->fdt = dcp__calloc(lf->st->n + 1, sizeof(*lf->fdt));
     /* 2. requests and answers */
     rc = lf->stage && lf->found && lf->fdt ? put_request(lf->st, &req)
-                                            : DCP_ENOMEM;
+                                           : DCP_ENOMEM;
     if (rc != DCP_OK)
         rc = dcp__err(lf->err, DCP_ENOMEM, "out of memory");
     rc = dcp__comm_agree_err(c, rc, lf->err);
     if (rc == DCP_OK)
-        rc = dcp__comm_gather_blob(c, req.p, req.len, 0, &all, &lens,
-                                   &displs, lf->err);
+        rc = dcp__comm_gather_blob(c, req.p, req.len, 0, &all, &lens, &displs,
+                                   lf->err);
     if (rc == DCP_OK && lf->rank == 0) {
         alens = dcp__calloc((size_t)lf->size, sizeof(*alens));
         adispl = dcp__calloc((size_t)lf->size, sizeof(*adispl));
-        lrc = alens && adispl
-                  ? plan(lf, all, lens, displs, &ans, alens, adispl)
-                  : dcp__err(lf->err, DCP_ENOMEM, "out of memory");
+        lrc = alens && adispl ? plan(lf, all, lens, displs, &ans, alens, adispl)
+                              : dcp__err(lf->err, DCP_ENOMEM, "out of memory");
     } else {
         lrc = DCP_OK;
     }
@@ -757,8 +752,8 @@ static int lf_run(struct lf *lf, const char *file)
     if (rc == DCP_OK && lf->own)
         rc = dcp__comm_agree_err(c, read_own(lf), lf->err);
     else if (rc == DCP_OK)
-        rc = dcp__comm_agree_err(c, root_rounds(lf, all, lens, displs),
-                                 lf->err);
+        rc =
+            dcp__comm_agree_err(c, root_rounds(lf, all, lens, displs), lf->err);
     dcp__buf_free(&req);
     dcp__buf_free(&ans);
     dcp__free(all);

@@ -17,13 +17,26 @@ static const struct {
     const char *name;
     dcp_dtype dt; /* 0: a safetensors dtype dcp does not hold */
 } sf_dtypes[] = {
-    {"F64", DCP_F64},   {"F32", DCP_F32},         {"F16", DCP_F16},
-    {"BF16", DCP_BF16}, {"F8_E4M3", DCP_F8_E4M3FN}, {"F8_E5M2", DCP_F8_E5M2},
-    {"I64", DCP_I64},   {"I32", DCP_I32},         {"I16", DCP_I16},
-    {"I8", DCP_I8},     {"U8", DCP_U8},           {"BOOL", DCP_BOOL},
-    {"U16", 0},         {"U32", 0},               {"U64", 0},
-    {"C64", 0},         {"F8_E8M0", 0},           {"F4", 0},
-    {"F6_E2M3", 0},     {"F6_E3M2", 0},
+    {"F64", DCP_F64},
+    {"F32", DCP_F32},
+    {"F16", DCP_F16},
+    {"BF16", DCP_BF16},
+    {"F8_E4M3", DCP_F8_E4M3FN},
+    {"F8_E5M2", DCP_F8_E5M2},
+    {"I64", DCP_I64},
+    {"I32", DCP_I32},
+    {"I16", DCP_I16},
+    {"I8", DCP_I8},
+    {"U8", DCP_U8},
+    {"BOOL", DCP_BOOL},
+    {"U16", 0},
+    {"U32", 0},
+    {"U64", 0},
+    {"C64", 0},
+    {"F8_E8M0", 0},
+    {"F4", 0},
+    {"F6_E2M3", 0},
+    {"F6_E3M2", 0},
 };
 
 const char *sf_dtype_name(dcp_dtype dt)
@@ -183,11 +196,11 @@ static int check_layout(const struct sf_file *f, uint64_t data_len,
     qsort((void *)o, f->n, sizeof(*o), cmp_begin);
     for (i = 0; rc == DCP_OK && i < f->n; i++) {
         if (o[i]->begin > pos)
-            rc = dcp__err(err, DCP_EFORMAT,
-                          "safetensors: gap of %" PRIu64
-                          " bytes before tensor '%s' (data_offsets begin %" PRIu64
-                          ")",
-                          o[i]->begin - pos, o[i]->name, o[i]->begin);
+            rc = dcp__err(
+                err, DCP_EFORMAT,
+                "safetensors: gap of %" PRIu64
+                " bytes before tensor '%s' (data_offsets begin %" PRIu64 ")",
+                o[i]->begin - pos, o[i]->name, o[i]->begin);
         else if (o[i]->begin < pos)
             rc = dcp__err(err, DCP_EFORMAT,
                           "safetensors: tensor '%s' (data_offsets [%" PRIu64
@@ -334,8 +347,7 @@ int sf_header_build(const struct sf_out *t, size_t n, const char *const *meta,
             if (rc == DCP_OK)
                 rc = dcp__buf_put_u8(&j, ':');
             if (rc == DCP_OK)
-                rc = json_put_str(&j, meta[2 * i + 1],
-                                  strlen(meta[2 * i + 1]));
+                rc = json_put_str(&j, meta[2 * i + 1], strlen(meta[2 * i + 1]));
         }
         if (rc == DCP_OK)
             rc = dcp__buf_put_u8(&j, '}');
@@ -358,10 +370,9 @@ int sf_header_build(const struct sf_out *t, size_t n, const char *const *meta,
         }
         nbytes = numel * dcp_dtype_size(t[i].dtype);
         if (rc == DCP_OK)
-            rc = dcp__buf_printf(&j,
-                                 "],\"data_offsets\":[%" PRIu64 ",%" PRIu64
-                                 "]}",
-                                 pos, pos + nbytes);
+            rc = dcp__buf_printf(
+                &j, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", pos,
+                pos + nbytes);
         pos += nbytes;
     }
     if (rc == DCP_OK)

@@ -35,12 +35,12 @@ struct sf_tensor {
 };
 
 struct sf_file {
-    uint64_t data_off;  /* absolute file offset of the data buffer */
+    uint64_t data_off; /* absolute file offset of the data buffer */
     uint64_t file_size;
     struct sf_tensor *t; /* in header order */
     size_t n;
-    char **meta;        /* __metadata__: key0, val0, key1, val1, ... */
-    size_t nmeta;       /* pairs */
+    char **meta;  /* __metadata__: key0, val0, key1, val1, ... */
+    size_t nmeta; /* pairs */
 };
 
 /*

@@ -36,15 +36,15 @@
 #include "torchzip.h"
 #include "value.h"
 
-#define MAX_RECORDS ((size_t)1 << 18) /* storages in one torch.save file */
+#define MAX_RECORDS    ((size_t)1 << 18) /* storages in one torch.save file */
 #define MAX_INDEX_JSON ((uint64_t)64 << 20)
 #define MAX_WALK_DEPTH 64
 
-#define RETURN_IF(call)                                                        \
-    do {                                                                       \
-        int rc_ = (call);                                                      \
-        if (rc_ != DCP_OK)                                                     \
-            return rc_;                                                        \
+#define RETURN_IF(call)    \
+    do {                   \
+        int rc_ = (call);  \
+        if (rc_ != DCP_OK) \
+            return rc_;    \
     } while (0)
 
 typedef unsigned long long ull;
@@ -142,8 +142,7 @@ static void c_strides(struct src_entry *e)
 }
 
 /* A one-component path (a safetensors name). */
-static int flat_path(struct src_entry *e, const char *name,
-                     struct dcp_err *err)
+static int flat_path(struct src_entry *e, const char *name, struct dcp_err *err)
 {
     e->key = dcp__strdup(name);
     e->path = dcp__calloc(1, sizeof(*e->path));
@@ -179,8 +178,8 @@ static int add_sf_tensors(struct src_index *ix, uint32_t file,
     return rc;
 }
 
-static int open_safetensors(struct src_index *ix, const char *path,
-                            size_t *cap, struct dcp_err *err)
+static int open_safetensors(struct src_index *ix, const char *path, size_t *cap,
+                            struct dcp_err *err)
 {
     struct sf_file sf;
     uint32_t f;
@@ -227,8 +226,9 @@ static int read_json_file(int fd, const char *path, uint64_t size,
     uint8_t *buf;
     int rc;
     if (size > MAX_INDEX_JSON)
-        return dcp__err(err, DCP_ELIMIT, "'%s' is %" PRIu64 " bytes (limit %"
-                        PRIu64 ")", path, size, MAX_INDEX_JSON);
+        return dcp__err(err, DCP_ELIMIT,
+                        "'%s' is %" PRIu64 " bytes (limit %" PRIu64 ")", path,
+                        size, MAX_INDEX_JSON);
     buf = dcp__malloc(size ? (size_t)size : 1);
     if (!buf)
         return dcp__err(err, DCP_ENOMEM, "out of memory");
@@ -258,8 +258,7 @@ static int open_index(struct src_index *ix, const char *path, size_t *cap,
         return rc;
     map = json_get(root, "weight_map");
     if (!map || map->kind != JSON_OBJ) {
-        rc = dcp__err(err, DCP_EFORMAT, "'%s' has no weight_map object",
-                      path);
+        rc = dcp__err(err, DCP_EFORMAT, "'%s' has no weight_map object", path);
         goto out;
     }
     dup = json_dup_key(map);
@@ -398,11 +397,10 @@ static int tensor_leaf(struct walk *w, const struct pk_node *n,
     rec = tz_file_find(w->tf, name);
     want = t.storage_numel * dcp_dtype_size(t.dtype);
     if (!rec || rec->size != want)
-        return dcp__err(w->err, DCP_EFORMAT,
-                        "'%s': storage record '%s' is %s (%" PRIu64
-                        " bytes expected)",
-                        e->key, name, rec ? "of the wrong size" : "missing",
-                        want);
+        return dcp__err(
+            w->err, DCP_EFORMAT,
+            "'%s': storage record '%s' is %s (%" PRIu64 " bytes expected)",
+            e->key, name, rec ? "of the wrong size" : "missing", want);
     bo = tz_file_find(w->tf, "byteorder");
     if (bo && bo->size != 6)
         return dcp__err(w->err, DCP_ENOTSUP, "the file is not little-endian");
@@ -448,8 +446,8 @@ static int visit(struct walk *w, const struct pk_node *n)
     size_t i;
     int rc = DCP_OK;
     if (w->depth >= MAX_WALK_DEPTH)
-        return dcp__err(w->err, DCP_ELIMIT,
-                        "state dict nested deeper than %d", MAX_WALK_DEPTH);
+        return dcp__err(w->err, DCP_ELIMIT, "state dict nested deeper than %d",
+                        MAX_WALK_DEPTH);
     if (n->kind == PK_DICT) {
         for (i = 0; rc == DCP_OK && i < n->u.seq.n; i += 2) {
             const struct pk_node *k = n->u.seq.v[i];
@@ -508,8 +506,8 @@ static int decode_pickle(const uint8_t *pkl, size_t len, struct pk_arena **a,
         allow[i] = tg[i];
     for (i = 0; i < DCP_ARRAY_LEN(extra_allow); i++)
         allow[nt + i] = extra_allow[i];
-    rc = pk_decode(pkl, len, allow, nt + DCP_ARRAY_LEN(extra_allow), NULL, 0,
-                   a, root, err);
+    rc = pk_decode(pkl, len, allow, nt + DCP_ARRAY_LEN(extra_allow), NULL, 0, a,
+                   root, err);
     dcp__free(allow);
     return rc;
 }
@@ -538,10 +536,9 @@ static int open_torch(struct src_index *ix, const char *path,
         rc = dcp__err(err, DCP_EFORMAT, "'%s' has no data.pkl", path);
         goto out;
     }
-    rc = tz_file_read_entry(&tf, pe,
-                            max_pickle > SIZE_MAX ? SIZE_MAX
-                                                  : (size_t)max_pickle,
-                            1, fd_read, &r, &pkl, err);
+    rc = tz_file_read_entry(
+        &tf, pe, max_pickle > SIZE_MAX ? SIZE_MAX : (size_t)max_pickle, 1,
+        fd_read, &r, &pkl, err);
     if (rc == DCP_OK)
         rc = decode_pickle(pkl, (size_t)pe->size, &arena, &root, err);
     if (rc != DCP_OK) {
@@ -630,9 +627,8 @@ int dcp__src_open(const char *path, int format, uint64_t max_pickle,
         qsort(ix->e, ix->n, sizeof(*ix->e), cmp_entry);
         for (i = 1; rc == DCP_OK && i < ix->n; i++)
             if (strcmp(ix->e[i - 1].key, ix->e[i].key) == 0)
-                rc = dcp__err(err, DCP_EFORMAT,
-                              "'%s': key '%s' occurs twice", path,
-                              ix->e[i].key);
+                rc = dcp__err(err, DCP_EFORMAT, "'%s': key '%s' occurs twice",
+                              path, ix->e[i].key);
     }
     if (rc != DCP_OK)
         dcp__src_close(ix);
@@ -768,8 +764,8 @@ int dcp__src_read(struct src_index *ix, const struct src_entry *e,
         return DCP_OK;
     if (e->contiguous)
         return dcp__fs_pread(ix->fds[e->file], dst, (size_t)(count * es),
-                             e->base + ((uint64_t)e->storage_offset + first) *
-                                           es,
+                             e->base +
+                                 ((uint64_t)e->storage_offset + first) * es,
                              ix->files[e->file], err);
     RETURN_IF(load_cache(ix, e, cache_limit, err));
     /* Element by element through the view, in C order. */

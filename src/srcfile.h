@@ -32,11 +32,11 @@ struct src_entry {
 struct src_index {
     struct src_entry *e; /* sorted by key */
     size_t n;
-    char **files;        /* paths as opened */
+    char **files; /* paths as opened */
     int *fds;
     uint64_t *sizes;
     size_t nfiles;
-    int format;          /* enum dcp_file_format, resolved */
+    int format; /* enum dcp_file_format, resolved */
     /* one storage cached for non-contiguous views */
     const struct src_entry *cached;
     uint8_t *cache;

@@ -27,7 +27,7 @@
  */
 #include "torchzip.h"
 
-#include <stdio.h> /* snprintf */
+#include <stdio.h>  /* snprintf */
 #include <stdlib.h> /* qsort */
 #include <string.h>
 
@@ -467,16 +467,15 @@ static int put_global_m(struct pk_writer *pw, const char *module,
                   : put_global_memo(pw, module, name);
 }
 
-static int emit_tensor_expr(struct pk_writer *pw,
-                            const struct dtype_info *info, int ndim,
-                            const int64_t *sizes, const int64_t *stride,
-                            int64_t storage_numel, const char *key,
-                            int intern)
+static int emit_tensor_expr(struct pk_writer *pw, const struct dtype_info *info,
+                            int ndim, const int64_t *sizes,
+                            const int64_t *stride, int64_t storage_numel,
+                            const char *key, int intern)
 {
     int v3 = info->storage == NULL;
-    int rc = put_global_m(pw, "torch._utils",
-                          v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2",
-                          intern);
+    int rc =
+        put_global_m(pw, "torch._utils",
+                     v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2", intern);
 
     if (rc == DCP_OK)
         rc = pkw_mark(pw); /* the argument tuple */
@@ -528,8 +527,8 @@ static int emit_tensor_pickle(struct pk_writer *pw,
     int rc = pkw_proto(pw);
 
     if (rc == DCP_OK)
-        rc = emit_tensor_expr(pw, info, ndim, sizes, stride, storage_numel,
-                              "0", 0);
+        rc = emit_tensor_expr(pw, info, ndim, sizes, stride, storage_numel, "0",
+                              0);
     if (rc == DCP_OK)
         rc = pkw_stop(pw);
     return rc;
@@ -572,8 +571,8 @@ int tz_tensor_emit(struct pk_writer *pw, dcp_dtype dt, int ndim,
         return DCP_EINVAL;
     rc = tensor_layout(info, ndim, sizes, stride, &storage_numel);
     if (rc == DCP_OK)
-        rc = emit_tensor_expr(pw, info, ndim, sizes, stride, storage_numel,
-                              key, 1);
+        rc = emit_tensor_expr(pw, info, ndim, sizes, stride, storage_numel, key,
+                              1);
     return rc;
 }
 
@@ -1151,8 +1150,7 @@ out:
  * entries; with alloc, l->ent is allocated for the count the end record
  * gives (the caller frees it, also on failure).
  */
-static int open_core(struct reader *r, struct tz_list *l, size_t max,
-                     int alloc)
+static int open_core(struct reader *r, struct tz_list *l, size_t max, int alloc)
 {
     struct dir_info d = {0};
     struct dcp_err *err = r->err;
@@ -1277,8 +1275,7 @@ int tz_file_open(struct tz_file *f, uint64_t len, size_t max_entries,
         } else {
             for (size_t i = 0; i < f->n; i++)
                 f->byname[i] = &f->ent[i];
-            qsort((void *)f->byname, f->n, sizeof(*f->byname),
-                  cmp_ent_name);
+            qsort((void *)f->byname, f->n, sizeof(*f->byname), cmp_ent_name);
         }
     }
     if (rc != DCP_OK)
@@ -1339,8 +1336,8 @@ static int read_entry(const char *prefix, uint64_t item_len,
         return dcp__err(err, DCP_EINVAL, "zip: invalid argument");
     if (e->size > max)
         return dcp__err(err, DCP_ELIMIT,
-                        "zip: entry '%s/%s' is %llu bytes (limit %zu)",
-                        prefix, e->name, (ull)e->size, max);
+                        "zip: entry '%s/%s' is %llu bytes (limit %zu)", prefix,
+                        e->name, (ull)e->size, max);
     if (!inside(e->data_off, e->size, item_len))
         return dcp__err(err, DCP_EFORMAT,
                         "zip: data of '%s/%s' at byte %llu runs past the "
@@ -1357,8 +1354,8 @@ static int read_entry(const char *prefix, uint64_t item_len,
             rc = dcp__err(err, DCP_ECORRUPT,
                           "zip: crc mismatch in '%s/%s' at byte %llu: "
                           "recorded %08x, computed %08x",
-                          prefix, e->name, (ull)e->data_off,
-                          (unsigned)e->crc, (unsigned)crc);
+                          prefix, e->name, (ull)e->data_off, (unsigned)e->crc,
+                          (unsigned)crc);
     }
     if (rc != DCP_OK) {
         dcp__free(buf);
@@ -1376,8 +1373,8 @@ int tz_read_entry(const struct tz_archive *a, const struct tz_entry *e,
         *out = NULL;
     if (!a)
         return dcp__err(err, DCP_EINVAL, "zip: invalid argument");
-    return read_entry(a->prefix, a->item_len, e, max, verify, read, opaque,
-                      out, err);
+    return read_entry(a->prefix, a->item_len, e, max, verify, read, opaque, out,
+                      err);
 }
 
 int tz_file_read_entry(const struct tz_file *f, const struct tz_entry *e,
@@ -1388,8 +1385,8 @@ int tz_file_read_entry(const struct tz_file *f, const struct tz_entry *e,
         *out = NULL;
     if (!f)
         return dcp__err(err, DCP_EINVAL, "zip: invalid argument");
-    return read_entry(f->prefix, f->item_len, e, max, verify, read, opaque,
-                      out, err);
+    return read_entry(f->prefix, f->item_len, e, max, verify, read, opaque, out,
+                      err);
 }
 
 /* ------------------------------------------------------------------ */

@@ -74,7 +74,7 @@ typedef void (*dcp_progress_fn)(void *arg, uint64_t done, uint64_t total);
  */
 typedef struct dcp_convert_options {
     uint32_t struct_size;
-    int format;    /* enum dcp_file_format of the file written or read */
+    int format;     /* enum dcp_file_format of the file written or read */
     unsigned flags; /* enum dcp_convert_flags */
     /*
      * Cast: 0 keeps every dtype. Otherwise a floating-point dtype (f64,
@@ -122,13 +122,13 @@ typedef struct dcp_convert_options {
 /* What an export or import did. Zero-initialise and set struct_size. */
 typedef struct dcp_convert_result {
     uint32_t struct_size;
-    size_t tensors;   /* tensors written */
-    size_t values;    /* non-tensor values written */
-    size_t skipped;   /* values a safetensors export cannot hold (left out) */
-    size_t cast;      /* tensors converted to opts->dtype */
-    size_t kept;      /* integer/bool tensors left in their dtype by a cast */
-    size_t files;     /* files written (shards, plus the index if any) */
-    uint64_t bytes;   /* tensor data bytes written */
+    size_t tensors; /* tensors written */
+    size_t values;  /* non-tensor values written */
+    size_t skipped; /* values a safetensors export cannot hold (left out) */
+    size_t cast;    /* tensors converted to opts->dtype */
+    size_t kept;    /* integer/bool tensors left in their dtype by a cast */
+    size_t files;   /* files written (shards, plus the index if any) */
+    uint64_t bytes; /* tensor data bytes written */
 } dcp_convert_result;
 
 /*

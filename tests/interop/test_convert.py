@@ -356,6 +356,21 @@ def import_hostile(check, tmp):
     with open(cut, "wb") as f:
         f.write(raw[:len(raw) // 2])
     dcptool("import", cut, os.path.join(tmp, "ck-cut"), expect=1)
+    # archives rewritten with a storage record missing or of the wrong size
+    import zipfile
+    with zipfile.ZipFile(good) as z:
+        entries = [(i.filename, z.read(i.filename)) for i in z.infolist()]
+    for name, edit, msg in [("nostorage", lambda n, d: None, "missing"),
+                            ("short", lambda n, d: d[:-4], "wrong size")]:
+        p = os.path.join(tmp, f"{name}.pt")
+        with zipfile.ZipFile(p, "w", zipfile.ZIP_STORED) as z:
+            for n, d in entries:
+                if n.endswith("/data/0"):
+                    d = edit(n, d)
+                if d is not None:
+                    z.writestr(n, d)
+        r = dcptool("import", p, os.path.join(tmp, f"ck-{name}"), expect=1)
+        check.true(msg in r.stderr, f"{name}: {r.stderr.strip()}")
 
 
 # ------------------------------------------------------------- real model

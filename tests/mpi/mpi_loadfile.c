@@ -63,8 +63,8 @@ static const struct {
     int ndim;
     int64_t shape[3];
 } T[] = {
-    {"model.w", DCP_F32, 2, {7, 5}},   {"model.b", DCP_BF16, 3, {4, 3, 2}},
-    {"model.idx", DCP_I64, 1, {10}},   {"scale", DCP_F64, 0, {0}},
+    {"model.w", DCP_F32, 2, {7, 5}},     {"model.b", DCP_BF16, 3, {4, 3, 2}},
+    {"model.idx", DCP_I64, 1, {10}},     {"scale", DCP_F64, 0, {0}},
     {"model.empty", DCP_F32, 2, {0, 4}},
 };
 #define NT (sizeof(T) / sizeof(T[0]))
@@ -98,9 +98,9 @@ static void make_files(void)
         for (t = 0; t < NT; t++) {
             bufs[t] = calloc((size_t)numel((int)t) + 1, 8);
             pattern(bufs[t], T[t].dt, numel((int)t), (int)t);
-            CHECK_OK(ctx, dcp_state_add_tensor(st, T[t].key, T[t].dt,
-                                               T[t].ndim, T[t].shape, NULL,
-                                               NULL, bufs[t], DCP_MEM_HOST));
+            CHECK_OK(ctx, dcp_state_add_tensor(st, T[t].key, T[t].dt, T[t].ndim,
+                                               T[t].shape, NULL, NULL, bufs[t],
+                                               DCP_MEM_HOST));
         }
         CHECK_OK(ctx, dcp_state_add_value(st, "step", dcp_value_int(42)));
         rc = dcp_save(ctx, st, ck, NULL);
@@ -168,8 +168,8 @@ static void check_box(int t, const int64_t *off, const int64_t *size,
         }
         for (d = 0; d < nd; d++)
             lin = lin * T[t].shape[d] + off[d] + idx[d];
-        (void)dcp_convert_elements(exp, want, full + lin * (int64_t)es,
-                                   T[t].dt, 1);
+        (void)dcp_convert_elements(exp, want, full + lin * (int64_t)es, T[t].dt,
+                                   1);
         if (memcmp(exp, (const char *)buf + i * (int64_t)ws, ws) != 0) {
             fprintf(stderr, "[rank %d] '%s' element %lld differs\n", mt_rank,
                     T[t].key, (long long)i);
@@ -205,10 +205,9 @@ static void load_and_check(const char *file, int scheme, unsigned flags,
             for (d = 0; d < T[t].ndim; d++)
                 n *= size[t][b][d];
             bufs[t][b] = calloc((size_t)n + 1, 8);
-            CHECK_OK(ctx, dcp_state_add_tensor(st, T[t].key, dt, T[t].ndim,
-                                               T[t].shape, off[t][b],
-                                               size[t][b], bufs[t][b],
-                                               DCP_MEM_HOST));
+            CHECK_OK(ctx, dcp_state_add_tensor(
+                              st, T[t].key, dt, T[t].ndim, T[t].shape,
+                              off[t][b], size[t][b], bufs[t][b], DCP_MEM_HOST));
         }
     }
     if (strstr(file, ".pt"))
@@ -288,8 +287,8 @@ static void test_errors(void)
     /* a key the file lacks, on the last rank only */
     CHECK_OK(ctx, dcp_state_create(&st));
     if (mt_rank == mt_size - 1)
-        CHECK_OK(ctx, dcp_state_add_tensor(st, "nope", DCP_F32, 0, NULL,
-                                           NULL, NULL, buf, DCP_MEM_HOST));
+        CHECK_OK(ctx, dcp_state_add_tensor(st, "nope", DCP_F32, 0, NULL, NULL,
+                                           NULL, buf, DCP_MEM_HOST));
     rc = dcp_load_file(ctx, st, path_sf, NULL);
     CHECK(mt_same(rc));
     CHECK_RC(ctx, rc, DCP_EKEY);
@@ -355,18 +354,15 @@ static int model(const char *file, const char *a, const char *b)
             bytes *= (uint64_t)size[d];
         bufs[i] = calloc(bytes + 1, 1);
         bufs2[i] = calloc(bytes + 1, 1);
-        CHECK_OK(ctx, dcp_state_add_tensor(st, e.key, e.dtype, e.ndim,
-                                           e.shape, off, size, bufs[i],
-                                           DCP_MEM_HOST));
-        CHECK_OK(ctx, dcp_state_add_tensor(st2, e.key, e.dtype, e.ndim,
-                                           e.shape, off, size, bufs2[i],
-                                           DCP_MEM_HOST));
+        CHECK_OK(ctx, dcp_state_add_tensor(st, e.key, e.dtype, e.ndim, e.shape,
+                                           off, size, bufs[i], DCP_MEM_HOST));
+        CHECK_OK(ctx, dcp_state_add_tensor(st2, e.key, e.dtype, e.ndim, e.shape,
+                                           off, size, bufs2[i], DCP_MEM_HOST));
     }
     CHECK_OK(ctx, dcp_load(ctx, st, a, NULL));
     CHECK_OK(ctx, dcp_save(ctx, st, b, NULL));
     for (mode = 0; mode < 2; mode++) {
-        dcp_load_options lo = {sizeof(lo),
-                               mode ? DCP_LOAD_FILE_ROOT_READS : 0};
+        dcp_load_options lo = {sizeof(lo), mode ? DCP_LOAD_FILE_ROOT_READS : 0};
         CHECK_OK(ctx, dcp_load_file(ctx, st2, file, &lo));
         for (i = 0; i < n; i++) {
             dcp_entry_info e;
@@ -384,8 +380,8 @@ static int model(const char *file, const char *a, const char *b)
                 }
             }
             if (memcmp(bufs[i], bufs2[i], bytes) != 0) {
-                fprintf(stderr, "[rank %d] '%s' differs (mode %d)\n",
-                        mt_rank, e.key, mode);
+                fprintf(stderr, "[rank %d] '%s' differs (mode %d)\n", mt_rank,
+                        e.key, mode);
                 mt_fail++;
             }
             memset(bufs2[i], 0, bytes);

@@ -57,8 +57,8 @@ static int make_ckpt(const char *dir)
         for (i = 0; i < sz[0]; i++)
             for (j = 0; j < sz[1]; j++)
                 boxes[r][i][j] = big[off[0] + i][off[1] + j];
-        rc = dcp_state_add_tensor(st, "big", DCP_F32, 2, bs, off, sz,
-                                  boxes[r], DCP_MEM_HOST);
+        rc = dcp_state_add_tensor(st, "big", DCP_F32, 2, bs, off, sz, boxes[r],
+                                  DCP_MEM_HOST);
     }
     for (r = 0; rc == DCP_OK && r < 3; r++) {
         int64_t off[1] = {r * 400}, sz[1] = {r < 2 ? 400 : 200};
@@ -68,8 +68,8 @@ static int make_ckpt(const char *dir)
     if (rc == DCP_OK)
         rc = dcp_state_pop(st);
     if (rc == DCP_OK)
-        rc = dcp_state_add_tensor(st, "tiny", DCP_F64, 1, ts, NULL, NULL,
-                                  tiny, DCP_MEM_HOST);
+        rc = dcp_state_add_tensor(st, "tiny", DCP_F64, 1, ts, NULL, NULL, tiny,
+                                  DCP_MEM_HOST);
     if (rc == DCP_OK)
         rc = dcp_state_add_value(st, "step", dcp_value_int(9));
     if (rc == DCP_OK)
@@ -209,8 +209,7 @@ TEST(cast)
     o.dtype = 0;
     ASSERT_OK(dcp_import(ctx, out, back, &o, NULL));
     ASSERT_OK(read_all(back, "model.big", got, sizeof(got)));
-    ASSERT_OK(dcp_convert_elements(want, DCP_BF16, big, DCP_F32,
-                                   ROWS * COLS));
+    ASSERT_OK(dcp_convert_elements(want, DCP_BF16, big, DCP_F32, ROWS * COLS));
     ASSERT_MEM_EQ(got, want, sizeof(got));
     /* with overflow allowed, float16 is written (1e10 becomes inf) */
     o.dtype = DCP_F16;
@@ -376,7 +375,8 @@ TEST(bad_inputs)
 int main(void)
 {
     char ck[300];
-    (void)snprintf(root, sizeof(root), "/tmp/dcp-test-export-%d", (int)getpid());
+    (void)snprintf(root, sizeof(root), "/tmp/dcp-test-export-%d",
+                   (int)getpid());
     if (mkdir(root, 0755) != 0)
         return 1;
     path(ck, sizeof(ck), "ck");

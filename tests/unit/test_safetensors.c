@@ -31,14 +31,34 @@ static int rc_of(const char *hdr, uint64_t data_len, const char *needle)
 TEST(json_grammar)
 {
     static const char *const bad[] = {
-        "",          "{",          "[1,]",        "{\"a\":1,}",  "01",
-        "1.",        "-",          "\"\\x\"",     "\"\\ud800\"", "\"\\udc00\"",
-        "\"a\nb\"",  "tru",        "{\"a\" 1}",   "[1 2]",       "{} x",
-        "\"\xff\"",  "\"\xc0\x80\"", "1e",        "{1:2}",       "[\"\\u12\"]",
+        "",
+        "{",
+        "[1,]",
+        "{\"a\":1,}",
+        "01",
+        "1.",
+        "-",
+        "\"\\x\"",
+        "\"\\ud800\"",
+        "\"\\udc00\"",
+        "\"a\nb\"",
+        "tru",
+        "{\"a\" 1}",
+        "[1 2]",
+        "{} x",
+        "\"\xff\"",
+        "\"\xc0\x80\"",
+        "1e",
+        "{1:2}",
+        "[\"\\u12\"]",
     };
     static const char *const good[] = {
-        "{}", "[]", " [1, -2, 3.5e3, true, false, null] ",
-        "{\"a\":{\"b\":[\"\\u00e9\\ud83d\\ude80\\n\\\"\"]}}", "-0", "\"\"",
+        "{}",
+        "[]",
+        " [1, -2, 3.5e3, true, false, null] ",
+        "{\"a\":{\"b\":[\"\\u00e9\\ud83d\\ude80\\n\\\"\"]}}",
+        "-0",
+        "\"\"",
     };
     static const char ints[] =
         "[9223372036854775807, -9223372036854775808, 9223372036854775808]";
@@ -47,19 +67,17 @@ TEST(json_grammar)
     struct dcp_err err;
     size_t i;
     for (i = 0; i < DCP_ARRAY_LEN(bad); i++) {
-        int rc = json_parse(bad[i], strlen(bad[i]), 16, 100, &doc, &root,
-                            &err);
+        int rc = json_parse(bad[i], strlen(bad[i]), 16, 100, &doc, &root, &err);
         if (rc != DCP_EFORMAT)
             fprintf(stderr, "bad[%zu] = '%s'\n", i, bad[i]);
         ASSERT_RC(rc, DCP_EFORMAT);
     }
     for (i = 0; i < DCP_ARRAY_LEN(good); i++) {
-        ASSERT_OK(json_parse(good[i], strlen(good[i]), 16, 100, &doc, &root,
-                             &err));
+        ASSERT_OK(
+            json_parse(good[i], strlen(good[i]), 16, 100, &doc, &root, &err));
         json_free(doc);
     }
-    ASSERT_OK(json_parse(good[3], strlen(good[3]), 16, 100, &doc, &root,
-                         &err));
+    ASSERT_OK(json_parse(good[3], strlen(good[3]), 16, 100, &doc, &root, &err));
     ASSERT_STR_EQ(json_get(json_get(root, "a"), "b")->v[0]->s,
                   "\xc3\xa9\xf0\x9f\x9a\x80\n\"");
     json_free(doc);
@@ -79,12 +97,11 @@ TEST(json_limits)
     struct dcp_err err;
     memset(deep, '[', 200);
     memset(deep + 200, ']', 200);
-    ASSERT_RC(json_parse(deep, 400, 64, 1000, &doc, &root, &err),
-              DCP_ELIMIT);
+    ASSERT_RC(json_parse(deep, 400, 64, 1000, &doc, &root, &err), DCP_ELIMIT);
     ASSERT_RC(json_parse("[1,2,3,4,5]", 11, 4, 3, &doc, &root, &err),
               DCP_ELIMIT);
-    ASSERT_OK(json_parse("{\"a\":1,\"b\":2,\"a\":3}", 19, 4, 10, &doc, &root,
-                         &err));
+    ASSERT_OK(
+        json_parse("{\"a\":1,\"b\":2,\"a\":3}", 19, 4, 10, &doc, &root, &err));
     ASSERT_STR_EQ(json_dup_key(root), "a");
     json_free(doc);
 }
@@ -187,8 +204,7 @@ TEST(header_hostile)
     ASSERT_RC(rc_of(h, 9, "after the last"), DCP_EFORMAT);
     ASSERT_RC(rc_of("{\"__metadata__\":{\"k\":1}}", 0, "not a string"),
               DCP_EFORMAT);
-    ASSERT_RC(rc_of("{\"__metadata__\":[]}", 0, "not an object"),
-              DCP_EFORMAT);
+    ASSERT_RC(rc_of("{\"__metadata__\":[]}", 0, "not an object"), DCP_EFORMAT);
 }
 
 TEST(header_length_prefix)

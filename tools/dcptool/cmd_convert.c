@@ -65,15 +65,30 @@ struct progress {
     const char *what;
 };
 
+/* n bytes as "12.3 MB" into buf. */
+static const char *human(char *buf, size_t cap, uint64_t n)
+{
+    static const char *const unit[] = {"B", "kB", "MB", "GB", "TB"};
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1000.0 && u < 4) {
+        v /= 1000.0;
+        u++;
+    }
+    (void)snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
+    return buf;
+}
+
 static void show_progress(void *arg, uint64_t done, uint64_t total)
 {
     struct progress *p = arg;
     int pct = total ? (int)(done * 100 / total) : 100;
+    char a[32], b[32];
     if (pct == p->last)
         return;
     p->last = pct;
-    fprintf(stderr, "\r%s: %3d%% (%.1f of %.1f MB)", p->what, pct,
-            (double)done / 1e6, (double)total / 1e6);
+    fprintf(stderr, "\r%s: %3d%% (%s of %s)", p->what, pct,
+            human(a, sizeof(a), done), human(b, sizeof(b), total));
     if (done >= total)
         fputc('\n', stderr);
     fflush(stderr);
@@ -179,13 +194,11 @@ static int convert(int argc, char **argv, int is_export)
         dcp_ctx_free(ctx);
         return 1;
     }
-    printf("%s: %zu tensors (%llu bytes), %zu values", is_export
-                                                           ? "exported"
-                                                           : "imported",
-           res.tensors, (unsigned long long)res.bytes, res.values);
+    printf("%s: %zu tensors (%llu bytes), %zu values",
+           is_export ? "exported" : "imported", res.tensors,
+           (unsigned long long)res.bytes, res.values);
     if (res.cast || res.kept)
-        printf("; cast %zu, kept %zu (not floating point)", res.cast,
-               res.kept);
+        printf("; cast %zu, kept %zu (not floating point)", res.cast, res.kept);
     if (res.skipped)
         printf("; left out %zu values (safetensors holds tensors only)",
                res.skipped);

@@ -29,7 +29,7 @@ struct diff {
     double rtol, atol;
     long max_lines, lines;
     long ndiff;
-    void *ba, *bb;  /* slab of each side */
+    void *ba, *bb;   /* slab of each side */
     double *fa, *fb; /* as float64, with a tolerance */
 };
 
@@ -41,14 +41,13 @@ static void report(struct diff *d, const char *what, const char *key,
     if (d->max_lines >= 0 && d->lines >= d->max_lines)
         return;
     d->lines++;
-    printf("%s: %s%s%s\n", what, key, detail ? ": " : "",
-           detail ? detail : "");
+    printf("%s: %s%s%s\n", what, key, detail ? ": " : "", detail ? detail : "");
 }
 
 static int is_float(dcp_dtype dt)
 {
-    return dt == DCP_F64 || dt == DCP_F32 || dt == DCP_F16 ||
-           dt == DCP_BF16 || dt == DCP_F8_E4M3FN || dt == DCP_F8_E5M2;
+    return dt == DCP_F64 || dt == DCP_F32 || dt == DCP_F16 || dt == DCP_BF16 ||
+           dt == DCP_F8_E4M3FN || dt == DCP_F8_E5M2;
 }
 
 /* Compares n elements at linear index first; updates the counters. */
@@ -160,13 +159,12 @@ static int diff_tensor(struct diff *d, size_t ia, size_t ib,
             (void)snprintf(detail, sizeof(detail),
                            "%llu of %llu elements (first at %s, largest "
                            "difference %g)",
-                           (unsigned long long)count,
-                           (unsigned long long)numel, idx, maxabs);
+                           (unsigned long long)count, (unsigned long long)numel,
+                           idx, maxabs);
         else
-            (void)snprintf(detail, sizeof(detail),
-                           "%llu of %llu elements (first at %s)",
-                           (unsigned long long)count,
-                           (unsigned long long)numel, idx);
+            (void)snprintf(
+                detail, sizeof(detail), "%llu of %llu elements (first at %s)",
+                (unsigned long long)count, (unsigned long long)numel, idx);
         report(d, "values differ", e->key, detail);
     }
     return DCP_OK;
