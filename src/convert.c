@@ -224,6 +224,49 @@ void dcp__convert(void *dst, dcp_dtype dt_dst, const void *src,
         memcpy(dst, src, n * sd);
         return;
     }
+    if (dt_src == DCP_F32 && dt_dst == DCP_BF16) {
+        /* The common export cast, without the trip through double: the
+         * same rounding as store_elem (nearest even, NaN kept quiet). */
+        for (i = 0; i < n; i++) {
+            uint32_t b = (uint32_t)s[4 * i] | ((uint32_t)s[4 * i + 1] << 8) |
+                         ((uint32_t)s[4 * i + 2] << 16) |
+                         ((uint32_t)s[4 * i + 3] << 24);
+            uint32_t r = (b & 0x7FFFFFFFu) > 0x7F800000u
+                             ? (b >> 16) | 0x40
+                             : (b + 0x7FFF + ((b >> 16) & 1)) >> 16;
+            d[2 * i] = (uint8_t)r;
+            d[2 * i + 1] = (uint8_t)(r >> 8);
+        }
+        return;
+    }
     for (i = 0; i < n; i++)
         store_elem(d + i * sd, dt_dst, load_elem(s + i * ss, dt_src));
+}
+
+static int is_float(dcp_dtype dt)
+{
+    return dt == DCP_F64 || dt == DCP_F32 || dt == DCP_F16 ||
+           dt == DCP_BF16 || dt == DCP_F8_E4M3FN || dt == DCP_F8_E5M2;
+}
+
+size_t dcp__convert_overflow(const void *dst, dcp_dtype dt_dst,
+                             const void *src, dcp_dtype dt_src, size_t n)
+{
+    size_t sd = dcp_dtype_size(dt_dst), ss = dcp_dtype_size(dt_src), i;
+    const uint8_t *d = dst, *s = src;
+    if (dt_dst == dt_src || !is_float(dt_dst) || !is_float(dt_src))
+        return n;
+    for (i = 0; i < n; i++) {
+        double x = load_elem(s + i * ss, dt_src), y;
+        if (!isfinite(x))
+            continue;
+        y = load_elem(d + i * sd, dt_dst);
+        if (!isfinite(y))
+            return i;
+        /* float8_e4m3fn saturates at 448: beyond the rounding boundary of
+         * its largest value (464) the result is not x rounded. */
+        if (dt_dst == DCP_F8_E4M3FN && fabs(x) >= 464.0)
+            return i;
+    }
+    return n;
 }

@@ -17,4 +17,13 @@
 void dcp__convert(void *dst, dcp_dtype dt_dst, const void *src,
                   dcp_dtype dt_src, size_t n);
 
+/*
+ * After a float-to-float conversion: the index of the first element whose
+ * source is finite but whose converted value is not that source rounded
+ * (it became infinite or NaN, or float8_e4m3fn saturated), or n when
+ * every element was represented. Other dtype pairs return n.
+ */
+size_t dcp__convert_overflow(const void *dst, dcp_dtype dt_dst, const void *src,
+                             dcp_dtype dt_src, size_t n);
+
 #endif /* DCP_CONVERT_H */

@@ -392,3 +392,39 @@ int dcp__rd_metadata(int dirfd, const char *path, uint64_t max_bytes,
         return dcp__err_prefix(err, "'%s/.metadata'", path);
     return DCP_OK;
 }
+
+int dcp__rd_chunk_locate(struct rd_files *f, const struct md_entry *e,
+                         size_t ci, struct rd_loc *loc, struct dcp_err *err)
+{
+    const struct md_chunk *c = &e->chunks[ci];
+    const struct tz_entry *pe, *data = NULL;
+    struct tz_archive a;
+    struct rec r;
+    uint8_t *pkl = NULL;
+    int rc;
+    memset(loc, 0, sizeof(*loc));
+    rc = open_record(f, e, c, &r, &a, err);
+    if (rc != DCP_OK)
+        return rc;
+    pe = tz_find(&a, "data.pkl");
+    if (!pe)
+        return dcp__err(err, DCP_EFORMAT, "'%s': record in '%s' has no "
+                        "data.pkl", e->key, r.file);
+    rc = tz_read_entry(&a, pe, PKL_MAX, 1, rec_read, &r, &pkl, err);
+    if (rc == DCP_OK)
+        rc = tz_parse_tensor_pickle(pkl, pe->size, &loc->t, err);
+    dcp__free(pkl);
+    if (rc != DCP_OK)
+        return dcp__err_prefix(err, "'%s': record in '%s'", e->key, r.file);
+    rc = check_archive(&a, e, c, r.file, &loc->t, &data, err);
+    if (rc != DCP_OK)
+        return rc;
+    loc->fd = r.fd;
+    loc->file = r.file;
+    if (data) {
+        loc->data = r.base + data->data_off;
+        loc->size = data->size;
+        loc->crc = data->crc;
+    }
+    return DCP_OK;
+}

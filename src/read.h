@@ -9,6 +9,7 @@
 
 #include "util.h"
 #include "meta.h"
+#include "torchzip.h"
 
 struct rd_files {
     const char *path; /* checkpoint directory, for messages */
@@ -57,5 +58,23 @@ int dcp__rd_metadata(int dirfd, const char *path, uint64_t max_bytes,
 int dcp__box_intersect(int ndim, const int64_t *aoff, const int64_t *asize,
                        const int64_t *boff, const int64_t *bsize,
                        int64_t *ioff, int64_t *isize);
+
+/* Where a tensor chunk's stored bytes are, for ranged reads (export). */
+struct rd_loc {
+    int fd;               /* owned by the rd_files */
+    const char *file;
+    uint64_t data;        /* absolute file offset of the storage bytes */
+    uint64_t size;        /* storage bytes (0: an empty chunk) */
+    uint32_t crc;         /* CRC-32 of the storage bytes, from the zip */
+    struct tz_tensor t;   /* the view: dtype, sizes, strides, offset */
+};
+
+/*
+ * Parses and checks the record of chunk ci of tensor entry e as
+ * dcp__rd_chunk does (data.pkl CRC verified), without reading its data.
+ * Same return codes.
+ */
+int dcp__rd_chunk_locate(struct rd_files *f, const struct md_entry *e,
+                         size_t ci, struct rd_loc *loc, struct dcp_err *err);
 
 #endif /* DCP_READ_H */

@@ -27,7 +27,8 @@
  */
 #include "torchzip.h"
 
-#include <stdio.h> /* snprintf */
+#include <stdio.h>  /* snprintf */
+#include <stdlib.h> /* qsort */
 #include <string.h>
 
 #include "crc32.h"
@@ -59,8 +60,6 @@
 
 /* Per central-directory entry, what the reader allows beyond the name. */
 #define MAX_CD_EXTRA 256u
-#define MAX_CD_BYTES \
-    ((uint64_t)TZ_MAX_ENTRIES * (CENTRAL_LEN + TZ_MAX_NAME + MAX_CD_EXTRA))
 
 typedef unsigned long long ull;
 
@@ -118,6 +117,15 @@ int tz_writer_init(struct tz_writer *w, uint64_t item_offset, uint32_t align)
         return DCP_EINVAL;
     w->item_offset = item_offset;
     w->align = align;
+    w->max = TZ_MAX_ENTRIES;
+    return DCP_OK;
+}
+
+int tz_writer_set_max(struct tz_writer *w, size_t max)
+{
+    if (!w || max == 0 || max < w->n || max > SIZE_MAX / sizeof(*w->ent))
+        return DCP_EINVAL;
+    w->max = max;
     return DCP_OK;
 }
 
@@ -127,7 +135,10 @@ void tz_writer_release(struct tz_writer *w)
         return;
     for (size_t i = 0; i < w->n; i++)
         dcp__free(w->ent[i].name);
+    dcp__free(w->ent);
+    w->ent = NULL;
     w->n = 0;
+    w->cap = 0;
     w->streaming = 0;
     dcp__buf_free(&w->out);
 }
@@ -152,8 +163,19 @@ static int put_local_header(struct tz_writer *w, const char *name, uint64_t len,
     nlen = strlen(name);
     if (nlen == 0 || nlen > TZ_MAX_NAME)
         return DCP_EINVAL;
-    if (w->n >= TZ_MAX_ENTRIES)
+    if (w->n >= w->max)
         return DCP_ELIMIT;
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 8;
+        struct tz_wentry *ent;
+        if (cap > w->max)
+            cap = w->max;
+        ent = dcp__realloc(w->ent, cap * sizeof(*ent));
+        if (!ent)
+            return DCP_ENOMEM;
+        w->ent = ent;
+        w->cap = cap;
+    }
 
     z64_len = (big_len || big_off) ? 4u + 16u * big_len + 8u * big_off : 0u;
     /* PyTorch's getPadding(): the data would start at `start` without FB
@@ -430,30 +452,44 @@ static int put_op_memo(struct pk_writer *pw, uint8_t op)
  * with the memo numbering of Python's pickler: every global, string and
  * non-empty tuple is memoized in the order it is written.
  */
-static int emit_tensor_pickle(struct pk_writer *pw,
-                              const struct dtype_info *info, int ndim,
-                              const int64_t *sizes, const int64_t *stride,
-                              int64_t storage_numel)
+/* Strings and globals: memoized at every use (a one-tensor pickle, as
+ * Python writes it), or interned (written once, then BINGET) when several
+ * tensors share one pickle. */
+static int put_str_m(struct pk_writer *pw, const char *s, int intern)
+{
+    return intern ? pkw_str_memo(pw, s, strlen(s)) : put_str_memo(pw, s);
+}
+
+static int put_global_m(struct pk_writer *pw, const char *module,
+                        const char *name, int intern)
+{
+    return intern ? pkw_global_memo(pw, module, name)
+                  : put_global_memo(pw, module, name);
+}
+
+static int emit_tensor_expr(struct pk_writer *pw, const struct dtype_info *info,
+                            int ndim, const int64_t *sizes,
+                            const int64_t *stride, int64_t storage_numel,
+                            const char *key, int intern)
 {
     int v3 = info->storage == NULL;
-    int rc = pkw_proto(pw);
+    int rc =
+        put_global_m(pw, "torch._utils",
+                     v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2", intern);
 
-    if (rc == DCP_OK)
-        rc = put_global_memo(pw, "torch._utils",
-                             v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2");
     if (rc == DCP_OK)
         rc = pkw_mark(pw); /* the argument tuple */
     if (rc == DCP_OK)
         rc = pkw_mark(pw); /* the persistent id */
     if (rc == DCP_OK)
-        rc = put_str_memo(pw, "storage");
+        rc = put_str_m(pw, "storage", intern);
     if (rc == DCP_OK)
-        rc = v3 ? put_global_memo(pw, "torch.storage", "UntypedStorage")
-                : put_global_memo(pw, "torch", info->storage);
+        rc = v3 ? put_global_m(pw, "torch.storage", "UntypedStorage", intern)
+                : put_global_m(pw, "torch", info->storage, intern);
     if (rc == DCP_OK)
-        rc = put_str_memo(pw, "0");
+        rc = put_str_memo(pw, key);
     if (rc == DCP_OK)
-        rc = put_str_memo(pw, "cpu");
+        rc = put_str_m(pw, "cpu", intern);
     if (rc == DCP_OK)
         rc = pkw_int(pw, storage_numel);
     if (rc == DCP_OK)
@@ -469,37 +505,46 @@ static int emit_tensor_pickle(struct pk_writer *pw,
     if (rc == DCP_OK)
         rc = pkw_bool(pw, 0); /* requires_grad */
     if (rc == DCP_OK)
-        rc = put_global_memo(pw, "collections", "OrderedDict");
+        rc = put_global_m(pw, "collections", "OrderedDict", intern);
     if (rc == DCP_OK)
         rc = pkw_empty_tuple(pw);
     if (rc == DCP_OK)
         rc = put_op_memo(pw, PK_OP_REDUCE); /* backward_hooks */
     if (rc == DCP_OK && v3)
-        rc = put_global_memo(pw, "torch", info->name);
+        rc = put_global_m(pw, "torch", info->name, intern);
     if (rc == DCP_OK)
         rc = put_op_memo(pw, PK_OP_TUPLE);
     if (rc == DCP_OK)
         rc = put_op_memo(pw, PK_OP_REDUCE);
+    return rc;
+}
+
+static int emit_tensor_pickle(struct pk_writer *pw,
+                              const struct dtype_info *info, int ndim,
+                              const int64_t *sizes, const int64_t *stride,
+                              int64_t storage_numel)
+{
+    int rc = pkw_proto(pw);
+
+    if (rc == DCP_OK)
+        rc = emit_tensor_expr(pw, info, ndim, sizes, stride, storage_numel, "0",
+                              0);
     if (rc == DCP_OK)
         rc = pkw_stop(pw);
     return rc;
 }
 
-int tz_tensor_pickle(struct dcp_buf *out, dcp_dtype dt, int ndim,
-                     const int64_t *sizes)
+/* Contiguous strides as torch computes them (empty dims count as 1) and
+ * the storage size (elements, or bytes for UntypedStorage). */
+static int tensor_layout(const struct dtype_info *info, int ndim,
+                         const int64_t *sizes, int64_t *stride,
+                         int64_t *storage_numel)
 {
-    const struct dtype_info *info = dtype_find(dt);
-    int64_t numel, storage_numel, stride[DCP_MAX_NDIM];
-    struct pk_writer pw;
-    size_t mark;
-    int rc;
+    int64_t numel;
+    int rc = shape_numel(ndim, sizes, &numel);
 
-    if (!out || !info)
-        return DCP_EINVAL;
-    rc = shape_numel(ndim, sizes, &numel);
     if (rc != DCP_OK)
         return rc;
-    /* Contiguous strides as torch computes them: empty dims count as 1. */
     for (int i = ndim - 1; i >= 0; i--) {
         if (i == ndim - 1)
             stride[i] = 1;
@@ -508,11 +553,43 @@ int tz_tensor_pickle(struct dcp_buf *out, dcp_dtype dt, int ndim,
                                        &stride[i]))
             return DCP_EINVAL;
     }
-    storage_numel = numel; /* elements, or bytes for UntypedStorage */
+    *storage_numel = numel;
     if (!info->storage &&
-        dcp__mul_overflow_i64(numel, (int64_t)info->size, &storage_numel))
+        dcp__mul_overflow_i64(numel, (int64_t)info->size, storage_numel))
         return DCP_EINVAL;
+    return DCP_OK;
+}
 
+int tz_tensor_emit(struct pk_writer *pw, dcp_dtype dt, int ndim,
+                   const int64_t *sizes, const char *key)
+{
+    const struct dtype_info *info = dtype_find(dt);
+    int64_t storage_numel, stride[DCP_MAX_NDIM];
+    int rc;
+
+    if (!pw || !info || !key)
+        return DCP_EINVAL;
+    rc = tensor_layout(info, ndim, sizes, stride, &storage_numel);
+    if (rc == DCP_OK)
+        rc = emit_tensor_expr(pw, info, ndim, sizes, stride, storage_numel, key,
+                              1);
+    return rc;
+}
+
+int tz_tensor_pickle(struct dcp_buf *out, dcp_dtype dt, int ndim,
+                     const int64_t *sizes)
+{
+    const struct dtype_info *info = dtype_find(dt);
+    int64_t storage_numel, stride[DCP_MAX_NDIM];
+    struct pk_writer pw;
+    size_t mark;
+    int rc;
+
+    if (!out || !info)
+        return DCP_EINVAL;
+    rc = tensor_layout(info, ndim, sizes, stride, &storage_numel);
+    if (rc != DCP_OK)
+        return rc;
     mark = out->len;
     pk_writer_init(&pw, out);
     rc = emit_tensor_pickle(&pw, info, ndim, sizes, stride, storage_numel);
@@ -831,8 +908,15 @@ static int apply_zip64_extra(struct reader *r, const uint8_t *x, size_t xlen,
                     (ull)ent_off);
 }
 
+/* The entries being parsed: a tz_archive's fixed array or a tz_file's. */
+struct tz_list {
+    char *prefix;
+    struct tz_entry *ent;
+    size_t n;
+};
+
 /* Checks a full record name and stores it, without the prefix, in e. */
-static int take_name(struct reader *r, struct tz_archive *a, struct tz_entry *e,
+static int take_name(struct reader *r, struct tz_list *a, struct tz_entry *e,
                      const uint8_t *name, size_t nlen, uint64_t ent_off)
 {
     char shown[TZ_MAX_NAME + 1];
@@ -879,7 +963,7 @@ static int take_name(struct reader *r, struct tz_archive *a, struct tz_entry *e,
 }
 
 /* Parses one central directory entry at cd[*pos], advancing *pos. */
-static int parse_central_entry(struct reader *r, struct tz_archive *a,
+static int parse_central_entry(struct reader *r, struct tz_list *a,
                                const uint8_t *cd, uint64_t cd_size,
                                uint64_t cd_off, size_t *pos)
 {
@@ -1004,64 +1088,90 @@ static int read_local_header(struct reader *r, struct tz_entry *e,
     return DCP_OK;
 }
 
-/* No two records (local header through data) may share a byte, and names
- * must be unique. */
-static int check_disjoint(struct reader *r, const struct tz_archive *a)
+static int cmp_ent_name(const void *x, const void *y)
 {
-    size_t order[TZ_MAX_ENTRIES];
-
-    for (size_t i = 0; i < a->n; i++) {
-        size_t j = i;
-        for (size_t k = 0; k < i; k++)
-            if (strcmp(a->ent[k].name, a->ent[i].name) == 0)
-                return dcp__err(r->err, DCP_EFORMAT,
-                                "zip: duplicate entry '%s/%s' at byte %llu",
-                                a->prefix, a->ent[i].name,
-                                (ull)a->ent[i].header_off);
-        while (j > 0 &&
-               a->ent[order[j - 1]].header_off > a->ent[i].header_off) {
-            order[j] = order[j - 1];
-            j--;
-        }
-        order[j] = i;
-    }
-    for (size_t i = 1; i < a->n; i++) {
-        const struct tz_entry *p = &a->ent[order[i - 1]];
-        const struct tz_entry *q = &a->ent[order[i]];
-        if (p->data_off + p->size > q->header_off)
-            return dcp__err(r->err, DCP_EFORMAT,
-                            "zip: records '%s' and '%s' overlap at byte %llu",
-                            p->name, q->name, (ull)q->header_off);
-    }
-    return DCP_OK;
+    const struct tz_entry *a = *(const struct tz_entry *const *)x;
+    const struct tz_entry *b = *(const struct tz_entry *const *)y;
+    int c = strcmp(a->name, b->name);
+    return c ? c : (a < b ? -1 : a > b);
 }
 
-int tz_open(struct tz_archive *a, uint64_t item_len, tz_read_fn read,
-            void *opaque, struct dcp_err *err)
+static int cmp_ent_off(const void *x, const void *y)
 {
-    struct reader r = {read, opaque, err, item_len};
+    const struct tz_entry *a = *(const struct tz_entry *const *)x;
+    const struct tz_entry *b = *(const struct tz_entry *const *)y;
+    if (a->header_off != b->header_off)
+        return a->header_off < b->header_off ? -1 : 1;
+    return a < b ? -1 : a > b;
+}
+
+/* No two records (local header through data) may share a byte, and names
+ * must be unique (the first entry, in directory order, that repeats an
+ * earlier name is reported). O(n log n). */
+static int check_disjoint(struct reader *r, const struct tz_list *a)
+{
+    const struct tz_entry **o, *dup = NULL;
+    int rc = DCP_OK;
+
+    if (a->n < 2)
+        return DCP_OK;
+    o = dcp__malloc(a->n * sizeof(*o));
+    if (!o)
+        return dcp__err(r->err, DCP_ENOMEM, "zip: out of memory");
+    for (size_t i = 0; i < a->n; i++)
+        o[i] = &a->ent[i];
+    qsort((void *)o, a->n, sizeof(*o), cmp_ent_name);
+    for (size_t i = 1; i < a->n; i++)
+        if (strcmp(o[i - 1]->name, o[i]->name) == 0 && (!dup || o[i] < dup))
+            dup = o[i];
+    if (dup) {
+        rc = dcp__err(r->err, DCP_EFORMAT,
+                      "zip: duplicate entry '%s/%s' at byte %llu", a->prefix,
+                      dup->name, (ull)dup->header_off);
+        goto out;
+    }
+    qsort((void *)o, a->n, sizeof(*o), cmp_ent_off);
+    for (size_t i = 1; i < a->n; i++) {
+        const struct tz_entry *p = o[i - 1], *q = o[i];
+        if (p->data_off + p->size > q->header_off) {
+            rc = dcp__err(r->err, DCP_EFORMAT,
+                          "zip: records '%s' and '%s' overlap at byte %llu",
+                          p->name, q->name, (ull)q->header_off);
+            break;
+        }
+    }
+out:
+    dcp__free((void *)o);
+    return rc;
+}
+
+/*
+ * Parses the directory of an item of r->len bytes into l: at most max
+ * entries; with alloc, l->ent is allocated for the count the end record
+ * gives (the caller frees it, also on failure).
+ */
+static int open_core(struct reader *r, struct tz_list *l, size_t max, int alloc)
+{
     struct dir_info d = {0};
+    struct dcp_err *err = r->err;
+    uint64_t max_cd;
     uint8_t *cd = NULL;
     size_t pos = 0;
     int rc;
 
-    if (!a || !read)
-        return dcp__err(err, DCP_EINVAL, "zip: invalid argument");
-    memset(a, 0, sizeof(*a));
-    a->item_len = item_len;
-    if (item_len < END_LEN)
+    if (r->len < END_LEN)
         return dcp__err(err, DCP_ECORRUPT,
                         "zip: item of %llu bytes is shorter than an end "
                         "record",
-                        (ull)item_len);
-    rc = read_end_records(&r, &d);
+                        (ull)r->len);
+    rc = read_end_records(r, &d);
     if (rc != DCP_OK)
         goto out;
-    if (d.n == 0 || d.n > TZ_MAX_ENTRIES) {
+    if (d.n == 0 || d.n > max) {
         rc = dcp__err(err, DCP_EFORMAT,
                       "zip: %llu entries in the central directory at byte "
-                      "%llu (limit %d)",
-                      (ull)d.n, (ull)d.cd_off, TZ_MAX_ENTRIES);
+                      "%llu (limit %zu)",
+                      (ull)d.n, (ull)d.cd_off, max);
         goto out;
     }
     if (!inside(d.cd_off, d.cd_size, d.limit)) {
@@ -1071,23 +1181,31 @@ int tz_open(struct tz_archive *a, uint64_t item_len, tz_read_fn read,
                       (ull)d.cd_off, (ull)d.cd_size, (ull)d.limit);
         goto out;
     }
-    if (d.cd_size > MAX_CD_BYTES) {
+    max_cd = (uint64_t)max * (CENTRAL_LEN + TZ_MAX_NAME + MAX_CD_EXTRA);
+    if (d.cd_size > max_cd) {
         rc = dcp__err(err, DCP_EFORMAT,
                       "zip: central directory at byte %llu is %llu bytes "
                       "(limit %llu)",
-                      (ull)d.cd_off, (ull)d.cd_size, (ull)MAX_CD_BYTES);
+                      (ull)d.cd_off, (ull)d.cd_size, (ull)max_cd);
         goto out;
+    }
+    if (alloc) {
+        l->ent = dcp__calloc((size_t)d.n, sizeof(*l->ent));
+        if (!l->ent) {
+            rc = dcp__err(err, DCP_ENOMEM, "zip: out of memory");
+            goto out;
+        }
     }
     cd = dcp__malloc(d.cd_size ? (size_t)d.cd_size : 1);
     if (!cd) {
         rc = dcp__err(err, DCP_ENOMEM, "zip: out of memory");
         goto out;
     }
-    rc = rd(&r, d.cd_off, cd, (size_t)d.cd_size);
+    rc = rd(r, d.cd_off, cd, (size_t)d.cd_size);
     if (rc != DCP_OK)
         goto out;
-    while (rc == DCP_OK && a->n < d.n)
-        rc = parse_central_entry(&r, a, cd, d.cd_size, d.cd_off, &pos);
+    while (rc == DCP_OK && l->n < d.n)
+        rc = parse_central_entry(r, l, cd, d.cd_size, d.cd_off, &pos);
     if (rc != DCP_OK)
         goto out;
     if (pos != d.cd_size) {
@@ -1098,20 +1216,99 @@ int tz_open(struct tz_archive *a, uint64_t item_len, tz_read_fn read,
         goto out;
     }
     pos = 0;
-    for (size_t i = 0; rc == DCP_OK && i < a->n; i++) {
+    for (size_t i = 0; rc == DCP_OK && i < l->n; i++) {
         const uint8_t *p = cd + pos;
         size_t nlen = dcp__le16(p + 28);
-        rc = read_local_header(&r, &a->ent[i], (const char *)p + CENTRAL_LEN,
+        rc = read_local_header(r, &l->ent[i], (const char *)p + CENTRAL_LEN,
                                nlen, d.cd_off);
         pos += CENTRAL_LEN + nlen + dcp__le16(p + 30) + dcp__le16(p + 32);
     }
     if (rc == DCP_OK)
-        rc = check_disjoint(&r, a);
+        rc = check_disjoint(r, l);
 out:
     dcp__free(cd);
     if (rc != DCP_OK)
-        a->n = 0;
+        l->n = 0;
     return rc;
+}
+
+int tz_open(struct tz_archive *a, uint64_t item_len, tz_read_fn read,
+            void *opaque, struct dcp_err *err)
+{
+    struct reader r = {read, opaque, err, item_len};
+    struct tz_list l;
+    int rc;
+
+    if (!a || !read)
+        return dcp__err(err, DCP_EINVAL, "zip: invalid argument");
+    memset(a, 0, sizeof(*a));
+    a->item_len = item_len;
+    l.prefix = a->prefix;
+    l.ent = a->ent;
+    l.n = 0;
+    rc = open_core(&r, &l, TZ_MAX_ENTRIES, 0);
+    a->n = l.n;
+    return rc;
+}
+
+int tz_file_open(struct tz_file *f, uint64_t len, size_t max_entries,
+                 tz_read_fn read, void *opaque, struct dcp_err *err)
+{
+    struct reader r = {read, opaque, err, len};
+    struct tz_list l;
+    int rc;
+
+    if (!f || !read || max_entries == 0)
+        return dcp__err(err, DCP_EINVAL, "zip: invalid argument");
+    memset(f, 0, sizeof(*f));
+    f->item_len = len;
+    l.prefix = f->prefix;
+    l.ent = NULL;
+    l.n = 0;
+    rc = open_core(&r, &l, max_entries, 1);
+    f->ent = l.ent;
+    f->n = l.n;
+    if (rc == DCP_OK) {
+        f->byname = dcp__malloc((f->n ? f->n : 1) * sizeof(*f->byname));
+        if (!f->byname) {
+            rc = dcp__err(err, DCP_ENOMEM, "zip: out of memory");
+        } else {
+            for (size_t i = 0; i < f->n; i++)
+                f->byname[i] = &f->ent[i];
+            qsort((void *)f->byname, f->n, sizeof(*f->byname), cmp_ent_name);
+        }
+    }
+    if (rc != DCP_OK)
+        tz_file_release(f);
+    return rc;
+}
+
+void tz_file_release(struct tz_file *f)
+{
+    if (!f)
+        return;
+    dcp__free(f->ent);
+    dcp__free((void *)f->byname);
+    memset(f, 0, sizeof(*f));
+}
+
+const struct tz_entry *tz_file_find(const struct tz_file *f, const char *name)
+{
+    size_t lo = 0, hi;
+    if (!f || !name)
+        return NULL;
+    hi = f->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(f->byname[mid]->name, name);
+        if (c == 0)
+            return f->byname[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
 }
 
 const struct tz_entry *tz_find(const struct tz_archive *a, const char *name)
@@ -1124,9 +1321,10 @@ const struct tz_entry *tz_find(const struct tz_archive *a, const char *name)
     return NULL;
 }
 
-int tz_read_entry(const struct tz_archive *a, const struct tz_entry *e,
-                  size_t max, int verify, tz_read_fn read, void *opaque,
-                  uint8_t **out, struct dcp_err *err)
+static int read_entry(const char *prefix, uint64_t item_len,
+                      const struct tz_entry *e, size_t max, int verify,
+                      tz_read_fn read, void *opaque, uint8_t **out,
+                      struct dcp_err *err)
 {
     uint8_t *buf;
     uint32_t crc;
@@ -1134,17 +1332,17 @@ int tz_read_entry(const struct tz_archive *a, const struct tz_entry *e,
 
     if (out)
         *out = NULL;
-    if (!a || !e || !read || !out)
+    if (!e || !read || !out)
         return dcp__err(err, DCP_EINVAL, "zip: invalid argument");
     if (e->size > max)
         return dcp__err(err, DCP_ELIMIT,
-                        "zip: entry '%s/%s' is %llu bytes (limit %zu)",
-                        a->prefix, e->name, (ull)e->size, max);
-    if (!inside(e->data_off, e->size, a->item_len))
+                        "zip: entry '%s/%s' is %llu bytes (limit %zu)", prefix,
+                        e->name, (ull)e->size, max);
+    if (!inside(e->data_off, e->size, item_len))
         return dcp__err(err, DCP_EFORMAT,
                         "zip: data of '%s/%s' at byte %llu runs past the "
                         "item's end",
-                        a->prefix, e->name, (ull)e->data_off);
+                        prefix, e->name, (ull)e->data_off);
     buf = dcp__malloc(e->size ? (size_t)e->size : 1);
     if (!buf)
         return dcp__err(err, DCP_ENOMEM, "zip: out of memory");
@@ -1156,8 +1354,8 @@ int tz_read_entry(const struct tz_archive *a, const struct tz_entry *e,
             rc = dcp__err(err, DCP_ECORRUPT,
                           "zip: crc mismatch in '%s/%s' at byte %llu: "
                           "recorded %08x, computed %08x",
-                          a->prefix, e->name, (ull)e->data_off,
-                          (unsigned)e->crc, (unsigned)crc);
+                          prefix, e->name, (ull)e->data_off, (unsigned)e->crc,
+                          (unsigned)crc);
     }
     if (rc != DCP_OK) {
         dcp__free(buf);
@@ -1165,6 +1363,30 @@ int tz_read_entry(const struct tz_archive *a, const struct tz_entry *e,
     }
     *out = buf;
     return DCP_OK;
+}
+
+int tz_read_entry(const struct tz_archive *a, const struct tz_entry *e,
+                  size_t max, int verify, tz_read_fn read, void *opaque,
+                  uint8_t **out, struct dcp_err *err)
+{
+    if (out)
+        *out = NULL;
+    if (!a)
+        return dcp__err(err, DCP_EINVAL, "zip: invalid argument");
+    return read_entry(a->prefix, a->item_len, e, max, verify, read, opaque, out,
+                      err);
+}
+
+int tz_file_read_entry(const struct tz_file *f, const struct tz_entry *e,
+                       size_t max, int verify, tz_read_fn read, void *opaque,
+                       uint8_t **out, struct dcp_err *err)
+{
+    if (out)
+        *out = NULL;
+    if (!f)
+        return dcp__err(err, DCP_EINVAL, "zip: invalid argument");
+    return read_entry(f->prefix, f->item_len, e, max, verify, read, opaque, out,
+                      err);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1474,6 +1696,26 @@ static int interpret_tensor(const struct pk_node *root, struct tz_tensor *t,
     t->dtype = (dcp_dtype)dt;
     t->storage_numel = storage_bytes / esize;
     return parse_view(v, t, err);
+}
+
+size_t tz_tensor_globals(const struct pk_global **out)
+{
+    *out = tensor_allow;
+    return DCP_ARRAY_LEN(tensor_allow);
+}
+
+int tz_tensor_from_node(const struct pk_node *n, struct tz_tensor *t,
+                        struct dcp_err *err)
+{
+    int rc;
+
+    if (!t)
+        return dcp__err(err, DCP_EINVAL, "data.pkl: invalid argument");
+    memset(t, 0, sizeof(*t));
+    rc = interpret_tensor(n, t, err);
+    if (rc != DCP_OK)
+        memset(t, 0, sizeof(*t));
+    return rc;
 }
 
 int tz_parse_tensor_pickle(const void *pkl, size_t len, struct tz_tensor *t,

@@ -48,14 +48,20 @@ struct tz_writer {
     uint64_t pos;          /* item-relative offset of the next byte */
     uint64_t item_offset;  /* absolute file offset of the item's first byte */
     uint32_t align;        /* power of two, >= 1 */
-    struct tz_wentry ent[TZ_MAX_ENTRIES];
-    size_t n;
+    struct tz_wentry *ent; /* grows as records are added */
+    size_t n, cap;
+    size_t max;            /* records allowed (TZ_MAX_ENTRIES by default) */
     int streaming;         /* inside tz_stream_begin/end */
 };
 
 /* align: power of two (64 for torch's layout, 4096 for O_DIRECT). */
 int tz_writer_init(struct tz_writer *w, uint64_t item_offset, uint32_t align);
 void tz_writer_release(struct tz_writer *w);
+
+/* Raises (or lowers) the number of records the writer accepts; a whole
+ * torch.save file of a model has one per storage. DCP_EINVAL if max is 0
+ * or below the records already written. */
+int tz_writer_set_max(struct tz_writer *w, size_t max);
 
 /* Adds a complete record: header, padding, data, descriptor. name is the full
  * zip name ("archive/data.pkl"). */
@@ -86,6 +92,19 @@ int tz_finish(struct tz_writer *w);
  */
 int tz_tensor_pickle(struct dcp_buf *out, dcp_dtype dt, int ndim,
                      const int64_t *sizes);
+
+struct pk_writer;
+struct pk_node;
+struct pk_global;
+
+/*
+ * Emits, inside a larger pickle (a whole torch.save file's data.pkl), the
+ * expression that rebuilds one contiguous tensor whose storage is record
+ * "data/<key>": no PROTO or STOP; globals and the constant strings are
+ * interned in pw (pkw_*_memo), so many tensors share them.
+ */
+int tz_tensor_emit(struct pk_writer *pw, dcp_dtype dt, int ndim,
+                   const int64_t *sizes, const char *key);
 
 /*
  * Writes a whole tensor item whose data record "archive/data/0" is streamed:
@@ -179,5 +198,45 @@ struct tz_tensor {
  */
 int tz_parse_tensor_pickle(const void *pkl, size_t len, struct tz_tensor *t,
                            struct dcp_err *err);
+
+/*
+ * For a decoder of a larger pickle (a whole torch.save file): the tensor
+ * allow-list. A caller's allow-list must start with exactly these entries,
+ * in this order, so that tz_tensor_from_node recognises the globals by
+ * their index; more entries may follow.
+ */
+size_t tz_tensor_globals(const struct pk_global **out);
+
+/* Interprets n, a node of such a pickle, as tz_parse_tensor_pickle does its
+ * root. Same return codes. */
+int tz_tensor_from_node(const struct pk_node *n, struct tz_tensor *t,
+                        struct dcp_err *err);
+
+/* ------------------------------------------------------------------ */
+/* Whole torch.save files                                             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A torch.save file of a whole state dict has one record per storage: the
+ * same checks as tz_open, with up to max_entries records held in a heap
+ * array (duplicates and overlaps found in O(n log n)) and a name index.
+ */
+struct tz_file {
+    uint64_t item_len;
+    char prefix[TZ_MAX_NAME + 1];
+    struct tz_entry *ent;            /* directory order */
+    const struct tz_entry **byname;  /* sorted by name */
+    size_t n;
+};
+
+int tz_file_open(struct tz_file *f, uint64_t len, size_t max_entries,
+                 tz_read_fn read, void *opaque, struct dcp_err *err);
+void tz_file_release(struct tz_file *f);
+/* Entry by name without the prefix, or NULL (binary search). */
+const struct tz_entry *tz_file_find(const struct tz_file *f, const char *name);
+/* tz_read_entry for a tz_file. */
+int tz_file_read_entry(const struct tz_file *f, const struct tz_entry *e,
+                       size_t max, int verify, tz_read_fn read, void *opaque,
+                       uint8_t **out, struct dcp_err *err);
 
 #endif /* DCP_TORCHZIP_H */

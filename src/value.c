@@ -610,6 +610,11 @@ static int pickle_value(struct pk_writer *w, const dcp_value *v, int depth)
     return DCP_EINVAL;
 }
 
+int dcp__value_emit(struct pk_writer *w, const dcp_value *v)
+{
+    return pickle_value(w, v, 0);
+}
+
 int dcp__value_pickle(const dcp_value *v, struct dcp_buf *out)
 {
     struct pk_writer w;
@@ -731,6 +736,13 @@ static int conv_node(struct conv *c, const struct pk_node *n, int depth,
         return dcp__err(c->err, DCP_ENOMEM, "value: out of memory");
     *out = v;
     return DCP_OK;
+}
+
+int dcp__value_from_node(const struct pk_node *n, dcp_value **out,
+                         struct dcp_err *err)
+{
+    struct conv c = {0, err};
+    return conv_node(&c, n, 0, out);
 }
 
 int dcp__value_unpickle(const void *p, size_t len, dcp_value **out,

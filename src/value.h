@@ -31,6 +31,15 @@ struct dcp_value {
  * pickle module writes it. */
 int dcp__value_pickle(const dcp_value *v, struct dcp_buf *out);
 
+/* Emits v's pickle expression (no PROTO or STOP) into w, for a value
+ * inside a larger pickle. */
+int dcp__value_emit(struct pk_writer *w, const dcp_value *v);
+
+/* Converts a decoded pickle node to a new dcp_value, with the bounds of
+ * dcp__value_unpickle (objects other than bytes() are DCP_ENOTSUP). */
+int dcp__value_from_node(const struct pk_node *n, dcp_value **out,
+                         struct dcp_err *err);
+
 /*
  * Decodes a value pickle (data.pkl of a value item) with the value
  * allow-list (collections.OrderedDict, _codecs.encode, builtins.bytes,

@@ -1,6 +1,7 @@
-/* dcptool info DIR: a summary of a checkpoint. */
+/* dcptool info DIR [--json]: a summary of a checkpoint. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dcptool.h"
 
@@ -11,10 +12,19 @@ int cmd_info(int argc, char **argv)
     unsigned long long bytes = 0;
     size_t i, n, tensors = 0, nfiles = 0, cap = 0;
     const char **files = NULL;
-    int rc;
-    if (argc != 2)
-        return tool_usage("info DIR");
-    rc = tool_open(argv[1], &ctx, &md);
+    int rc, json = 0, a;
+    const char *dir = NULL;
+    for (a = 1; a < argc; a++) {
+        if (strcmp(argv[a], "--json") == 0)
+            json = 1;
+        else if (!dir && argv[a][0] != '-')
+            dir = argv[a];
+        else
+            return tool_usage("info DIR [--json]");
+    }
+    if (!dir)
+        return tool_usage("info DIR [--json]");
+    rc = tool_open(dir, &ctx, &md);
     if (rc)
         return rc;
     n = dcp_metadata_count(md);
@@ -49,7 +59,20 @@ int cmd_info(int argc, char **argv)
             files[nfiles++] = ci.file;
         }
     }
-    printf("checkpoint: %s\n", argv[1]);
+    if (json) {
+        printf("{\"checkpoint\": ");
+        tool_json_str(stdout, dir);
+        printf(", \"version\": ");
+        tool_json_str(stdout, dcp_metadata_version(md));
+        printf(", \"entries\": %zu, \"tensors\": %zu, \"values\": %zu, "
+               "\"tensor_bytes\": %llu, \"files\": %zu}\n",
+               n, tensors, n - tensors, bytes, nfiles);
+        free((void *)files);
+        dcp_metadata_free(md);
+        dcp_ctx_free(ctx);
+        return 0;
+    }
+    printf("checkpoint: %s\n", dir);
     printf("version: %s\n", *dcp_metadata_version(md)
                                 ? dcp_metadata_version(md)
                                 : "(none)");

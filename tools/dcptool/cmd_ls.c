@@ -1,6 +1,8 @@
-/* dcptool ls DIR: one tab-separated line per entry, sorted by key:
- * key, dtype (or "value"), global shape (or "-"), chunks, bytes. */
+/* dcptool ls DIR [--json]: one tab-separated line per entry, sorted by
+ * key: key, dtype (or "value"), global shape (or "-"), chunks, bytes; with
+ * --json, an array of objects with the same fields. */
 #include <stdio.h>
+#include <string.h>
 
 #include "dcptool.h"
 
@@ -9,23 +11,49 @@ int cmd_ls(int argc, char **argv)
     dcp_ctx *ctx = NULL;
     dcp_metadata *md = NULL;
     size_t i, n;
-    int rc;
-    if (argc != 2)
-        return tool_usage("ls DIR");
-    rc = tool_open(argv[1], &ctx, &md);
+    int rc, json = 0;
+    const char *dir = NULL;
+    for (i = 1; i < (size_t)argc; i++) {
+        if (strcmp(argv[i], "--json") == 0)
+            json = 1;
+        else if (!dir && argv[i][0] != '-')
+            dir = argv[i];
+        else
+            return tool_usage("ls DIR [--json]");
+    }
+    if (!dir)
+        return tool_usage("ls DIR [--json]");
+    rc = tool_open(dir, &ctx, &md);
     if (rc)
         return rc;
     n = dcp_metadata_count(md);
+    if (json)
+        printf("[");
     for (i = 0; i < n; i++) {
         dcp_entry_info e;
         char shape[256] = "-";
         (void)dcp_metadata_entry(md, i, &e);
         if (e.is_tensor)
             tool_shape(shape, sizeof(shape), e.ndim, e.shape);
-        printf("%s\t%s\t%s\t%zu\t%llu\n", e.key,
-               e.is_tensor ? dcp_dtype_name(e.dtype) : "value", shape,
-               e.nchunks, (unsigned long long)e.nbytes);
+        if (!json) {
+            printf("%s\t%s\t%s\t%zu\t%llu\n", e.key,
+                   e.is_tensor ? dcp_dtype_name(e.dtype) : "value", shape,
+                   e.nchunks, (unsigned long long)e.nbytes);
+            continue;
+        }
+        printf("%s\n  {\"key\": ", i ? "," : "");
+        tool_json_str(stdout, e.key);
+        if (e.is_tensor)
+            printf(", \"kind\": \"tensor\", \"dtype\": \"%s\", "
+                   "\"shape\": %s",
+                   dcp_dtype_name(e.dtype), shape);
+        else
+            printf(", \"kind\": \"value\"");
+        printf(", \"chunks\": %zu, \"bytes\": %llu}", e.nchunks,
+               (unsigned long long)e.nbytes);
     }
+    if (json)
+        printf("%s]\n", n ? "\n" : "");
     dcp_metadata_free(md);
     dcp_ctx_free(ctx);
     return 0;

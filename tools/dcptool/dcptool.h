@@ -6,6 +6,8 @@
 #ifndef DCPTOOL_H
 #define DCPTOOL_H
 
+#include <stdio.h>
+
 #include <dcp/dcp.h>
 
 #define EXIT_USAGE 2
@@ -14,6 +16,9 @@ int cmd_info(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_import(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
 
 /* Prints "dcptool: <detail or strerror>" for a failed call; returns 1. */
 int tool_fail(const dcp_ctx *ctx, int rc);
@@ -21,6 +26,10 @@ int tool_fail(const dcp_ctx *ctx, int rc);
 int tool_usage(const char *fmt);
 /* Opens a context and the metadata of dir; returns 0 or the exit code. */
 int tool_open(const char *dir, dcp_ctx **ctx, dcp_metadata **md);
+/* "5GB" (10^9), "5GiB" (2^30) or a plain byte count; 0 or -1. */
+int tool_parse_size(const char *s, uint64_t *out);
+/* Writes s as a JSON string literal. */
+void tool_json_str(FILE *f, const char *s);
 /* "[2,3]" into buf. */
 void tool_shape(char *buf, size_t cap, int ndim, const int64_t *shape);
 

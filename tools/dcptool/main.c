@@ -12,12 +12,21 @@ static const struct {
     int (*fn)(int argc, char **argv);
     const char *help;
 } commands[] = {
-    {"info", cmd_info, "DIR                    summary of a checkpoint"},
-    {"ls", cmd_ls, "DIR                      one line per entry"},
+    {"info", cmd_info, "DIR [--json]           summary of a checkpoint"},
+    {"ls", cmd_ls, "DIR [--json]             one line per entry"},
     {"verify", cmd_verify, "DIR                  check every chunk and CRC"},
     {"cat", cmd_cat,
      "DIR KEY [--offsets O --sizes S]  raw bytes of a tensor, or a value "
      "as JSON"},
+    {"export", cmd_export,
+     "DIR OUT [--format F --dtype D --max-shard-size S --keys P ...]\n"
+     "                         to one torch.save or safetensors file"},
+    {"import", cmd_import,
+     "IN DIR [--keys P ...]  a torch.save, safetensors or index file into\n"
+     "                         a new checkpoint"},
+    {"diff", cmd_diff,
+     "DIR1 DIR2 [--rtol R --atol A]  keys, dtypes, shapes, values\n"
+     "                         (exit 1 on a difference)"},
 };
 
 static void usage(FILE *f)
@@ -55,6 +64,21 @@ int tool_open(const char *dir, dcp_ctx **ctx, dcp_metadata **md)
         return 1;
     }
     return 0;
+}
+
+void tool_json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
 }
 
 void tool_shape(char *buf, size_t cap, int ndim, const int64_t *shape)

@@ -1,0 +1,225 @@
+/*
+ * dcp_convert.h: format utilities. Export a DCP checkpoint to one torch.save
+ * file or to safetensors (one file, or shards with
+ * model.safetensors.index.json); import such files into a DCP checkpoint;
+ * load one torch.save or safetensors file straight into sharded buffers
+ * across ranks. Conventions as in dcp.h (return codes, dcp_errmsg,
+ * ownership); this header includes no MPI header.
+ *
+ * Memory: export and import stream. Tensor data moves through buffers of
+ * at most mem_limit bytes in all (64 MiB by default), whatever the size of
+ * a tensor or of the model; only the metadata (names, shapes: a few hundred
+ * bytes per tensor) is held whole.
+ *
+ * Output files are written under a temporary name in the destination's
+ * directory (".NAME.tmp-XXXXXX"), fsynced, and renamed into place only
+ * when complete; on failure (a full disk, a bad input) the temporary files
+ * are removed, so no partial output is ever left looking complete. A
+ * sharded safetensors export renames its shards first and writes the
+ * index last. An import writes a DCP checkpoint, whose .metadata is its
+ * commit record, with the same protocol as dcp_save.
+ *
+ * Every input file is hostile: torch.save files are read with dcp's own
+ * pickle decoder (nothing is executed; only tensors, nn.Parameter,
+ * OrderedDict and plain values are accepted), safetensors headers are
+ * bounded and checked (sizes, offsets, overlaps, gaps, duplicate names,
+ * dtype x shape against the byte range, the file's length).
+ */
+#ifndef DCP_DCP_CONVERT_H
+#define DCP_DCP_CONVERT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dcp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* File formats. */
+enum dcp_file_format {
+    /* Export: from the output name (".safetensors" picks safetensors,
+     * anything else torch.save). Import and load: from the content (a zip
+     * archive is torch.save, a name ending in ".json" is a safetensors
+     * index, anything else safetensors). */
+    DCP_FORMAT_AUTO = 0,
+    DCP_FORMAT_SAFETENSORS = 1,
+    DCP_FORMAT_TORCH = 2,
+    /* Import only: a model.safetensors.index.json and the shards it names
+     * (in the same directory). */
+    DCP_FORMAT_SAFETENSORS_INDEX = 3
+};
+
+enum dcp_convert_flags {
+    /* Do not verify the CRC-32 of the checkpoint records read (export). */
+    DCP_CONVERT_NO_VERIFY = 1 << 0,
+    /* Skip fsync of the files written (faster, not durable; tests). */
+    DCP_CONVERT_NO_FSYNC = 1 << 1,
+    /* Cast a finite value that does not fit the target dtype to infinity
+     * (or, for float8_e4m3fn, to the largest finite value) as torch does,
+     * instead of failing. */
+    DCP_CONVERT_ALLOW_OVERFLOW = 1 << 2
+};
+
+/*
+ * Progress report: called on the calling thread after each piece of tensor
+ * data, with the bytes done and the total for the whole call.
+ */
+typedef void (*dcp_progress_fn)(void *arg, uint64_t done, uint64_t total);
+
+/*
+ * Options of dcp_export and dcp_import. Zero-initialise, set struct_size =
+ * sizeof(dcp_convert_options), then set what you need.
+ */
+typedef struct dcp_convert_options {
+    uint32_t struct_size;
+    int format;     /* enum dcp_file_format of the file written or read */
+    unsigned flags; /* enum dcp_convert_flags */
+    /*
+     * Cast: 0 keeps every dtype. Otherwise a floating-point dtype (f64,
+     * f32, f16, bf16, float8_e4m3fn, float8_e5m2): every floating-point
+     * tensor is converted to it, rounding to nearest even as torch's
+     * Tensor.to() does. Integer and bool tensors are never cast (they are
+     * indices and masks; they keep their dtype and are counted in
+     * dcp_convert_result.kept). An integer or bool target is refused
+     * (DCP_EINVAL). A finite value that the target cannot represent (it
+     * would become infinite, or saturate in float8_e4m3fn) fails the call
+     * with DCP_EMISMATCH naming the key and element, unless
+     * DCP_CONVERT_ALLOW_OVERFLOW.
+     */
+    dcp_dtype dtype;
+    /* Safetensors export: largest shard in bytes (tensor data); 0 writes
+     * one file. A tensor larger than the limit gets a shard of its own. */
+    uint64_t max_shard_bytes;
+    /*
+     * Key filter: nkeys shell patterns (fnmatch(3), '*' also matches '.')
+     * matched against the source keys (checkpoint keys for an export,
+     * flattened file keys for an import); an entry is kept when any
+     * pattern matches. NULL/0 keeps everything. A filter that keeps no
+     * tensor (safetensors) or no entry is DCP_EKEY.
+     */
+    const char *const *keys;
+    size_t nkeys;
+    /*
+     * Renaming, after filtering. strip_prefix is removed from keys that
+     * start with it (others are unchanged); add_prefix is then prepended.
+     * Nested paths (planner_data, a torch.save file's dicts) follow: a
+     * prefix made of whole path components ("model." for ("model", ...))
+     * removes or adds those components; any other prefix flattens the
+     * entry's path to its new key. Two entries renamed to one key is
+     * DCP_EKEY.
+     */
+    const char *strip_prefix;
+    const char *add_prefix;
+    /* Bytes of tensor buffers the call may use (0: 64 MiB; at least 1 MiB
+     * is used). */
+    uint64_t mem_limit;
+    dcp_progress_fn progress; /* may be NULL */
+    void *progress_arg;
+} dcp_convert_options;
+
+/* What an export or import did. Zero-initialise and set struct_size. */
+typedef struct dcp_convert_result {
+    uint32_t struct_size;
+    size_t tensors; /* tensors written */
+    size_t values;  /* non-tensor values written */
+    size_t skipped; /* values a safetensors export cannot hold (left out) */
+    size_t cast;    /* tensors converted to opts->dtype */
+    size_t kept;    /* integer/bool tensors left in their dtype by a cast */
+    size_t files;   /* files written (shards, plus the index if any) */
+    uint64_t bytes; /* tensor data bytes written */
+} dcp_convert_result;
+
+/*
+ * Exports the checkpoint in dir to out: a torch.save file (torch.load(out,
+ * weights_only=True) returns the nested state dict that planner_data
+ * records, tensors contiguous on CPU, values as Python objects), or
+ * safetensors (tensors only, under their keys; values are left out and
+ * counted in res->skipped; __metadata__ is {"format": "pt"}). With
+ * max_shard_bytes and more than one shard, the shards are
+ * "<stem>-00001-of-0000N.safetensors" next to out, and the index
+ * "<out>.index.json" ("model.safetensors" gives "model.safetensors.index.json",
+ * as Hugging Face names them; out itself is not written).
+ * Tensors sharded over several chunks are assembled in C order. Not
+ * collective (the context's communicator is not used).
+ *  - res: may be NULL.
+ * Returns DCP_OK, DCP_EINVAL (bad options, a dtype the format cannot hold),
+ * DCP_ENOENT, DCP_EFORMAT, DCP_EUNSAFE, DCP_ECORRUPT (a CRC mismatch),
+ * DCP_EKEY (filter matches nothing, a rename collision), DCP_EMISMATCH (a
+ * value the cast cannot represent), DCP_ENOSPC, DCP_EIO, DCP_ENOMEM. On
+ * failure no output file is left (temporary files are removed).
+ */
+DCP_API int dcp_export(dcp_ctx *ctx, const char *dir, const char *out,
+                       const dcp_convert_options *opts,
+                       dcp_convert_result *res);
+
+/*
+ * Imports in (a torch.save file, a safetensors file, or a
+ * model.safetensors.index.json with its shards) into a new DCP checkpoint
+ * in dir (created, parents too): one data file __0_0.distcp and .metadata,
+ * committed like dcp_save. A torch.save file's nested dicts and lists are
+ * flattened as torch's flatten_state_dict does (keys joined with '.',
+ * planner_data paths recorded), tensors sharing a storage are written
+ * each in full, non-contiguous views are made contiguous. A safetensors
+ * tensor's key is its name, with a one-element path. dir must not already
+ * hold a checkpoint (DCP_EEXIST). Not collective.
+ * Returns DCP_OK, DCP_EINVAL, DCP_EEXIST, DCP_ENOENT, DCP_EFORMAT,
+ * DCP_EUNSAFE (a pickle naming a global outside the allow-list),
+ * DCP_ENOTSUP (a dtype or object dcp does not hold), DCP_ELIMIT,
+ * DCP_ECORRUPT (truncated), DCP_EKEY, DCP_EMISMATCH, DCP_ENOSPC, DCP_EIO,
+ * DCP_ENOMEM. On failure nothing is committed and the data file is
+ * removed.
+ */
+DCP_API int dcp_import(dcp_ctx *ctx, const char *in, const char *dir,
+                       const dcp_convert_options *opts,
+                       dcp_convert_result *res);
+
+/*
+ * dcp_load_file flag (with the dcp_load_flags of dcp.h): rank 0 reads the
+ * file and sends each rank its boxes, even where every rank could read it.
+ */
+#define DCP_LOAD_FILE_ROOT_READS (1u << 16)
+
+/*
+ * Loads one torch.save or safetensors file (format from the content, as
+ * for an import) into the state, in place, like dcp_load loads a
+ * checkpoint: the file's tensors and values are the checkpoint's entries
+ * (keys flattened as for dcp_import), each rank passes the boxes it wants,
+ * with any sharding. Collective over the context's communicator, with the
+ * same file on every rank (checked).
+ *
+ * Every rank tries to open file; when all can and see the same file (size
+ * and a hash of its header), each reads its own byte ranges. Otherwise
+ * (or with DCP_LOAD_FILE_ROOT_READS) rank 0 reads and sends each rank
+ * only its boxes, in rounds of at most 64 MiB in all, over the
+ * communicator (scatterv); the other ranks need not see the file at all.
+ * Rank 0 parses the file and checks every rank's request once.
+ *
+ * opts->flags: DCP_LOAD_PARTIAL, DCP_LOAD_CAST (as for dcp_load; missing
+ * and unexpected keys are reported by dcp_load_report),
+ * DCP_LOAD_FILE_ROOT_READS. DCP_LOAD_NO_VERIFY has no effect (these
+ * formats carry no checksums dcp verifies).
+ * Returns, on every rank the same code: DCP_OK, DCP_EINVAL, DCP_ENOENT
+ * (rank 0 cannot open the file), DCP_EFORMAT, DCP_EUNSAFE, DCP_ENOTSUP,
+ * DCP_ELIMIT, DCP_ECORRUPT, DCP_EKEY, DCP_EMISMATCH, DCP_EIO, DCP_ENOMEM;
+ * dcp_errmsg reads "rank R failed: ..." as for dcp_load.
+ */
+DCP_API int dcp_load_file(dcp_ctx *ctx, dcp_state *st, const char *file,
+                          const dcp_load_options *opts);
+
+/*
+ * Converts n elements from src (dtype src_dt) to dst (dtype dst_dt), as
+ * torch's Tensor.to() does (round to nearest even, overflow to infinity,
+ * float8_e4m3fn saturating, float to integer truncating). Same dtypes copy
+ * bytes. Returns DCP_OK, DCP_EINVAL (unknown dtype, NULL with n > 0).
+ * Thread safe.
+ */
+DCP_API int dcp_convert_elements(void *dst, dcp_dtype dst_dt, const void *src,
+                                 dcp_dtype src_dt, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DCP_DCP_CONVERT_H */

@@ -1,0 +1,299 @@
+/*
+ * dcptool diff DIR1 DIR2 [--rtol R] [--atol A] [--max-lines N]: compares
+ * two checkpoints entry by entry: keys present in one only, kinds, dtypes,
+ * global shapes, tensor elements (bit-exact by default; with a tolerance,
+ * |a - b| <= atol + rtol * |b| after conversion to float64, NaN equal to
+ * NaN) and values. Tensors are read in boxes of at most 32 MiB a side.
+ * Exit status as diff(1): 0 identical, 1 different, 2 trouble (an error
+ * reading either checkpoint, bad usage).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dcp/dcp_convert.h>
+
+#include "dcptool.h"
+
+#define SLAB_BYTES ((size_t)32 << 20)
+
+static const char usage_text[] =
+    "diff DIR1 DIR2 [--rtol R] [--atol A] [--max-lines N]";
+
+struct diff {
+    dcp_ctx *ctx;
+    dcp_metadata *a, *b;
+    const char *da, *db;
+    char only_a[512], only_b[512];
+    double rtol, atol;
+    long max_lines, lines;
+    long ndiff;
+    void *ba, *bb;   /* slab of each side */
+    double *fa, *fb; /* as float64, with a tolerance */
+};
+
+/* One line: "WHAT: KEY" or "WHAT: KEY: DETAIL". */
+static void report(struct diff *d, const char *what, const char *key,
+                   const char *detail)
+{
+    d->ndiff++;
+    if (d->max_lines >= 0 && d->lines >= d->max_lines)
+        return;
+    d->lines++;
+    printf("%s: %s%s%s\n", what, key, detail ? ": " : "", detail ? detail : "");
+}
+
+static int is_float(dcp_dtype dt)
+{
+    return dt == DCP_F64 || dt == DCP_F32 || dt == DCP_F16 || dt == DCP_BF16 ||
+           dt == DCP_F8_E4M3FN || dt == DCP_F8_E5M2;
+}
+
+/* Compares n elements at linear index first; updates the counters. */
+static void compare(struct diff *d, dcp_dtype dt, size_t n, uint64_t first,
+                    uint64_t *count, uint64_t *at, double *maxabs)
+{
+    size_t es = dcp_dtype_size(dt), i;
+    const unsigned char *x = d->ba, *y = d->bb;
+    int tol = d->rtol > 0 || d->atol > 0;
+    if (memcmp(x, y, n * es) == 0)
+        return;
+    if (tol || is_float(dt)) {
+        (void)dcp_convert_elements(d->fa, DCP_F64, x, dt, n);
+        (void)dcp_convert_elements(d->fb, DCP_F64, y, dt, n);
+    }
+    for (i = 0; i < n; i++) {
+        int same;
+        if (tol) {
+            double p = d->fa[i], q = d->fb[i];
+            same = (isnan(p) && isnan(q)) || p == q ||
+                   fabs(p - q) <= d->atol + d->rtol * fabs(q);
+        } else {
+            same = memcmp(x + i * es, y + i * es, es) == 0;
+        }
+        if (same)
+            continue;
+        if (*count == 0)
+            *at = first + i;
+        (*count)++;
+        if (tol || is_float(dt)) {
+            double diff = fabs(d->fa[i] - d->fb[i]);
+            if (!(diff <= *maxabs))
+                *maxabs = diff;
+        }
+    }
+}
+
+static void index_text(char *buf, size_t cap, uint64_t lin, int ndim,
+                       const int64_t *shape)
+{
+    int64_t idx[DCP_MAX_NDIM];
+    int k;
+    for (k = ndim - 1; k >= 0; k--) {
+        idx[k] = shape[k] ? (int64_t)(lin % (uint64_t)shape[k]) : 0;
+        lin = shape[k] ? lin / (uint64_t)shape[k] : 0;
+    }
+    tool_shape(buf, cap, ndim, idx);
+}
+
+/* Reads both tensors in boxes that span every dimension after a split
+ * dimension k (so each box is a contiguous run of the C order). */
+static int diff_tensor(struct diff *d, size_t ia, size_t ib,
+                       const dcp_entry_info *e)
+{
+    size_t es = dcp_dtype_size(e->dtype), cap = SLAB_BYTES / 8;
+    int64_t off[DCP_MAX_NDIM] = {0}, size[DCP_MAX_NDIM], row = 1, m;
+    uint64_t numel = 1, first = 0, count = 0, at = 0;
+    double maxabs = 0;
+    int k, j, nd = e->ndim, rc;
+    for (j = 0; j < nd; j++)
+        numel *= (uint64_t)e->shape[j];
+    if (numel == 0)
+        return DCP_OK;
+    for (k = 0; k < nd; k++) {
+        row = 1;
+        for (j = k + 1; j < nd; j++)
+            row *= e->shape[j];
+        if ((uint64_t)row <= cap)
+            break;
+    }
+    m = nd ? (int64_t)(cap / (uint64_t)row) : 1;
+    if (nd && m > e->shape[k])
+        m = e->shape[k];
+    for (j = 0; j < nd; j++)
+        size[j] = j < k ? 1 : e->shape[j];
+    for (;;) {
+        uint64_t n = 1;
+        if (nd)
+            size[k] = e->shape[k] - off[k] < m ? e->shape[k] - off[k] : m;
+        for (j = 0; j < nd; j++)
+            n *= (uint64_t)size[j];
+        rc = dcp_metadata_read_box(d->ctx, d->a, ia, off, size, d->ba,
+                                   (size_t)n * es, 1);
+        if (rc == DCP_OK)
+            rc = dcp_metadata_read_box(d->ctx, d->b, ib, off, size, d->bb,
+                                       (size_t)n * es, 1);
+        if (rc != DCP_OK)
+            return rc;
+        compare(d, e->dtype, (size_t)n, first, &count, &at, &maxabs);
+        first += n;
+        if (!nd)
+            break;
+        off[k] += size[k];
+        if (off[k] < e->shape[k])
+            continue;
+        off[k] = 0;
+        for (j = k - 1; j >= 0; j--) {
+            if (++off[j] < e->shape[j])
+                break;
+            off[j] = 0;
+        }
+        if (j < 0)
+            break;
+    }
+    if (count) {
+        char idx[256], detail[512];
+        index_text(idx, sizeof(idx), at, nd, e->shape);
+        if (is_float(e->dtype) || d->rtol > 0 || d->atol > 0)
+            (void)snprintf(detail, sizeof(detail),
+                           "%llu of %llu elements (first at %s, largest "
+                           "difference %g)",
+                           (unsigned long long)count, (unsigned long long)numel,
+                           idx, maxabs);
+        else
+            (void)snprintf(
+                detail, sizeof(detail), "%llu of %llu elements (first at %s)",
+                (unsigned long long)count, (unsigned long long)numel, idx);
+        report(d, "values differ", e->key, detail);
+    }
+    return DCP_OK;
+}
+
+static int diff_entry(struct diff *d, size_t ia, size_t ib)
+{
+    dcp_entry_info x, y;
+    char sx[256], sy[256], detail[600];
+    (void)dcp_metadata_entry(d->a, ia, &x);
+    (void)dcp_metadata_entry(d->b, ib, &y);
+    if (x.is_tensor != y.is_tensor) {
+        report(d, "kind differs", x.key,
+               x.is_tensor ? "tensor vs value" : "value vs tensor");
+        return DCP_OK;
+    }
+    if (!x.is_tensor) {
+        dcp_value *va = NULL, *vb = NULL;
+        int rc = dcp_metadata_read_value(d->ctx, d->a, ia, &va);
+        if (rc == DCP_OK)
+            rc = dcp_metadata_read_value(d->ctx, d->b, ib, &vb);
+        if (rc == DCP_OK && !dcp_value_equal(va, vb))
+            report(d, "value differs", x.key, NULL);
+        dcp_value_free(va);
+        dcp_value_free(vb);
+        return rc;
+    }
+    if (x.dtype != y.dtype) {
+        (void)snprintf(detail, sizeof(detail), "%s vs %s",
+                       dcp_dtype_name(x.dtype), dcp_dtype_name(y.dtype));
+        report(d, "dtype differs", x.key, detail);
+        return DCP_OK;
+    }
+    tool_shape(sx, sizeof(sx), x.ndim, x.shape);
+    tool_shape(sy, sizeof(sy), y.ndim, y.shape);
+    if (strcmp(sx, sy) != 0) {
+        (void)snprintf(detail, sizeof(detail), "%s vs %s", sx, sy);
+        report(d, "shape differs", x.key, detail);
+        return DCP_OK;
+    }
+    return diff_tensor(d, ia, ib, &x);
+}
+
+static int run(struct diff *d)
+{
+    size_t na = dcp_metadata_count(d->a), nb = dcp_metadata_count(d->b);
+    size_t i = 0, j = 0;
+    int rc = DCP_OK;
+    while (rc == DCP_OK && (i < na || j < nb)) {
+        dcp_entry_info x, y;
+        int c;
+        if (i < na)
+            (void)dcp_metadata_entry(d->a, i, &x);
+        if (j < nb)
+            (void)dcp_metadata_entry(d->b, j, &y);
+        c = i >= na ? 1 : j >= nb ? -1 : strcmp(x.key, y.key);
+        if (c < 0) {
+            report(d, d->only_a, x.key, NULL);
+            i++;
+        } else if (c > 0) {
+            report(d, d->only_b, y.key, NULL);
+            j++;
+        } else {
+            rc = diff_entry(d, i++, j++);
+        }
+    }
+    return rc;
+}
+
+static int parse_double(const char *s, double *out)
+{
+    char *end;
+    *out = strtod(s, &end);
+    return end != s && !*end && *out >= 0 ? 0 : -1;
+}
+
+int cmd_diff(int argc, char **argv)
+{
+    struct diff d;
+    const char *pos[2];
+    int i, npos = 0, rc;
+    memset(&d, 0, sizeof(d));
+    d.max_lines = -1;
+    for (i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(argv[i], "--rtol") == 0 && v) {
+            if (parse_double(v, &d.rtol))
+                return tool_usage(usage_text);
+            i++;
+        } else if (strcmp(argv[i], "--atol") == 0 && v) {
+            if (parse_double(v, &d.atol))
+                return tool_usage(usage_text);
+            i++;
+        } else if (strcmp(argv[i], "--max-lines") == 0 && v) {
+            d.max_lines = atol(v);
+            i++;
+        } else if (argv[i][0] == '-' || npos == 2) {
+            return tool_usage(usage_text);
+        } else {
+            pos[npos++] = argv[i];
+        }
+    }
+    if (npos != 2)
+        return tool_usage(usage_text);
+    d.da = pos[0];
+    d.db = pos[1];
+    (void)snprintf(d.only_a, sizeof(d.only_a), "only in %s", d.da);
+    (void)snprintf(d.only_b, sizeof(d.only_b), "only in %s", d.db);
+    if (tool_open(d.da, &d.ctx, &d.a))
+        return 2;
+    rc = dcp_metadata_open(d.ctx, d.db, &d.b);
+    d.ba = malloc(SLAB_BYTES / 8 * 8);
+    d.bb = malloc(SLAB_BYTES / 8 * 8);
+    d.fa = malloc(SLAB_BYTES / 8 * sizeof(double));
+    d.fb = malloc(SLAB_BYTES / 8 * sizeof(double));
+    if (rc == DCP_OK && (!d.ba || !d.bb || !d.fa || !d.fb))
+        rc = DCP_ENOMEM;
+    if (rc == DCP_OK)
+        rc = run(&d);
+    if (rc != DCP_OK)
+        tool_fail(d.ctx, rc);
+    else if (d.ndiff)
+        printf("%ld difference%s\n", d.ndiff, d.ndiff == 1 ? "" : "s");
+    free(d.ba);
+    free(d.bb);
+    free(d.fa);
+    free(d.fb);
+    dcp_metadata_free(d.a);
+    dcp_metadata_free(d.b);
+    dcp_ctx_free(d.ctx);
+    return rc != DCP_OK ? 2 : d.ndiff ? 1 : 0;
+}
