@@ -856,7 +856,7 @@ static int emit_items(struct emit *em, const struct tnode *t, int depth)
         rc = pkw_mark(&em->w);
         for (j = i; rc == DCP_OK && j < i + batch; j++) {
             if (t->kind == 0)
-                rc = pkw_str_memo(&em->w, t->key[j], strlen(t->key[j]));
+                rc = pkw_str_memo(&em->w, t->key[j], strlen(t->key[j]), NULL);
             if (rc == DCP_OK)
                 rc = emit_node(em, t->kid[j], depth + 1);
         }

@@ -457,13 +457,13 @@ static int put_op_memo(struct pk_writer *pw, uint8_t op)
  * tensors share one pickle. */
 static int put_str_m(struct pk_writer *pw, const char *s, int intern)
 {
-    return intern ? pkw_str_memo(pw, s, strlen(s)) : put_str_memo(pw, s);
+    return intern ? pkw_str_memo(pw, s, strlen(s), NULL) : put_str_memo(pw, s);
 }
 
 static int put_global_m(struct pk_writer *pw, const char *module,
                         const char *name, int intern)
 {
-    return intern ? pkw_global_memo(pw, module, name)
+    return intern ? pkw_global_memo(pw, module, name, NULL)
                   : put_global_memo(pw, module, name);
 }
 
