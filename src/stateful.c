@@ -8,6 +8,14 @@
 
 #include <string.h>
 
+/* A callback's nonzero return: a dcp error code passes through, anything
+ * else is DCP_EINVAL. */
+static int callback_code(int r)
+{
+    return r < 0 && strcmp(dcp_err_name(r), "DCP_UNKNOWN") != 0 ? r
+                                                                 : DCP_EINVAL;
+}
+
 /* Adds a copy of entry se, at prefix + se's path, to x; records where it
  * came from. A key already in x is refused. */
 static int add_copy(struct st_expansion *ex, const struct st_pathel *prefix,
@@ -74,7 +82,7 @@ static int expand_one(struct st_expansion *ex, const struct st_entry *e,
     ex->subs[ex->nsubs++] = sub;
     r = e->sops.state_dict(e->userdata, sub);
     if (r != 0)
-        return dcp__err(err, DCP_EINVAL,
+        return dcp__err(err, callback_code(r),
                         "stateful '%s': state_dict failed (returned %d)",
                         e->key, r);
     for (i = 0; i < sub->n; i++) {
@@ -143,7 +151,7 @@ int dcp__state_expand_loaded(struct st_expansion *ex, dcp_state *st,
         const struct st_entry *e = &st->e[ex->sfidx[i]];
         int r = e->sops.load_state_dict(e->userdata, ex->subs[i]);
         if (r != 0)
-            return dcp__err(err, DCP_EINVAL,
+            return dcp__err(err, callback_code(r),
                             "stateful '%s': load_state_dict failed "
                             "(returned %d)",
                             e->key, r);

@@ -413,8 +413,9 @@ typedef struct dcp_stateful_ops {
      * until then) and by dcp_load (to build the template the load fills:
      * tensor buffers receive the loaded elements, values are replaced).
      * Return 0, or nonzero to fail the save or load (on every rank, nothing
-     * committed; the message names the entry and the code). Stateful
-     * entries inside st are refused (DCP_EINVAL).
+     * committed; the message names the entry and the value returned): a
+     * negative DCP_E* code becomes the call's code, any other value
+     * DCP_EINVAL. Stateful entries inside st are refused (DCP_EINVAL).
      */
     int (*state_dict)(void *userdata, dcp_state *st);
     /*
@@ -422,8 +423,9 @@ typedef struct dcp_stateful_ops {
      * filled the template state_dict built: st holds the loaded values
      * (dcp_state_value with the relative keys) and the tensor buffers
      * state_dict gave hold the loaded elements. st is freed when the call
-     * returns: copy what you keep. Nonzero fails the load on every rank
-     * (buffers already hold the loaded data).
+     * returns: copy what you keep. Nonzero fails the load on every rank,
+     * with the code as for state_dict (buffers already hold the loaded
+     * data).
      */
     int (*load_state_dict)(void *userdata, const dcp_state *st);
 } dcp_stateful_ops;
