@@ -102,10 +102,10 @@ static void reset_peak(void)
     }
 }
 
-#define DIE(what, ctx)                                                         \
-    do {                                                                       \
-        fprintf(stderr, "async_bench: %s: %s\n", what, dcp_errmsg(ctx));       \
-        exit(1);                                                               \
+#define DIE(what, ctx)                                                   \
+    do {                                                                 \
+        fprintf(stderr, "async_bench: %s: %s\n", what, dcp_errmsg(ctx)); \
+        exit(1);                                                         \
     } while (0)
 
 int main(int argc, char **argv)
@@ -209,11 +209,10 @@ int main(int argc, char **argv)
             "budget %.1f MiB: staging buffers %.1f MiB, peak RSS over the "
             "save %+.1f MiB, blocking %.1f ms\n",
             (double)total / 1048576.0, NT, runs, dir, median(cp, runs) * 1e3,
-            vmin(cp, runs) * 1e3, vmax(cp, runs) * 1e3,
-            median(blk, runs) * 1e3, vmin(blk, runs) * 1e3,
-            vmax(blk, runs) * 1e3, median(tot, runs) * 1e3,
-            median(blk, runs) / median(cp, runs), vmin(ratio, runs),
-            vmax(ratio, runs), warm * 1e3,
+            vmin(cp, runs) * 1e3, vmax(cp, runs) * 1e3, median(blk, runs) * 1e3,
+            vmin(blk, runs) * 1e3, vmax(blk, runs) * 1e3,
+            median(tot, runs) * 1e3, median(blk, runs) / median(cp, runs),
+            vmin(ratio, runs), vmax(ratio, runs), warm * 1e3,
             (double)o.staging_budget / 1048576.0,
             (double)dcp_ctx_staging_bytes(bctx) / 1048576.0,
             (double)(peak - rss0) / 1024.0, bblock * 1e3);

@@ -28,7 +28,7 @@ static double now(void)
 }
 
 struct model {
-    size_t n;           /* floats per tensor */
+    size_t n; /* floats per tensor */
     float *w[NP], *m[NP];
     int64_t step;
 };
@@ -94,8 +94,7 @@ static void model_free(struct model *md)
  * loop spent in the save calls; *tail: in the final wait; *total: all.
  * The model as it was at the last save is copied into last. */
 static int run(const char *dir, size_t n, int steps, int every, int async,
-               double *blocked, double *tail, double *total,
-               struct model *last)
+               double *blocked, double *tail, double *total, struct model *last)
 {
     dcp_ctx *ctx;
     dcp_request *req = NULL, *prev;
@@ -197,8 +196,8 @@ int main(int argc, char **argv)
         same &= dcp_value_as_int(dcp_state_value(st, "step")) == last.step;
     printf("last checkpoint (step %lld): %s\n", (long long)last.step,
            rc != DCP_OK ? dcp_errmsg(ctx)
-           : same      ? "loaded back bit-exact"
-                       : "DIFFERS");
+           : same       ? "loaded back bit-exact"
+                        : "DIFFERS");
     dcp_state_free(st);
     dcp_ctx_free(ctx);
     model_free(&last);

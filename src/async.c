@@ -56,8 +56,7 @@ static int expand(dcp_ctx *ctx, const dcp_state *st, struct st_expansion *ex)
 
 /* Begin and staging; *out is the request in flight. Collective. */
 static int start(dcp_ctx *ctx, const dcp_state *st, const char *path,
-                 const dcp_save_options *opts, int copy_all,
-                 dcp_request **out)
+                 const dcp_save_options *opts, int copy_all, dcp_request **out)
 {
     struct st_expansion ex;
     struct sv_job *job = NULL;

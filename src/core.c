@@ -137,9 +137,9 @@ int dcp_ctx_create(dcp_ctx **out, dcp_comm *comm, const dcp_ctx_options *opts)
     ctx->max_value_bytes = (uint64_t)64 << 20;
     /* A field is read when struct_size covers it, so callers built against
      * an older, shorter struct keep working. */
-#define HAS_OPT(field)                                                         \
-    (opts && opts->struct_size >= offsetof(dcp_ctx_options, field) +          \
-                                      sizeof(opts->field))
+#define HAS_OPT(field)            \
+    (opts && opts->struct_size >= \
+                 offsetof(dcp_ctx_options, field) + sizeof(opts->field))
     if (HAS_OPT(max_metadata_bytes) && opts->max_metadata_bytes)
         ctx->max_metadata_bytes = opts->max_metadata_bytes;
     if (HAS_OPT(max_value_bytes) && opts->max_value_bytes)

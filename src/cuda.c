@@ -16,13 +16,12 @@
 typedef int cuda_error;
 typedef void *cuda_stream;
 
-#define CUDA_MEMCPY_DEFAULT 4
+#define CUDA_MEMCPY_DEFAULT         4
 #define CUDA_HOST_REGISTER_PORTABLE 1u
 
 struct cudart {
     void *lib;
-    cuda_error (*memcpy_async)(void *, const void *, size_t, int,
-                               cuda_stream);
+    cuda_error (*memcpy_async)(void *, const void *, size_t, int, cuda_stream);
     cuda_error (*memcpy_sync)(void *, const void *, size_t, int);
     cuda_error (*stream_sync)(cuda_stream);
     cuda_error (*host_register)(void *, size_t, unsigned);
@@ -36,14 +35,14 @@ static pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* dlsym returns an object pointer; C11 has no conversion from it to a
  * function pointer, POSIX guarantees the representation is the same. */
-#define RESOLVE(field, name)                                                   \
-    do {                                                                       \
-        void *sym_ = dlsym(lib, name);                                         \
-        if (!sym_) {                                                           \
-            missing = name;                                                    \
-            goto out_close;                                                    \
-        }                                                                      \
-        memcpy(&r.field, &sym_, sizeof(sym_));                                 \
+#define RESOLVE(field, name)                   \
+    do {                                       \
+        void *sym_ = dlsym(lib, name);         \
+        if (!sym_) {                           \
+            missing = name;                    \
+            goto out_close;                    \
+        }                                      \
+        memcpy(&r.field, &sym_, sizeof(sym_)); \
     } while (0)
 
 static int try_open(const char *file, struct dcp_buf *why)

@@ -72,8 +72,8 @@ struct sv_rec {
     const void *src; /* the caller's buffer: valid during dcp__save_begin
                         and, for a dcp_save, until it returns */
     dcp_mem mem;
-    size_t stage;    /* staging source index + 1; 0: written from src */
-    size_t pickle;   /* values: index into lp.pickles */
+    size_t stage;  /* staging source index + 1; 0: written from src */
+    size_t pickle; /* values: index into lp.pickles */
 };
 
 /* Test hook: the k-th data file write from now on fails. */
@@ -450,17 +450,17 @@ struct sv_job {
     char *path;
     int sync;
     struct pl_local lp;
-    struct coord co;   /* rank 0 */
-    int dirfd;         /* co.dirfd on rank 0 */
-    char *file;        /* this rank's data file; NULL: nothing to write */
+    struct coord co; /* rank 0 */
+    int dirfd;       /* co.dirfd on rank 0 */
+    char *file;      /* this rank's data file; NULL: nothing to write */
     struct sv_rec *recs;
     size_t nrecs;
-    uint64_t *offlen;  /* (offset, length) per record */
+    uint64_t *offlen; /* (offset, length) per record */
     struct stg_src *srcs;
     size_t nsrcs;
     struct stg_pipe *pipe;
-    int wrote;         /* the data file was created */
-    int finished;      /* dcp__save_finish ran: files are settled */
+    int wrote;    /* the data file was created */
+    int finished; /* dcp__save_finish ran: files are settled */
     /* First error wins (c-style.md 4); msg written by the winner only,
      * read once both sides are done. */
     _Atomic int rc;
@@ -576,8 +576,7 @@ void dcp__save_job_free(struct sv_job *job)
 }
 
 int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
-                    const dcp_save_options *opts, int rc,
-                    struct sv_job **out)
+                    const dcp_save_options *opts, int rc, struct sv_job **out)
 {
     struct sv_job *job = dcp__calloc(1, sizeof(*job));
     const dcp_comm *c = ctx->comm;
@@ -656,8 +655,7 @@ int dcp__save_prepare_staging(dcp_ctx *ctx, struct sv_job *job, int copy_all)
         return DCP_OK;
     for (i = 0; i < job->nrecs; i++) {
         const struct sv_rec *r = &job->recs[i];
-        n += r->is_tensor && r->nbytes &&
-             (copy_all || r->mem == DCP_MEM_CUDA);
+        n += r->is_tensor && r->nbytes && (copy_all || r->mem == DCP_MEM_CUDA);
     }
     if (!n)
         return DCP_OK;
@@ -687,9 +685,9 @@ int dcp__save_prepare_staging(dcp_ctx *ctx, struct sv_job *job, int copy_all)
         uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
         cap = ctx->staging_budget / page * page;
     }
-    rc = cap > SIZE_MAX ? dcp__err(&err, DCP_ENOMEM, "staging too large")
-                        : dcp__stage_arena_reserve(&ctx->arena, (size_t)cap,
-                                                   cuda, &err);
+    rc = cap > SIZE_MAX
+             ? dcp__err(&err, DCP_ENOMEM, "staging too large")
+             : dcp__stage_arena_reserve(&ctx->arena, (size_t)cap, cuda, &err);
     if (rc == DCP_OK)
         rc = dcp__stage_pipe_init(job->pipe, job->srcs, job->nsrcs,
                                   ctx->arena->p, cap, &err);
@@ -739,8 +737,8 @@ void dcp__save_write(void *arg)
         if (r->is_tensor)
             rc = write_box(&w, r, job->pipe, &ol[0], &ol[1]);
         else
-            rc = write_value(&w, r, &job->lp.pickles[r->pickle], &ol[0],
-                             &ol[1]);
+            rc =
+                write_value(&w, r, &job->lp.pickles[r->pickle], &ol[0], &ol[1]);
         /* Another failure (staging, cancel) stops the writing too. */
         if (rc == DCP_OK && atomic_load(&job->rc) != DCP_OK)
             rc = atomic_load(&job->rc);
@@ -810,9 +808,8 @@ out:
                               "not be durable",
                               job->path);
     else if (rc != DCP_OK)
-        (void)dcp__err_prefix(&ctx->err,
-                              "save to '%s' failed, nothing committed",
-                              job->path);
+        (void)dcp__err_prefix(
+            &ctx->err, "save to '%s' failed, nothing committed", job->path);
     dcp__buf_free(&res);
     dcp__free(blobs);
     dcp__free(lens);

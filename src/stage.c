@@ -73,8 +73,9 @@ int dcp__stage_arena_reserve(struct stg_arena **ap, size_t need, int pinned,
         if (rc == DCP_OK)
             rc = dcp__cuda_host_register(a->p, a->cap, err);
         if (rc != DCP_OK)
-            return dcp__err_prefix(err, "cannot page-lock %zu bytes of "
-                                        "staging buffers",
+            return dcp__err_prefix(err,
+                                   "cannot page-lock %zu bytes of "
+                                   "staging buffers",
                                    a->cap);
         a->pinned = 1;
     }

@@ -79,7 +79,7 @@ struct stg_pipe {
     /* shared */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    _Atomic size_t published; /* pieces the writer may take */
+    _Atomic size_t published;  /* pieces the writer may take */
     _Atomic uint64_t consumed; /* ring position released by the writer */
     _Atomic int stop;          /* set by either side: give up */
     _Atomic int waiters;       /* threads inside a wait */

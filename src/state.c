@@ -338,8 +338,8 @@ int dcp_state_add_tensor(dcp_state *st, const char *name, dcp_dtype dtype,
     int64_t off[DCP_MAX_NDIM] = {0}, size[DCP_MAX_NDIM] = {0}, name_i = 0;
     struct st_pathel saved;
     int d, rc, took;
-    if (!st || dcp_dtype_size(dtype) == 0 || ndim < 0 ||
-        ndim > DCP_MAX_NDIM || (ndim > 0 && !global_shape) ||
+    if (!st || dcp_dtype_size(dtype) == 0 || ndim < 0 || ndim > DCP_MAX_NDIM ||
+        (ndim > 0 && !global_shape) ||
         (mem != DCP_MEM_HOST && mem != DCP_MEM_CUDA))
         return DCP_EINVAL;
     for (d = 0; d < ndim; d++) {

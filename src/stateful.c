@@ -13,7 +13,7 @@
 static int callback_code(int r)
 {
     return r < 0 && strcmp(dcp_err_name(r), "DCP_UNKNOWN") != 0 ? r
-                                                                 : DCP_EINVAL;
+                                                                : DCP_EINVAL;
 }
 
 /* Adds a copy of entry se, at prefix + se's path, to x; records where it

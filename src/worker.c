@@ -27,7 +27,7 @@ struct dcp_worker {
     pthread_cond_t cv;
     dcp_job_fn fn; /* the job posted, NULL once taken */
     void *arg;
-    int busy;      /* a job is posted or running */
+    int busy; /* a job is posted or running */
     int quit;
 };
 

@@ -438,8 +438,7 @@ typedef struct dcp_stateful_ops {
  * already used), DCP_ENOMEM. Not collective.
  */
 DCP_API int dcp_state_add_stateful(dcp_state *st, const char *name,
-                                   const dcp_stateful_ops *ops,
-                                   void *userdata);
+                                   const dcp_stateful_ops *ops, void *userdata);
 
 /* Number of keys (FQNs) in the state, and key i in insertion order. */
 DCP_API size_t dcp_state_count(const dcp_state *st);
@@ -565,9 +564,8 @@ typedef struct dcp_request dcp_request;
  * planning: DCP_OK, DCP_EINVAL, DCP_EPLAN, DCP_EIO, DCP_ENOMEM, DCP_ELIMIT,
  * DCP_ENOTSUP (CUDA entries and no libcudart).
  */
-DCP_API int dcp_save_async(dcp_ctx *ctx, const dcp_state *st,
-                           const char *path, const dcp_save_options *opts,
-                           dcp_request **req);
+DCP_API int dcp_save_async(dcp_ctx *ctx, const dcp_state *st, const char *path,
+                           const dcp_save_options *opts, dcp_request **req);
 
 /*
  * Waits for the save's background writing to end on this rank, agrees on

@@ -55,35 +55,35 @@ static struct {
 static int npass, nfail, cur_fail;
 static dcp_save_options nosync = {sizeof(dcp_save_options), 1};
 
-#define CHECK(c)                                                               \
-    do {                                                                       \
-        if (!(c)) {                                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__,   \
-                    #c);                                                       \
-            cur_fail = 1;                                                      \
-        }                                                                      \
+#define CHECK(c)                                                             \
+    do {                                                                     \
+        if (!(c)) {                                                          \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
+                    #c);                                                     \
+            cur_fail = 1;                                                    \
+        }                                                                    \
     } while (0)
 
-#define CHECK_RC(ctx, call, want)                                              \
-    do {                                                                       \
-        int rc_ = (call);                                                      \
-        if (rc_ != (want)) {                                                   \
-            fprintf(stderr, "%s:%d: %s: got %s, want %s (%s)\n", __FILE__,     \
-                    __LINE__, #call, dcp_err_name(rc_), dcp_err_name(want),    \
-                    dcp_errmsg(ctx));                                          \
-            cur_fail = 1;                                                      \
-        }                                                                      \
+#define CHECK_RC(ctx, call, want)                                           \
+    do {                                                                    \
+        int rc_ = (call);                                                   \
+        if (rc_ != (want)) {                                                \
+            fprintf(stderr, "%s:%d: %s: got %s, want %s (%s)\n", __FILE__,  \
+                    __LINE__, #call, dcp_err_name(rc_), dcp_err_name(want), \
+                    dcp_errmsg(ctx));                                       \
+            cur_fail = 1;                                                   \
+        }                                                                   \
     } while (0)
 
-#define RUN(fn)                                                                \
-    do {                                                                       \
-        cur_fail = 0;                                                          \
-        fn();                                                                  \
-        fprintf(stderr, "%s %s\n", cur_fail ? "FAIL" : "ok  ", #fn);           \
-        if (cur_fail)                                                          \
-            nfail++;                                                           \
-        else                                                                   \
-            npass++;                                                           \
+#define RUN(fn)                                                      \
+    do {                                                             \
+        cur_fail = 0;                                                \
+        fn();                                                        \
+        fprintf(stderr, "%s %s\n", cur_fail ? "FAIL" : "ok  ", #fn); \
+        if (cur_fail)                                                \
+            nfail++;                                                 \
+        else                                                         \
+            npass++;                                                 \
     } while (0)
 
 /* dlsym into a function pointer (POSIX guarantees the representation). */
@@ -132,15 +132,15 @@ static const struct {
     int64_t rows, cols;
     int host; /* lives in host memory even in the device state */
 } spec[NT] = {
-    {"w", DCP_F32, 300, 257, 0},  {"b", DCP_BF16, 1, 4099, 0},
-    {"e", DCP_I64, 64, 33, 0},    {"empty", DCP_F16, 0, 7, 0},
-    {"h", DCP_U8, 1, 1000, 1},    {"big", DCP_F32, 256, 0, 0},
+    {"w", DCP_F32, 300, 257, 0}, {"b", DCP_BF16, 1, 4099, 0},
+    {"e", DCP_I64, 64, 33, 0},   {"empty", DCP_F16, 0, 7, 0},
+    {"h", DCP_U8, 1, 1000, 1},   {"big", DCP_F32, 256, 0, 0},
 };
 static int64_t big_cols; /* set by mode: 1 MiB (fake) or 64 MiB (gpu) */
 
 struct bufs {
-    void *p[NT];    /* device (or host) buffers; e: rows [0,20) */
-    void *p2;       /* e: rows [20,64), a separate allocation */
+    void *p[NT]; /* device (or host) buffers; e: rows [0,20) */
+    void *p2;    /* e: rows [20,64), a separate allocation */
     size_t n[NT];
     int on_device;
 };

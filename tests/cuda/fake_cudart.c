@@ -38,7 +38,7 @@ API void fake_cudart_stats(long *copies, long *pageable, long *registered,
 API void fake_cudart_fail_async_after(long k);
 
 #define DEV_BYTES ((size_t)512 << 20)
-#define MAX_REG 64
+#define MAX_REG   64
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static uint8_t *dev_base, *shadow;
@@ -51,9 +51,8 @@ static int nreg;
 static long async_copies, pageable_async, fail_async_at, bad_unregister;
 
 /* Fake-only: statistics, and failure injection. */
-API void
-fake_cudart_stats(long *copies, long *pageable, long *registered,
-                  long *bad_unreg)
+API void fake_cudart_stats(long *copies, long *pageable, long *registered,
+                           long *bad_unreg)
 {
     pthread_mutex_lock(&mu);
     *copies = async_copies;
@@ -149,8 +148,7 @@ static int copy(void *dst, const void *src, size_t n)
     return 0;
 }
 
-API int
-cudaMemcpy(void *dst, const void *src, size_t n, int kind)
+API int cudaMemcpy(void *dst, const void *src, size_t n, int kind)
 {
     int rc;
     (void)kind;
@@ -160,8 +158,8 @@ cudaMemcpy(void *dst, const void *src, size_t n, int kind)
     return rc;
 }
 
-API int
-cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *stream)
+API int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind,
+                        void *stream)
 {
     int rc;
     (void)kind;
@@ -192,8 +190,7 @@ API int cudaDeviceSynchronize(void)
     return 0;
 }
 
-API int
-cudaHostRegister(void *p, size_t n, unsigned flags)
+API int cudaHostRegister(void *p, size_t n, unsigned flags)
 {
     int rc = 0;
     (void)flags;
@@ -234,7 +231,5 @@ API const char *cudaGetErrorName(int e)
 
 API const char *cudaGetErrorString(int e)
 {
-    return e == 0   ? "no error"
-           : e == 1 ? "invalid argument"
-                    : "out of memory";
+    return e == 0 ? "no error" : e == 1 ? "invalid argument" : "out of memory";
 }

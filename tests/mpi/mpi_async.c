@@ -149,10 +149,10 @@ static dcp_comm *checking_comm(void)
 
 #define ROWS 64
 #define COLS 1000
-#define REP 4096
+#define REP  4096
 
 struct data {
-    float *w;          /* rows [ROWS*rank, ROWS*(rank+1)) of [ROWS*size, COLS] */
+    float *w; /* rows [ROWS*rank, ROWS*(rank+1)) of [ROWS*size, COLS] */
     unsigned char *rep; /* replicated: the same on every rank */
     int64_t step;
 };
@@ -210,8 +210,8 @@ static dcp_state *data_state(struct data *d)
     CHECK(dcp_state_create(&st) == 0);
     CHECK(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape, off, size, d->w,
                                DCP_MEM_HOST) == 0);
-    CHECK(dcp_state_add_tensor(st, "rep", DCP_U8, 1, rshape, NULL, NULL,
-                               d->rep, DCP_MEM_HOST) == 0);
+    CHECK(dcp_state_add_tensor(st, "rep", DCP_U8, 1, rshape, NULL, NULL, d->rep,
+                               DCP_MEM_HOST) == 0);
     CHECK(dcp_state_push_rank(st, mt_rank) == 0);
     CHECK(dcp_state_add_value(st, "step", dcp_value_int(d->step)) == 0);
     CHECK(dcp_state_pop(st) == 0);
@@ -238,11 +238,11 @@ static void data_check(dcp_ctx *ctx, const struct data *gold, const char *dir)
 }
 
 /* Evaluates call once; the same code on every rank, the expected one. */
-#define CHECK_AGREED(ctx, call, want)                                          \
-    do {                                                                       \
-        int agreed_rc_ = (call);                                               \
-        CHECK_RC(ctx, agreed_rc_, want);                                       \
-        CHECK(mt_same(agreed_rc_));                                            \
+#define CHECK_AGREED(ctx, call, want)    \
+    do {                                 \
+        int agreed_rc_ = (call);         \
+        CHECK_RC(ctx, agreed_rc_, want); \
+        CHECK(mt_same(agreed_rc_));      \
     } while (0)
 
 /* ---------------------------------------------------------------- tests */
@@ -420,7 +420,6 @@ static void test_free_ctx_in_flight(void)
     if (mt_rank == 0) {
         CHECK(!has_file(dir, ".metadata"));
         CHECK(count_files(dir) == 0);
-
     }
     data_free(&d);
     dcp_comm_free(comm);

@@ -141,11 +141,11 @@ static const struct {
     dcp_dtype dt;
     int64_t rows, cols;
 } specs[NT] = {
-    {"layers.0.weight", DCP_F32, 512, 384},   /* 768 KiB */
-    {"layers.0.bias", DCP_BF16, 1, 4099},     /* odd size */
-    {"layers.1.weight", DCP_F64, 256, 200},   /* 400 KiB, two boxes */
-    {"emb", DCP_I8, 1000, 777},               /* ~760 KiB */
-    {"optim.exp_avg", DCP_F16, 300, 701},     /* ~410 KiB */
+    {"layers.0.weight", DCP_F32, 512, 384}, /* 768 KiB */
+    {"layers.0.bias", DCP_BF16, 1, 4099},   /* odd size */
+    {"layers.1.weight", DCP_F64, 256, 200}, /* 400 KiB, two boxes */
+    {"emb", DCP_I8, 1000, 777},             /* ~760 KiB */
+    {"optim.exp_avg", DCP_F16, 300, 701},   /* ~410 KiB */
 };
 
 static int obj_load_state_dict(void *ud, const dcp_state *st);
@@ -239,8 +239,7 @@ static dcp_state *model_state(struct model *m, int with_obj)
                                       b, DCP_MEM_HOST);
             if (rc == DCP_OK)
                 rc = dcp_state_add_tensor(st, specs[i].name, dt, 2, shape, o1,
-                                          s1, b + 100 * 200 * 8,
-                                          DCP_MEM_HOST);
+                                          s1, b + 100 * 200 * 8, DCP_MEM_HOST);
         } else {
             rc = dcp_state_add_tensor(st, specs[i].name, dt, 2, shape, NULL,
                                       NULL, m->buf[i], DCP_MEM_HOST);
@@ -364,9 +363,8 @@ TEST(mutate_after_return)
                 model_init(&g);
                 ASSERT_OK(dcp_state_create(&s2));
                 ASSERT_OK(dcp_state_push(s2, "loader"));
-                ASSERT_OK(dcp_state_add_tensor(s2, "w", DCP_F32, 1, shape,
-                                               NULL, NULL, got,
-                                               DCP_MEM_HOST));
+                ASSERT_OK(dcp_state_add_tensor(s2, "w", DCP_F32, 1, shape, NULL,
+                                               NULL, got, DCP_MEM_HOST));
                 ASSERT_OK(dcp_load(full, s2, dir, &lo));
                 ASSERT_MEM_EQ(got, obj_gold, sizeof(got));
                 dcp_state_free(s2);
@@ -784,8 +782,8 @@ TEST(stateful_entries)
         dcp_state *s3;
         ASSERT_OK(dcp_state_create(&s3));
         ASSERT_OK(dcp_state_push(s3, "loader"));
-        ASSERT_OK(dcp_state_add_tensor(s3, "w", DCP_F32, 1, shape, NULL,
-                                       NULL, four, DCP_MEM_HOST));
+        ASSERT_OK(dcp_state_add_tensor(s3, "w", DCP_F32, 1, shape, NULL, NULL,
+                                       four, DCP_MEM_HOST));
         ASSERT_OK(dcp_state_pop(s3));
         ASSERT_OK(dcp_state_add_stateful(s3, "loader", &obj_ops, &m));
         ASSERT_RC(dcp_save(ctx, s3, dir2, &nosync), DCP_EINVAL);
@@ -901,9 +899,9 @@ static int c_barrier(void *impl)
 
 TEST(communicator_on_caller_thread)
 {
-    struct dcp_comm_ops ops = {DCP_COMM_OPS_VERSION, c_bcast,  c_gather,
-                               c_gatherv,            c_scatterv, c_min,
-                               c_barrier,            NULL};
+    struct dcp_comm_ops ops = {
+        DCP_COMM_OPS_VERSION, c_bcast, c_gather,  c_gatherv,
+        c_scatterv,           c_min,   c_barrier, NULL};
     dcp_comm *comm;
     dcp_ctx *ctx;
     struct model m;
