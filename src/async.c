@@ -54,6 +54,19 @@ static int expand(dcp_ctx *ctx, const dcp_state *st, struct st_expansion *ex)
     return rc;
 }
 
+/* Hands the job's writing to the worker (unless the job already failed:
+ * then finish has nothing to wait for). */
+static void post(dcp_ctx *ctx, struct sv_job *job)
+{
+    struct dcp_err e;
+    int rc;
+    if (dcp__save_failed(job) != DCP_OK)
+        return;
+    dcp__err_clear(&e);
+    rc = dcp__worker_post(&ctx->worker, dcp__save_write, job, &e);
+    (void)dcp__save_fail(job, rc, &e);
+}
+
 /* Begin and staging; *out is the request in flight. Collective. */
 static int start(dcp_ctx *ctx, const dcp_state *st, const char *path,
                  const dcp_save_options *opts, int copy_all, dcp_request **out)
@@ -77,14 +90,16 @@ static int start(dcp_ctx *ctx, const dcp_state *st, const char *path,
         return rc;
     }
     (void)dcp__save_prepare_staging(ctx, job, copy_all);
-    if (dcp__save_failed(job) == DCP_OK) {
-        struct dcp_err e;
-        int prc;
-        dcp__err_clear(&e);
-        prc = dcp__worker_post(&ctx->worker, dcp__save_write, job, &e);
-        (void)dcp__save_fail(job, prc, &e);
+    /* When everything fits in the staging buffers, the copy runs before
+     * the worker wakes up: nothing competes with it for the CPU. With a
+     * budget, the worker must drain while the copy runs. */
+    if (dcp__save_stage_alone(job)) {
+        dcp__save_stage(job);
+        post(ctx, job);
+    } else {
+        post(ctx, job);
+        dcp__save_stage(job);
     }
-    dcp__save_stage(job);
     /* From here on nothing of st is read: the records were described, the
      * values pickled and the staged tensors copied. */
     dcp__state_expand_release(&ex);

@@ -699,6 +699,11 @@ int dcp__save_prepare_staging(dcp_ctx *ctx, struct sv_job *job, int copy_all)
     return DCP_OK;
 }
 
+int dcp__save_stage_alone(const struct sv_job *job)
+{
+    return !job->pipe || !job->pipe->eager;
+}
+
 void dcp__save_stage(struct sv_job *job)
 {
     struct dcp_err err;

@@ -30,6 +30,11 @@ int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
  * tensor when copy_all). Local; a failure is the job's (returned too). */
 int dcp__save_prepare_staging(dcp_ctx *ctx, struct sv_job *job, int copy_all);
 
+/* 1 when the staging buffers hold every staged byte at once (or nothing
+ * is staged): staging then needs no writer, so it can run before the
+ * worker starts; 0 when the writer must drain pieces while staging runs. */
+int dcp__save_stage_alone(const struct sv_job *job);
+
 /* Runs the stager (caller's thread); a failure is the job's. Returns when
  * every staged byte is in the staging buffers, or the job failed. */
 void dcp__save_stage(struct sv_job *job);

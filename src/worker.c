@@ -14,12 +14,21 @@
  *    thread and joins it.
  * Lock order: the worker's lock is a leaf (no other lock is taken while it
  * is held). The thread blocks every signal, so the application's handlers
- * never run on it.
+ * never run on it. On Linux it runs under SCHED_BATCH: same CPU share as
+ * any thread, but its wake-ups (a job posted, a write completed) never
+ * preempt the caller's thread, whose blocking time is what an asynchronous
+ * save is for.
  */
 #include "worker.h"
 
 #include <pthread.h>
+#include <sched.h> /* SCHED_BATCH */
 #include <signal.h>
+#include <string.h>
+
+#if defined(__linux__) && !defined(SCHED_BATCH)
+#define SCHED_BATCH 3 /* <linux/sched.h>; glibc shows it with _GNU_SOURCE */
+#endif
 
 struct dcp_worker {
     pthread_t th;
@@ -34,6 +43,13 @@ struct dcp_worker {
 static void *worker_main(void *p)
 {
     struct dcp_worker *w = p;
+#ifdef SCHED_BATCH
+    {
+        struct sched_param sp;
+        memset(&sp, 0, sizeof(sp));
+        (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
+    }
+#endif
     (void)pthread_mutex_lock(&w->mu);
     for (;;) {
         dcp_job_fn fn;

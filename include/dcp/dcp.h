@@ -366,13 +366,16 @@ DCP_API int dcp_state_push_rank(dcp_state *st, int rank);
  *    process holds; NULL offsets means all zeros, NULL sizes means the whole
  *    global shape.
  *  - buf: C-contiguous, little-endian elements of the box, borrowed. For a
- *    save it must stay valid and unchanged until the call returns; for a load
- *    it receives the box's elements. May be NULL for an empty box.
+ *    save it must stay valid and unchanged until the call returns (for
+ *    dcp_save_async: until it returns, not until the save completes); for a
+ *    load it receives the box's elements. May be NULL for an empty box.
+ *  - mem: DCP_MEM_HOST or DCP_MEM_CUDA (every box of a tensor in the
+ *    same one).
  * Call again with the same name and another box for a second box of the same
  * tensor: dtype and global shape must agree.
- * Returns DCP_OK, DCP_EINVAL (bad dtype or ndim, box outside the global
- * shape, negative size, dtype/shape disagreeing with an earlier box, the key
- * already used by a value), DCP_ENOMEM.
+ * Returns DCP_OK, DCP_EINVAL (bad dtype, ndim or mem, box outside the
+ * global shape, negative size, dtype/shape/mem disagreeing with an earlier
+ * box, the key already used by a value), DCP_ENOMEM.
  */
 DCP_API int dcp_state_add_tensor(dcp_state *st, const char *name,
                                  dcp_dtype dtype, int ndim,

@@ -402,8 +402,27 @@ static void sync_roundtrips(void)
     f1 = slurp(p1, &n1);
     f2 = slurp(p2, &n2);
     CHECK(f1 && f2 && n1 == n2 && memcmp(f1, f2, n1) == 0);
-    free(f1);
     free(f2);
+    /* A synchronous save through a 64 KiB staging budget: the same file. */
+    {
+        dcp_ctx_options o;
+        dcp_ctx *tight;
+        const char *d3 = sub("sync-budget");
+        char p3[600];
+        memset(&o, 0, sizeof(o));
+        o.struct_size = sizeof(o);
+        o.staging_budget = 64 << 10;
+        CHECK_RC(NULL, dcp_ctx_create(&tight, NULL, &o), DCP_OK);
+        CHECK_RC(tight, dcp_save(tight, st, d3, NULL), DCP_OK);
+        CHECK(dcp_ctx_staging_bytes(tight) == 64 << 10);
+        snprintf(p3, sizeof(p3), "%s/__0_0.distcp", d3);
+        f2 = slurp(p3, &n2);
+        CHECK(f1 && f2 && n1 == n2 && memcmp(f1, f2, n1) == 0);
+        free(f2);
+        dcp_ctx_free(tight);
+        rm_dir(d3);
+    }
+    free(f1);
     dcp_state_free(st);
     dcp_state_free(st2);
     dcp_state_free(sh);
