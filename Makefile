@@ -6,16 +6,20 @@
 #                       state saved on 4 MPI ranks, loaded on 3 (DEMO_KEEP=1
 #                       keeps its 1.5 GB in build/demo-gpt2)
 #   make check          build + all tests, ASan+UBSan build + all tests,
-#                       install test (what CI runs, through .ci/run)
-#   make build | test | asan | install-test | install | clean | format-check
+#                       TSan build + the async tests, install test (what CI
+#                       runs, through .ci/run)
+#   make build | test | asan | tsan | install-test | install | clean |
+#        format-check
 #
 # Variables: PREFIX (/usr/local), DESTDIR, BUILD_TYPE (RelWithDebInfo),
-# ASAN_CC (clang-14), CTEST_J (2), CTEST_ARGS (e.g. CTEST_ARGS='-L unit').
+# ASAN_CC (clang-14), TSAN_CC (clang-14), CTEST_J (2), CTEST_ARGS (e.g.
+# CTEST_ARGS='-L unit').
 
 PREFIX     ?= /usr/local
 DESTDIR    ?=
 BUILD_TYPE ?= RelWithDebInfo
 ASAN_CC    ?= clang-14
+TSAN_CC    ?= clang-14
 CTEST_J    ?= 2
 CTEST_ARGS ?=
 NPROC      := $(shell nproc 2>/dev/null || echo 2)
@@ -29,13 +33,14 @@ MAKEFLAGS += --no-print-directory
 
 CONFIGURE_COMMON = -DDCP_PYTHON=$(PYTHON) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
 
-.PHONY: all deps build configure demo check test asan asan-build install \
-        install-test uninstall clean format format-check help
+.PHONY: all deps build configure demo check test asan asan-build tsan \
+        tsan-build install install-test uninstall clean format format-check \
+        help
 
 all: build
 
 help:
-	@sed -n '4,14p' Makefile
+	@sed -n '4,17p' Makefile
 
 deps:
 	bash scripts/deps.sh
@@ -64,15 +69,17 @@ CHECK_FAILED = build/check-failed
 
 check: build
 	@rm -f $(CHECK_FAILED)
-	@echo "==> [1/3] tests in build/ ($(BUILD_TYPE))"
+	@echo "==> [1/4] tests in build/ ($(BUILD_TYPE))"
 	@$(MAKE) test || echo tests >> $(CHECK_FAILED)
-	@echo "==> [2/3] tests in build-asan/ (ASan+UBSan, $(ASAN_CC))"
+	@echo "==> [2/4] tests in build-asan/ (ASan+UBSan, $(ASAN_CC))"
 	@$(MAKE) asan || echo asan >> $(CHECK_FAILED)
-	@echo "==> [3/3] install test (tests/install/run.sh build)"
+	@echo "==> [3/4] async tests in build-tsan/ (ThreadSanitizer, $(TSAN_CC))"
+	@$(MAKE) tsan || echo tsan >> $(CHECK_FAILED)
+	@echo "==> [4/4] install test (tests/install/run.sh build)"
 	bash tests/install/run.sh build || echo install >> $(CHECK_FAILED)
 	@if [ -f $(CHECK_FAILED) ]; then \
 	  echo "make check: FAILED:" $$(cat $(CHECK_FAILED)) >&2; exit 1; fi
-	@echo "make check: tests, asan tests and install test all passed"
+	@echo "make check: tests, asan tests, tsan tests and install test all passed"
 
 test:
 	$(CTEST) --test-dir build --output-on-failure --no-tests=error -j$(CTEST_J) $(CTEST_ARGS)
@@ -85,6 +92,20 @@ asan-build: deps
 
 asan: asan-build
 	$(CTEST) --test-dir build-asan --output-on-failure --no-tests=error -j$(CTEST_J) $(CTEST_ARGS)
+
+# ThreadSanitizer over the tests labelled async (the asynchronous save and
+# its worker thread, the CUDA staging path against the fake libcudart), in
+# a serial build so that MPI's own threads add no noise (c-style.md 14).
+TSAN_TARGETS = test_async cuda_roundtrip fake_cudart
+
+tsan-build: deps
+	$(CMAKE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_C_COMPILER=$(TSAN_CC) -DDCP_SANITIZE=thread -DDCP_WITH_MPI=OFF \
+	  $(CONFIGURE_COMMON)
+	$(CMAKE) --build build-tsan -j$(NPROC) --target $(TSAN_TARGETS)
+
+tsan: tsan-build
+	$(CTEST) --test-dir build-tsan --output-on-failure --no-tests=error -j$(CTEST_J) -L async
 
 install-test: build
 	bash tests/install/run.sh build

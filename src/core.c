@@ -3,7 +3,10 @@
  */
 #include "ctx.h"
 
+#include <stddef.h> /* offsetof */
 #include <string.h>
+
+#include "async.h"
 
 const char *dcp_strerror(int code)
 {
@@ -132,11 +135,21 @@ int dcp_ctx_create(dcp_ctx **out, dcp_comm *comm, const dcp_ctx_options *opts)
     ctx->size = comm ? comm->size : 1;
     ctx->max_metadata_bytes = (uint64_t)4 << 30;
     ctx->max_value_bytes = (uint64_t)64 << 20;
-    if (opts && opts->struct_size >= sizeof(dcp_ctx_options)) {
-        if (opts->max_metadata_bytes)
-            ctx->max_metadata_bytes = opts->max_metadata_bytes;
-        if (opts->max_value_bytes)
-            ctx->max_value_bytes = opts->max_value_bytes;
+    /* A field is read when struct_size covers it, so callers built against
+     * an older, shorter struct keep working. */
+#define HAS_OPT(field)            \
+    (opts && opts->struct_size >= \
+                 offsetof(dcp_ctx_options, field) + sizeof(opts->field))
+    if (HAS_OPT(max_metadata_bytes) && opts->max_metadata_bytes)
+        ctx->max_metadata_bytes = opts->max_metadata_bytes;
+    if (HAS_OPT(max_value_bytes) && opts->max_value_bytes)
+        ctx->max_value_bytes = opts->max_value_bytes;
+    if (HAS_OPT(staging_budget))
+        ctx->staging_budget = opts->staging_budget;
+#undef HAS_OPT
+    if (ctx->staging_budget && ctx->staging_budget < DCP__STAGING_MIN) {
+        dcp__free(ctx);
+        return DCP_EINVAL;
     }
     *out = ctx;
     return DCP_OK;
@@ -159,6 +172,7 @@ void dcp_ctx_free(dcp_ctx *ctx)
 {
     if (!ctx)
         return;
+    dcp__async_ctx_release(ctx);
     dcp__ctx_clear_report(ctx);
     dcp__free(ctx);
 }

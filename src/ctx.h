@@ -8,6 +8,9 @@
 #include "util.h"
 #include "comm.h"
 
+/* Smallest staging budget accepted (dcp_ctx_options.staging_budget). */
+#define DCP__STAGING_MIN ((uint64_t)64 << 10)
+
 struct dcp_ctx {
     struct dcp_err err;
     dcp_comm *comm; /* borrowed; NULL: single process */
@@ -20,6 +23,14 @@ struct dcp_ctx {
     size_t nmissing;
     char **unexpected;
     size_t nunexpected;
+    /* Asynchronous save (async.c): staging budget (0: unbounded), the
+     * staging buffers, the background writer (started at the first save),
+     * the save in flight (NULL when none). Used on the caller's thread only;
+     * the writer thread sees only the job it is given. */
+    uint64_t staging_budget;
+    struct stg_arena *arena;
+    struct dcp_worker *worker;
+    struct dcp_request *inflight;
 };
 
 /* Clears err at the start of an API call. */

@@ -13,13 +13,14 @@
  * contiguous). Every step ends in an agreement, so all ranks return the
  * same code and the failing rank's message.
  */
-#include "ctx.h"
+#include "load.h"
 
 #include <inttypes.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "comm.h"
+#include "cuda.h"
 #include "meta.h"
 #include "read.h"
 #include "state.h"
@@ -138,17 +139,53 @@ static int unexpected_keys(dcp_ctx *ctx, const dcp_state *st,
                     ctx->size > 1 ? ", asked for by no rank" : "");
 }
 
+/* CUDA boxes are read into one host buffer, copied to the device after. */
+static int cuda_bounce(const struct st_entry *se, uint8_t **host,
+                       struct dcp_err *err)
+{
+    size_t i, total = 0, es = dcp_dtype_size(se->dtype);
+    *host = NULL;
+    if (se->mem != DCP_MEM_CUDA)
+        return DCP_OK;
+    for (i = 0; i < se->nboxes; i++)
+        total += (size_t)dcp__box_numel(se->ndim, se->boxes[i].size) * es;
+    *host = dcp__malloc(total);
+    return *host ? DCP_OK
+                 : dcp__err(err, DCP_ENOMEM,
+                            "out of memory for '%s' (%zu bytes to copy to "
+                            "the device)",
+                            se->key, total);
+}
+
+static int cuda_upload(const struct st_entry *se, const uint8_t *host,
+                       struct dcp_err *err)
+{
+    size_t i, off = 0, es = dcp_dtype_size(se->dtype);
+    int rc = DCP_OK;
+    for (i = 0; rc == DCP_OK && i < se->nboxes; i++) {
+        size_t n = (size_t)dcp__box_numel(se->ndim, se->boxes[i].size) * es;
+        if (n)
+            rc = dcp__cuda_copy(se->boxes[i].buf, host + off, n, err);
+        off += n;
+    }
+    return rc == DCP_OK ? DCP_OK
+                        : dcp__err_prefix(err, "cannot load '%s'", se->key);
+}
+
 static int load_tensor(struct rd_files *f, const struct st_entry *se,
                        const struct md_entry *e, int verify,
                        struct dcp_err *err)
 {
     struct rd_dest *dest;
-    uint8_t *mark;
-    size_t i, nwanted = 0;
-    int rc = DCP_OK;
+    uint8_t *host, *mark;
+    size_t i, hoff = 0, nwanted = 0;
+    int rc = cuda_bounce(se, &host, err);
+    if (rc != DCP_OK)
+        return rc;
     dest = dcp__calloc(se->nboxes ? se->nboxes : 1, sizeof(*dest));
     mark = dcp__calloc(e->nchunks ? e->nchunks : 1, 1);
     if (!dest || !mark) {
+        dcp__free(host);
         dcp__free(dest);
         dcp__free(mark);
         return dcp__err(err, DCP_ENOMEM, "out of memory");
@@ -156,8 +193,10 @@ static int load_tensor(struct rd_files *f, const struct st_entry *se,
     for (i = 0; i < se->nboxes; i++) {
         dest[i].off = se->boxes[i].off;
         dest[i].size = se->boxes[i].size;
-        dest[i].buf = se->boxes[i].buf;
+        dest[i].buf = host ? host + hoff : se->boxes[i].buf;
         dest[i].dtype = se->dtype;
+        hoff += (size_t)dcp__box_numel(se->ndim, se->boxes[i].size) *
+                dcp_dtype_size(se->dtype);
         if (dcp__box_numel(e->ndim, se->boxes[i].size))
             nwanted += dcp__meta_overlapping(e, se->boxes[i].off,
                                              se->boxes[i].size, mark);
@@ -169,6 +208,9 @@ static int load_tensor(struct rd_files *f, const struct st_entry *se,
         nwanted--;
         rc = dcp__rd_chunk(f, e, i, dest, se->nboxes, verify, NULL, err);
     }
+    if (rc == DCP_OK && host)
+        rc = cuda_upload(se, host, err);
+    dcp__free(host);
     dcp__free(mark);
     dcp__free(dest);
     return rc;
@@ -229,8 +271,8 @@ static int read_metadata_bytes(dcp_ctx *ctx, const char *path, uint8_t **p,
     return DCP_OK;
 }
 
-int dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
-             const dcp_load_options *opts)
+int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
+                    const dcp_load_options *opts)
 {
     struct dcp_metadata *md = NULL;
     struct rd_files f;

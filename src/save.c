@@ -22,15 +22,23 @@
  * With no communicator (one process) the same code runs, each collective
  * degenerating to a local copy.
  *
+ * Threads (save.h): steps 1-2 and 4 run on the caller's thread; step 3's
+ * writing runs on the context's worker thread, from a self-contained
+ * description of the records (sv_rec) and, for the tensors an
+ * asynchronous save staged, from the staging pipe (stage.c), never from
+ * the caller's state. Step 3's agreement opens step 4, in
+ * dcp__save_finish.
+ *
  * Overwriting: when the directory holds a committed checkpoint that uses
  * any of the data file names this save would use, every rank's file gets
  * the same fresh tag, so the old checkpoint stays loadable until the new
  * .metadata replaces the old one.
  */
-#include "ctx.h"
+#include "save.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +49,7 @@
 #include "meta.h"
 #include "plan.h"
 #include "read.h"
+#include "stage.h"
 #include "state.h"
 #include "storage.h"
 #include "torchzip.h"
@@ -51,6 +60,32 @@
 
 /* ----------------------------------------------------------- writer */
 
+/* One record this rank writes, described without the caller's state (which
+ * an asynchronous save no longer sees once the writing starts). */
+struct sv_rec {
+    char *key;
+    int is_tensor;
+    dcp_dtype dtype;
+    int ndim;
+    int64_t size[DCP_MAX_NDIM];
+    uint64_t nbytes;
+    const void *src; /* the caller's buffer: valid during dcp__save_begin
+                        and, for a dcp_save, until it returns */
+    dcp_mem mem;
+    size_t stage;  /* staging source index + 1; 0: written from src */
+    size_t pickle; /* values: index into lp.pickles */
+};
+
+/* Test hook: the k-th data file write from now on fails. */
+static _Atomic uint64_t wfail_count, wfail_at;
+
+uint64_t dcp__save_write_fail_after(uint64_t k)
+{
+    uint64_t n = atomic_exchange(&wfail_count, 0);
+    atomic_store(&wfail_at, k);
+    return n;
+}
+
 struct wfile {
     int fd;
     const char *name;
@@ -59,12 +94,21 @@ struct wfile {
     struct dcp_err *err;
 };
 
+static int wf_pwrite(struct wfile *w, const void *p, size_t n, uint64_t off)
+{
+    uint64_t k = atomic_load(&wfail_at);
+    if (k && atomic_fetch_add(&wfail_count, 1) + 1 >= k)
+        return dcp__err(w->err, DCP_EIO,
+                        "cannot write '%s' at byte %llu: injected failure",
+                        w->name, (unsigned long long)off);
+    return dcp__fs_pwrite(w->fd, p, n, off, w->name, w->err);
+}
+
 static int wf_flush(struct wfile *w)
 {
     int rc = DCP_OK;
     if (w->pend.len) {
-        rc = dcp__fs_pwrite(w->fd, w->pend.p, w->pend.len, w->off - w->pend.len,
-                            w->name, w->err);
+        rc = wf_pwrite(w, w->pend.p, w->pend.len, w->off - w->pend.len);
         w->pend.len = 0;
     }
     return rc;
@@ -76,7 +120,7 @@ static int wf_put(struct wfile *w, const void *p, size_t n)
     if (n >= DIRECT_MIN) {
         rc = wf_flush(w);
         if (rc == DCP_OK)
-            rc = dcp__fs_pwrite(w->fd, p, n, w->off, w->name, w->err);
+            rc = wf_pwrite(w, p, n, w->off);
         w->off += n;
         return rc;
     }
@@ -95,7 +139,7 @@ static int wf_drain(struct wfile *w, struct tz_writer *z)
 }
 
 /* Writes a value record from its pickle; *off and *len get its extent. */
-static int write_value(struct wfile *w, const struct st_entry *se,
+static int write_value(struct wfile *w, const struct sv_rec *r,
                        const struct dcp_buf *pkl, uint64_t *off, uint64_t *len)
 {
     struct tz_writer z;
@@ -106,79 +150,69 @@ static int write_value(struct wfile *w, const struct st_entry *se,
     if (rc == DCP_OK)
         rc = wf_drain(w, &z);
     else
-        rc = dcp__err(w->err, rc, "cannot encode value '%s'", se->key);
+        rc = dcp__err(w->err, rc, "cannot encode value '%s'", r->key);
     *len = w->off - *off;
     tz_writer_release(&z);
     return rc;
 }
 
-static int write_box(struct wfile *w, const struct st_entry *se,
-                     const struct st_box *b, uint64_t *off, uint64_t *len)
+/* A staged tensor's bytes, piece by piece from the staging pipe. */
+static int put_staged(struct wfile *w, struct stg_pipe *pipe,
+                      const struct sv_rec *r, uint32_t *crc)
 {
-    uint64_t nbytes =
-        dcp__box_numel(se->ndim, b->size) * dcp_dtype_size(se->dtype);
+    uint64_t done = 0, off;
+    int rc = DCP_OK;
+    while (rc == DCP_OK && done < r->nbytes) {
+        const void *p;
+        size_t n, src;
+        rc = dcp__stage_next(pipe, &p, &n, &src, &off, w->err);
+        if (rc != DCP_OK)
+            break;
+        if (src != r->stage - 1 || off != done || n > r->nbytes - done)
+            rc = dcp__err(w->err, DCP_EIO,
+                          "staging out of step at '%s' (internal)", r->key);
+        if (rc == DCP_OK) {
+            *crc = dcp__crc32(*crc, p, n);
+            rc = wf_put(w, p, n);
+        }
+        dcp__stage_release(pipe);
+        done += n;
+    }
+    return rc;
+}
+
+static int write_box(struct wfile *w, const struct sv_rec *r,
+                     struct stg_pipe *pipe, uint64_t *off, uint64_t *len)
+{
+    uint64_t nbytes = r->nbytes;
     uint64_t data_off;
     struct tz_writer z;
     uint32_t crc = 0;
     int rc = tz_writer_init(&z, w->off, ITEM_ALIGN);
     *off = w->off;
     if (rc == DCP_OK)
-        rc = tz_tensor_item_begin(&z, se->dtype, se->ndim, b->size, nbytes,
+        rc = tz_tensor_item_begin(&z, r->dtype, r->ndim, r->size, nbytes,
                                   &data_off);
     if (rc != DCP_OK) {
         tz_writer_release(&z);
-        return dcp__err(w->err, rc, "cannot encode tensor '%s'", se->key);
+        return dcp__err(w->err, rc, "cannot encode tensor '%s'", r->key);
     }
     rc = wf_drain(w, &z);
-    if (rc == DCP_OK && nbytes) {
-        crc = dcp__crc32(0, b->buf, (size_t)nbytes);
-        rc = wf_put(w, b->buf, (size_t)nbytes);
+    if (rc == DCP_OK && nbytes && r->stage) {
+        rc = put_staged(w, pipe, r, &crc);
+    } else if (rc == DCP_OK && nbytes) {
+        crc = dcp__crc32(0, r->src, (size_t)nbytes);
+        rc = wf_put(w, r->src, (size_t)nbytes);
     }
     if (rc == DCP_OK) {
         rc = tz_tensor_item_end(&z, crc);
         if (rc == DCP_OK)
             rc = wf_drain(w, &z);
         else
-            rc = dcp__err(w->err, rc, "cannot encode tensor '%s'", se->key);
+            rc = dcp__err(w->err, rc, "cannot encode tensor '%s'", r->key);
     }
     *len = w->off - *off;
     tz_writer_release(&z);
-    return rc;
-}
-
-/* Writes this rank's records, in assignment order, into its data file;
- * offlen receives (offset, length) per record. */
-static int write_rank(int dirfd, const struct pl_assign *a, const dcp_state *st,
-                      const struct pl_local *lp, int sync, uint64_t *offlen,
-                      struct dcp_err *err)
-{
-    struct wfile w;
-    size_t i;
-    int rc;
-    memset(&w, 0, sizeof(w));
-    w.name = a->file;
-    w.err = err;
-    rc = dcp__fs_create(dirfd, a->file, &w.fd, err);
-    if (rc != DCP_OK)
-        return rc;
-    for (i = 0; i < a->n && rc == DCP_OK; i++) {
-        const struct st_entry *se = &st->e[a->recs[i].lent];
-        if (se->is_tensor)
-            rc = write_box(&w, se, &se->boxes[a->recs[i].lbox], &offlen[2 * i],
-                           &offlen[2 * i + 1]);
-        else
-            rc = write_value(&w, se, &lp->pickles[a->recs[i].lent],
-                             &offlen[2 * i], &offlen[2 * i + 1]);
-    }
-    if (rc == DCP_OK)
-        rc = wf_flush(&w);
-    if (rc == DCP_OK && sync)
-        rc = dcp__fs_fsync(w.fd, a->file, err);
-    if (rc == DCP_OK)
-        rc = dcp__fs_close(w.fd, a->file, err);
-    else
-        (void)close(w.fd);
-    dcp__buf_free(&w.pend);
     return rc;
 }
 
@@ -407,32 +441,323 @@ static int coord_commit(dcp_ctx *ctx, struct coord *co, const char *path,
 
 /* ------------------------------------------------------------ ranks */
 
-/* Step 3 on every rank: write what the assignment says; *res receives
- * the record extents to send back. */
-static int write_step(dcp_ctx *ctx, const dcp_state *st,
-                      const struct pl_local *lp, const char *path,
-                      const uint8_t *mine, size_t len, int sync,
-                      struct pl_assign *a, int *dirfd, struct dcp_buf *res,
-                      int *wrote)
+/*
+ * One save from begin to finish. The caller's thread owns it, except while
+ * the worker runs dcp__save_write: then the worker owns file, offlen and
+ * wrote, and both sides share only the pipe and the sticky error.
+ */
+struct sv_job {
+    char *path;
+    int sync;
+    struct pl_local lp;
+    struct coord co; /* rank 0 */
+    int dirfd;       /* co.dirfd on rank 0 */
+    char *file;      /* this rank's data file; NULL: nothing to write */
+    struct sv_rec *recs;
+    size_t nrecs;
+    uint64_t *offlen; /* (offset, length) per record */
+    struct stg_src *srcs;
+    size_t nsrcs;
+    struct stg_pipe *pipe;
+    int wrote;    /* the data file was created */
+    int finished; /* dcp__save_finish ran: files are settled */
+    /* First error wins (c-style.md 4); msg written by the winner only,
+     * read once both sides are done. */
+    _Atomic int rc;
+    struct dcp_err err;
+};
+
+int dcp__save_fail(struct sv_job *job, int rc, const struct dcp_err *e)
 {
-    uint64_t *offlen = NULL;
-    int rc = dcp__plan_assign_decode(mine, len, st, a, &ctx->err);
+    int expected = DCP_OK;
+    if (rc == DCP_OK)
+        return DCP_OK;
+    if (atomic_compare_exchange_strong(&job->rc, &expected, rc)) {
+        job->err.code = rc;
+        if (e && e->msg[0])
+            memcpy(job->err.msg, e->msg, sizeof(job->err.msg));
+        else
+            (void)snprintf(job->err.msg, sizeof(job->err.msg), "%s",
+                           dcp_strerror(rc));
+    }
+    if (job->pipe)
+        dcp__stage_stop(job->pipe);
+    return rc;
+}
+
+int dcp__save_failed(struct sv_job *job)
+{
+    return atomic_load(&job->rc);
+}
+
+const char *dcp__save_path(const struct sv_job *job)
+{
+    return job->path;
+}
+
+/* This rank's records, described from the state, for the writer. */
+static int build_recs(struct sv_job *job, const dcp_state *st,
+                      const struct pl_assign *a, struct dcp_err *err)
+{
+    size_t i;
+    job->recs = dcp__calloc(a->n ? a->n : 1, sizeof(*job->recs));
+    job->offlen = dcp__calloc(a->n ? 2 * a->n : 1, sizeof(*job->offlen));
+    if (!job->recs || !job->offlen)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    for (i = 0; i < a->n; i++) {
+        const struct st_entry *se = &st->e[a->recs[i].lent];
+        struct sv_rec *r = &job->recs[i];
+        r->key = dcp__strdup(se->key);
+        if (!r->key)
+            return dcp__err(err, DCP_ENOMEM, "out of memory");
+        job->nrecs = i + 1;
+        r->is_tensor = se->is_tensor;
+        if (se->is_tensor) {
+            const struct st_box *b = &se->boxes[a->recs[i].lbox];
+            r->dtype = se->dtype;
+            r->ndim = se->ndim;
+            memcpy(r->size, b->size, sizeof(r->size));
+            r->nbytes =
+                dcp__box_numel(se->ndim, b->size) * dcp_dtype_size(se->dtype);
+            r->src = b->buf;
+            r->mem = se->mem;
+        } else {
+            r->pickle = a->recs[i].lent;
+        }
+    }
+    return DCP_OK;
+}
+
+/* Local preparation after the assignment arrived: decode it, describe the
+ * records, open the directory. A failure here is the job's, agreed on in
+ * dcp__save_finish. */
+static int prepare(dcp_ctx *ctx, struct sv_job *job, const dcp_state *st,
+                   const uint8_t *mine, size_t len)
+{
+    struct pl_assign a;
+    int rc = dcp__plan_assign_decode(mine, len, st, &a, &ctx->err);
     if (rc != DCP_OK)
         return rc;
-    if (a->n) {
-        offlen = dcp__calloc(2 * a->n, sizeof(*offlen));
-        if (!offlen)
-            return dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
-        if (*dirfd < 0)
-            rc = dcp__fs_open_dir(path, dirfd, &ctx->err);
-        *wrote = rc == DCP_OK;
-        if (rc == DCP_OK)
-            rc = write_rank(*dirfd, a, st, lp, sync, offlen, &ctx->err);
+    rc = build_recs(job, st, &a, &ctx->err);
+    if (rc == DCP_OK && a.n) {
+        job->file = a.file;
+        a.file = NULL;
+        if (job->dirfd < 0)
+            rc = dcp__fs_open_dir(job->path, &job->dirfd, &ctx->err);
     }
-    if (rc == DCP_OK && dcp__plan_results_encode(offlen, a->n, res) != DCP_OK)
-        rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
-    dcp__free(offlen);
+    dcp__plan_assign_release(&a);
     return rc;
+}
+
+void dcp__save_job_free(struct sv_job *job)
+{
+    size_t i;
+    if (!job)
+        return;
+    /* Abandoned before finish: nothing was committed, remove our file. */
+    if (!job->finished && job->wrote)
+        (void)dcp__fs_unlink(job->dirfd, job->file, NULL);
+    if (job->dirfd >= 0 && job->dirfd != job->co.dirfd)
+        (void)close(job->dirfd);
+    coord_release(&job->co);
+    dcp__plan_local_release(&job->lp);
+    for (i = 0; i < job->nrecs; i++)
+        dcp__free(job->recs[i].key);
+    dcp__free(job->recs);
+    dcp__free(job->offlen);
+    dcp__free(job->srcs);
+    if (job->pipe) {
+        dcp__stage_pipe_destroy(job->pipe);
+        dcp__free(job->pipe);
+    }
+    dcp__free(job->file);
+    dcp__free(job->path);
+    dcp__free(job);
+}
+
+int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
+                    const dcp_save_options *opts, int rc, struct sv_job **out)
+{
+    struct sv_job *job = dcp__calloc(1, sizeof(*job));
+    const dcp_comm *c = ctx->comm;
+    uint8_t *blobs = NULL, *mine = NULL;
+    size_t *lens = NULL, *displs = NULL, minelen = 0;
+    *out = NULL;
+    if (job) {
+        job->dirfd = job->co.dirfd = -1;
+        job->sync = 1;
+        atomic_init(&job->rc, DCP_OK);
+    }
+    if (rc == DCP_OK && !job)
+        rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
+    if (rc == DCP_OK && (!st || !path || !*path))
+        rc = dcp__err(&ctx->err, DCP_EINVAL, "save: state and path needed");
+    if (rc == DCP_OK && !(job->path = dcp__strdup(path)))
+        rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
+    if (job && opts && opts->struct_size >= sizeof(dcp_save_options))
+        job->sync = !opts->no_fsync;
+    /* 1. Local plans. */
+    if (rc == DCP_OK)
+        rc = dcp__plan_local(st, &job->lp, &ctx->err);
+    rc = dcp__comm_agree_err(c, rc, &ctx->err);
+    if (rc == DCP_OK)
+        rc = dcp__comm_same_string(c, path, "checkpoint path", &ctx->err);
+    if (rc == DCP_OK)
+        rc = dcp__comm_gather_blob(c, job->lp.blob.p, job->lp.blob.len, 0,
+                                   &blobs, &lens, &displs, &ctx->err);
+    if (rc != DCP_OK)
+        goto out;
+    /* 2. The global plan, on rank 0. */
+    if (ctx->rank == 0) {
+        rc = coord_plan(ctx, &job->co, path, blobs, lens, displs);
+        if (rc != DCP_OK && rc != DCP_EPLAN && ctx->size > 1)
+            (void)dcp__err_prefix(&ctx->err, "rank 0 failed");
+        job->dirfd = job->co.dirfd;
+        dcp__free(blobs);
+        dcp__free(lens);
+        dcp__free(displs);
+        blobs = NULL;
+        lens = displs = NULL;
+    }
+    rc = dcp__comm_share_err(c, rc, &ctx->err, 0);
+    if (rc == DCP_OK)
+        rc = dcp__comm_scatter_blob(c, job->co.asg.p, job->co.alens,
+                                    job->co.adispls, 0, &mine, &minelen,
+                                    &ctx->err);
+    if (rc != DCP_OK)
+        goto out;
+    /* 3a. What this rank writes: a local failure is kept for the finish. */
+    (void)dcp__save_fail(job, prepare(ctx, job, st, mine, minelen), &ctx->err);
+    dcp__err_clear(&ctx->err);
+    *out = job;
+    job = NULL;
+out:
+    if (rc != DCP_OK && path)
+        (void)dcp__err_prefix(&ctx->err,
+                              "save to '%s' failed, nothing committed", path);
+    else if (rc != DCP_OK)
+        (void)dcp__err_prefix(&ctx->err, "save failed, nothing committed");
+    dcp__save_job_free(job);
+    dcp__free(mine);
+    dcp__free(blobs);
+    dcp__free(lens);
+    dcp__free(displs);
+    return rc;
+}
+
+int dcp__save_prepare_staging(dcp_ctx *ctx, struct sv_job *job, int copy_all)
+{
+    struct dcp_err err;
+    uint64_t need, cap;
+    size_t i, n = 0;
+    int cuda = 0, rc;
+    if (atomic_load(&job->rc) != DCP_OK)
+        return DCP_OK;
+    for (i = 0; i < job->nrecs; i++) {
+        const struct sv_rec *r = &job->recs[i];
+        n += r->is_tensor && r->nbytes && (copy_all || r->mem == DCP_MEM_CUDA);
+    }
+    if (!n)
+        return DCP_OK;
+    dcp__err_clear(&err);
+    job->srcs = dcp__calloc(n, sizeof(*job->srcs));
+    job->pipe = dcp__calloc(1, sizeof(*job->pipe));
+    if (!job->srcs || !job->pipe) {
+        dcp__free(job->pipe);
+        job->pipe = NULL;
+        return dcp__save_fail(job, dcp__err(&err, DCP_ENOMEM, "out of memory"),
+                              &err);
+    }
+    for (i = 0; i < job->nrecs; i++) {
+        struct sv_rec *r = &job->recs[i];
+        if (!r->is_tensor || !r->nbytes ||
+            !(copy_all || r->mem == DCP_MEM_CUDA))
+            continue;
+        job->srcs[job->nsrcs].p = r->src;
+        job->srcs[job->nsrcs].n = r->nbytes;
+        job->srcs[job->nsrcs].cuda = r->mem == DCP_MEM_CUDA;
+        cuda |= r->mem == DCP_MEM_CUDA;
+        r->stage = ++job->nsrcs;
+    }
+    need = dcp__stage_need(job->srcs, job->nsrcs);
+    cap = need;
+    if (ctx->staging_budget && cap > ctx->staging_budget) {
+        uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+        cap = ctx->staging_budget / page * page;
+    }
+    rc = cap > SIZE_MAX
+             ? dcp__err(&err, DCP_ENOMEM, "staging too large")
+             : dcp__stage_arena_reserve(&ctx->arena, (size_t)cap, cuda, &err);
+    if (rc == DCP_OK)
+        rc = dcp__stage_pipe_init(job->pipe, job->srcs, job->nsrcs,
+                                  ctx->arena->p, cap, &err);
+    if (rc != DCP_OK) {
+        dcp__free(job->pipe);
+        job->pipe = NULL;
+        return dcp__save_fail(job, rc, &err);
+    }
+    return DCP_OK;
+}
+
+int dcp__save_stage_alone(const struct sv_job *job)
+{
+    return !job->pipe || !job->pipe->eager;
+}
+
+void dcp__save_stage(struct sv_job *job)
+{
+    struct dcp_err err;
+    int rc;
+    if (!job->pipe || atomic_load(&job->rc) != DCP_OK)
+        return;
+    dcp__err_clear(&err);
+    rc = dcp__stage_run(job->pipe, &err);
+    if (rc != DCP_OK)
+        (void)dcp__save_fail(job, rc, &err);
+}
+
+/* 3b, on the worker: this rank's records into its data file. */
+void dcp__save_write(void *arg)
+{
+    struct sv_job *job = arg;
+    struct wfile w;
+    struct dcp_err err;
+    size_t i;
+    int rc = atomic_load(&job->rc);
+    if (rc != DCP_OK || !job->file)
+        return;
+    dcp__err_clear(&err);
+    memset(&w, 0, sizeof(w));
+    w.name = job->file;
+    w.err = &err;
+    rc = dcp__fs_create(job->dirfd, job->file, &w.fd, &err);
+    if (rc != DCP_OK) {
+        (void)dcp__save_fail(job, rc, &err);
+        return;
+    }
+    job->wrote = 1;
+    for (i = 0; i < job->nrecs && rc == DCP_OK; i++) {
+        const struct sv_rec *r = &job->recs[i];
+        uint64_t *ol = &job->offlen[2 * i];
+        if (r->is_tensor)
+            rc = write_box(&w, r, job->pipe, &ol[0], &ol[1]);
+        else
+            rc =
+                write_value(&w, r, &job->lp.pickles[r->pickle], &ol[0], &ol[1]);
+        /* Another failure (staging, cancel) stops the writing too. */
+        if (rc == DCP_OK && atomic_load(&job->rc) != DCP_OK)
+            rc = atomic_load(&job->rc);
+    }
+    if (rc == DCP_OK)
+        rc = wf_flush(&w);
+    if (rc == DCP_OK && job->sync)
+        rc = dcp__fs_fsync(w.fd, job->file, &err);
+    if (rc == DCP_OK)
+        rc = dcp__fs_close(w.fd, job->file, &err);
+    else
+        (void)close(w.fd);
+    dcp__buf_free(&w.pend);
+    (void)dcp__save_fail(job, rc, &err);
 }
 
 /* Tells every rank whether rank 0's failed commit got past the rename. */
@@ -445,61 +770,18 @@ static void share_renamed(const dcp_comm *c, int *renamed)
         *renamed = 1; /* unsure: keep the files */
 }
 
-int dcp_save(dcp_ctx *ctx, const dcp_state *st, const char *path,
-             const dcp_save_options *opts)
+int dcp__save_finish(dcp_ctx *ctx, struct sv_job *job)
 {
-    struct pl_local lp;
-    struct pl_assign a;
-    struct coord co;
+    const dcp_comm *c = ctx->comm;
     struct dcp_buf res = {0};
-    const dcp_comm *c;
-    uint8_t *blobs = NULL, *mine = NULL;
-    size_t *lens = NULL, *displs = NULL, minelen = 0;
-    int rc = DCP_OK, sync = 1, dirfd = -1, wrote = 0, renamed = 0;
-    if (!ctx)
-        return DCP_EINVAL;
-    dcp__ctx_begin(ctx);
-    c = ctx->comm;
-    memset(&lp, 0, sizeof(lp));
-    memset(&a, 0, sizeof(a));
-    memset(&co, 0, sizeof(co));
-    co.dirfd = -1;
-    if (!st || !path || !*path)
-        rc = dcp__err(&ctx->err, DCP_EINVAL, "save: state and path needed");
-    if (opts && opts->struct_size >= sizeof(dcp_save_options))
-        sync = !opts->no_fsync;
-    /* 1. Local plans. */
-    if (rc == DCP_OK)
-        rc = dcp__plan_local(st, &lp, &ctx->err);
-    rc = dcp__comm_agree_err(c, rc, &ctx->err);
-    if (rc == DCP_OK)
-        rc = dcp__comm_same_string(c, path, "checkpoint path", &ctx->err);
-    if (rc == DCP_OK)
-        rc = dcp__comm_gather_blob(c, lp.blob.p, lp.blob.len, 0, &blobs, &lens,
-                                   &displs, &ctx->err);
+    uint8_t *blobs = NULL;
+    size_t *lens = NULL, *displs = NULL;
+    int rc = atomic_load(&job->rc), renamed = 0;
     if (rc != DCP_OK)
-        goto out;
-    /* 2. The global plan, on rank 0. */
-    if (ctx->rank == 0) {
-        rc = coord_plan(ctx, &co, path, blobs, lens, displs);
-        if (rc != DCP_OK && rc != DCP_EPLAN && ctx->size > 1)
-            (void)dcp__err_prefix(&ctx->err, "rank 0 failed");
-        dcp__free(blobs);
-        dcp__free(lens);
-        dcp__free(displs);
-        blobs = NULL;
-        lens = displs = NULL;
-        dirfd = co.dirfd;
-    }
-    rc = dcp__comm_share_err(c, rc, &ctx->err, 0);
-    if (rc == DCP_OK)
-        rc = dcp__comm_scatter_blob(c, co.asg.p, co.alens, co.adispls, 0, &mine,
-                                    &minelen, &ctx->err);
-    if (rc != DCP_OK)
-        goto out;
-    /* 3. Every rank writes its records. */
-    rc = write_step(ctx, st, &lp, path, mine, minelen, sync, &a, &dirfd, &res,
-                    &wrote);
+        ctx->err = job->err;
+    if (rc == DCP_OK &&
+        dcp__plan_results_encode(job->offlen, job->nrecs, &res) != DCP_OK)
+        rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
     rc = dcp__comm_agree_err(c, rc, &ctx->err);
     if (rc == DCP_OK)
         rc = dcp__comm_gather_blob(c, res.p, res.len, 0, &blobs, &lens, &displs,
@@ -508,11 +790,12 @@ int dcp_save(dcp_ctx *ctx, const dcp_state *st, const char *path,
         goto out;
     /* 4. Commit, on rank 0, once every rank's data is durable. */
     if (ctx->rank == 0) {
-        rc = coord_commit(ctx, &co, path, blobs, lens, displs, sync, &renamed);
+        rc = coord_commit(ctx, &job->co, job->path, blobs, lens, displs,
+                          job->sync, &renamed);
         /* Before anyone returns, so the directory holds exactly the new
          * checkpoint when the call ends on any rank. */
         if (rc == DCP_OK)
-            remove_old_files(co.dirfd, co.old, co.g.md);
+            remove_old_files(job->co.dirfd, job->co.old, job->co.g.md);
         else if (ctx->size > 1)
             (void)dcp__err_prefix(&ctx->err, "rank 0 failed");
     }
@@ -520,26 +803,19 @@ int dcp_save(dcp_ctx *ctx, const dcp_state *st, const char *path,
     if (rc != DCP_OK && ctx->size > 1)
         share_renamed(c, &renamed);
 out:
-    if (rc != DCP_OK && wrote && !renamed)
-        (void)dcp__fs_unlink(dirfd, a.file, NULL);
+    if (rc != DCP_OK && job->wrote && !renamed)
+        (void)dcp__fs_unlink(job->dirfd, job->file, NULL);
+    job->finished = 1;
     if (rc != DCP_OK && renamed)
         (void)dcp__err_prefix(&ctx->err,
                               "save to '%s' failed after .metadata was "
                               "renamed into place; the new checkpoint may "
                               "not be durable",
-                              path);
-    else if (rc != DCP_OK && path)
-        (void)dcp__err_prefix(&ctx->err,
-                              "save to '%s' failed, nothing committed", path);
+                              job->path);
     else if (rc != DCP_OK)
-        (void)dcp__err_prefix(&ctx->err, "save failed, nothing committed");
-    if (dirfd >= 0 && dirfd != co.dirfd)
-        (void)close(dirfd);
-    coord_release(&co);
-    dcp__plan_assign_release(&a);
-    dcp__plan_local_release(&lp);
+        (void)dcp__err_prefix(
+            &ctx->err, "save to '%s' failed, nothing committed", job->path);
     dcp__buf_free(&res);
-    dcp__free(mine);
     dcp__free(blobs);
     dcp__free(lens);
     dcp__free(displs);

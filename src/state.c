@@ -90,6 +90,17 @@ int dcp_state_pop(dcp_state *st)
     return DCP_OK;
 }
 
+int dcp__state_set_cursor(dcp_state *st, const struct st_pathel *p, size_t n)
+{
+    size_t i;
+    int rc = DCP_OK;
+    while (st->ncur)
+        (void)dcp_state_pop(st);
+    for (i = 0; rc == DCP_OK && i < n; i++)
+        rc = cur_push(st, p[i].s, p[i].i);
+    return rc;
+}
+
 /* -------------------------------------------------------------- index */
 
 static uint64_t hash_str(const char *s)
@@ -287,6 +298,7 @@ static int add_tensor_at(dcp_state *st, const char *name, int64_t name_i,
     dcp__buf_free(&key);
     if (e) {
         if (!e->is_tensor || e->dtype != dtype || e->ndim != ndim ||
+            e->mem != mem ||
             (ndim && memcmp(e->shape, shape, (size_t)ndim * sizeof(int64_t))))
             return DCP_EINVAL;
     } else {
@@ -326,9 +338,9 @@ int dcp_state_add_tensor(dcp_state *st, const char *name, dcp_dtype dtype,
     int64_t off[DCP_MAX_NDIM] = {0}, size[DCP_MAX_NDIM] = {0}, name_i = 0;
     struct st_pathel saved;
     int d, rc, took;
-    if (!st || dcp_dtype_size(dtype) == 0 || ndim < 0 ||
-        ndim > DCP_MAX_NDIM || (ndim > 0 && !global_shape) ||
-        mem != DCP_MEM_HOST)
+    if (!st || dcp_dtype_size(dtype) == 0 || ndim < 0 || ndim > DCP_MAX_NDIM ||
+        (ndim > 0 && !global_shape) ||
+        (mem != DCP_MEM_HOST && mem != DCP_MEM_CUDA))
         return DCP_EINVAL;
     for (d = 0; d < ndim; d++) {
         off[d] = offsets ? offsets[d] : 0;
@@ -434,6 +446,32 @@ int dcp_state_add_value(dcp_state *st, const char *name, dcp_value *value)
         return DCP_EINVAL;
     }
     rc = add_value_at(st, name, name_i, value, 0);
+    if (took)
+        st->cur[st->ncur++] = saved;
+    return rc;
+}
+
+int dcp_state_add_stateful(dcp_state *st, const char *name,
+                           const dcp_stateful_ops *ops, void *userdata)
+{
+    struct st_pathel saved;
+    struct st_entry *e;
+    int64_t name_i = 0;
+    int rc, took;
+    if (!st || !ops || ops->version < 1 || !ops->state_dict ||
+        !ops->load_state_dict)
+        return DCP_EINVAL;
+    took = take_last(st, &name, &name_i, &saved);
+    if (took < 0)
+        return DCP_EINVAL;
+    rc = entry_new(st, name, name_i, &e);
+    if (rc == DCP_OK) {
+        e->is_stateful = 1;
+        e->sops.version = 1;
+        e->sops.state_dict = ops->state_dict;
+        e->sops.load_state_dict = ops->load_state_dict;
+        e->userdata = userdata;
+    }
     if (took)
         st->cur[st->ncur++] = saved;
     return rc;

@@ -34,6 +34,11 @@ struct st_entry {
     size_t nboxes;
     size_t capboxes;
     dcp_value *value; /* values: owned */
+    /* Stateful entries (is_tensor 0, value NULL): expanded by stateful.c
+     * before a save or load plans anything. */
+    int is_stateful;
+    dcp_stateful_ops sops;
+    void *userdata;
 };
 
 struct dcp_state {
@@ -53,6 +58,10 @@ struct st_entry *dcp__state_find(const dcp_state *st, const char *key);
 /* Element count and byte size of a box (0 on overflow is impossible: boxes
  * were checked when added). */
 uint64_t dcp__box_numel(int ndim, const int64_t *size);
+
+/* Replaces the nesting cursor with the n components of p (copied).
+ * Returns DCP_OK or DCP_ENOMEM. */
+int dcp__state_set_cursor(dcp_state *st, const struct st_pathel *p, size_t n);
 
 /* Renders a path component list as "('model', 'fc.weight', 0)". */
 int dcp__path_repr(const struct st_pathel *p, size_t n, struct dcp_buf *out);

@@ -120,9 +120,25 @@ DCP_API int dcp_dtype_from_name(const char *name, dcp_dtype *out);
 /* Largest number of tensor dimensions dcp accepts. */
 #define DCP_MAX_NDIM 8
 
-/* Where a tensor buffer lives. */
+/*
+ * Where a tensor buffer lives.
+ *  - DCP_MEM_HOST: ordinary host memory.
+ *  - DCP_MEM_CUDA: CUDA device memory (any device; managed memory too),
+ *    addressed with unified virtual addressing. dcp never dereferences such
+ *    a pointer on the host: a save copies it device to host with
+ *    cudaMemcpyAsync on the legacy default stream into page-locked staging
+ *    buffers, a load copies host to device with cudaMemcpy. libcudart is
+ *    opened at run time with dlopen (the library itself needs no CUDA to
+ *    build or run): the environment variable DCP_CUDART names the library
+ *    file to open, otherwise libcudart.so, then libcudart.so.13, .so.12 and
+ *    .so.11.0 are tried. A save or load of a state with CUDA entries fails
+ *    with DCP_ENOTSUP, naming the key and what was tried, when none opens.
+ *    Work other streams issue on the buffers must be complete (synchronise
+ *    them) before the save or load is called.
+ */
 typedef enum dcp_mem {
-    DCP_MEM_HOST = 0
+    DCP_MEM_HOST = 0,
+    DCP_MEM_CUDA = 1
 } dcp_mem;
 
 /* ---------------------------------------------------------------------- */
@@ -157,6 +173,15 @@ typedef struct dcp_ctx_options {
     uint64_t max_metadata_bytes;
     /* Bound on the size of one pickled value read (default 64 MiB). */
     uint64_t max_value_bytes;
+    /*
+     * Largest number of bytes of host staging buffers the context may hold
+     * (dcp_save_async copies the state into them; CUDA tensors pass through
+     * them). 0 (the default): as much as the largest save needs, the whole
+     * state of this rank. Below the state's size, staging proceeds in pieces
+     * as the background writer drains them (see dcp_save_async). At least
+     * 64 KiB (DCP_EINVAL otherwise). Since struct_size covering it.
+     */
+    uint64_t staging_budget;
 } dcp_ctx_options;
 
 /*
@@ -173,7 +198,15 @@ typedef struct dcp_ctx_options {
 DCP_API int dcp_ctx_create(dcp_ctx **out, dcp_comm *comm,
                            const dcp_ctx_options *opts);
 
-/* Frees a context and everything it owns. */
+/*
+ * Frees a context and everything it owns: its staging buffers, its
+ * background writer thread (joined). Not collective. A save still in flight
+ * (dcp_save_async without a completed dcp_request_wait) is abandoned: its
+ * background writing is stopped, this rank's new data file is removed and
+ * nothing is committed; the request stays valid, and dcp_request_wait on it
+ * returns DCP_EINVAL ("context freed while the save was in flight"). Free
+ * the context on every rank alike, or other ranks waiting on the save hang.
+ */
 DCP_API void dcp_ctx_free(dcp_ctx *ctx);
 
 /*
@@ -186,6 +219,14 @@ DCP_API const char *dcp_errmsg(const dcp_ctx *ctx);
 /* This process's rank and the world size of the context's communicator. */
 DCP_API int dcp_ctx_rank(const dcp_ctx *ctx);
 DCP_API int dcp_ctx_size(const dcp_ctx *ctx);
+
+/*
+ * Bytes of host staging buffers the context holds now (allocated at the
+ * first save that needs them, reused by later ones, released by
+ * dcp_ctx_free); never more than the staging_budget option when one is
+ * set. Not collective.
+ */
+DCP_API uint64_t dcp_ctx_staging_bytes(const dcp_ctx *ctx);
 
 /* ---------------------------------------------------------------------- */
 /* Values (non-tensor state: int, float, bool, str, bytes, None, lists,   */
@@ -325,13 +366,16 @@ DCP_API int dcp_state_push_rank(dcp_state *st, int rank);
  *    process holds; NULL offsets means all zeros, NULL sizes means the whole
  *    global shape.
  *  - buf: C-contiguous, little-endian elements of the box, borrowed. For a
- *    save it must stay valid and unchanged until the call returns; for a load
- *    it receives the box's elements. May be NULL for an empty box.
+ *    save it must stay valid and unchanged until the call returns (for
+ *    dcp_save_async: until it returns, not until the save completes); for a
+ *    load it receives the box's elements. May be NULL for an empty box.
+ *  - mem: DCP_MEM_HOST or DCP_MEM_CUDA (every box of a tensor in the
+ *    same one).
  * Call again with the same name and another box for a second box of the same
  * tensor: dtype and global shape must agree.
- * Returns DCP_OK, DCP_EINVAL (bad dtype or ndim, box outside the global
- * shape, negative size, dtype/shape disagreeing with an earlier box, the key
- * already used by a value), DCP_ENOMEM.
+ * Returns DCP_OK, DCP_EINVAL (bad dtype, ndim or mem, box outside the
+ * global shape, negative size, dtype/shape/mem disagreeing with an earlier
+ * box, the key already used by a value), DCP_ENOMEM.
  */
 DCP_API int dcp_state_add_tensor(dcp_state *st, const char *name,
                                  dcp_dtype dtype, int ndim,
@@ -351,6 +395,53 @@ DCP_API int dcp_state_add_tensor(dcp_state *st, const char *name,
  */
 DCP_API int dcp_state_add_value(dcp_state *st, const char *name,
                                 dcp_value *value);
+
+/*
+ * Stateful objects: an entry whose content an object produces when it is
+ * saved and receives back when it is loaded, like PyTorch's Stateful
+ * protocol (state_dict / load_state_dict). Set version =
+ * DCP_STATEFUL_OPS_VERSION; members are only appended.
+ */
+#define DCP_STATEFUL_OPS_VERSION 1
+typedef struct dcp_stateful_ops {
+    uint32_t version;
+    /* --- valid since version 1; both required --- */
+    /*
+     * Adds the object's entries to st, a fresh empty state, with
+     * dcp_state_add_tensor / _add_value / _push / _pop, keys relative to
+     * the object (key "pos" of an object added as "loader" is saved as
+     * "loader.pos"). Called on the caller's thread by dcp_save and
+     * dcp_save_async (once per save, while staging: the object may change
+     * as soon as the save call returns; a tensor's buffer must stay valid
+     * until then) and by dcp_load (to build the template the load fills:
+     * tensor buffers receive the loaded elements, values are replaced).
+     * Return 0, or nonzero to fail the save or load (on every rank, nothing
+     * committed; the message names the entry and the value returned): a
+     * negative DCP_E* code becomes the call's code, any other value
+     * DCP_EINVAL. Stateful entries inside st are refused (DCP_EINVAL).
+     */
+    int (*state_dict)(void *userdata, dcp_state *st);
+    /*
+     * Called by dcp_load, on the caller's thread, once every rank's load
+     * filled the template state_dict built: st holds the loaded values
+     * (dcp_state_value with the relative keys) and the tensor buffers
+     * state_dict gave hold the loaded elements. st is freed when the call
+     * returns: copy what you keep. Nonzero fails the load on every rank,
+     * with the code as for state_dict (buffers already hold the loaded
+     * data).
+     */
+    int (*load_state_dict)(void *userdata, const dcp_state *st);
+} dcp_stateful_ops;
+
+/*
+ * Adds a stateful entry under the current path (name as for
+ * dcp_state_add_tensor, NULL included). ops is copied; userdata is passed
+ * to both callbacks and must stay valid while the state is used.
+ * Returns DCP_OK, DCP_EINVAL (NULL ops, a member NULL, version 0, key
+ * already used), DCP_ENOMEM. Not collective.
+ */
+DCP_API int dcp_state_add_stateful(dcp_state *st, const char *name,
+                                   const dcp_stateful_ops *ops, void *userdata);
 
 /* Number of keys (FQNs) in the state, and key i in insertion order. */
 DCP_API size_t dcp_state_count(const dcp_state *st);
@@ -409,7 +500,12 @@ typedef struct dcp_save_options {
  * chosen by rank 0), and the old data files are removed only after the
  * commit.
  *
- * The buffers are read during the call only.
+ * The buffers are read during the call only: host tensors are written
+ * straight from them (no copy); CUDA tensors pass through the context's
+ * staging buffers. dcp_save is dcp_save_async followed by
+ * dcp_request_wait, and the same rules hold: a save still in flight on the
+ * context is completed first, all communication happens on the calling
+ * thread, file I/O on the context's background thread.
  * Returns, on every rank the same code: DCP_OK, DCP_EINVAL, DCP_EPLAN (an
  * invalid plan: the message names the key and the ranks involved),
  * DCP_EIO, DCP_ENOSPC, DCP_ENOMEM, DCP_ELIMIT. When a rank fails (bad
@@ -421,6 +517,99 @@ typedef struct dcp_save_options {
  */
 DCP_API int dcp_save(dcp_ctx *ctx, const dcp_state *st, const char *path,
                      const dcp_save_options *opts);
+
+/* ---------------------------------------------------------------------- */
+/* Asynchronous save                                                      */
+/* ---------------------------------------------------------------------- */
+
+/* One save in flight: made by dcp_save_async, completed by
+ * dcp_request_wait (or dcp_request_test), freed by dcp_request_free. Not
+ * thread safe: use it from the thread that uses its context. */
+typedef struct dcp_request dcp_request;
+
+/*
+ * Starts a save of st into path and returns once the state is staged: from
+ * then on the caller may change or free its buffers, its values, its
+ * stateful objects and st itself; the checkpoint holds exactly what they
+ * held during the call. The data files are written by the context's
+ * background thread; dcp_request_wait finishes the save. Collective, with
+ * the arguments, checks and planning of dcp_save (all done before the call
+ * returns, failures agreed on every rank).
+ *
+ * Threads and MPI. Every communication (the plan exchange here; the
+ * agreement on the outcome and the commit of .metadata in
+ * dcp_request_wait / dcp_request_test) runs on the calling thread. The
+ * background thread only copies from staging buffers to files and fsyncs
+ * them; it never calls the communicator. So dcp needs no more MPI thread
+ * support than the caller's own calls (MPI_THREAD_FUNNELED or less, see
+ * dcp_mpi.h).
+ *
+ * Staging. Host tensors are copied (memcpy) and CUDA tensors copied device
+ * to host into the context's staging buffers, which are allocated once,
+ * pre-faulted, reused by later saves and released by dcp_ctx_free (the
+ * CRC of the records is computed by the background thread, not here). With
+ * the staging_budget context option below this rank's tensor bytes, the
+ * state is staged in pieces: the call copies as much as fits, then waits
+ * for the background writer to drain pieces to the files, copying the next
+ * ones as space frees; it returns when the last piece is staged (at most
+ * the budget is left to write). Staging memory never exceeds the budget.
+ * Values are pickled during the call.
+ *
+ * One save in flight per context: when a save started on ctx has not been
+ * completed yet, this call (like dcp_save and dcp_load on ctx) first waits
+ * for it and completes it (collectively: every rank has the same save in
+ * flight); its result stays in its request for dcp_request_wait.
+ *
+ * On success *req receives the request (DCP_OK on every rank); a failure of
+ * the background writing or of staging (an I/O error, a CUDA copy error) on
+ * any rank is reported by dcp_request_wait on every rank. On failure *req
+ * is NULL and nothing was started. Returns the codes of dcp_save's
+ * planning: DCP_OK, DCP_EINVAL, DCP_EPLAN, DCP_EIO, DCP_ENOMEM, DCP_ELIMIT,
+ * DCP_ENOTSUP (CUDA entries and no libcudart).
+ */
+DCP_API int dcp_save_async(dcp_ctx *ctx, const dcp_state *st, const char *path,
+                           const dcp_save_options *opts, dcp_request **req);
+
+/*
+ * Waits for the save's background writing to end on this rank, agrees on
+ * the outcome with every rank and, when every rank succeeded, commits the
+ * checkpoint (rank 0 writes .metadata, as dcp_save). Collective: every rank
+ * waits on its request of the same save. Returns on every rank the same
+ * code, the result dcp_save would have returned (DCP_EIO, DCP_ENOSPC, ...
+ * of the failing rank, with "rank R failed: ..." in the message); on
+ * failure nothing is committed and the new data files are removed.
+ * The message is in dcp_request_errmsg(req) and, when this call completed
+ * the save, in dcp_errmsg of its context.
+ * When the save was already completed (by dcp_request_test, or by a later
+ * save or load on the context), returns its stored result without
+ * communicating. A second wait on the same request returns DCP_EINVAL
+ * ("already waited for"); a request whose context was freed while the save
+ * was in flight returns DCP_EINVAL. NULL gives DCP_EINVAL.
+ */
+DCP_API int dcp_request_wait(dcp_request *req);
+
+/*
+ * Tests for completion without waiting for the background writing.
+ * Collective: every rank calls it the same number of times (one small
+ * agreement per call). When every rank's background writing has ended, it
+ * completes the save exactly as dcp_request_wait does and returns its
+ * result with *done = 1, on every rank; otherwise it returns DCP_OK with
+ * *done = 0 on every rank. On a completed request: *done = 1 and the
+ * stored result. NULL req or done: DCP_EINVAL.
+ */
+DCP_API int dcp_request_test(dcp_request *req, int *done);
+
+/* The message of the save's failure, "" while none is known; owned by the
+ * request. */
+DCP_API const char *dcp_request_errmsg(const dcp_request *req);
+
+/*
+ * Frees a request. Not collective. On a request not yet completed, the
+ * save is abandoned on this rank: background writing stopped, its data
+ * file removed, nothing committed (do it on every rank alike; a rank
+ * waiting on the same save would hang). NULL is a no-op.
+ */
+DCP_API void dcp_request_free(dcp_request *req);
 
 enum dcp_load_flags {
     /* Missing keys (requested, not in the checkpoint) and unexpected keys (in
@@ -459,9 +648,16 @@ typedef struct dcp_load_options {
  * fails, and the boxes read so far may hold partial data.
  * Returns, on every rank the same code: DCP_OK, DCP_EINVAL, DCP_ENOENT (no
  * checkpoint in path), DCP_EFORMAT, DCP_EUNSAFE, DCP_ECORRUPT, DCP_EKEY,
- * DCP_EMISMATCH, DCP_ELIMIT, DCP_EIO, DCP_ENOMEM. When ranks fail, every
- * rank returns the lowest failing rank's code and dcp_errmsg reads
- * "rank R failed: <its message>".
+ * DCP_EMISMATCH, DCP_ELIMIT, DCP_EIO, DCP_ENOMEM, DCP_ENOTSUP (CUDA
+ * entries and no libcudart). When ranks fail, every rank returns the
+ * lowest failing rank's code and dcp_errmsg reads "rank R failed: <its
+ * message>".
+ *
+ * Stateful entries: their state_dict builds the template before anything
+ * is read; their load_state_dict runs after every rank's data landed, and
+ * its failure fails the load on every rank. CUDA tensors are read into host
+ * memory, then copied to the device. A save in flight on ctx
+ * (dcp_save_async) is completed first.
  */
 DCP_API int dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
                      const dcp_load_options *opts);

@@ -10,8 +10,10 @@
  * Contract for every member of struct dcp_comm_ops:
  *  - Collective: every rank of the communicator calls the same member in the
  *    same order with matching root and lengths. dcp only calls them from
- *    inside dcp_save/dcp_load, on the thread that called those, so an
- *    implementation needs no locking of its own for dcp's sake.
+ *    inside dcp_save, dcp_save_async, dcp_request_wait, dcp_request_test
+ *    and dcp_load, on the thread that called those (never from the
+ *    background thread of an asynchronous save), so an implementation
+ *    needs no locking of its own for dcp's sake.
  *  - Return DCP_OK, or a negative DCP_E* code (DCP_EIO is the usual one) for
  *    a transport failure. A transport failure is not recoverable: dcp returns
  *    the code, but ranks whose transport succeeded may be left waiting in a

@@ -3,8 +3,10 @@
  * <mpi.h>; programs that never use MPI need neither it nor an MPI library.
  *
  * Threads: every MPI call dcp makes runs on the thread that called
- * dcp_comm_mpi, dcp_save, dcp_load or dcp_comm_free; dcp starts no thread
- * that calls MPI. So dcp needs no more MPI thread support than your own
+ * dcp_comm_mpi, dcp_save, dcp_save_async, dcp_request_wait,
+ * dcp_request_test, dcp_load or dcp_comm_free; the background thread of an
+ * asynchronous save only writes files, and dcp starts no thread that calls
+ * MPI. So dcp needs no more MPI thread support than your own
  * calls do: MPI_THREAD_SINGLE is enough for a single-threaded program,
  * MPI_THREAD_FUNNELED when those calls come from the main thread of a
  * threaded one, MPI_THREAD_SERIALIZED when they come from any one thread at
