@@ -289,48 +289,43 @@ static int rd_global_slow(struct fd *f, int *id, dcp_dtype *dt)
     struct mslot *m, tmp;
     uint32_t idx;
     size_t i;
-    if (f->p < f->end && *f->p == 'c') {
-        mod = f->p + 1;
-        nl1 = memchr(mod, '\n', (size_t)(f->end - mod));
-        if (!nl1)
+    /* called at a 'c' (GLOBAL) opcode */
+    mod = f->p + 1;
+    nl1 = memchr(mod, '\n', (size_t)(f->end - mod));
+    if (!nl1)
+        return DECLINE;
+    name = nl1 + 1;
+    nl2 = memchr(name, '\n', (size_t)(f->end - name));
+    if (!nl2)
+        return DECLINE;
+    f->p = nl2 + 1;
+    memset(&tmp, 0, sizeof(tmp));
+    tmp.kind = MK_GLOBAL;
+    for (i = 0; i < DCP_ARRAY_LEN(classes); i++)
+        if (strlen(classes[i].module) == (size_t)(nl1 - mod) &&
+            memcmp(classes[i].module, mod, (size_t)(nl1 - mod)) == 0 &&
+            strlen(classes[i].name) == (size_t)(nl2 - name) &&
+            memcmp(classes[i].name, name, (size_t)(nl2 - name)) == 0)
+            tmp.id = (uint8_t)classes[i].id;
+    if (tmp.id == G_NONE && nl1 - mod == 5 && memcmp(mod, "torch", 5) == 0) {
+        char nm[32];
+        dcp_dtype d;
+        if ((size_t)(nl2 - name) >= sizeof(nm))
             return DECLINE;
-        name = nl1 + 1;
-        nl2 = memchr(name, '\n', (size_t)(f->end - name));
-        if (!nl2)
+        memcpy(nm, name, (size_t)(nl2 - name));
+        nm[nl2 - name] = '\0';
+        if (dcp_dtype_from_name(nm, &d) != DCP_OK)
+            return DECLINE; /* the general decoder names it */
+        tmp.id = G_DTYPE;
+        tmp.dtype = (uint8_t)d;
+    }
+    if (tmp.id == G_NONE)
+        return DECLINE;
+    m = &tmp;
+    if (take_put(f, &idx)) {
+        if (!(m = put_slot(f, idx)))
             return DECLINE;
-        f->p = nl2 + 1;
-        memset(&tmp, 0, sizeof(tmp));
-        tmp.kind = MK_GLOBAL;
-        for (i = 0; i < DCP_ARRAY_LEN(classes); i++)
-            if (strlen(classes[i].module) == (size_t)(nl1 - mod) &&
-                memcmp(classes[i].module, mod, (size_t)(nl1 - mod)) == 0 &&
-                strlen(classes[i].name) == (size_t)(nl2 - name) &&
-                memcmp(classes[i].name, name, (size_t)(nl2 - name)) == 0)
-                tmp.id = (uint8_t)classes[i].id;
-        if (tmp.id == G_NONE && nl1 - mod == 5 && memcmp(mod, "torch", 5) == 0) {
-            char nm[32];
-            dcp_dtype d;
-            if ((size_t)(nl2 - name) >= sizeof(nm))
-                return DECLINE;
-            memcpy(nm, name, (size_t)(nl2 - name));
-            nm[nl2 - name] = '\0';
-            if (dcp_dtype_from_name(nm, &d) != DCP_OK)
-                return DECLINE; /* the general decoder names it */
-            tmp.id = G_DTYPE;
-            tmp.dtype = (uint8_t)d;
-        }
-        if (tmp.id == G_NONE)
-            return DECLINE;
-        m = &tmp;
-        if (take_put(f, &idx)) {
-            if (!(m = put_slot(f, idx)))
-                return DECLINE;
-            *m = tmp;
-        }
-    } else {
-        m = take_get(f);
-        if (!m || m->kind != MK_GLOBAL)
-            return DECLINE;
+        *m = tmp;
     }
     *id = m->id;
     if (dt)

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "mpitest.h"
+#include "mt_usercomm.h"
 #include "save.h" /* dcp__save_write_fail_after */
 
 static char root[256];
@@ -57,91 +58,19 @@ static int has_file(const char *dir, const char *name)
 static pthread_t main_thread;
 static long calls, wrong_thread;
 
-static int u_ok(int e)
+static void on_thread(void)
 {
     calls++;
     if (!pthread_equal(pthread_self(), main_thread))
         wrong_thread++;
-    return e == MPI_SUCCESS ? DCP_OK : DCP_EIO;
 }
 
-static int u_bcast(void *impl, void *buf, size_t len, int rt)
-{
-    return u_ok(MPI_Bcast(buf, (int)len, MPI_BYTE, rt, *(MPI_Comm *)impl));
-}
-
-static int u_gather(void *impl, const void *send, size_t len, void *recv,
-                    int rt)
-{
-    return u_ok(MPI_Gather(send, (int)len, MPI_BYTE, recv, (int)len, MPI_BYTE,
-                           rt, *(MPI_Comm *)impl));
-}
-
-static void u_layout(const size_t *lens, const size_t *displs, int **c, int **d)
-{
-    int i;
-    *c = *d = NULL;
-    if (!lens)
-        return;
-    *c = malloc((size_t)mt_size * sizeof(int));
-    *d = malloc((size_t)mt_size * sizeof(int));
-    for (i = 0; i < mt_size; i++) {
-        (*c)[i] = (int)lens[i];
-        (*d)[i] = (int)displs[i];
-    }
-}
-
-static int u_gatherv(void *impl, const void *send, size_t len, void *recv,
-                     const size_t *lens, const size_t *displs, int rt)
-{
-    int *c, *d, rc;
-    u_layout(lens, displs, &c, &d);
-    rc = u_ok(MPI_Gatherv(send, (int)len, MPI_BYTE, recv, c, d, MPI_BYTE, rt,
-                          *(MPI_Comm *)impl));
-    free(c);
-    free(d);
-    return rc;
-}
-
-static int u_scatterv(void *impl, const void *send, const size_t *lens,
-                      const size_t *displs, void *recv, size_t len, int rt)
-{
-    int *c, *d, rc;
-    u_layout(lens, displs, &c, &d);
-    rc = u_ok(MPI_Scatterv(send, c, d, MPI_BYTE, recv, (int)len, MPI_BYTE, rt,
-                           *(MPI_Comm *)impl));
-    free(c);
-    free(d);
-    return rc;
-}
-
-static int u_allreduce_min(void *impl, int64_t *v, size_t n)
-{
-    return u_ok(MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_INT64_T, MPI_MIN,
-                              *(MPI_Comm *)impl));
-}
-
-static int u_barrier(void *impl)
-{
-    return u_ok(MPI_Barrier(*(MPI_Comm *)impl));
-}
-
-static void u_destroy(void *impl)
-{
-    MPI_Comm_free((MPI_Comm *)impl);
-    free(impl);
-}
-
+/* The user communicator, checking every call's thread. */
 static dcp_comm *checking_comm(void)
 {
-    static const struct dcp_comm_ops ops = {
-        DCP_COMM_OPS_VERSION, u_bcast,         u_gather,  u_gatherv,
-        u_scatterv,           u_allreduce_min, u_barrier, u_destroy};
-    MPI_Comm *c = malloc(sizeof(*c));
     dcp_comm *out = NULL;
-    MPI_Comm_dup(MPI_COMM_WORLD, c);
-    if (dcp_comm_create(&ops, c, mt_rank, mt_size, &out) != DCP_OK)
-        u_destroy(c);
+    mt_user_hook = on_thread;
+    (void)mt_user_comm(&out);
     return out;
 }
 

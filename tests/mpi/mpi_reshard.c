@@ -14,6 +14,7 @@
 #include <dcp/dcp_mpi.h>
 
 #include "mpitest.h"
+#include "mt_usercomm.h"
 
 enum shard { ROW, COL, BLOCK, FULL, SOME, MANY };
 
@@ -129,93 +130,9 @@ static int add_spec(dcp_state *st, const struct tspec *t, struct held *h,
 
 /* ------------------------------------------------- a user communicator */
 
-static int u_ok(int e)
-{
-    return e == MPI_SUCCESS ? DCP_OK : DCP_EIO;
-}
-
-static int u_bcast(void *impl, void *buf, size_t len, int root)
-{
-    return u_ok(MPI_Bcast(buf, (int)len, MPI_BYTE, root, *(MPI_Comm *)impl));
-}
-
-static int u_gather(void *impl, const void *send, size_t len, void *recv,
-                    int root)
-{
-    return u_ok(MPI_Gather(send, (int)len, MPI_BYTE, recv, (int)len, MPI_BYTE,
-                           root, *(MPI_Comm *)impl));
-}
-
-static void u_layout(const size_t *lens, const size_t *displs, int **c, int **d)
-{
-    int i;
-    *c = *d = NULL;
-    if (!lens)
-        return;
-    *c = malloc((size_t)mt_size * sizeof(int));
-    *d = malloc((size_t)mt_size * sizeof(int));
-    for (i = 0; i < mt_size; i++) {
-        (*c)[i] = (int)lens[i];
-        (*d)[i] = (int)displs[i];
-    }
-}
-
-static int u_gatherv(void *impl, const void *send, size_t len, void *recv,
-                     const size_t *lens, const size_t *displs, int root)
-{
-    int *c, *d, rc;
-    u_layout(lens, displs, &c, &d);
-    rc = u_ok(MPI_Gatherv(send, (int)len, MPI_BYTE, recv, c, d, MPI_BYTE, root,
-                          *(MPI_Comm *)impl));
-    free(c);
-    free(d);
-    return rc;
-}
-
-static int u_scatterv(void *impl, const void *send, const size_t *lens,
-                      const size_t *displs, void *recv, size_t len, int root)
-{
-    int *c, *d, rc;
-    u_layout(lens, displs, &c, &d);
-    rc = u_ok(MPI_Scatterv(send, c, d, MPI_BYTE, recv, (int)len, MPI_BYTE, root,
-                           *(MPI_Comm *)impl));
-    free(c);
-    free(d);
-    return rc;
-}
-
-static int u_allreduce_min(void *impl, int64_t *v, size_t n)
-{
-    return u_ok(MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_INT64_T, MPI_MIN,
-                              *(MPI_Comm *)impl));
-}
-
-static int u_barrier(void *impl)
-{
-    return u_ok(MPI_Barrier(*(MPI_Comm *)impl));
-}
-
-static void u_destroy(void *impl)
-{
-    MPI_Comm_free((MPI_Comm *)impl);
-    free(impl);
-}
-
 static int make_comm(dcp_comm **out, int user)
 {
-    static const struct dcp_comm_ops ops = {
-        DCP_COMM_OPS_VERSION, u_bcast,         u_gather,  u_gatherv,
-        u_scatterv,           u_allreduce_min, u_barrier, u_destroy};
-    MPI_Comm *c;
-    int rc;
-    if (!user)
-        return dcp_comm_mpi(out, MPI_COMM_WORLD);
-    c = malloc(sizeof(*c));
-    MPI_Comm_dup(MPI_COMM_WORLD, c);
-    rc = dcp_comm_create(&ops, c, mt_rank, mt_size, out);
-    if (rc != DCP_OK)
-        u_destroy(c);
-    return rc;
+    return user ? mt_user_comm(out) : dcp_comm_mpi(out, MPI_COMM_WORLD);
 }
 
 /* ---------------------------------------------------------------- save */
