@@ -5,6 +5,7 @@ planner_data. Everything bit-exact.
 """
 
 import os
+import random
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -80,6 +81,11 @@ def async_save_every_dtype(check, tmp):
     # call returned: PyTorch loads it bit-exact, and the data files are the
     # bytes dcp_save writes.
     state = dcpio.full_state(seed=5)
+    # Large enough to be staged in many pieces (64 KiB ring, 16 KiB pieces).
+    state["big"] = {
+        "w": dcpio.random_tensor(torch.float32, (300, 257), random.Random(6)),
+        "h": dcpio.random_tensor(torch.bfloat16, (70001,), random.Random(7)),
+    }
     ck, ck_sync = os.path.join(tmp, "ck"), os.path.join(tmp, "ck_sync")
     dcpio.dcp_save_manifest(state, ck, tmp, mode="savefrom-async")
     check_metadata(check, ck, state)
