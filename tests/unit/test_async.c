@@ -8,8 +8,9 @@
  * a save is in flight; waiting twice; failing callbacks).
  *
  * Environment: DCP_TEST_ASYNC_ITERS (default 1000) and DCP_TEST_SEED
- * (default 1) for the mutate-after-return loop; the TSan run lowers the
- * iterations. Checkpoints go to /dev/shm when it exists.
+ * (default 1) for the mutate-after-return loop; the sanitizer builds lower
+ * the iterations (tests/CMakeLists.txt). Checkpoints go to /dev/shm when it
+ * exists.
  */
 #include <dcp/dcp.h>
 
