@@ -292,7 +292,7 @@ static void test_mutate_after_return_checked_comm(void)
     dcp_comm *comm = checking_comm();
     main_thread = pthread_self();
     calls = wrong_thread = 0;
-    mutate_loop(comm, 30, "mutate-checked");
+    mutate_loop(comm, 16, "mutate-checked");
     CHECK(calls > 0);
     CHECK(wrong_thread == 0);
     dcp_comm_free(comm);
@@ -302,7 +302,7 @@ static void test_mutate_after_return_mpi(void)
 {
     dcp_comm *comm = NULL;
     CHECK(dcp_comm_mpi(&comm, MPI_COMM_WORLD) == 0);
-    mutate_loop(comm, 20, "mutate-mpi");
+    mutate_loop(comm, 10, "mutate-mpi");
     dcp_comm_free(comm);
 }
 
