@@ -45,6 +45,25 @@ static int count_files(const char *dir)
     return n;
 }
 
+/* Removes dir, its files and its subdirectories' files. */
+static void rm_tree(const char *dir, int depth)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    char p[800];
+    if (!d)
+        return;
+    while ((de = readdir(d)) != NULL) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+        if (unlink(p) != 0 && depth > 0)
+            rm_tree(p, depth - 1);
+    }
+    closedir(d);
+    (void)rmdir(dir);
+}
+
 static int has_file(const char *dir, const char *name)
 {
     char p[600];
@@ -438,5 +457,8 @@ int main(int argc, char **argv)
     RUN(background_failure_on_one_rank);
     RUN(test_polls_agree);
     RUN(free_ctx_in_flight);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (mt_rank == 0)
+        rm_tree(root, 1);
     return mt_finish();
 }
