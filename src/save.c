@@ -679,11 +679,15 @@ int dcp__save_prepare_staging(dcp_ctx *ctx, struct sv_job *job, int copy_all)
         cuda |= r->mem == DCP_MEM_CUDA;
         r->stage = ++job->nsrcs;
     }
+    /* The arena is whole pages: with a budget, at most its last whole
+     * page, so the arena never exceeds it. */
     need = dcp__stage_need(job->srcs, job->nsrcs);
     cap = need;
-    if (ctx->staging_budget && cap > ctx->staging_budget) {
+    if (ctx->staging_budget) {
         uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-        cap = ctx->staging_budget / page * page;
+        uint64_t lim = ctx->staging_budget / page * page;
+        if (need > lim)
+            cap = lim;
     }
     rc = cap > SIZE_MAX
              ? dcp__err(&err, DCP_ENOMEM, "staging too large")

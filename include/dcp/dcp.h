@@ -179,7 +179,9 @@ typedef struct dcp_ctx_options {
      * them). 0 (the default): as much as the largest save needs, the whole
      * state of this rank. Below the state's size, staging proceeds in pieces
      * as the background writer drains them (see dcp_save_async). At least
-     * 64 KiB (DCP_EINVAL otherwise). Since struct_size covering it.
+     * 64 KiB (DCP_EINVAL otherwise). Read when struct_size covers it.
+     * (Besides the staging buffers, a save's writer holds a buffer of up to
+     * 4 MiB that gathers small records into larger writes.)
      */
     uint64_t staging_budget;
 } dcp_ctx_options;

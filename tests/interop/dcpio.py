@@ -458,11 +458,11 @@ def run(*args, expect_ok=True):
     return r
 
 
-def dcp_save_manifest(state, ckpt_dir, work_dir, boxes=None):
+def dcp_save_manifest(state, ckpt_dir, work_dir, boxes=None, mode="savefrom"):
     mdir = os.path.join(work_dir, "manifest_in")
     shutil.rmtree(mdir, ignore_errors=True)
     mpath = write_manifest(state, mdir, boxes=boxes)
-    run("savefrom", mpath, ckpt_dir)
+    run(mode, mpath, ckpt_dir)
 
 
 def dcp_dumpall(ckpt_dir, work_dir, name="dump"):

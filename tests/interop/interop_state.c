@@ -9,6 +9,10 @@
  *       out as torch's flatten_state_dict makes them) and dcp_save's it to DIR.
  *       Several "tensor" lines with the same path are several boxes of one
  *       tensor, added with one dcp_state_add_tensor call each.
+ *   interop_state savefrom-async MANIFEST DIR
+ *       The same with dcp_save_async through a 64 KiB staging budget; the
+ *       state and every buffer are freed as soon as the call returns,
+ *       before dcp_request_wait.
  *   interop_state dumpall DIR OUTDIR
  *       Opens DIR with dcp_metadata_open, builds a state with every tensor
  *       (whole global shape, zeroed buffer) and every value (template
@@ -1207,10 +1211,12 @@ static char *subst_rank(const char *s)
     return b.p;
 }
 
-static int cmd_savefrom(const char *manifest, const char *dir)
+static int cmd_savefrom(const char *manifest, const char *dir, int async)
 {
     dcp_state *st = NULL;
     dcp_ctx *ctx = NULL;
+    dcp_request *req = NULL;
+    dcp_ctx_options co;
     struct bufs keep = {0};
     dcp_save_options so;
     int rc, ret = 1;
@@ -1219,7 +1225,10 @@ static int cmd_savefrom(const char *manifest, const char *dir)
         return fail_rc("dcp_state_create", rc);
     if (!all_ok(read_manifest(manifest, st, &keep, NULL) == 0))
         goto out;
-    rc = dcp_ctx_create(&ctx, g_comm, NULL);
+    memset(&co, 0, sizeof(co));
+    co.struct_size = sizeof(co);
+    co.staging_budget = (uint64_t)64 << 10;
+    rc = dcp_ctx_create(&ctx, g_comm, async ? &co : NULL);
     if (rc != DCP_OK) {
         fail_rc("dcp_ctx_create", rc);
         goto out;
@@ -1227,9 +1236,22 @@ static int cmd_savefrom(const char *manifest, const char *dir)
     memset(&so, 0, sizeof(so));
     so.struct_size = sizeof(so);
     so.no_fsync = 1;
-    rc = dcp_save(ctx, st, dir, &so);
+    if (async) {
+        rc = dcp_save_async(ctx, st, dir, &so, &req);
+        if (rc == DCP_OK) {
+            /* Staged: nothing of the state may be read from here on. */
+            dcp_state_free(st);
+            st = NULL;
+            bufs_free(&keep);
+            memset(&keep, 0, sizeof(keep));
+            rc = dcp_request_wait(req);
+        }
+        dcp_request_free(req);
+    } else {
+        rc = dcp_save(ctx, st, dir, &so);
+    }
     if (rc != DCP_OK) {
-        fail_ctx(ctx, "dcp_save", rc);
+        fail_ctx(ctx, async ? "dcp_save_async" : "dcp_save", rc);
         goto out;
     }
     ret = 0;
@@ -1817,6 +1839,7 @@ static int usage(void)
     fputs("usage: " PROG " savefrom MANIFEST DIR\n"
           "       " PROG " loadinto MANIFEST DIR OUTDIR\n"
           "       " PROG " dumpall DIR OUTDIR\n"
+          "       " PROG " savefrom-async MANIFEST DIR\n"
           "       " PROG " loadbox DIR KEY OFFS SIZES OUTFILE\n"
           "       " PROG " readbox DIR KEY OFFS SIZES OUTFILE\n",
           stderr);
@@ -1831,7 +1854,7 @@ static int cmd_ranked(int load, const char *manifest, const char *dir,
     int ret = 1;
     if (!all_ok(m && (!load || o)))
         goto out;
-    ret = load ? cmd_loadinto(m, dir, o) : cmd_savefrom(m, dir);
+    ret = load ? cmd_loadinto(m, dir, o) : cmd_savefrom(m, dir, 0);
 out:
     free(m);
     free(o);
@@ -1844,6 +1867,8 @@ static int run_cmd(int argc, char **argv)
         return cmd_ranked(0, argv[2], argv[3], NULL);
     if (argc == 5 && strcmp(argv[1], "loadinto") == 0)
         return cmd_ranked(1, argv[2], argv[3], argv[4]);
+    if (argc == 4 && strcmp(argv[1], "savefrom-async") == 0)
+        return cmd_savefrom(argv[2], argv[3], 1);
     if (argc == 4 && strcmp(argv[1], "dumpall") == 0)
         return cmd_dumpall(argv[2], argv[3]);
     if (argc == 7 && strcmp(argv[1], "loadbox") == 0)
