@@ -511,6 +511,10 @@ static int select_entries(struct xp *xp, int with_values)
         x->bytes = dcp__box_numel(e->ndim, e->shape) * dcp_dtype_size(x->odt);
         xp->total += x->bytes;
     }
+    if (xp->nx == 0 && !xp->o.nkeys)
+        return dcp__err(xp->err, DCP_EKEY,
+                        "the checkpoint holds no tensor (safetensors holds "
+                        "tensors only)");
     if (xp->nx == 0)
         return dcp__err(xp->err, DCP_EKEY,
                         with_values ? "no entry matches the key filter"
@@ -1048,6 +1052,13 @@ int dcp_export(dcp_ctx *ctx, const char *dir, const char *out,
     dcp__ctx_begin(ctx);
     if (!dir || !out || !*out)
         return dcp__err(&ctx->err, DCP_EINVAL, "no checkpoint or output");
+    {
+        struct stat sb;
+        if (out[strlen(out) - 1] == '/' ||
+            (stat(out, &sb) == 0 && S_ISDIR(sb.st_mode)))
+            return dcp__err(&ctx->err, DCP_EINVAL,
+                            "'%s' is a directory: name the output file", out);
+    }
     if (res && (res->struct_size == 0 || res->struct_size > sizeof(*res)))
         return dcp__err(&ctx->err, DCP_EINVAL, "bad result struct_size");
     memset(&xp, 0, sizeof(xp));
