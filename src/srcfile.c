@@ -433,6 +433,22 @@ static int tensor_leaf(struct walk *w, const struct pk_node *n,
     return DCP_OK;
 }
 
+/* Counts the objects a value conversion would build (memo references
+ * counted at every use), stopping once *left runs out: cheap, and it keeps
+ * an expanding value from being built at all. */
+static void count_nodes(const struct pk_node *n, size_t depth, size_t *left)
+{
+    size_t i;
+    if (*left == 0)
+        return;
+    (*left)--;
+    if (depth > MAX_WALK_DEPTH ||
+        (n->kind != PK_TUPLE && n->kind != PK_LIST && n->kind != PK_DICT))
+        return;
+    for (i = 0; i < n->u.seq.n && *left; i++)
+        count_nodes(n->u.seq.v[i], depth + 1, left);
+}
+
 static int leaf(struct walk *w, const struct pk_node *n)
 {
     struct src_entry *e;
@@ -450,6 +466,15 @@ static int leaf(struct walk *w, const struct pk_node *n)
         return dcp__err(w->err, DCP_ENOMEM, "out of memory");
     if (is_rebuild(n))
         return tensor_leaf(w, n, e);
+    {
+        size_t left = MAX_WALK_STEPS - w->vbudget[0] + 1;
+        count_nodes(n, 0, &left);
+        if (left == 0)
+            return dcp__err(w->err, DCP_ELIMIT,
+                            "'%s': values of more than %zu objects (shared "
+                            "references expand)",
+                            e->key, MAX_WALK_STEPS);
+    }
     rc = dcp__value_from_node(n, w->vbudget, &e->value, w->err);
     if (rc != DCP_OK)
         return dcp__err_prefix(w->err, "'%s'", e->key);

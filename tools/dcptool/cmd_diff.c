@@ -53,16 +53,17 @@ static int is_float(dcp_dtype dt)
            dt == DCP_F8_E4M3FN || dt == DCP_F8_E5M2;
 }
 
-/* Grows the four comparison buffers to n elements of es bytes. */
-static int reserve(struct diff *d, size_t n, size_t es)
+/* Grows the four comparison buffers to n elements (of any dtype: the
+ * element buffers are sized for 8-byte elements). */
+static int reserve(struct diff *d, size_t n)
 {
     void *p;
     if (n <= d->cap)
         return DCP_OK;
-    p = realloc(d->ba, n * es);
+    p = realloc(d->ba, n * 8);
     if (p)
         d->ba = p;
-    p = p ? realloc(d->bb, n * es) : NULL;
+    p = p ? realloc(d->bb, n * 8) : NULL;
     if (p)
         d->bb = p;
     p = p ? realloc(d->fa, n * sizeof(double)) : NULL;
@@ -173,7 +174,7 @@ static int diff_box(struct diff *d, size_t ia, size_t ib,
             n *= (uint64_t)size[j];
             goff[j] = boff[j] + off[j];
         }
-        if (reserve(d, (size_t)n, es) != DCP_OK)
+        if (reserve(d, (size_t)n) != DCP_OK)
             return DCP_ENOMEM;
         rc = dcp_metadata_read_box(d->ctx, d->a, ia, goff, size, d->ba,
                                    (size_t)n * es, 1);
