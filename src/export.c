@@ -511,6 +511,10 @@ static int select_entries(struct xp *xp, int with_values)
         x->bytes = dcp__box_numel(e->ndim, e->shape) * dcp_dtype_size(x->odt);
         xp->total += x->bytes;
     }
+    if (xp->nx == 0 && !xp->o.nkeys)
+        return dcp__err(xp->err, DCP_EKEY,
+                        "the checkpoint holds no tensor (safetensors holds "
+                        "tensors only)");
     if (xp->nx == 0)
         return dcp__err(xp->err, DCP_EKEY,
                         with_values ? "no entry matches the key filter"
@@ -684,7 +688,8 @@ static int export_safetensors(struct xp *xp, const char *out)
 /* The nested structure planner_data describes, rebuilt as torch's
  * unflatten_state_dict (set_element) does. */
 struct tnode {
-    int kind; /* 0 dict, 1 list, 2 leaf, 3 empty list slot (None) */
+    int kind; /* 0 dict, 1 list, 2 leaf; an empty list slot (None) is a
+                 NULL child */
     const struct xent *x;
     struct tnode **kid;
     char **key; /* dict keys */
@@ -693,7 +698,7 @@ struct tnode {
     size_t hcap;
 };
 
-#define MAX_LIST_INDEX ((int64_t)1 << 24)
+#define MAX_LIST_INDEX ((int64_t)1 << 20)
 
 static void tnode_free(struct tnode *t)
 {
@@ -701,7 +706,7 @@ static void tnode_free(struct tnode *t)
     if (!t)
         return;
     for (i = 0; i < t->n; i++) {
-        tnode_free(t->kid[i]);
+        tnode_free(t->kid[i]); /* NULL for a None slot */
         if (t->key)
             dcp__free(t->key[i]);
     }
@@ -795,14 +800,14 @@ static int list_child(struct tnode *t, int64_t i, int kind, struct tnode **out)
 {
     if (grow(t, (size_t)i + 1) != DCP_OK)
         return DCP_ENOMEM;
-    while (t->n <= (size_t)i) {
-        t->kid[t->n] = dcp__calloc(1, sizeof(struct tnode));
-        if (!t->kid[t->n])
+    while (t->n <= (size_t)i)
+        t->kid[t->n++] = NULL;
+    if (!t->kid[i]) {
+        t->kid[i] = dcp__calloc(1, sizeof(struct tnode));
+        if (!t->kid[i])
             return DCP_ENOMEM;
-        t->kid[t->n++]->kind = 3;
-    }
-    if (t->kid[i]->kind == 3)
         t->kid[i]->kind = kind;
+    }
     *out = t->kid[i];
     return DCP_OK;
 }
@@ -858,7 +863,8 @@ static int emit_items(struct emit *em, const struct tnode *t, int depth)
             if (t->kind == 0)
                 rc = pkw_str_memo(&em->w, t->key[j], strlen(t->key[j]), NULL);
             if (rc == DCP_OK)
-                rc = emit_node(em, t->kid[j], depth + 1);
+                rc = t->kid[j] ? emit_node(em, t->kid[j], depth + 1)
+                               : pkw_none(&em->w);
         }
         if (rc == DCP_OK)
             rc = pkw_op(&em->w, t->kind == 0 ? PK_OP_SETITEMS : PK_OP_APPENDS);
@@ -900,10 +906,8 @@ static int emit_node(struct emit *em, const struct tnode *t, int depth)
         if (rc == DCP_OK)
             rc = pkw_put(&em->w, NULL);
         return rc == DCP_OK ? emit_items(em, t, depth) : rc;
-    case 2:
-        return emit_leaf(em, t->x);
     default:
-        return pkw_none(&em->w);
+        return emit_leaf(em, t->x);
     }
 }
 
@@ -1048,6 +1052,13 @@ int dcp_export(dcp_ctx *ctx, const char *dir, const char *out,
     dcp__ctx_begin(ctx);
     if (!dir || !out || !*out)
         return dcp__err(&ctx->err, DCP_EINVAL, "no checkpoint or output");
+    {
+        struct stat sb;
+        if (out[strlen(out) - 1] == '/' ||
+            (stat(out, &sb) == 0 && S_ISDIR(sb.st_mode)))
+            return dcp__err(&ctx->err, DCP_EINVAL,
+                            "'%s' is a directory: name the output file", out);
+    }
     if (res && (res->struct_size == 0 || res->struct_size > sizeof(*res)))
         return dcp__err(&ctx->err, DCP_EINVAL, "bad result struct_size");
     memset(&xp, 0, sizeof(xp));

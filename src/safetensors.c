@@ -13,6 +13,8 @@
 #include "json.h"
 #include "storage.h"
 
+#define SF_MAX_NODES ((size_t)1 << 22)
+
 static const struct {
     const char *name;
     dcp_dtype dt; /* 0: a safetensors dtype dcp does not hold */
@@ -267,8 +269,12 @@ int sf_parse_header(const void *hdr, size_t n, uint64_t file_size,
                         n, file_size);
     f->data_off = 8 + (uint64_t)n;
     f->file_size = file_size;
-    /* A tensor takes at least ~40 bytes of JSON and 5 values. */
-    rc = json_parse(hdr, n, 8, n / 4 + 16, &doc, &root, err);
+    /* Every JSON value takes at least 2 bytes; the cap keeps a hostile
+     * 100 MB header of tiny values below 256 MiB of nodes (2^22 values are
+     * some 300,000 tensors). */
+    rc = json_parse(hdr, n, 8,
+                    n / 2 + 16 < SF_MAX_NODES ? n / 2 + 16 : SF_MAX_NODES, &doc,
+                    &root, err);
     if (rc != DCP_OK) {
         (void)dcp__err_prefix(err, "safetensors header");
         return rc;

@@ -39,6 +39,10 @@
 #define MAX_RECORDS    ((size_t)1 << 18) /* storages in one torch.save file */
 #define MAX_INDEX_JSON ((uint64_t)64 << 20)
 #define MAX_WALK_DEPTH 64
+/* Memo references make the pickle a DAG: walking it visits shared parts
+ * once per reference, so the walk and the entries are bounded. */
+#define MAX_WALK_STEPS ((size_t)1 << 24)
+#define MAX_ENTRIES    ((size_t)1 << 20)
 
 #define RETURN_IF(call)    \
     do {                   \
@@ -235,7 +239,10 @@ static int read_json_file(int fd, const char *path, uint64_t size,
     rc = dcp__fs_pread(fd, buf, (size_t)size, 0, path, err);
     if (rc == DCP_OK)
         rc = json_parse((const char *)buf, (size_t)size, 16,
-                        (size_t)size / 2 + 16, doc, root, err);
+                        (size_t)size / 2 + 16 < ((size_t)1 << 22)
+                            ? (size_t)size / 2 + 16
+                            : ((size_t)1 << 22),
+                        doc, root, err);
     dcp__free(buf);
     if (rc != DCP_OK)
         (void)dcp__err_prefix(err, "'%s'", path);
@@ -326,6 +333,8 @@ struct walk {
     uint32_t file;
     struct st_pathel path[MAX_WALK_DEPTH];
     size_t depth;
+    size_t steps;      /* visits and is_terminal calls, bounded */
+    size_t vbudget[2]; /* dcp__value_from_node's, for all values */
     struct dcp_err *err;
 };
 
@@ -338,18 +347,20 @@ static int is_rebuild(const struct pk_node *n)
             pk_obj_is(n, "torch._utils", "_rebuild_parameter"));
 }
 
-/* torch's _is_terminal with _keep_visiting_tensors. */
-static int is_terminal(const struct pk_node *n, size_t depth)
+/* torch's _is_terminal with _keep_visiting_tensors (*steps counts the
+ * calls; the caller fails when it exceeds MAX_WALK_STEPS). */
+static int is_terminal(const struct pk_node *n, size_t depth, size_t *steps)
 {
     size_t i;
     if (n->kind == PK_DICT)
         return 0;
-    if (n->kind != PK_LIST || depth > MAX_WALK_DEPTH)
+    if (n->kind != PK_LIST || depth > MAX_WALK_DEPTH ||
+        ++*steps > MAX_WALK_STEPS)
         return 1;
     for (i = 0; i < n->u.seq.n; i++) {
         const struct pk_node *c = n->u.seq.v[i];
         if ((c->kind == PK_DICT || c->kind == PK_LIST) &&
-            !is_terminal(c, depth + 1))
+            !is_terminal(c, depth + 1, steps))
             return 0;
         if (is_rebuild(c))
             return 0;
@@ -422,10 +433,30 @@ static int tensor_leaf(struct walk *w, const struct pk_node *n,
     return DCP_OK;
 }
 
+/* Counts the objects a value conversion would build (memo references
+ * counted at every use), stopping once *left runs out: cheap, and it keeps
+ * an expanding value from being built at all. */
+static void count_nodes(const struct pk_node *n, size_t depth, size_t *left)
+{
+    size_t i;
+    if (*left == 0)
+        return;
+    (*left)--;
+    if (depth > MAX_WALK_DEPTH ||
+        (n->kind != PK_TUPLE && n->kind != PK_LIST && n->kind != PK_DICT))
+        return;
+    for (i = 0; i < n->u.seq.n && *left; i++)
+        count_nodes(n->u.seq.v[i], depth + 1, left);
+}
+
 static int leaf(struct walk *w, const struct pk_node *n)
 {
-    struct src_entry *e = new_entry(w->ix, w->cap);
+    struct src_entry *e;
     int rc;
+    if (w->ix->n >= MAX_ENTRIES)
+        return dcp__err(w->err, DCP_ELIMIT, "more than %zu entries",
+                        MAX_ENTRIES);
+    e = new_entry(w->ix, w->cap);
     if (!e)
         return dcp__err(w->err, DCP_ENOMEM, "out of memory");
     if (w->depth == 0)
@@ -435,7 +466,16 @@ static int leaf(struct walk *w, const struct pk_node *n)
         return dcp__err(w->err, DCP_ENOMEM, "out of memory");
     if (is_rebuild(n))
         return tensor_leaf(w, n, e);
-    rc = dcp__value_from_node(n, &e->value, w->err);
+    {
+        size_t left = MAX_WALK_STEPS - w->vbudget[0] + 1;
+        count_nodes(n, 0, &left);
+        if (left == 0)
+            return dcp__err(w->err, DCP_ELIMIT,
+                            "'%s': values of more than %zu objects (shared "
+                            "references expand)",
+                            e->key, MAX_WALK_STEPS);
+    }
+    rc = dcp__value_from_node(n, w->vbudget, &e->value, w->err);
     if (rc != DCP_OK)
         return dcp__err_prefix(w->err, "'%s'", e->key);
     return DCP_OK;
@@ -448,6 +488,11 @@ static int visit(struct walk *w, const struct pk_node *n)
     if (w->depth >= MAX_WALK_DEPTH)
         return dcp__err(w->err, DCP_ELIMIT, "state dict nested deeper than %d",
                         MAX_WALK_DEPTH);
+    if (++w->steps > MAX_WALK_STEPS)
+        return dcp__err(w->err, DCP_ELIMIT,
+                        "state dict walk exceeds %zu steps (shared "
+                        "references expand)",
+                        MAX_WALK_STEPS);
     if (n->kind == PK_DICT) {
         for (i = 0; rc == DCP_OK && i < n->u.seq.n; i += 2) {
             const struct pk_node *k = n->u.seq.v[i];
@@ -468,7 +513,7 @@ static int visit(struct walk *w, const struct pk_node *n)
         return rc;
     }
     if (w->depth > 0 && (n->kind == PK_LIST || n->kind == PK_TUPLE) &&
-        !is_terminal(n, 0)) {
+        !is_terminal(n, 0, &w->steps)) {
         for (i = 0; rc == DCP_OK && i < n->u.seq.n; i++) {
             w->path[w->depth].s = NULL;
             w->path[w->depth++].i = (int64_t)i;

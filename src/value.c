@@ -638,10 +638,26 @@ static const struct pk_global value_allow[] = {
     {"builtins", "bytes"},
 };
 
+/* Bounds on what one conversion builds: memo references share nodes and
+ * strings, so a small pickle could otherwise expand without limit. */
 struct conv {
     size_t nodes;
+    size_t bytes; /* str and bytes content copied */
     struct dcp_err *err;
 };
+
+#define VALUE_MAX_BYTES ((size_t)1 << 30)
+
+static int conv_bytes(struct conv *c, size_t n)
+{
+    if (n > VALUE_MAX_BYTES - c->bytes)
+        return dcp__err(c->err, DCP_ELIMIT,
+                        "value: more than %zu bytes of strings (shared "
+                        "references expand)",
+                        VALUE_MAX_BYTES);
+    c->bytes += n;
+    return DCP_OK;
+}
 
 static int conv_node(struct conv *c, const struct pk_node *n, int depth,
                      dcp_value **out);
@@ -696,9 +712,13 @@ static int conv_node(struct conv *c, const struct pk_node *n, int depth,
         v = dcp_value_float(n->u.f);
         break;
     case PK_STR:
+        if (conv_bytes(c, n->u.s.len) != DCP_OK)
+            return c->err ? c->err->code : DCP_ELIMIT;
         v = dcp_value_strn(n->u.s.p, n->u.s.len);
         break;
     case PK_BYTES:
+        if (conv_bytes(c, n->u.s.len) != DCP_OK)
+            return c->err ? c->err->code : DCP_ELIMIT;
         v = dcp_value_bytes(n->u.s.p, n->u.s.len);
         break;
     case PK_TUPLE:
@@ -738,11 +758,14 @@ static int conv_node(struct conv *c, const struct pk_node *n, int depth,
     return DCP_OK;
 }
 
-int dcp__value_from_node(const struct pk_node *n, dcp_value **out,
-                         struct dcp_err *err)
+int dcp__value_from_node(const struct pk_node *n, size_t budget[2],
+                         dcp_value **out, struct dcp_err *err)
 {
-    struct conv c = {0, err};
-    return conv_node(&c, n, 0, out);
+    struct conv c = {budget[0], budget[1], err};
+    int rc = conv_node(&c, n, 0, out);
+    budget[0] = c.nodes;
+    budget[1] = c.bytes;
+    return rc;
 }
 
 int dcp__value_unpickle(const void *p, size_t len, dcp_value **out,
@@ -750,7 +773,7 @@ int dcp__value_unpickle(const void *p, size_t len, dcp_value **out,
 {
     struct pk_arena *arena = NULL;
     struct pk_node *root = NULL;
-    struct conv c = {0, err};
+    struct conv c = {0, 0, err};
     int rc;
     *out = NULL;
     rc = pk_decode(p, len, value_allow, DCP_ARRAY_LEN(value_allow), NULL, 0,

@@ -35,10 +35,16 @@ int dcp__value_pickle(const dcp_value *v, struct dcp_buf *out);
  * inside a larger pickle. */
 int dcp__value_emit(struct pk_writer *w, const dcp_value *v);
 
-/* Converts a decoded pickle node to a new dcp_value, with the bounds of
- * dcp__value_unpickle (objects other than bytes() are DCP_ENOTSUP). */
-int dcp__value_from_node(const struct pk_node *n, dcp_value **out,
-                         struct dcp_err *err);
+/*
+ * Converts a decoded pickle node to a new dcp_value (objects other than
+ * bytes() are DCP_ENOTSUP). budget: objects and string bytes converted so
+ * far, updated; start both at 0 and pass the same array for every value
+ * of one pickle, so the bounds of dcp__value_unpickle (2^24 objects, 1 GiB
+ * of strings) hold for the whole pickle, however its memo references share
+ * them.
+ */
+int dcp__value_from_node(const struct pk_node *n, size_t budget[2],
+                         dcp_value **out, struct dcp_err *err);
 
 /*
  * Decodes a value pickle (data.pkl of a value item) with the value

@@ -347,6 +347,18 @@ def import_hostile(check, tmp):
     r = dcptool("import", evil, os.path.join(tmp, "ck-evil"), expect=1)
     check.true("disallowed global 'posix.system'" in r.stderr, r.stderr)
     check.true(not os.path.exists(os.path.join(tmp, "pwned")), "not run")
+    # shared references that expand: one 1 MB string referenced 2000
+    # times (2 GB as values), lists of lists sharing each level (2^40 leaves)
+    big = "x" * 1000000
+    laughs = [0]
+    for _ in range(40):
+        laughs = [laughs, laughs]
+    for name, obj, msg in [("strings", {"v": [big] * 2000}, "bytes of strings"),
+                           ("lists", {"v": laughs}, "more than")]:
+        p = os.path.join(tmp, f"{name}.pt")
+        torch.save(obj, p)
+        r = dcptool("import", p, os.path.join(tmp, f"ck-{name}"), expect=1)
+        check.true(msg in r.stderr, f"{name}: {r.stderr.strip()}")
     # a truncated torch.save file
     good = os.path.join(tmp, "good.pt")
     torch.save({"w": torch.ones(100)}, good)

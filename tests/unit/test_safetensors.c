@@ -255,7 +255,7 @@ TEST(mutations)
     char buf[256];
     uint32_t x = 12345;
     int ok = 0;
-    for (i = 0; i < 20000; i++) {
+    for (i = 0; i < 5000; i++) {
         struct sf_file f;
         struct dcp_err err;
         int k, m = 1 + (int)(i % 4), rc;

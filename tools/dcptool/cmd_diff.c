@@ -3,7 +3,9 @@
  * two checkpoints entry by entry: keys present in one only, kinds, dtypes,
  * global shapes, tensor elements (bit-exact by default; with a tolerance,
  * |a - b| <= atol + rtol * |b| after conversion to float64, NaN equal to
- * NaN) and values. Tensors are read in boxes of at most 32 MiB a side.
+ * NaN) and values. Tensors are read chunk by chunk of DIR1 (a box that is
+ * a stored chunk is read once, straight into the buffer), in pieces of at
+ * most 256 MiB a side.
  * Exit status as diff(1): 0 identical, 1 different, 2 trouble (an error
  * reading either checkpoint, bad usage).
  */
@@ -16,7 +18,7 @@
 
 #include "dcptool.h"
 
-#define SLAB_BYTES ((size_t)32 << 20)
+#define CHUNK_BYTES ((size_t)256 << 20)
 
 static const char usage_text[] =
     "diff DIR1 DIR2 [--rtol R] [--atol A] [--max-lines N]";
@@ -29,8 +31,9 @@ struct diff {
     double rtol, atol;
     long max_lines, lines;
     long ndiff;
-    void *ba, *bb;   /* slab of each side */
-    double *fa, *fb; /* as float64, with a tolerance */
+    void *ba, *bb;   /* the box of each side */
+    double *fa, *fb; /* as float64 */
+    size_t cap;      /* elements the four buffers hold */
 };
 
 /* One line: "WHAT: KEY" or "WHAT: KEY: DETAIL". */
@@ -50,21 +53,56 @@ static int is_float(dcp_dtype dt)
            dt == DCP_F8_E4M3FN || dt == DCP_F8_E5M2;
 }
 
-/* Compares n elements at linear index first; updates the counters. */
-static void compare(struct diff *d, dcp_dtype dt, size_t n, uint64_t first,
-                    uint64_t *count, uint64_t *at, double *maxabs)
+/* Grows the four comparison buffers to n elements (of any dtype: the
+ * element buffers are sized for 8-byte elements). */
+static int reserve(struct diff *d, size_t n)
 {
-    size_t es = dcp_dtype_size(dt), i;
+    void *p;
+    if (n <= d->cap)
+        return DCP_OK;
+    p = realloc(d->ba, n * 8);
+    if (p)
+        d->ba = p;
+    p = p ? realloc(d->bb, n * 8) : NULL;
+    if (p)
+        d->bb = p;
+    p = p ? realloc(d->fa, n * sizeof(double)) : NULL;
+    if (p)
+        d->fa = p;
+    p = p ? realloc(d->fb, n * sizeof(double)) : NULL;
+    if (p)
+        d->fb = p;
+    if (!p)
+        return DCP_ENOMEM;
+    d->cap = n;
+    return DCP_OK;
+}
+
+/* Per-tensor tally of the differing elements. */
+struct tally {
+    uint64_t count;
+    uint64_t first; /* smallest C-order index of a difference */
+    double maxabs;
+};
+
+/* Compares the box (off, size) of both tensors, already read into ba/bb
+ * (n elements). */
+static void compare(struct diff *d, const dcp_entry_info *e, const int64_t *off,
+                    const int64_t *size, size_t n, struct tally *t)
+{
+    size_t es = dcp_dtype_size(e->dtype), i;
     const unsigned char *x = d->ba, *y = d->bb;
-    int tol = d->rtol > 0 || d->atol > 0;
+    int tol = d->rtol > 0 || d->atol > 0, fl = is_float(e->dtype);
     if (memcmp(x, y, n * es) == 0)
         return;
-    if (tol || is_float(dt)) {
-        (void)dcp_convert_elements(d->fa, DCP_F64, x, dt, n);
-        (void)dcp_convert_elements(d->fb, DCP_F64, y, dt, n);
+    if (tol || fl) {
+        (void)dcp_convert_elements(d->fa, DCP_F64, x, e->dtype, n);
+        (void)dcp_convert_elements(d->fb, DCP_F64, y, e->dtype, n);
     }
     for (i = 0; i < n; i++) {
-        int same;
+        uint64_t rem = i, lin = 0;
+        int64_t idx[DCP_MAX_NDIM];
+        int same, k;
         if (tol) {
             double p = d->fa[i], q = d->fb[i];
             same = (isnan(p) && isnan(q)) || p == q ||
@@ -74,13 +112,19 @@ static void compare(struct diff *d, dcp_dtype dt, size_t n, uint64_t first,
         }
         if (same)
             continue;
-        if (*count == 0)
-            *at = first + i;
-        (*count)++;
-        if (tol || is_float(dt)) {
+        for (k = e->ndim - 1; k >= 0; k--) {
+            idx[k] = (int64_t)(rem % (uint64_t)size[k]);
+            rem /= (uint64_t)size[k];
+        }
+        for (k = 0; k < e->ndim; k++)
+            lin = lin * (uint64_t)e->shape[k] + (uint64_t)(off[k] + idx[k]);
+        if (t->count == 0 || lin < t->first)
+            t->first = lin;
+        t->count++;
+        if (tol || fl) {
             double diff = fabs(d->fa[i] - d->fb[i]);
-            if (!(diff <= *maxabs))
-                *maxabs = diff;
+            if (!(diff <= t->maxabs))
+                t->maxabs = diff;
         }
     }
 }
@@ -97,77 +141,99 @@ static void index_text(char *buf, size_t cap, uint64_t lin, int ndim,
     tool_shape(buf, cap, ndim, idx);
 }
 
-/* Reads both tensors in boxes that span every dimension after a split
- * dimension k (so each box is a contiguous run of the C order). */
-static int diff_tensor(struct diff *d, size_t ia, size_t ib,
-                       const dcp_entry_info *e)
+/* Reads and compares the box (off, size), in pieces of at most
+ * CHUNK_BYTES that span the box after a split dimension. */
+static int diff_box(struct diff *d, size_t ia, size_t ib,
+                    const dcp_entry_info *e, const int64_t *boff,
+                    const int64_t *bsize, struct tally *t)
 {
-    size_t es = dcp_dtype_size(e->dtype), cap = SLAB_BYTES / 8;
+    size_t es = dcp_dtype_size(e->dtype), cap = CHUNK_BYTES / es;
     int64_t off[DCP_MAX_NDIM] = {0}, size[DCP_MAX_NDIM], row = 1, m;
-    uint64_t numel = 1, first = 0, count = 0, at = 0;
-    double maxabs = 0;
     int k, j, nd = e->ndim, rc;
     for (j = 0; j < nd; j++)
-        numel *= (uint64_t)e->shape[j];
-    if (numel == 0)
-        return DCP_OK;
+        if (bsize[j] == 0)
+            return DCP_OK;
     for (k = 0; k < nd; k++) {
         row = 1;
         for (j = k + 1; j < nd; j++)
-            row *= e->shape[j];
+            row *= bsize[j];
         if ((uint64_t)row <= cap)
             break;
     }
     m = nd ? (int64_t)(cap / (uint64_t)row) : 1;
-    if (nd && m > e->shape[k])
-        m = e->shape[k];
+    if (nd && m > bsize[k])
+        m = bsize[k];
     for (j = 0; j < nd; j++)
-        size[j] = j < k ? 1 : e->shape[j];
+        size[j] = j < k ? 1 : bsize[j];
     for (;;) {
+        int64_t goff[DCP_MAX_NDIM];
         uint64_t n = 1;
         if (nd)
-            size[k] = e->shape[k] - off[k] < m ? e->shape[k] - off[k] : m;
-        for (j = 0; j < nd; j++)
+            size[k] = bsize[k] - off[k] < m ? bsize[k] - off[k] : m;
+        for (j = 0; j < nd; j++) {
             n *= (uint64_t)size[j];
-        rc = dcp_metadata_read_box(d->ctx, d->a, ia, off, size, d->ba,
+            goff[j] = boff[j] + off[j];
+        }
+        if (reserve(d, (size_t)n) != DCP_OK)
+            return DCP_ENOMEM;
+        rc = dcp_metadata_read_box(d->ctx, d->a, ia, goff, size, d->ba,
                                    (size_t)n * es, 1);
         if (rc == DCP_OK)
-            rc = dcp_metadata_read_box(d->ctx, d->b, ib, off, size, d->bb,
+            rc = dcp_metadata_read_box(d->ctx, d->b, ib, goff, size, d->bb,
                                        (size_t)n * es, 1);
         if (rc != DCP_OK)
             return rc;
-        compare(d, e->dtype, (size_t)n, first, &count, &at, &maxabs);
-        first += n;
+        compare(d, e, goff, size, (size_t)n, t);
         if (!nd)
-            break;
+            return DCP_OK;
         off[k] += size[k];
-        if (off[k] < e->shape[k])
+        if (off[k] < bsize[k])
             continue;
         off[k] = 0;
         for (j = k - 1; j >= 0; j--) {
-            if (++off[j] < e->shape[j])
+            if (++off[j] < bsize[j])
                 break;
             off[j] = 0;
         }
         if (j < 0)
-            break;
+            return DCP_OK;
     }
-    if (count) {
+}
+
+/* Compares a tensor chunk by chunk of the first checkpoint: reading a box
+ * that is exactly a stored chunk reads it once, straight into the buffer
+ * (a chunk larger than CHUNK_BYTES is compared in pieces). */
+static int diff_tensor(struct diff *d, size_t ia, size_t ib,
+                       const dcp_entry_info *e)
+{
+    struct tally t = {0, 0, 0};
+    uint64_t numel = 1;
+    size_t c;
+    int k, rc = DCP_OK;
+    for (k = 0; k < e->ndim; k++)
+        numel *= (uint64_t)e->shape[k];
+    for (c = 0; rc == DCP_OK && c < e->nchunks; c++) {
+        dcp_chunk_info ci;
+        rc = dcp_metadata_chunk(d->a, ia, c, &ci);
+        if (rc == DCP_OK)
+            rc = diff_box(d, ia, ib, e, ci.offsets, ci.sizes, &t);
+    }
+    if (rc == DCP_OK && t.count) {
         char idx[256], detail[512];
-        index_text(idx, sizeof(idx), at, nd, e->shape);
+        index_text(idx, sizeof(idx), t.first, e->ndim, e->shape);
         if (is_float(e->dtype) || d->rtol > 0 || d->atol > 0)
             (void)snprintf(detail, sizeof(detail),
                            "%llu of %llu elements (first at %s, largest "
                            "difference %g)",
-                           (unsigned long long)count, (unsigned long long)numel,
-                           idx, maxabs);
+                           (unsigned long long)t.count,
+                           (unsigned long long)numel, idx, t.maxabs);
         else
             (void)snprintf(
                 detail, sizeof(detail), "%llu of %llu elements (first at %s)",
-                (unsigned long long)count, (unsigned long long)numel, idx);
+                (unsigned long long)t.count, (unsigned long long)numel, idx);
         report(d, "values differ", e->key, detail);
     }
-    return DCP_OK;
+    return rc;
 }
 
 static int diff_entry(struct diff *d, size_t ia, size_t ib)
@@ -276,12 +342,6 @@ int cmd_diff(int argc, char **argv)
     if (tool_open(d.da, &d.ctx, &d.a))
         return 2;
     rc = dcp_metadata_open(d.ctx, d.db, &d.b);
-    d.ba = malloc(SLAB_BYTES / 8 * 8);
-    d.bb = malloc(SLAB_BYTES / 8 * 8);
-    d.fa = malloc(SLAB_BYTES / 8 * sizeof(double));
-    d.fb = malloc(SLAB_BYTES / 8 * sizeof(double));
-    if (rc == DCP_OK && (!d.ba || !d.bb || !d.fa || !d.fb))
-        rc = DCP_ENOMEM;
     if (rc == DCP_OK)
         rc = run(&d);
     if (rc != DCP_OK)
