@@ -140,7 +140,7 @@ static int unexpected_keys(dcp_ctx *ctx, const dcp_state *st,
 
 static int load_tensor(struct rd_files *f, const struct st_entry *se,
                        const struct md_entry *e, int verify,
-                       struct dcp_err *err)
+                       struct io_rbatch *batch, struct dcp_err *err)
 {
     struct rd_dest *dest;
     int64_t io[DCP_MAX_NDIM], is[DCP_MAX_NDIM];
@@ -163,7 +163,8 @@ static int load_tensor(struct rd_files *f, const struct st_entry *se,
                      dcp__box_intersect(e->ndim, c->off, c->size, dest[j].off,
                                         dest[j].size, io, is);
         if (wanted)
-            rc = dcp__rd_chunk(f, e, i, dest, se->nboxes, verify, NULL, err);
+            rc = dcp__rd_chunk_plan(f, e, i, dest, se->nboxes, verify, batch,
+                                    err);
     }
     dcp__free(dest);
     return rc;
@@ -173,6 +174,7 @@ static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
                     const struct dcp_metadata *md, int verify)
 {
     dcp_value **vals = dcp__calloc(st->n ? st->n : 1, sizeof(*vals));
+    struct io_rbatch batch = {0};
     size_t i;
     int rc = DCP_OK;
     if (!vals)
@@ -184,11 +186,25 @@ static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
             rc = dcp__rd_value(f, &md->e[ei], verify, ctx->max_value_bytes,
                                &vals[i], &ctx->err);
     }
+    /* Tensors: archives parsed, then their bytes read in one batch,
+     * sorted by file and offset (ioengine.h). */
+    dcp__ctx_io_clear(ctx, DCP_IO_LOAD);
+    if (rc == DCP_OK)
+        rc = dcp__io_rbatch_init(&batch, f->dirfd, md->nfiles, &ctx->err);
     for (i = 0; rc == DCP_OK && i < st->n; i++) {
         long ei = dcp__meta_find(md, st->e[i].key);
         if (ei >= 0 && st->e[i].is_tensor)
-            rc = load_tensor(f, &st->e[i], &md->e[ei], verify, &ctx->err);
+            rc = load_tensor(f, &st->e[i], &md->e[ei], verify, &batch,
+                             &ctx->err);
     }
+    if (rc == DCP_OK && batch.nparts) {
+        struct io_eng *e = NULL;
+        rc = dcp__ctx_io_begin(ctx, &e);
+        if (rc == DCP_OK)
+            rc = dcp__io_rbatch_run(&batch, e, &ctx->err);
+        dcp__ctx_io_end(ctx, DCP_IO_LOAD);
+    }
+    dcp__io_rbatch_release(&batch);
     for (i = 0; i < st->n; i++) {
         if (!vals[i])
             continue;

@@ -8,6 +8,7 @@
 #define DCP_READ_H
 
 #include "util.h"
+#include "ioengine.h"
 #include "meta.h"
 
 struct rd_files {
@@ -43,6 +44,21 @@ void dcp__rd_close(struct rd_files *f);
 int dcp__rd_chunk(struct rd_files *f, const struct md_entry *e, size_t ci,
                   const struct rd_dest *dest, size_t ndest, int verify,
                   uint64_t *bytes_checked, struct dcp_err *err);
+
+/*
+ * As dcp__rd_chunk, but when the chunk is stored contiguously and its
+ * overlap with each destination is one run of bytes both in the chunk and
+ * in the destination (the same dtype, no two overlaps sharing bytes), its
+ * data is not read here: a stream is added to batch with one part per
+ * destination (with verify, also parts that read the rest of the chunk for
+ * its CRC only), which dcp__io_rbatch_run reads later, straight into the
+ * destinations where it can. Other chunks are read and copied at once.
+ * Same return codes as dcp__rd_chunk.
+ */
+int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e,
+                       size_t ci, const struct rd_dest *dest, size_t ndest,
+                       int verify, struct io_rbatch *batch,
+                       struct dcp_err *err);
 
 /* Reads value entry e; *out belongs to the caller. */
 int dcp__rd_value(struct rd_files *f, const struct md_entry *e, int verify,

@@ -37,7 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "crc32.h"
+#include "ioengine.h"
 #include "meta.h"
 #include "plan.h"
 #include "read.h"
@@ -45,74 +45,56 @@
 #include "storage.h"
 #include "torchzip.h"
 
-#define WBUF_FLUSH ((size_t)4 << 20)  /* pending small writes flushed here */
-#define DIRECT_MIN ((size_t)64 << 10) /* data this large goes straight out */
-#define ITEM_ALIGN 64                 /* torch.save's record alignment */
+#define ITEM_ALIGN 64 /* torch.save's record alignment */
 
 /* ----------------------------------------------------------- writer */
 
-struct wfile {
-    int fd;
-    const char *name;
-    uint64_t off;        /* bytes in the file so far */
-    struct dcp_buf pend; /* small writes not yet issued */
-    struct dcp_err *err;
-};
-
-static int wf_flush(struct wfile *w)
-{
-    int rc = DCP_OK;
-    if (w->pend.len) {
-        rc = dcp__fs_pwrite(w->fd, w->pend.p, w->pend.len, w->off - w->pend.len,
-                            w->name, w->err);
-        w->pend.len = 0;
-    }
-    return rc;
-}
-
-static int wf_put(struct wfile *w, const void *p, size_t n)
-{
-    int rc;
-    if (n >= DIRECT_MIN) {
-        rc = wf_flush(w);
-        if (rc == DCP_OK)
-            rc = dcp__fs_pwrite(w->fd, p, n, w->off, w->name, w->err);
-        w->off += n;
-        return rc;
-    }
-    if (dcp__buf_put(&w->pend, p, n) != DCP_OK)
-        return dcp__err(w->err, DCP_ENOMEM, "out of memory");
-    w->off += n;
-    return w->pend.len >= WBUF_FLUSH ? wf_flush(w) : DCP_OK;
-}
+/*
+ * The bytes go through the I/O engine (ioengine.h): records start on
+ * ITEM_ALIGN file offsets (zero bytes between them) and a tensor's data on
+ * an IO_DATA_ALIGN one (padding in the zip extra field), so the engine can
+ * write tensor data straight from the caller's buffer with O_DIRECT.
+ */
 
 /* Moves what the zip writer produced into the file. */
-static int wf_drain(struct wfile *w, struct tz_writer *z)
+static int wf_drain(struct io_writer *w, struct tz_writer *z)
 {
-    int rc = wf_put(w, z->out.p, z->out.len);
+    int rc = dcp__iow_put(w, z->out.p, z->out.len);
     z->out.len = 0;
     return rc;
 }
 
+/* Pads the file to the next record boundary and starts a record there. */
+static int wf_record(struct io_writer *w, struct tz_writer *z)
+{
+    int rc = dcp__iow_zero(w, (size_t)((ITEM_ALIGN - w->off % ITEM_ALIGN) %
+                                       ITEM_ALIGN));
+    if (rc == DCP_OK)
+        rc = tz_writer_init(z, w->off, ITEM_ALIGN);
+    if (rc == DCP_OK)
+        rc = tz_writer_stream_align(z, IO_DATA_ALIGN);
+    return rc;
+}
+
 /* Writes a value record from its pickle; *off and *len get its extent. */
-static int write_value(struct wfile *w, const struct st_entry *se,
+static int write_value(struct io_writer *w, const struct st_entry *se,
                        const struct dcp_buf *pkl, uint64_t *off, uint64_t *len)
 {
     struct tz_writer z;
-    int rc = tz_writer_init(&z, w->off, ITEM_ALIGN);
-    if (rc == DCP_OK)
-        rc = tz_value_item(&z, pkl->p, pkl->len);
+    int rc = wf_record(w, &z);
     *off = w->off;
     if (rc == DCP_OK)
+        rc = tz_value_item(&z, pkl->p, pkl->len);
+    if (rc == DCP_OK)
         rc = wf_drain(w, &z);
-    else
+    else if (rc != w->rc)
         rc = dcp__err(w->err, rc, "cannot encode value '%s'", se->key);
     *len = w->off - *off;
     tz_writer_release(&z);
     return rc;
 }
 
-static int write_box(struct wfile *w, const struct st_entry *se,
+static int write_box(struct io_writer *w, const struct st_entry *se,
                      const struct st_box *b, uint64_t *off, uint64_t *len)
 {
     uint64_t nbytes =
@@ -120,20 +102,20 @@ static int write_box(struct wfile *w, const struct st_entry *se,
     uint64_t data_off;
     struct tz_writer z;
     uint32_t crc = 0;
-    int rc = tz_writer_init(&z, w->off, ITEM_ALIGN);
+    int rc = wf_record(w, &z);
     *off = w->off;
     if (rc == DCP_OK)
         rc = tz_tensor_item_begin(&z, se->dtype, se->ndim, b->size, nbytes,
                                   &data_off);
     if (rc != DCP_OK) {
         tz_writer_release(&z);
+        if (rc == w->rc)
+            return rc;
         return dcp__err(w->err, rc, "cannot encode tensor '%s'", se->key);
     }
     rc = wf_drain(w, &z);
-    if (rc == DCP_OK && nbytes) {
-        crc = dcp__crc32(0, b->buf, (size_t)nbytes);
-        rc = wf_put(w, b->buf, (size_t)nbytes);
-    }
+    if (rc == DCP_OK && nbytes)
+        rc = dcp__iow_data(w, b->buf, (size_t)nbytes, &crc);
     if (rc == DCP_OK) {
         rc = tz_tensor_item_end(&z, crc);
         if (rc == DCP_OK)
@@ -148,19 +130,21 @@ static int write_box(struct wfile *w, const struct st_entry *se,
 
 /* Writes this rank's records, in assignment order, into its data file;
  * offlen receives (offset, length) per record. */
-static int write_rank(int dirfd, const struct pl_assign *a, const dcp_state *st,
-                      const struct pl_local *lp, int sync, uint64_t *offlen,
-                      struct dcp_err *err)
+static int write_rank(struct io_eng *e, int dirfd, const struct pl_assign *a,
+                      const dcp_state *st, const struct pl_local *lp, int sync,
+                      uint64_t *offlen, struct dcp_err *err)
 {
-    struct wfile w;
+    struct io_writer w;
     size_t i;
-    int rc;
-    memset(&w, 0, sizeof(w));
-    w.name = a->file;
-    w.err = err;
-    rc = dcp__fs_create(dirfd, a->file, &w.fd, err);
+    int fd, rc, frc;
+    rc = dcp__fs_create(dirfd, a->file, &fd, err);
     if (rc != DCP_OK)
         return rc;
+    rc = dcp__iow_open(&w, e, dirfd, a->file, fd, err);
+    if (rc != DCP_OK) {
+        (void)close(fd);
+        return rc;
+    }
     for (i = 0; i < a->n && rc == DCP_OK; i++) {
         const struct st_entry *se = &st->e[a->recs[i].lent];
         if (se->is_tensor)
@@ -170,15 +154,15 @@ static int write_rank(int dirfd, const struct pl_assign *a, const dcp_state *st,
             rc = write_value(&w, se, &lp->pickles[a->recs[i].lent],
                              &offlen[2 * i], &offlen[2 * i + 1]);
     }
+    frc = dcp__iow_finish(&w); /* waits for every request, also on error */
     if (rc == DCP_OK)
-        rc = wf_flush(&w);
+        rc = frc;
     if (rc == DCP_OK && sync)
-        rc = dcp__fs_fsync(w.fd, a->file, err);
+        rc = dcp__fs_fsync(fd, a->file, err);
     if (rc == DCP_OK)
-        rc = dcp__fs_close(w.fd, a->file, err);
+        rc = dcp__fs_close(fd, a->file, err);
     else
-        (void)close(w.fd);
-    dcp__buf_free(&w.pend);
+        (void)close(fd);
     return rc;
 }
 
@@ -417,17 +401,22 @@ static int write_step(dcp_ctx *ctx, const dcp_state *st,
 {
     uint64_t *offlen = NULL;
     int rc = dcp__plan_assign_decode(mine, len, st, a, &ctx->err);
+    dcp__ctx_io_clear(ctx, DCP_IO_SAVE);
     if (rc != DCP_OK)
         return rc;
     if (a->n) {
         offlen = dcp__calloc(2 * a->n, sizeof(*offlen));
         if (!offlen)
             return dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
+        struct io_eng *e = NULL;
         if (*dirfd < 0)
             rc = dcp__fs_open_dir(path, dirfd, &ctx->err);
         *wrote = rc == DCP_OK;
         if (rc == DCP_OK)
-            rc = write_rank(*dirfd, a, st, lp, sync, offlen, &ctx->err);
+            rc = dcp__ctx_io_begin(ctx, &e);
+        if (rc == DCP_OK)
+            rc = write_rank(e, *dirfd, a, st, lp, sync, offlen, &ctx->err);
+        dcp__ctx_io_end(ctx, DCP_IO_SAVE);
     }
     if (rc == DCP_OK && dcp__plan_results_encode(offlen, a->n, res) != DCP_OK)
         rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
