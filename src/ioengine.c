@@ -18,7 +18,7 @@
  * (dcp__io_test) are applied there too, so both engines see the same
  * faults.
  */
-#define _GNU_SOURCE /* O_DIRECT, statx */
+#define _GNU_SOURCE /* O_DIRECT, statx, fallocate */
 #include "ioengine.h"
 
 #include <errno.h>
@@ -530,7 +530,8 @@ static void w_retire(struct io_writer *w)
 }
 
 int dcp__iow_open(struct io_writer *w, struct io_eng *e, int dirfd,
-                  const char *name, int fd, struct dcp_err *err)
+                  const char *name, int fd, uint64_t size_hint,
+                  struct dcp_err *err)
 {
     int rc;
     memset(w, 0, sizeof(*w));
@@ -545,6 +546,11 @@ int dcp__iow_open(struct io_writer *w, struct io_eng *e, int dirfd,
         return rc;
     w->direct = w->dfd >= 0;
     note_file(e, w->direct);
+    /* Best effort: a filesystem without fallocate, or a full disk, shows
+     * up in the writes themselves. */
+    if (size_hint && size_hint <= INT64_MAX && !dcp__io_test.sparse_zeros &&
+        fallocate(fd, 0, 0, (off_t)size_hint) == 0)
+        w->truncate = 1;
     return DCP_OK;
 }
 

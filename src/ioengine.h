@@ -121,11 +121,16 @@ struct io_writer {
 
 /*
  * Starts writing the data file name, created empty by the caller as fd in
- * dirfd (the engine opens it again with O_DIRECT when it can). Returns
- * DCP_OK or DCP_ENOMEM / DCP_EIO; on failure nothing needs finishing.
+ * dirfd (the engine opens it again with O_DIRECT when it can). size_hint,
+ * when nonzero, is an upper bound of the file's final length: the file is
+ * allocated that long first (fallocate; its length is set right at the
+ * end), so that O_DIRECT writes land inside the file and the filesystem
+ * can run them in parallel (ext4 serialises writes that extend a file).
+ * Returns DCP_OK or DCP_EUNSAFE; on failure nothing needs finishing.
  */
 int dcp__iow_open(struct io_writer *w, struct io_eng *e, int dirfd,
-                  const char *name, int fd, struct dcp_err *err);
+                  const char *name, int fd, uint64_t size_hint,
+                  struct dcp_err *err);
 
 /* Appends n bytes copied from p (p may be reused on return). */
 int dcp__iow_put(struct io_writer *w, const void *p, size_t n);

@@ -135,12 +135,24 @@ static int write_rank(struct io_eng *e, int dirfd, const struct pl_assign *a,
                       uint64_t *offlen, struct dcp_err *err)
 {
     struct io_writer w;
+    uint64_t hint = 0;
     size_t i;
     int fd, rc, frc;
+    /* An upper bound of the file's length: data, alignment and zip
+     * structures (under 12 KiB per record); the engine allocates it. */
+    for (i = 0; i < a->n; i++) {
+        const struct st_entry *se = &st->e[a->recs[i].lent];
+        hint += (uint64_t)16 << 10;
+        if (se->is_tensor)
+            hint += dcp__box_numel(se->ndim, se->boxes[a->recs[i].lbox].size) *
+                    dcp_dtype_size(se->dtype);
+        else
+            hint += lp->pickles[a->recs[i].lent].len;
+    }
     rc = dcp__fs_create(dirfd, a->file, &fd, err);
     if (rc != DCP_OK)
         return rc;
-    rc = dcp__iow_open(&w, e, dirfd, a->file, fd, err);
+    rc = dcp__iow_open(&w, e, dirfd, a->file, fd, hint, err);
     if (rc != DCP_OK) {
         (void)close(fd);
         return rc;
