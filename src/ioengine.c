@@ -75,6 +75,7 @@ struct io_eng {
 #endif
     struct io_req *req;
     uint32_t head, count;
+    uint32_t busy;    /* requests started and not yet complete */
     uint8_t **blocks; /* depth pool buffers, allocated on first use */
     uint8_t *blk_busy;
     char why_uring[128];
@@ -321,6 +322,12 @@ static int on_result(struct io_eng *e, struct io_req *r, int res)
     return 1;
 }
 
+static void mark_done(struct io_eng *e, struct io_req *r)
+{
+    r->state = REQ_DONE;
+    e->busy--;
+}
+
 /* Runs the rest of r with pread/pwrite. */
 static void exec_sync(struct io_eng *e, struct io_req *r)
 {
@@ -338,7 +345,7 @@ static void exec_sync(struct io_eng *e, struct io_req *r)
         if (!on_result(e, r, res))
             break;
     }
-    r->state = REQ_DONE;
+    mark_done(e, r);
 }
 
 #ifdef DCP_HAVE_LIBURING
@@ -368,7 +375,7 @@ static void start_uring(struct io_eng *e, struct io_req *r)
              ++tries < 1000);
     if (ret < 0) {
         r->err = -ret;
-        r->state = REQ_DONE;
+        mark_done(e, r);
     }
 }
 #endif
@@ -398,9 +405,10 @@ static void issue(struct io_eng *e, struct io_req *r)
 {
     r->state = REQ_BUSY;
     e->count++;
+    e->busy++;
     e->st.requests++;
-    if (e->count > e->st.max_in_flight)
-        e->st.max_in_flight = e->count;
+    if (e->busy > e->st.max_in_flight)
+        e->st.max_in_flight = e->busy;
     start(e, r);
 }
 
@@ -419,7 +427,7 @@ static void wait_head(struct io_eng *e)
             /* Cannot happen with a working ring; give up on the head
              * rather than spin (its buffer stays busy). */
             h->err = -ret;
-            h->state = REQ_DONE;
+            mark_done(e, h);
             break;
         }
         r = &e->req[io_uring_cqe_get_data64(cqe) % e->depth];
@@ -428,7 +436,7 @@ static void wait_head(struct io_eng *e)
         if (on_result(e, r, ret))
             start(e, r);
         else
-            r->state = REQ_DONE;
+            mark_done(e, r);
 #else
         h->state = REQ_DONE; /* synchronous: never reached */
 #endif
@@ -974,7 +982,8 @@ static int next_request(struct rrun *u, struct io_req *r)
         /* Whole neighbours that fit in the buffer come along. */
         while (u->pos == q->len && u->pi + 1 < u->npc) {
             const struct piece *n = &u->pc[u->pi + 1];
-            if (n->zc || n->file != q->file || n->off > end + READ_GAP ||
+            if (n->zc || n->file != q->file || n->off < lo ||
+                n->off > end + READ_GAP ||
                 round_up(n->off + n->len, oa) > limit)
                 break;
             u->pi++;
