@@ -6,8 +6,11 @@
  *
  *   mpirun -n N io_bench save|load DIR [--runs R] [--misalign B]
  *          [--io-flags F] [--depth D] [--block BYTES] [--scale small]
+ *          [--no-verify 1]
  *
- * save: builds this rank's row shards and saves them R times into DIR.
+ * save: builds this rank's row shards and saves them R times into DIR,
+ *       emptied before each run (not timed), so every save writes new
+ *       files.
  * load: builds empty shards for the current world size (any N: loading a
  *       checkpoint saved on another number of ranks reshards it), evicts
  *       DIR's files from the page cache before each run
@@ -55,6 +58,25 @@ static void reset_peak(void)
     }
 }
 
+/* Removes the files of the checkpoint in dir (a flat directory), so that
+ * each save writes new files, as fio writes a new file. */
+static void clear_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    if (!d)
+        return;
+    while ((de = readdir(d))) {
+        char p[4096];
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        (void)snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+        (void)unlink(p);
+    }
+    closedir(d);
+    sync();
+}
+
 /* Drops dir's regular files from the page cache. */
 static void evict(const char *dir)
 {
@@ -91,7 +113,7 @@ int main(int argc, char **argv)
     dcp_state *st = NULL;
     const char *mode, *dir;
     size_t misalign = 0;
-    int rank, world, runs = 3, i, rc, save;
+    int rank, world, runs = 3, i, rc, save, verify = 1;
     long *peaks;
 
     MPI_Init(&argc, &argv);
@@ -111,6 +133,8 @@ int main(int argc, char **argv)
     for (i = 3; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--runs"))
             runs = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--no-verify"))
+            verify = atoi(argv[i + 1]) == 0;
         else if (!strcmp(argv[i], "--misalign"))
             misalign = (size_t)atol(argv[i + 1]);
         else if (!strcmp(argv[i], "--io-flags"))
@@ -147,12 +171,15 @@ int main(int argc, char **argv)
     so.struct_size = sizeof(so);
     memset(&lo, 0, sizeof(lo));
     lo.struct_size = sizeof(lo);
+    lo.flags = verify ? 0 : DCP_LOAD_NO_VERIFY;
     peaks = calloc((size_t)world * 2, sizeof(*peaks));
 
     for (i = 0; i < runs; i++) {
         long mine[2], before;
         double t0, t1;
         uint64_t bad = 0, allbad = 0;
+        if (save && rank == 0)
+            clear_dir(dir);
         if (!save && rank == 0)
             evict(dir);
         reset_peak();
@@ -180,10 +207,11 @@ int main(int argc, char **argv)
         if (rank == 0) {
             int r;
             printf("{\"op\": \"%s\", \"ranks\": %d, \"run\": %d, "
-                   "\"misalign\": %zu, \"seconds\": %.6f, \"bytes\": %llu, "
+                   "\"misalign\": %zu, \"verify\": %d, \"seconds\": %.6f, "
+                   "\"bytes\": %llu, "
                    "\"gbps\": %.4f, \"bad_elements\": %llu, "
                    "\"peak_rss_mib\": [",
-                   mode, world, i, misalign, t1 - t0,
+                   mode, world, i, misalign, verify, t1 - t0,
                    (unsigned long long)s.total_bytes,
                    (double)s.total_bytes / (t1 - t0) / 1e9,
                    (unsigned long long)allbad);

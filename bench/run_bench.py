@@ -1,0 +1,582 @@
+"""make bench: dcp's save and load against the disk's limit and PyTorch DCP.
+
+Runs, in one go, on the GPT-2 small + AdamW state (bench/gpt2_state.h,
+1.49 GB of fp32, every tensor sharded by rows):
+
+  fio        sequential write (new file, fsync at the end) and read of the
+             same number of bytes: O_DIRECT, 4 MiB blocks, iodepth 8,
+             io_uring (libaio when fio lacks it)
+  dcp        save and load on 1 rank and on 4 ranks, load of the 4-rank
+             checkpoint on 3 ranks (resharding), with and without the CRC
+             check, and a 4-rank save from unaligned buffers (the copying
+             path); peak RSS per rank and the save's memory beyond the state
+  torch      torch.distributed.checkpoint save and load, 4 processes, gloo,
+             DTensor Shard(0): the same tensors (bench/torch_dcp_bench.py)
+  hook       bench/async_hook (an executable, if present): run with the data
+             directory and --runs; every JSON line it prints that has "key"
+             and "value" (and "unit", "min", "max") becomes a figure, e.g.
+             async_block_ratio from the async-save benchmark
+
+Every figure is the median of --runs runs (3) with their min and max. The
+page cache is dropped (posix_fadvise) before every load, and every save
+writes new files, as fio's write does. Writes bench/results.json (merging:
+keys of other benchmarks are kept), the section of bench/RESULTS.md between
+the io-bench markers (the rest is kept) and bench/io_bench.png.
+
+    python bench/run_bench.py [--build build] [--data DIR] [--runs 3]
+                              [--scale full|small] [--no-torch]
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BEGIN = "<!-- io-bench: begin (bench/run_bench.py writes this section) -->"
+END = "<!-- io-bench: end -->"
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1",
+           "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
+def log(*a):
+    print("bench:", *a, file=sys.stderr, flush=True)
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return [float(x) for x in f.read().split()[:3]]
+
+
+def run_json(cmd, env=None, timeout=3600):
+    """Runs cmd; returns the JSON objects it printed, one per line."""
+    e = dict(os.environ)
+    e.update(env or {})
+    log(" ".join(cmd))
+    p = subprocess.run(cmd, env=e, stdout=subprocess.PIPE, text=True,
+                       timeout=timeout)
+    if p.returncode != 0:
+        raise SystemExit(f"bench: {cmd[0]} failed ({p.returncode})")
+    out = []
+    for line in p.stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            out.append(json.loads(line))
+    return out
+
+
+class Stage:
+    """A group of runs, with the load average before and after."""
+
+    def __init__(self, name):
+        self.name = name
+        self.before = loadavg()
+        self.after = None
+        self.runs = []
+
+    def done(self, runs):
+        self.runs = runs
+        self.after = loadavg()
+        for r in runs:
+            if r.get("bad_elements", 0):
+                raise SystemExit(f"bench: {self.name}: {r['bad_elements']} "
+                                 "elements differ after a load")
+        if runs:
+            g = [r["gbps"] for r in runs]
+            log(f"{self.name}: " + " ".join(f"{x:.3f}" for x in g) + " GB/s")
+        return self
+
+
+def fig(values, unit, nd=3):
+    return {"value": round(statistics.median(values), nd), "unit": unit,
+            "min": round(min(values), nd), "max": round(max(values), nd)}
+
+
+# ------------------------------------------------------------------ fio
+
+def fio_stage(data, nbytes, runs):
+    fio = shutil.which("fio")
+    if not fio:
+        raise SystemExit("bench: fio not found (scripts/deps.sh installs it)")
+    engines = subprocess.run([fio, "--enghelp"], stdout=subprocess.PIPE,
+                             text=True).stdout
+    engine = "io_uring" if "io_uring" in engines else "libaio"
+    path = os.path.join(data, "fio.dat")
+    size = nbytes - nbytes % (4 << 20)
+    common = [fio, "--filename=" + path, "--bs=4M", "--iodepth=8",
+              "--ioengine=" + engine, "--direct=1", f"--size={size}",
+              "--output-format=json", "--name=seq"]
+    w, r = Stage("fio write"), None
+    wr = []
+    for _ in range(runs):
+        if os.path.exists(path):
+            os.unlink(path)
+        os.sync()
+        out = subprocess.run(common + ["--rw=write", "--end_fsync=1"],
+                             stdout=subprocess.PIPE, text=True, check=True)
+        job = json.loads(out.stdout)["jobs"][0]["write"]
+        wr.append({"gbps": job["bw_bytes"] / 1e9})
+    w.done(wr)
+    r = Stage("fio read")
+    rr = []
+    for _ in range(runs):
+        out = subprocess.run(common + ["--rw=read"], stdout=subprocess.PIPE,
+                             text=True, check=True)
+        job = json.loads(out.stdout)["jobs"][0]["read"]
+        rr.append({"gbps": job["bw_bytes"] / 1e9})
+    r.done(rr)
+    os.unlink(path)
+    return w, r, engine, size
+
+
+# ------------------------------------------------------------------ dcp
+
+def mpirun(n, args, build):
+    exe = shutil.which("mpirun") or shutil.which("mpiexec")
+    if not exe:
+        raise SystemExit("bench: mpirun not found")
+    cmd = [exe, "--oversubscribe", "-n", str(n)] if "mpirun" in exe else \
+        [exe, "-n", str(n)]
+    return cmd + [os.path.join(build, "io_bench")] + args
+
+
+def dcp_stage(name, n, mode, ckpt, runs, build, extra):
+    s = Stage(name)
+    args = [mode, ckpt, "--runs", str(runs)] + extra
+    return s.done(run_json(mpirun(n, args, build), MPI_ENV))
+
+
+# ------------------------------------------------------------------ torch
+
+def torch_stage(name, n, mode, ckpt, runs, extra):
+    s = Stage(name)
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    procs = []
+    for r in range(n):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(n),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   OMP_NUM_THREADS="1")
+        cmd = [sys.executable, os.path.join(HERE, "torch_dcp_bench.py"),
+               mode, ckpt, "--runs", str(runs)] + extra
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                      text=True))
+    log(f"{n} x torch_dcp_bench.py {mode} {ckpt}")
+    out = []
+    for p in procs:
+        o, _ = p.communicate(timeout=3600)
+        if p.returncode != 0:
+            raise SystemExit(f"bench: torch_dcp_bench.py failed "
+                             f"({p.returncode})")
+        out += [json.loads(l) for l in o.splitlines() if l.startswith("{")]
+    return s.done(out)
+
+
+# ------------------------------------------------------------------ report
+
+def gbps(stage):
+    return [r["gbps"] for r in stage.runs]
+
+
+def describe_machine(data):
+    cpu = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    fs = "?"
+    if shutil.which("findmnt"):
+        fs = subprocess.run(["findmnt", "-no", "FSTYPE", "-T", data],
+                            stdout=subprocess.PIPE,
+                            text=True).stdout.strip() or "?"
+    dev = subprocess.run(["df", "--output=source", data],
+                         stdout=subprocess.PIPE,
+                         text=True).stdout.split()[-1]
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {"cpu": cpu, "cores": os.cpu_count(), "mem_gib": round(mem, 1),
+            "kernel": platform.release(), "fs": fs, "device": dev}
+
+
+def ratio_text(a, b):
+    return f"{a / b:.2f}x" if b else "n/a"
+
+
+def write_outputs(res, stages, machine, meta, out_dir, plot):
+    # results.json: merge.
+    jpath = os.path.join(out_dir, "results.json")
+    old = {}
+    if os.path.exists(jpath):
+        with open(jpath) as f:
+            old = json.load(f)
+    old.update(res)
+    with open(jpath, "w") as f:
+        f.write("{\n" + ",\n".join(
+            f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in old.items())
+            + "\n}\n")
+    # RESULTS.md: our section only.
+    mpath = os.path.join(out_dir, "RESULTS.md")
+    text = open(mpath).read() if os.path.exists(mpath) else \
+        "# Benchmark results\n"
+    section = render_md(res, stages, machine, meta)
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        text = head + BEGIN + "\n" + section + END + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + BEGIN + "\n" + section + END + "\n"
+    with open(mpath, "w") as f:
+        f.write(text)
+    if plot:
+        draw(res, os.path.join(out_dir, "io_bench.png"), meta)
+
+
+ROWS = [
+    ("fio_write_gbps", "fio sequential write, new file + fsync (the limit)"),
+    ("save_gbps_1rank", "dcp_save, 1 rank"),
+    ("save_gbps_4rank", "dcp_save, 4 ranks"),
+    ("save_gbps_4rank_unaligned", "dcp_save, 4 ranks, unaligned buffers "
+     "(copied, CRC fused)"),
+    ("torch_save_gbps_4rank", "PyTorch DCP save, 4 processes"),
+    ("fio_read_gbps", "fio sequential read (the limit)"),
+    ("load_gbps_1rank", "dcp_load, 1 rank"),
+    ("load_gbps_4rank", "dcp_load, 4 ranks"),
+    ("load_gbps_reshard_4to3", "dcp_load of the 4-rank checkpoint on 3 ranks"),
+    ("load_gbps_reshard_4to3_noverify",
+     "the same with DCP_LOAD_NO_VERIFY (reads only the bytes needed)"),
+    ("torch_load_gbps_4rank", "PyTorch DCP load, 4 processes"),
+    ("sync_save_extra_rss_mib", "dcp_save, 4 ranks: peak RSS beyond the state, "
+     "worst rank"),
+    ("save_peak_rss_mib_4rank", "dcp_save, 4 ranks: peak RSS, worst rank "
+     "(state included)"),
+    ("load_peak_rss_mib_4rank", "dcp_load, 4 ranks: peak RSS, worst rank"),
+    ("reshard_peak_rss_mib_3rank", "dcp_load 4 to 3: peak RSS, worst rank"),
+    ("torch_save_peak_rss_mib_4rank", "PyTorch DCP save: peak RSS, worst "
+     "process"),
+    ("torch_load_peak_rss_mib_4rank", "PyTorch DCP load: peak RSS, worst "
+     "process"),
+    ("save_vs_fio_write", "dcp 4-rank save / fio write"),
+    ("load_vs_fio_read", "dcp 4-rank load / fio read"),
+    ("save_vs_torch", "dcp 4-rank save / PyTorch DCP save"),
+    ("load_vs_torch", "dcp 4-rank load / PyTorch DCP load"),
+]
+
+
+def val(res, k):
+    return res[k]["value"] if k in res else None
+
+
+def render_md(res, stages, machine, meta):
+    L = []
+    a = L.append
+    a("## Save and load against the disk and PyTorch DCP (`make bench`)\n")
+    a(f"Run {meta['date']} on {machine['cores']} cores ({machine['cpu']}), "
+      f"{machine['mem_gib']} GiB, Linux {machine['kernel']}, data on "
+      f"{machine['fs']} ({machine['device']}). State: GPT-2 small + AdamW, "
+      f"fp32, {meta['nbytes'] / 1e9:.3f} GB in {meta['ntensors']} tensors "
+      "(parameters, exp_avg, exp_avg_sq; each sharded by rows, torch.chunk "
+      "style) plus a replicated 0-d `step` per parameter and three values. "
+      f"Each figure: median of {meta['runs']} runs, [min, max]; GB = 1e9 "
+      "bytes; throughput = state bytes / wall time of the whole collective "
+      "call (slowest rank, between barriers). fio: "
+      f"`--rw=write|read --bs=4M --iodepth=8 --ioengine={meta['engine']} "
+      f"--direct=1 --size={meta['fio_size']}` (write: a new file each run, "
+      "`--end_fsync=1`). The page cache is dropped before every load; every "
+      "save writes new files.\n")
+    a("| key | what | median | min | max | unit |")
+    a("|---|---|---|---|---|---|")
+    for k, what in ROWS:
+        if k in res:
+            r = res[k]
+            a(f"| `{k}` | {what} | {r['value']} | {r['min']} | {r['max']} | "
+              f"{r['unit']} |")
+    for k, r in res.items():
+        if k not in dict(ROWS):
+            a(f"| `{k}` | (hook) | {r['value']} | {r['min']} | {r['max']} | "
+              f"{r['unit']} |")
+    a("")
+    a("### Targets\n")
+    a("| target | measured | status |")
+    a("|---|---|---|")
+    targets = [("save >= 0.9x fio write", "save_vs_fio_write", 0.9),
+               ("load >= 0.9x fio read", "load_vs_fio_read", 0.9),
+               ("save >= 5x PyTorch DCP", "save_vs_torch", 5.0),
+               ("load >= 5x PyTorch DCP", "load_vs_torch", 5.0)]
+    missed = []
+    for name, k, want in targets:
+        v = val(res, k)
+        if v is None:
+            a(f"| {name} | not measured | - |")
+            continue
+        ok = v >= want
+        st = "met" if ok else f"missed by {100 * (1 - v / want):.0f}%"
+        a(f"| {name} | {v:.2f}x (runs: {res[k]['min']:.2f}-"
+          f"{res[k]['max']:.2f}) | {st} |")
+        if not ok:
+            missed.append(k)
+    v = val(res, "sync_save_extra_rss_mib")
+    if v is not None:
+        ok = v <= 64
+        a(f"| sync save memory beyond the state <= 64 MiB/rank | {v:.1f} MiB "
+          f"| {'met' if ok else 'missed by %.0f MiB' % (v - 64)} |")
+        if not ok:
+            missed.append("sync_save_extra_rss_mib")
+    a("")
+    a("### Conditions and notes\n")
+    a("Load average (1, 5, 15 min) before and after each stage; the machine "
+      "is shared, so the absolute figures move with it:\n")
+    a("| stage | load before | load after |")
+    a("|---|---|---|")
+    for s in stages:
+        a(f"| {s.name} | {' '.join(f'{x:.1f}' for x in s.before)} | "
+          f"{' '.join(f'{x:.1f}' for x in (s.after or []))} |")
+    a("")
+    io = meta.get("io")
+    if io:
+        a(f"- dcp's I/O report (4-rank save, rank 0): O_DIRECT "
+          f"{'yes' if io['direct'] == 1 else 'no'}, io_uring "
+          f"{'yes' if io['uring'] == 1 else 'no'}, "
+          f"{io['zero_copy_bytes'] / 1e6:.1f} MB written straight from the "
+          f"tensors, {io['bounce_bytes'] / 1e6:.2f} MB copied (zip headers, "
+          f"small tensors), {io['requests']} requests, at most "
+          f"{io['max_in_flight']} in flight"
+          + (f"; fallback: {io['fallback']}" if io["fallback"] else "") + ".")
+    rio = meta.get("reshard_io")
+    if rio:
+        a(f"- Resharding 4 to 3 reads {rio['bytes'] / 1e6:.0f} MB on rank 0 "
+          f"for {meta['nbytes'] / 3e6:.0f} MB it needs: a stored chunk that "
+          "only partly overlaps a rank's box is read whole so that its CRC "
+          "can be checked (DCP_LOAD_NO_VERIFY reads only the overlap, "
+          "straight into the rank's buffer).")
+    notes = {
+        "save_vs_fio_write":
+            "save below 0.9x fio write: dcp's time includes what fio's does "
+            "not: planning and the gather/scatter of the plan, the CRC of "
+            "every byte (computed while the writes are in flight, but on a "
+            "CPU shared with the other ranks and other jobs), creating and "
+            "preallocating the files, 4 files written at once instead of "
+            "one stream, one fsync per file, and the commit (.metadata "
+            "written, fsynced, renamed, directory fsynced).",
+        "load_vs_fio_read":
+            "load below 0.9x fio read: each rank first parses its records' "
+            "zip headers (small reads at scattered offsets, a seek each), "
+            "then reads the tensor bytes; the CRC of every byte is checked "
+            "on a shared CPU; the ranks' streams compete for the disk.",
+        "save_vs_torch":
+            "PyTorch DCP's save on this state is closer to the disk's limit "
+            "than 1/5 of it, so 5x would exceed what the disk can do (5x "
+            "torch > fio write).",
+        "load_vs_torch":
+            "PyTorch DCP's load on this state is closer to the disk's limit "
+            "than 1/5 of it, so 5x would exceed what the disk can do.",
+    }
+    for k in missed:
+        if k not in notes:
+            continue
+        text = notes[k]
+        if k in ("save_vs_torch", "load_vs_torch"):
+            fk, tk = (("fio_write_gbps", "torch_save_gbps_4rank")
+                      if k == "save_vs_torch" else
+                      ("fio_read_gbps", "torch_load_gbps_4rank"))
+            if val(res, fk) and val(res, tk):
+                lim = val(res, fk) / val(res, tk)
+                text = (f"{'save' if k == 'save_vs_torch' else 'load'} "
+                        f"below 5x PyTorch DCP: the disk's own limit (fio) "
+                        f"is {lim:.1f}x PyTorch DCP's figure here"
+                        + (", so 5x is out of reach on this disk."
+                           if lim < 5 else "."))
+        a(f"- {text}")
+    a("- Peak RSS is VmHWM; the memory beyond the state is VmHWM after "
+      "the save minus VmRSS just before it (peak reset with "
+      "/proc/self/clear_refs), the worst rank, median over runs. dcp keeps "
+      "io_depth x io_block_bytes (8 x 4 MiB) of I/O buffers per context, "
+      "touched only as far as they are used; aligned tensors are written "
+      "from the caller's memory.")
+    if "async_block_ratio" not in res:
+        a("- `async_block_ratio` comes from the async-save benchmark "
+          "(bench/async_hook, not present in this run); its value in "
+          "results.json, if any, is from that benchmark's own run.")
+    a("")
+    a("![dcp vs fio vs PyTorch DCP](io_bench.png)\n")
+    a("Reproduce: `make bench` (or `python bench/run_bench.py --runs 3`; "
+      "`--scale small --no-torch` for a quick smoke run).\n")
+    return "\n".join(L)
+
+
+def draw(res, path, meta):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    groups = [("save", [("fio write", "fio_write_gbps"),
+                        ("dcp 1 rank", "save_gbps_1rank"),
+                        ("dcp 4 ranks", "save_gbps_4rank"),
+                        ("dcp 4, unaligned", "save_gbps_4rank_unaligned"),
+                        ("torch DCP 4", "torch_save_gbps_4rank")]),
+              ("load", [("fio read", "fio_read_gbps"),
+                        ("dcp 1 rank", "load_gbps_1rank"),
+                        ("dcp 4 ranks", "load_gbps_4rank"),
+                        ("dcp 4 to 3", "load_gbps_reshard_4to3"),
+                        ("dcp 4 to 3, no CRC",
+                         "load_gbps_reshard_4to3_noverify"),
+                        ("torch DCP 4", "torch_load_gbps_4rank")])]
+    fig_, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, (title, bars) in zip(axes, groups):
+        bars = [(n, k) for n, k in bars if k in res]
+        xs = range(len(bars))
+        v = [res[k]["value"] for _, k in bars]
+        lo = [res[k]["value"] - res[k]["min"] for _, k in bars]
+        hi = [res[k]["max"] - res[k]["value"] for _, k in bars]
+        colors = ["#888888" if n.startswith("fio") else
+                  "#d62728" if n.startswith("torch") else "#1f77b4"
+                  for n, _ in bars]
+        ax.bar(xs, v, yerr=[lo, hi], color=colors, capsize=4)
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([n for n, _ in bars], rotation=25, ha="right")
+        ax.set_ylabel("GB/s")
+        ax.set_title(f"{title}, {meta['nbytes'] / 1e9:.2f} GB "
+                     f"(median of {meta['runs']}, bars: min-max)")
+        for x, y, h in zip(xs, v, hi):
+            ax.text(x + 0.08, y + h, f"{y:.2f}", ha="left", va="bottom",
+                    fontsize=8)
+    fig_.tight_layout()
+    fig_.savefig(path, dpi=110)
+
+
+# ------------------------------------------------------------------ main
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--data", default=None)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--scale", default="full", choices=["full", "small"])
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--out", default=HERE)
+    ap.add_argument("--no-plot", action="store_true")
+    a = ap.parse_args()
+    build = os.path.abspath(a.build)
+    if not os.path.exists(os.path.join(build, "io_bench")):
+        raise SystemExit(f"bench: {build}/io_bench missing (cmake --build)")
+    data = os.path.abspath(a.data or os.path.join(build, "bench-data"))
+    shutil.rmtree(data, ignore_errors=True)
+    os.makedirs(data)
+    scale = ["--scale", "small"] if a.scale == "small" else []
+    st = os.statvfs(data)
+    free = st.f_bavail * st.f_frsize
+    need = 3 * 1.6e9 if a.scale == "full" else 1e8
+    if free < need:
+        raise SystemExit(f"bench: {free / 1e9:.1f} GB free in {data}, "
+                         f"{need / 1e9:.1f} GB needed")
+    R = a.runs
+    c1, c4, ct = (os.path.join(data, x) for x in ("dcp1", "dcp4", "torch4"))
+    stages = []
+
+    s = dcp_stage("dcp save 1 rank", 1, "save", c1, R, build, scale)
+    nbytes = s.runs[0]["bytes"]
+    stages.append(s)
+    w, r, engine, fio_size = fio_stage(data, nbytes, R)
+    stages += [w, r]
+    stages.append(dcp_stage("dcp load 1 rank", 1, "load", c1, R, build,
+                            scale))
+    shutil.rmtree(c1)
+    stages.append(dcp_stage("dcp save 4 ranks", 4, "save", c4, R, build,
+                            scale))
+    stages.append(dcp_stage("dcp load 4 ranks", 4, "load", c4, R, build,
+                            scale))
+    stages.append(dcp_stage("dcp load 4 to 3 ranks", 3, "load", c4, R, build,
+                            scale))
+    stages.append(dcp_stage("dcp load 4 to 3, no CRC", 3, "load", c4, R,
+                            build, scale + ["--no-verify", "1"]))
+    stages.append(dcp_stage("dcp save 4 ranks unaligned", 4, "save", c4, R,
+                            build, scale + ["--misalign", "16"]))
+    shutil.rmtree(c4)
+    if not a.no_torch:
+        stages.append(torch_stage("torch save 4", 4, "save", ct, R, scale))
+        stages.append(torch_stage("torch load 4", 4, "load", ct, R, scale))
+        shutil.rmtree(ct)
+    by = {s.name: s for s in stages}
+
+    res = {}
+    res["save_gbps_1rank"] = fig(gbps(by["dcp save 1 rank"]), "GB/s")
+    res["save_gbps_4rank"] = fig(gbps(by["dcp save 4 ranks"]), "GB/s")
+    res["save_gbps_4rank_unaligned"] = fig(
+        gbps(by["dcp save 4 ranks unaligned"]), "GB/s")
+    res["load_gbps_1rank"] = fig(gbps(by["dcp load 1 rank"]), "GB/s")
+    res["load_gbps_4rank"] = fig(gbps(by["dcp load 4 ranks"]), "GB/s")
+    res["load_gbps_reshard_4to3"] = fig(gbps(by["dcp load 4 to 3 ranks"]),
+                                        "GB/s")
+    res["load_gbps_reshard_4to3_noverify"] = fig(
+        gbps(by["dcp load 4 to 3, no CRC"]), "GB/s")
+    res["fio_write_gbps"] = fig(gbps(by["fio write"]), "GB/s")
+    res["fio_read_gbps"] = fig(gbps(by["fio read"]), "GB/s")
+    s4 = by["dcp save 4 ranks"].runs
+    res["sync_save_extra_rss_mib"] = fig(
+        [max(r["extra_rss_mib"]) for r in s4], "MiB", 1)
+    res["save_peak_rss_mib_4rank"] = fig(
+        [max(r["peak_rss_mib"]) for r in s4], "MiB", 1)
+    res["load_peak_rss_mib_4rank"] = fig(
+        [max(r["peak_rss_mib"]) for r in by["dcp load 4 ranks"].runs], "MiB",
+        1)
+    res["reshard_peak_rss_mib_3rank"] = fig(
+        [max(r["peak_rss_mib"]) for r in by["dcp load 4 to 3 ranks"].runs],
+        "MiB", 1)
+    if not a.no_torch:
+        res["torch_save_gbps_4rank"] = fig(gbps(by["torch save 4"]), "GB/s")
+        res["torch_load_gbps_4rank"] = fig(gbps(by["torch load 4"]), "GB/s")
+        res["torch_save_peak_rss_mib_4rank"] = fig(
+            [max(r["peak_rss_mib"]) for r in by["torch save 4"].runs], "MiB",
+            1)
+        res["torch_load_peak_rss_mib_4rank"] = fig(
+            [max(r["peak_rss_mib"]) for r in by["torch load 4"].runs], "MiB",
+            1)
+
+    def ratio(key, num, den):
+        n, d = gbps(by[num]), gbps(by[den])
+        # Spread: the worst and best pairing of the runs.
+        res[key] = {"value": round(statistics.median(n) /
+                                   statistics.median(d), 2),
+                    "unit": "x", "min": round(min(n) / max(d), 2),
+                    "max": round(max(n) / min(d), 2)}
+    ratio("save_vs_fio_write", "dcp save 4 ranks", "fio write")
+    ratio("load_vs_fio_read", "dcp load 4 ranks", "fio read")
+    if not a.no_torch:
+        ratio("save_vs_torch", "dcp save 4 ranks", "torch save 4")
+        ratio("load_vs_torch", "dcp load 4 ranks", "torch load 4")
+
+    hook = os.path.join(HERE, "async_hook")
+    if os.access(hook, os.X_OK):
+        for obj in run_json([hook, data, "--runs", str(R)] + scale, MPI_ENV):
+            if "key" in obj and "value" in obj:
+                res[obj["key"]] = {"value": obj["value"],
+                                   "unit": obj.get("unit", ""),
+                                   "min": obj.get("min", obj["value"]),
+                                   "max": obj.get("max", obj["value"])}
+
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "runs": R,
+            "nbytes": nbytes, "engine": engine, "fio_size": fio_size,
+            "ntensors": 3 * (12 * 12 + 4) if a.scale == "full" else
+            3 * (2 * 12 + 4),
+            "io": s4[0].get("io"),
+            "reshard_io": by["dcp load 4 to 3 ranks"].runs[0].get("io")}
+    write_outputs(res, stages, describe_machine(data), meta, a.out,
+                  not a.no_plot)
+    shutil.rmtree(data, ignore_errors=True)
+    for k in ("save_vs_fio_write", "load_vs_fio_read", "save_vs_torch",
+              "load_vs_torch"):
+        if k in res:
+            log(f"{k}: {res[k]['value']}x")
+    log(f"wrote {a.out}/results.json, RESULTS.md"
+        + ("" if a.no_plot else ", io_bench.png"))
+
+
+if __name__ == "__main__":
+    main()
