@@ -34,6 +34,7 @@ struct g2_tensor {
     int64_t shape[2];
     int64_t row0, rows; /* this rank's rows */
     float *buf[3];      /* weight, exp_avg, exp_avg_sq (local rows) */
+    void *base[3];      /* their allocations */
     float step;
 };
 
@@ -134,6 +135,7 @@ static inline int g2_alloc(struct g2_state *s, int rank, int world, int fill,
             void *p = NULL;
             if (posix_memalign(&p, 4096, n * sizeof(float) + misalign + 1))
                 return -1;
+            t->base[m] = p;
             t->buf[m] = (float *)(void *)((char *)p + misalign);
             if (fill) {
                 uint64_t base = (uint64_t)t->row0 * re;
@@ -145,6 +147,16 @@ static inline int g2_alloc(struct g2_state *s, int rank, int world, int fill,
         }
     }
     return 0;
+}
+
+static inline void g2_free(struct g2_state *s)
+{
+    for (size_t k = 0; k < s->n; k++)
+        for (int m = 0; m < 3; m++)
+            free(s->t[k].base[m]);
+    free(s->t);
+    s->t = NULL;
+    s->n = 0;
 }
 
 /* Number of elements that differ from g2_value (after a load). */

@@ -236,6 +236,7 @@ int main(int argc, char **argv)
     }
     free(peaks);
     dcp_state_free(st);
+    g2_free(&s);
     dcp_ctx_free(ctx);
     dcp_comm_free(comm);
     MPI_Finalize();

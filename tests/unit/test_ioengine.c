@@ -63,7 +63,12 @@ static uint32_t rnd(void)
 static void fill(void *p, size_t n)
 {
     uint8_t *b = p;
-    for (size_t i = 0; i < n; i++)
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        uint32_t v = rnd();
+        memcpy(b + i, &v, 4);
+    }
+    for (; i < n; i++)
         b[i] = (uint8_t)rnd();
 }
 
