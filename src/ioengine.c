@@ -69,7 +69,8 @@ struct io_eng {
     unsigned flags;
     uint32_t depth;
     size_t block;
-    int uring; /* the ring is set up */
+    int ring_ok; /* the ring is set up */
+    int uring;   /* and in use */
 #ifdef DCP_HAVE_LIBURING
     struct io_uring ring;
 #endif
@@ -157,7 +158,7 @@ int dcp__io_eng_create(struct io_eng **out, unsigned flags, uint32_t depth,
         int r = dcp__io_test.no_uring ? -ENOSYS
                                       : io_uring_queue_init(depth, &e->ring, 0);
         if (r == 0)
-            e->uring = 1;
+            e->ring_ok = e->uring = 1;
         else
             (void)snprintf(e->why_uring, sizeof(e->why_uring),
                            "io_uring unavailable (%s): synchronous I/O",
@@ -178,7 +179,7 @@ void dcp__io_eng_free(struct io_eng *e)
     if (!e)
         return;
 #ifdef DCP_HAVE_LIBURING
-    if (e->uring)
+    if (e->ring_ok)
         io_uring_queue_exit(&e->ring);
 #endif
     if (e->blocks)
@@ -374,6 +375,12 @@ static void start_uring(struct io_eng *e, struct io_req *r)
     } while ((ret == -EINTR || ret == -EAGAIN || ret == -EBUSY) &&
              ++tries < 1000);
     if (ret < 0) {
+        /* The entry may still sit in the ring: never submit again (the
+         * requests already in flight are still reaped). */
+        e->uring = 0;
+        (void)snprintf(e->why_uring, sizeof(e->why_uring),
+                       "io_uring submission failed (%s): synchronous I/O",
+                       strerror(-ret));
         r->err = -ret;
         mark_done(e, r);
     }

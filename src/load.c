@@ -138,6 +138,8 @@ static int unexpected_keys(dcp_ctx *ctx, const dcp_state *st,
                     ctx->size > 1 ? ", asked for by no rank" : "");
 }
 
+/* Reads the chunks of e that overlap se's boxes: parsed now, their bytes
+ * added to batch; with batch NULL, only prefetched. */
 static int load_tensor(struct rd_files *f, const struct st_entry *se,
                        const struct md_entry *e, int verify,
                        struct io_rbatch *batch, struct dcp_err *err)
@@ -162,7 +164,9 @@ static int load_tensor(struct rd_files *f, const struct st_entry *se,
             wanted = dcp__box_numel(e->ndim, se->boxes[j].size) &&
                      dcp__box_intersect(e->ndim, c->off, c->size, dest[j].off,
                                         dest[j].size, io, is);
-        if (wanted)
+        if (wanted && !batch)
+            dcp__rd_prefetch(f, e, i);
+        else if (wanted)
             rc = dcp__rd_chunk_plan(f, e, i, dest, se->nboxes, verify, batch,
                                     err);
     }
@@ -189,6 +193,12 @@ static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
     /* Tensors: archives parsed, then their bytes read in one batch,
      * sorted by file and offset (ioengine.h). */
     dcp__ctx_io_clear(ctx, DCP_IO_LOAD);
+    for (i = 0; rc == DCP_OK && i < st->n; i++) {
+        long ei = dcp__meta_find(md, st->e[i].key);
+        if (ei >= 0 && st->e[i].is_tensor)
+            rc = load_tensor(f, &st->e[i], &md->e[ei], verify, NULL,
+                             &ctx->err);
+    }
     if (rc == DCP_OK)
         rc = dcp__io_rbatch_init(&batch, f->dirfd, md->nfiles, &ctx->err);
     for (i = 0; rc == DCP_OK && i < st->n; i++) {

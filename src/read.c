@@ -9,6 +9,7 @@
  */
 #include "read.h"
 
+#include <fcntl.h> /* posix_fadvise */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h> /* qsort */
@@ -22,6 +23,10 @@
 #include "value.h"
 
 #define PKL_MAX ((size_t)1 << 20) /* a tensor's data.pkl is ~200 bytes */
+/* Parsing windows (struct rec): the zip end-record search reads the last
+ * 64 KiB + 22 bytes of a record. */
+#define HEAD_WIN ((size_t)16 << 10)
+#define TAIL_WIN (((size_t)64 << 10) + 64)
 
 int dcp__rd_open(struct rd_files *f, const char *path,
                  const struct dcp_metadata *md, struct dcp_err *err)
@@ -58,35 +63,89 @@ void dcp__rd_close(struct rd_files *f)
     dcp__free(f->fds);
     dcp__free(f->sizes);
     dcp__free(f->scratch);
+    dcp__free(f->win);
     memset(f, 0, sizeof(*f));
     f->dirfd = -1;
 }
 
 static int rd_file(struct rd_files *f, uint32_t idx, struct dcp_err *err)
 {
+    int rc;
     if (f->fds[idx] >= 0)
         return DCP_OK;
-    return dcp__fs_open_read(f->dirfd, f->md->files[idx], &f->fds[idx],
-                             &f->sizes[idx], err);
+    rc = dcp__fs_open_read(f->dirfd, f->md->files[idx], &f->fds[idx],
+                           &f->sizes[idx], err);
+    /* Reads through this descriptor are the windows below and whole
+     * chunks: the kernel's read-ahead would only fetch tensor bytes that
+     * the I/O engine then reads again. */
+    if (rc == DCP_OK)
+        (void)posix_fadvise(f->fds[idx], 0, 0, POSIX_FADV_RANDOM);
+    return rc;
 }
 
-/* A record: a byte range of a data file, as tz_read_fn sees it. */
+void dcp__rd_prefetch(struct rd_files *f, const struct md_entry *e, size_t ci)
+{
+    const struct md_chunk *c = &e->chunks[ci];
+    uint64_t n = c->length < TAIL_WIN ? c->length : TAIL_WIN;
+    if (rd_file(f, c->file, NULL) != DCP_OK)
+        return; /* the read reports it */
+    (void)posix_fadvise(f->fds[c->file], (off_t)(c->offset + c->length - n),
+                        (off_t)n, POSIX_FADV_WILLNEED);
+    if (c->length > TAIL_WIN)
+        (void)posix_fadvise(f->fds[c->file], (off_t)c->offset,
+                            (off_t)HEAD_WIN, POSIX_FADV_WILLNEED);
+}
+
+/*
+ * A record: a byte range of a data file, as tz_read_fn sees it. Parsing
+ * reads the end records and the central directory near the record's end
+ * and the local headers and data.pkl near its start: two windows, each
+ * read whole on first use (small records: one), serve those reads, instead
+ * of a dozen small preads per record.
+ */
+
 struct rec {
     int fd;
     uint64_t base;
     uint64_t len;
     const char *file;
+    uint8_t *win[2];    /* head, tail (rd_files' buffers), or NULL */
+    uint64_t woff[2];   /* record offset of each window */
+    size_t wlen[2];     /* bytes held; 0: not read yet */
 };
 
 static int rec_read(void *opaque, uint64_t off, void *buf, size_t len,
                     struct dcp_err *err)
 {
-    const struct rec *r = opaque;
+    struct rec *r = opaque;
     uint64_t end;
+    int w, rc;
     if (dcp__add_overflow_u64(off, len, &end) || end > r->len)
         return dcp__err(err, DCP_EFORMAT,
                         "read of %zu bytes at %llu outside the record", len,
                         (unsigned long long)off);
+    for (w = 0; r->win[0] && w < 2; w++) {
+        if (!r->wlen[w]) {
+            /* The tail window ends with the record, the head one starts
+             * with it; each is filled only by a read that it covers. */
+            size_t n = w ? TAIL_WIN : HEAD_WIN;
+            uint64_t at = w && r->len > n ? r->len - n : 0;
+            if (n > r->len)
+                n = (size_t)r->len;
+            if (off < at || end > at + n)
+                continue;
+            rc = dcp__fs_pread(r->fd, r->win[w], n, r->base + at, r->file,
+                               err);
+            if (rc != DCP_OK)
+                return rc;
+            r->woff[w] = at;
+            r->wlen[w] = n;
+        }
+        if (off >= r->woff[w] && end <= r->woff[w] + r->wlen[w]) {
+            memcpy(buf, r->win[w] + (off - r->woff[w]), len);
+            return DCP_OK;
+        }
+    }
     return dcp__fs_pread(r->fd, buf, len, r->base + off, r->file, err);
 }
 
@@ -108,10 +167,17 @@ static int open_record(struct rd_files *f, const struct md_entry *e,
                         " bytes): truncated",
                         e->key, c->offset, file, c->length,
                         f->sizes[c->file]);
+    memset(r, 0, sizeof(*r));
     r->fd = f->fds[c->file];
     r->base = c->offset;
     r->len = c->length;
     r->file = file;
+    if (!f->win)
+        f->win = dcp__malloc(HEAD_WIN + TAIL_WIN);
+    if (f->win) { /* else: no windows, plain reads */
+        r->win[0] = f->win;
+        r->win[1] = f->win + HEAD_WIN;
+    }
     rc = tz_open(a, c->length, rec_read, r, err);
     if (rc != DCP_OK)
         return dcp__err_prefix(err, "'%s': record at byte %" PRIu64 " of '%s'",

@@ -19,6 +19,7 @@ struct rd_files {
     uint64_t *sizes;
     uint8_t *scratch; /* reused staging buffer */
     size_t scratch_cap;
+    uint8_t *win;     /* the record-parsing windows (read.c) */
 };
 
 /* A destination: a box of the global tensor, with its own buffer. */
@@ -44,6 +45,12 @@ void dcp__rd_close(struct rd_files *f);
 int dcp__rd_chunk(struct rd_files *f, const struct md_entry *e, size_t ci,
                   const struct rd_dest *dest, size_t ndest, int verify,
                   uint64_t *bytes_checked, struct dcp_err *err);
+
+/* Asks the kernel to start reading what parsing chunk ci's record will
+ * read (its first and last kilobytes), so that the records of many chunks
+ * are fetched in parallel before they are parsed one by one. Best effort:
+ * errors show up when the chunk is read. */
+void dcp__rd_prefetch(struct rd_files *f, const struct md_entry *e, size_t ci);
 
 /*
  * As dcp__rd_chunk, but when the chunk is stored contiguously and its
