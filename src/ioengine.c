@@ -26,7 +26,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h> /* posix_memalign, qsort */
+#include <stdlib.h> /* qsort */
 #include <string.h>
 #include <sys/stat.h> /* fstat, statx */
 #include <unistd.h>
@@ -184,7 +184,7 @@ void dcp__io_eng_free(struct io_eng *e)
 #endif
     if (e->blocks)
         for (i = 0; i < e->depth; i++)
-            free(e->blocks[i]); /* posix_memalign */
+            dcp__free(e->blocks[i]);
     dcp__free(e->blocks);
     dcp__free(e->blk_busy);
     dcp__free(e->req);
@@ -227,12 +227,11 @@ static int blk_get(struct io_eng *e, int *rc)
         if (e->blk_busy[i])
             continue;
         if (!e->blocks[i]) {
-            void *p = NULL;
-            if (posix_memalign(&p, MAX_OALIGN, e->block) != 0) {
+            e->blocks[i] = dcp__malloc_aligned(MAX_OALIGN, e->block);
+            if (!e->blocks[i]) {
                 *rc = DCP_ENOMEM;
                 return -1;
             }
-            e->blocks[i] = p;
             e->st.buffer_bytes += e->block;
         }
         e->blk_busy[i] = 1;
