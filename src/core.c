@@ -148,7 +148,8 @@ int dcp_ctx_create(dcp_ctx **out, dcp_comm *comm, const dcp_ctx_options *opts)
         ctx->io_flags = opts->io_flags & (DCP_IO_NO_DIRECT | DCP_IO_NO_URING);
         ctx->io_depth = opts->io_depth;
         ctx->io_block = opts->io_block_bytes;
-        if ((opts->io_flags & ~(uint32_t)(DCP_IO_NO_DIRECT | DCP_IO_NO_URING)) ||
+        if ((opts->io_flags &
+             ~(uint32_t)(DCP_IO_NO_DIRECT | DCP_IO_NO_URING)) ||
             ctx->io_depth > IO_MAX_DEPTH ||
             (ctx->io_block &&
              (ctx->io_block < IO_MIN_BLOCK || ctx->io_block > IO_MAX_BLOCK ||

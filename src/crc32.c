@@ -560,8 +560,8 @@ crc_clmul(uint32_t crc, uint8_t *d, const uint8_t *p, size_t n)
 #if CRC_HAVE_VPCLMUL
 #define VP_TARGET "pclmul,sse4.1,avx512f,vpclmulqdq"
 
-__attribute__((target(VP_TARGET))) static inline __m512i
-fold512(__m512i x, __m512i k)
+__attribute__((target(VP_TARGET))) static inline __m512i fold512(__m512i x,
+                                                                 __m512i k)
 {
     return _mm512_xor_si512(_mm512_clmulepi64_epi128(x, k, 0x00),
                             _mm512_clmulepi64_epi128(x, k, 0x11));
@@ -591,8 +591,8 @@ load64(uint8_t *d, int nt, const uint8_t *p, size_t at)
 __attribute__((target(VP_TARGET))) static inline uint32_t
 crc_vpclmul_body(uint32_t crc, uint8_t *d, int nt, const uint8_t *p, size_t n)
 {
-    const __m512i k2048 = _mm512_broadcast_i32x4(
-        _mm_set_epi64x(0x1322d1430, 0x11542778a));
+    const __m512i k2048 =
+        _mm512_broadcast_i32x4(_mm_set_epi64x(0x1322d1430, 0x11542778a));
     const __m512i k512 =
         _mm512_broadcast_i32x4(_mm_set_epi64x(0x1c6e41596, 0x154442bd4));
     const __m128i k128 = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);
@@ -602,8 +602,8 @@ crc_vpclmul_body(uint32_t crc, uint8_t *d, int nt, const uint8_t *p, size_t n)
     uint8_t rest[16];
     size_t at = 256;
 
-    z0 = _mm512_xor_si512(z0, _mm512_castsi128_si512(
-                                  _mm_cvtsi32_si128((int)crc)));
+    z0 = _mm512_xor_si512(z0,
+                          _mm512_castsi128_si512(_mm_cvtsi32_si128((int)crc)));
     while (n - at >= 256) {
         z0 = _mm512_xor_si512(fold512(z0, k2048), load64(d, nt, p, at));
         z1 = _mm512_xor_si512(fold512(z1, k2048), load64(d, nt, p, at + 64));

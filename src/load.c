@@ -196,8 +196,7 @@ static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
     for (i = 0; rc == DCP_OK && i < st->n; i++) {
         long ei = dcp__meta_find(md, st->e[i].key);
         if (ei >= 0 && st->e[i].is_tensor)
-            rc = load_tensor(f, &st->e[i], &md->e[ei], verify, NULL,
-                             &ctx->err);
+            rc = load_tensor(f, &st->e[i], &md->e[ei], verify, NULL, &ctx->err);
     }
     if (rc == DCP_OK)
         rc = dcp__io_rbatch_init(&batch, f->dirfd, md->nfiles, &ctx->err);

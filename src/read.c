@@ -92,8 +92,8 @@ void dcp__rd_prefetch(struct rd_files *f, const struct md_entry *e, size_t ci)
     (void)posix_fadvise(f->fds[c->file], (off_t)(c->offset + c->length - n),
                         (off_t)n, POSIX_FADV_WILLNEED);
     if (c->length > TAIL_WIN)
-        (void)posix_fadvise(f->fds[c->file], (off_t)c->offset,
-                            (off_t)HEAD_WIN, POSIX_FADV_WILLNEED);
+        (void)posix_fadvise(f->fds[c->file], (off_t)c->offset, (off_t)HEAD_WIN,
+                            POSIX_FADV_WILLNEED);
 }
 
 /*
@@ -109,9 +109,9 @@ struct rec {
     uint64_t base;
     uint64_t len;
     const char *file;
-    uint8_t *win[2];    /* head, tail (rd_files' buffers), or NULL */
-    uint64_t woff[2];   /* record offset of each window */
-    size_t wlen[2];     /* bytes held; 0: not read yet */
+    uint8_t *win[2];  /* head, tail (rd_files' buffers), or NULL */
+    uint64_t woff[2]; /* record offset of each window */
+    size_t wlen[2];   /* bytes held; 0: not read yet */
 };
 
 static int rec_read(void *opaque, uint64_t off, void *buf, size_t len,
@@ -134,8 +134,7 @@ static int rec_read(void *opaque, uint64_t off, void *buf, size_t len,
                 n = (size_t)r->len;
             if (off < at || end > at + n)
                 continue;
-            rc = dcp__fs_pread(r->fd, r->win[w], n, r->base + at, r->file,
-                               err);
+            rc = dcp__fs_pread(r->fd, r->win[w], n, r->base + at, r->file, err);
             if (rc != DCP_OK)
                 return rc;
             r->woff[w] = at;
@@ -548,10 +547,9 @@ static long plan_targets(const struct md_entry *e, const struct md_chunk *c,
     return (long)n;
 }
 
-int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e,
-                       size_t ci, const struct rd_dest *dest, size_t ndest,
-                       int verify, struct io_rbatch *batch,
-                       struct dcp_err *err)
+int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e, size_t ci,
+                       const struct rd_dest *dest, size_t ndest, int verify,
+                       struct io_rbatch *batch, struct dcp_err *err)
 {
     const struct md_chunk *c = &e->chunks[ci];
     const struct tz_entry *data = NULL;
@@ -575,16 +573,16 @@ int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e,
     }
     dcp__io_rbatch_file(batch, c->file, r.file, r.fd, f->sizes[c->file]);
     rc = dcp__io_rbatch_stream(batch, c->file, r.base + data->data_off,
-                               data->size, data->crc, verify, e->key,
-                               c->offset, &id, err);
+                               data->size, data->crc, verify, e->key, c->offset,
+                               &id, err);
     /* Verifying reads the whole chunk: the bytes no destination takes are
      * read for the CRC only. */
     for (i = 0; rc == DCP_OK && i < n; i++) {
         if (verify && tg[i].off > at)
             rc = dcp__io_rbatch_part(batch, id, at, tg[i].off - at, NULL, err);
         if (rc == DCP_OK)
-            rc = dcp__io_rbatch_part(batch, id, tg[i].off, tg[i].len,
-                                     tg[i].dst, err);
+            rc = dcp__io_rbatch_part(batch, id, tg[i].off, tg[i].len, tg[i].dst,
+                                     err);
         at = tg[i].off + tg[i].len;
     }
     if (rc == DCP_OK && verify && data->size > at)

@@ -19,7 +19,7 @@ struct rd_files {
     uint64_t *sizes;
     uint8_t *scratch; /* reused staging buffer */
     size_t scratch_cap;
-    uint8_t *win;     /* the record-parsing windows (read.c) */
+    uint8_t *win; /* the record-parsing windows (read.c) */
 };
 
 /* A destination: a box of the global tensor, with its own buffer. */
@@ -62,10 +62,9 @@ void dcp__rd_prefetch(struct rd_files *f, const struct md_entry *e, size_t ci);
  * destinations where it can. Other chunks are read and copied at once.
  * Same return codes as dcp__rd_chunk.
  */
-int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e,
-                       size_t ci, const struct rd_dest *dest, size_t ndest,
-                       int verify, struct io_rbatch *batch,
-                       struct dcp_err *err);
+int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e, size_t ci,
+                       const struct rd_dest *dest, size_t ndest, int verify,
+                       struct io_rbatch *batch, struct dcp_err *err);
 
 /* Reads value entry e; *out belongs to the caller. */
 int dcp__rd_value(struct rd_files *f, const struct md_entry *e, int verify,

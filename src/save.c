@@ -67,8 +67,8 @@ static int wf_drain(struct io_writer *w, struct tz_writer *z)
 /* Pads the file to the next record boundary and starts a record there. */
 static int wf_record(struct io_writer *w, struct tz_writer *z)
 {
-    int rc = dcp__iow_zero(w, (size_t)((ITEM_ALIGN - w->off % ITEM_ALIGN) %
-                                       ITEM_ALIGN));
+    int rc = dcp__iow_zero(
+        w, (size_t)((ITEM_ALIGN - w->off % ITEM_ALIGN) % ITEM_ALIGN));
     if (rc == DCP_OK)
         rc = tz_writer_init(z, w->off, ITEM_ALIGN);
     if (rc == DCP_OK)
