@@ -469,6 +469,13 @@ typedef struct dcp_save_options {
  * chosen by rank 0), and the old data files are removed only after the
  * commit.
  *
+ * Data goes to the files with O_DIRECT where the filesystem allows it
+ * (dcp_ctx_io_report): a tensor whose buffer is 4096-byte aligned
+ * (posix_memalign, page-aligned allocations) is written straight from it;
+ * others are copied through the context's I/O buffers (io_depth x
+ * io_block_bytes, 32 MiB by default), so a save needs little memory beyond
+ * the state either way.
+ *
  * The buffers are read during the call only.
  * Returns, on every rank the same code: DCP_OK, DCP_EINVAL, DCP_EPLAN (an
  * invalid plan: the message names the key and the ranks involved),
