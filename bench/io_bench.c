@@ -15,7 +15,9 @@
  *       checkpoint saved on another number of ranks reshards it), evicts
  *       DIR's files from the page cache before each run
  *       (posix_fadvise DONTNEED), loads, and checks every element once.
- * A run's time is the slowest rank's, between barriers. Per rank it also
+ * A run's time is the slowest rank's, between barriers; its CPU time is
+ * the sum over ranks (getrusage: threads and io_uring workers included).
+ * Per rank it also
  * reports the peak RSS (VmHWM) and, for a save, the peak beyond the RSS
  * just before the call (the memory the save itself used on top of the
  * state: /proc/self/clear_refs resets the peak first).
@@ -27,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <dcp/dcp.h>
@@ -47,6 +50,17 @@ static long status_kib(const char *field)
             v = strtol(line + n + 1, NULL, 10);
     fclose(f);
     return v;
+}
+
+/* CPU seconds (user + system) this process has used, its threads and the
+ * kernel's io_uring workers included. */
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
 }
 
 static void reset_peak(void)
@@ -176,7 +190,7 @@ int main(int argc, char **argv)
 
     for (i = 0; i < runs; i++) {
         long mine[2], before;
-        double t0, t1;
+        double t0, t1, cpu, allcpu = 0;
         uint64_t bad = 0, allbad = 0;
         if (save && rank == 0)
             clear_dir(dir);
@@ -186,9 +200,12 @@ int main(int argc, char **argv)
         before = status_kib("VmRSS");
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = MPI_Wtime();
+        cpu = cpu_seconds();
         rc = save ? dcp_save(ctx, st, dir, &so) : dcp_load(ctx, st, dir, &lo);
+        cpu = cpu_seconds() - cpu;
         MPI_Barrier(MPI_COMM_WORLD);
         t1 = MPI_Wtime();
+        MPI_Reduce(&cpu, &allcpu, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
         if (rc != DCP_OK) {
             fprintf(stderr, "io_bench: rank %d: %s failed: %s\n", rank, mode,
                     dcp_errmsg(ctx));
@@ -208,10 +225,10 @@ int main(int argc, char **argv)
             int r;
             printf("{\"op\": \"%s\", \"ranks\": %d, \"run\": %d, "
                    "\"misalign\": %zu, \"verify\": %d, \"seconds\": %.6f, "
-                   "\"bytes\": %llu, "
+                   "\"cpu_seconds\": %.4f, \"bytes\": %llu, "
                    "\"gbps\": %.4f, \"bad_elements\": %llu, "
                    "\"peak_rss_mib\": [",
-                   mode, world, i, misalign, verify, t1 - t0,
+                   mode, world, i, misalign, verify, t1 - t0, allcpu,
                    (unsigned long long)s.total_bytes,
                    (double)s.total_bytes / (t1 - t0) / 1e9,
                    (unsigned long long)allbad);

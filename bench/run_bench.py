@@ -102,6 +102,10 @@ def fig(values, unit, nd=3):
 
 # ------------------------------------------------------------------ fio
 
+def fio_cpu(job):
+    return (job["usr_cpu"] + job["sys_cpu"]) / 100 * job["job_runtime"] / 1e3
+
+
 def fio_stage(data, nbytes, runs):
     fio = shutil.which("fio")
     if not fio:
@@ -122,16 +126,18 @@ def fio_stage(data, nbytes, runs):
         os.sync()
         out = subprocess.run(common + ["--rw=write", "--end_fsync=1"],
                              stdout=subprocess.PIPE, text=True, check=True)
-        job = json.loads(out.stdout)["jobs"][0]["write"]
-        wr.append({"gbps": job["bw_bytes"] / 1e9})
+        j = json.loads(out.stdout)["jobs"][0]
+        wr.append({"gbps": j["write"]["bw_bytes"] / 1e9,
+                   "cpu_seconds": fio_cpu(j)})
     w.done(wr)
     r = Stage("fio read")
     rr = []
     for _ in range(runs):
         out = subprocess.run(common + ["--rw=read"], stdout=subprocess.PIPE,
                              text=True, check=True)
-        job = json.loads(out.stdout)["jobs"][0]["read"]
-        rr.append({"gbps": job["bw_bytes"] / 1e9})
+        j = json.loads(out.stdout)["jobs"][0]
+        rr.append({"gbps": j["read"]["bw_bytes"] / 1e9,
+                   "cpu_seconds": fio_cpu(j)})
     r.done(rr)
     os.unlink(path)
     return w, r, engine, size
@@ -185,6 +191,10 @@ def torch_stage(name, n, mode, ckpt, runs, extra):
 
 def gbps(stage):
     return [r["gbps"] for r in stage.runs]
+
+
+def cpu_per_gb(stage, nbytes):
+    return [r["cpu_seconds"] / (nbytes / 1e9) for r in stage.runs]
 
 
 def describe_machine(data):
@@ -266,6 +276,14 @@ ROWS = [
      "process"),
     ("torch_load_peak_rss_mib_4rank", "PyTorch DCP load: peak RSS, worst "
      "process"),
+    ("fio_write_cpu_s_per_gb", "CPU time per GB (user + system, all "
+     "processes and kernel workers): fio write"),
+    ("save_cpu_s_per_gb_4rank", "the same: dcp save, 4 ranks (CRC of every "
+     "byte included)"),
+    ("torch_save_cpu_s_per_gb_4rank", "the same: PyTorch DCP save"),
+    ("fio_read_cpu_s_per_gb", "the same: fio read"),
+    ("load_cpu_s_per_gb_4rank", "the same: dcp load, 4 ranks (CRC checked)"),
+    ("torch_load_cpu_s_per_gb_4rank", "the same: PyTorch DCP load"),
     ("save_vs_fio_write", "dcp 4-rank save / fio write"),
     ("load_vs_fio_read", "dcp 4-rank load / fio read"),
     ("save_vs_torch", "dcp 4-rank save / PyTorch DCP save"),
@@ -293,7 +311,9 @@ def render_md(res, stages, machine, meta):
       f"`--rw=write|read --bs=4M --iodepth=8 --ioengine={meta['engine']} "
       f"--direct=1 --size={meta['fio_size']}` (write: a new file each run, "
       "`--end_fsync=1`). The page cache is dropped before every load; every "
-      "save writes new files.\n")
+      "save writes new files. PyTorch DCP: `dcp.save`/`dcp.load` with their "
+      "defaults (FileSystemWriter: a file per rank, one thread, fsync), "
+      "gloo, `OMP_NUM_THREADS=1` per process as torchrun sets it.\n")
     a("| key | what | median | min | max | unit |")
     a("|---|---|---|---|---|---|")
     for k, what in ROWS:
@@ -396,6 +416,21 @@ def render_md(res, stages, machine, meta):
                         f"is {lim:.1f}x PyTorch DCP's figure here"
                         + (", so 5x is out of reach on this disk."
                            if lim < 5 else "."))
+        if k in ("save_vs_fio_write", "load_vs_fio_read"):
+            op = "save" if k == "save_vs_fio_write" else "load"
+            fk = "fio_write" if op == "save" else "fio_read"
+            dc, fc = (val(res, f"{op}_cpu_s_per_gb_4rank"),
+                      val(res, f"{fk}_cpu_s_per_gb"))
+            st = next((x for x in stages
+                       if x.name == f"dcp {op} 4 ranks"), None)
+            if dc is not None and fc is not None and st:
+                text += (f" Measured: dcp used {dc:.2f} CPU s/GB, fio "
+                         f"{fc:.2f}; the load average was "
+                         f"{st.before[0]:.1f} on {machine['cores']} cores "
+                         "during that stage, so each of the 4 ranks got a "
+                         "fraction of a core, and the spread of the runs "
+                         f"({res[k]['min']:.2f}x to {res[k]['max']:.2f}x) "
+                         "is as wide as the gap.")
         a(f"- {text}")
     a("- Peak RSS is VmHWM; the memory beyond the state is VmHWM after "
       "the save minus VmRSS just before it (peak reset with "
@@ -543,6 +578,15 @@ def main():
         res["torch_load_peak_rss_mib_4rank"] = fig(
             [max(r["peak_rss_mib"]) for r in by["torch load 4"].runs], "MiB",
             1)
+
+    for key, name in (("fio_write_cpu_s_per_gb", "fio write"),
+                      ("fio_read_cpu_s_per_gb", "fio read"),
+                      ("save_cpu_s_per_gb_4rank", "dcp save 4 ranks"),
+                      ("load_cpu_s_per_gb_4rank", "dcp load 4 ranks"),
+                      ("torch_save_cpu_s_per_gb_4rank", "torch save 4"),
+                      ("torch_load_cpu_s_per_gb_4rank", "torch load 4")):
+        if name in by:
+            res[key] = fig(cpu_per_gb(by[name], nbytes), "CPU s/GB", 3)
 
     def ratio(key, num, den):
         n, d = gbps(by[num]), gbps(by[den])

@@ -94,6 +94,11 @@ def leaves(sd):
     return out
 
 
+def cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def evict(d):
     for name in os.listdir(d):
         p = os.path.join(d, name)
@@ -132,14 +137,18 @@ def main():
             evict(path)
         dist.barrier()
         t0 = time.perf_counter()
+        c0 = cpu_seconds()
         if save:
             dcp.save(sd, checkpoint_id=path)
         else:
             dcp.load(sd, checkpoint_id=path)
+        c1 = cpu_seconds()
         dist.barrier()
         t1 = time.perf_counter()
         t = torch.tensor([t1 - t0], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        c = torch.tensor([c1 - c0], dtype=torch.float64)
+        dist.all_reduce(c, op=dist.ReduceOp.SUM)
         bad = 0
         if not save and run == 0:
             for a, b in zip(leaves(sd), leaves(ref)):
@@ -151,6 +160,7 @@ def main():
             sec = float(t.item())
             print(json.dumps({
                 "op": mode, "ranks": world, "run": run, "seconds": sec,
+                "cpu_seconds": float(c.item()),
                 "bytes": total, "gbps": total / sec / 1e9,
                 "bad_elements": sum(x[1] for x in info),
                 "peak_rss_mib": [round(x[0], 1) for x in info]}),
