@@ -428,9 +428,11 @@ def render_md(res, stages, machine, meta):
                          f"{fc:.2f}; the load average was "
                          f"{st.before[0]:.1f} on {machine['cores']} cores "
                          "during that stage, so each of the 4 ranks got a "
-                         "fraction of a core, and the spread of the runs "
-                         f"({res[k]['min']:.2f}x to {res[k]['max']:.2f}x) "
-                         "is as wide as the gap.")
+                         "fraction of a core. The runs' ratios spread from "
+                         f"{res[k]['min']:.2f}x to {res[k]['max']:.2f}x"
+                         + (", so the target was reached in some pairings "
+                            "and the gap is within the noise."
+                            if res[k]["max"] >= 0.9 else "."))
         a(f"- {text}")
     a("- Peak RSS is VmHWM; the memory beyond the state is VmHWM after "
       "the save minus VmRSS just before it (peak reset with "
