@@ -18,8 +18,10 @@ Runs, in one go, on the GPT-2 small + AdamW state (bench/gpt2_state.h,
              async_block_ratio from the async-save benchmark
 
 Every figure is the median of --runs runs (3) with their min and max. The
-page cache is dropped (posix_fadvise) before every load, and every save
-writes new files, as fio's write does. Writes bench/results.json (merging:
+fio runs alternate with the 4-rank dcp save and load runs, and the ratios
+to fio are taken run by run, so that each pair sees the same disk and the
+same load on a shared machine. The page cache is dropped (posix_fadvise)
+before every load, and every save writes new files, as fio's write does. Writes bench/results.json (merging:
 keys of other benchmarks are kept), the section of bench/RESULTS.md between
 the io-bench markers (the rest is kept) and bench/io_bench.png.
 
@@ -74,7 +76,8 @@ def run_json(cmd, env=None, timeout=3600):
 
 
 class Stage:
-    """A group of runs, with the load average before and after."""
+    """Runs of one kind, with the load average before the first and after
+    the last."""
 
     def __init__(self, name):
         self.name = name
@@ -82,15 +85,19 @@ class Stage:
         self.after = None
         self.runs = []
 
-    def done(self, runs):
-        self.runs = runs
-        self.after = loadavg()
+    def add(self, runs):
         for r in runs:
             if r.get("bad_elements", 0):
                 raise SystemExit(f"bench: {self.name}: {r['bad_elements']} "
                                  "elements differ after a load")
-        if runs:
-            g = [r["gbps"] for r in runs]
+        self.runs += runs
+        self.after = loadavg()
+        return self
+
+    def done(self, runs):
+        self.add(runs)
+        if self.runs:
+            g = [r["gbps"] for r in self.runs]
             log(f"{self.name}: " + " ".join(f"{x:.3f}" for x in g) + " GB/s")
         return self
 
@@ -106,41 +113,44 @@ def fio_cpu(job):
     return (job["usr_cpu"] + job["sys_cpu"]) / 100 * job["job_runtime"] / 1e3
 
 
-def fio_stage(data, nbytes, runs):
-    fio = shutil.which("fio")
-    if not fio:
-        raise SystemExit("bench: fio not found (scripts/deps.sh installs it)")
-    engines = subprocess.run([fio, "--enghelp"], stdout=subprocess.PIPE,
-                             text=True).stdout
-    engine = "io_uring" if "io_uring" in engines else "libaio"
-    path = os.path.join(data, "fio.dat")
-    size = nbytes - nbytes % (4 << 20)
-    common = [fio, "--filename=" + path, "--bs=4M", "--iodepth=8",
-              "--ioengine=" + engine, "--direct=1", f"--size={size}",
-              "--output-format=json", "--name=seq"]
-    w, r = Stage("fio write"), None
-    wr = []
-    for _ in range(runs):
-        if os.path.exists(path):
-            os.unlink(path)
-        os.sync()
-        out = subprocess.run(common + ["--rw=write", "--end_fsync=1"],
+class Fio:
+    """fio runs on one file of the state's size (rounded down to 4 MiB)."""
+
+    def __init__(self, data, nbytes):
+        fio = shutil.which("fio")
+        if not fio:
+            raise SystemExit("bench: fio not found (scripts/deps.sh "
+                             "installs it)")
+        engines = subprocess.run([fio, "--enghelp"], stdout=subprocess.PIPE,
+                                 text=True).stdout
+        self.engine = "io_uring" if "io_uring" in engines else "libaio"
+        self.path = os.path.join(data, "fio.dat")
+        self.size = nbytes - nbytes % (4 << 20)
+        self.cmd = [fio, "--filename=" + self.path, "--bs=4M", "--iodepth=8",
+                    "--ioengine=" + self.engine, "--direct=1",
+                    f"--size={self.size}", "--output-format=json",
+                    "--name=seq"]
+
+    def _run(self, rw, extra):
+        log(f"fio --rw={rw}")
+        out = subprocess.run(self.cmd + [f"--rw={rw}"] + extra,
                              stdout=subprocess.PIPE, text=True, check=True)
         j = json.loads(out.stdout)["jobs"][0]
-        wr.append({"gbps": j["write"]["bw_bytes"] / 1e9,
-                   "cpu_seconds": fio_cpu(j)})
-    w.done(wr)
-    r = Stage("fio read")
-    rr = []
-    for _ in range(runs):
-        out = subprocess.run(common + ["--rw=read"], stdout=subprocess.PIPE,
-                             text=True, check=True)
-        j = json.loads(out.stdout)["jobs"][0]
-        rr.append({"gbps": j["read"]["bw_bytes"] / 1e9,
-                   "cpu_seconds": fio_cpu(j)})
-    r.done(rr)
-    os.unlink(path)
-    return w, r, engine, size
+        return {"gbps": j[rw]["bw_bytes"] / 1e9, "cpu_seconds": fio_cpu(j)}
+
+    def write(self):
+        """A new file each time, as every save writes new files."""
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+        os.sync()
+        return self._run("write", ["--end_fsync=1"])
+
+    def read(self):
+        return self._run("read", [])
+
+    def remove(self):
+        if os.path.exists(self.path):
+            os.unlink(self.path)
 
 
 # ------------------------------------------------------------------ dcp
@@ -217,10 +227,6 @@ def describe_machine(data):
             "kernel": platform.release(), "fs": fs, "device": dev}
 
 
-def ratio_text(a, b):
-    return f"{a / b:.2f}x" if b else "n/a"
-
-
 def write_outputs(res, stages, machine, meta, out_dir, plot):
     # results.json: merge.
     jpath = os.path.join(out_dir, "results.json")
@@ -284,8 +290,9 @@ ROWS = [
     ("fio_read_cpu_s_per_gb", "the same: fio read"),
     ("load_cpu_s_per_gb_4rank", "the same: dcp load, 4 ranks (CRC checked)"),
     ("torch_load_cpu_s_per_gb_4rank", "the same: PyTorch DCP load"),
-    ("save_vs_fio_write", "dcp 4-rank save / fio write"),
-    ("load_vs_fio_read", "dcp 4-rank load / fio read"),
+    ("save_vs_fio_write", "dcp 4-rank save / fio write, each run over the "
+     "fio run just before it"),
+    ("load_vs_fio_read", "dcp 4-rank load / fio read, paired the same way"),
     ("save_vs_torch", "dcp 4-rank save / PyTorch DCP save"),
     ("load_vs_torch", "dcp 4-rank load / PyTorch DCP load"),
 ]
@@ -310,7 +317,8 @@ def render_md(res, stages, machine, meta):
       "call (slowest rank, between barriers). fio: "
       f"`--rw=write|read --bs=4M --iodepth=8 --ioengine={meta['engine']} "
       f"--direct=1 --size={meta['fio_size']}` (write: a new file each run, "
-      "`--end_fsync=1`). The page cache is dropped before every load; every "
+      "`--end_fsync=1`); fio runs alternate with the 4-rank dcp runs they "
+      "are compared with. The page cache is dropped before every load; every "
       "save writes new files. PyTorch DCP: `dcp.save`/`dcp.load` with their "
       "defaults (FileSystemWriter: a file per rank, one thread, fsync), "
       "gloo, `OMP_NUM_THREADS=1` per process as torchrun sets it.\n")
@@ -522,15 +530,24 @@ def main():
     s = dcp_stage("dcp save 1 rank", 1, "save", c1, R, build, scale)
     nbytes = s.runs[0]["bytes"]
     stages.append(s)
-    w, r, engine, fio_size = fio_stage(data, nbytes, R)
-    stages += [w, r]
     stages.append(dcp_stage("dcp load 1 rank", 1, "load", c1, R, build,
                             scale))
     shutil.rmtree(c1)
-    stages.append(dcp_stage("dcp save 4 ranks", 4, "save", c4, R, build,
-                            scale))
-    stages.append(dcp_stage("dcp load 4 ranks", 4, "load", c4, R, build,
-                            scale))
+    # The targets' runs: each dcp run right after a fio run, so that each
+    # pair sees the same disk and the same neighbours on the machine.
+    fio = Fio(data, nbytes)
+    fw, ds = Stage("fio write"), Stage("dcp save 4 ranks")
+    for _ in range(R):
+        fw.add([fio.write()])
+        ds.add(run_json(mpirun(4, ["save", c4, "--runs", "1"] + scale,
+                               build), MPI_ENV))
+    fr, dl = Stage("fio read"), Stage("dcp load 4 ranks")
+    for _ in range(R):
+        fr.add([fio.read()])
+        dl.add(run_json(mpirun(4, ["load", c4, "--runs", "1"] + scale,
+                               build), MPI_ENV))
+    fio.remove()
+    stages += [x.done([]) for x in (fw, ds, fr, dl)]
     stages.append(dcp_stage("dcp load 4 to 3 ranks", 3, "load", c4, R, build,
                             scale))
     stages.append(dcp_stage("dcp load 4 to 3, no CRC", 3, "load", c4, R,
@@ -597,8 +614,13 @@ def main():
                                    statistics.median(d), 2),
                     "unit": "x", "min": round(min(n) / max(d), 2),
                     "max": round(max(n) / min(d), 2)}
-    ratio("save_vs_fio_write", "dcp save 4 ranks", "fio write")
-    ratio("load_vs_fio_read", "dcp load 4 ranks", "fio read")
+
+    def paired(key, num, den):
+        # Each dcp run over the fio run just before it.
+        q = [x / y for x, y in zip(gbps(by[num]), gbps(by[den]))]
+        res[key] = fig(q, "x", 2)
+    paired("save_vs_fio_write", "dcp save 4 ranks", "fio write")
+    paired("load_vs_fio_read", "dcp load 4 ranks", "fio read")
     if not a.no_torch:
         ratio("save_vs_torch", "dcp save 4 ranks", "torch save 4")
         ratio("load_vs_torch", "dcp load 4 ranks", "torch load 4")
@@ -613,7 +635,7 @@ def main():
                                    "max": obj.get("max", obj["value"])}
 
     meta = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "runs": R,
-            "nbytes": nbytes, "engine": engine, "fio_size": fio_size,
+            "nbytes": nbytes, "engine": fio.engine, "fio_size": fio.size,
             "ntensors": 3 * (12 * 12 + 4) if a.scale == "full" else
             3 * (2 * 12 + 4),
             "io": s4[0].get("io"),
