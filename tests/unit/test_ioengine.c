@@ -224,7 +224,8 @@ TEST(writer_matches_model)
     ASSERT(strstr(st.fallback, "DCP_IO_NO_DIRECT") != NULL);
     ASSERT(write_case(dirpath("w-sync"), IO_NO_URING, 0, 0, 60, &st));
     ASSERT_EQ(st.uring, 0);
-    ASSERT(strstr(st.fallback, "DCP_IO_NO_URING") != NULL);
+    ASSERT(strstr(st.fallback, "DCP_IO_NO_URING") != NULL ||
+           strstr(st.fallback, "without liburing") != NULL);
     ASSERT_EQ(st.max_in_flight, 1);
 }
 
@@ -257,7 +258,8 @@ TEST(writer_short_and_sync)
     dcp__io_test.no_uring = 1; /* the ring cannot be set up */
     ASSERT(write_case(dirpath("w-noring"), 0, 0, 0, 20, &st));
     ASSERT_EQ(st.uring, 0);
-    ASSERT(strstr(st.fallback, "io_uring unavailable") != NULL);
+    ASSERT(strstr(st.fallback, "io_uring unavailable") != NULL ||
+           strstr(st.fallback, "without liburing") != NULL);
     reset_hooks();
 }
 
