@@ -442,6 +442,20 @@ def render_md(res, stages, machine, meta):
                             "and the gap is within the noise."
                             if res[k]["max"] >= 0.9 else "."))
         a(f"- {text}")
+    tc = [(op, val(res, f"{op}_cpu_s_per_gb_4rank"),
+           val(res, f"torch_{op}_cpu_s_per_gb_4rank")) for op in
+          ("save", "load")]
+    if all(d and t for _, d, t in tc):
+        a("- Against PyTorch DCP the difference on this machine is in the "
+          "cost more than in the time: "
+          + "; ".join(f"{op} {d:.2f} CPU s/GB against {t:.2f} "
+                      f"({t / d:.1f}x less)" for op, d, t in tc)
+          + ". Peak RSS per process, state included: dcp "
+          f"{val(res, 'save_peak_rss_mib_4rank')} MiB (save) and "
+          f"{val(res, 'load_peak_rss_mib_4rank')} MiB (load), PyTorch DCP "
+          f"{val(res, 'torch_save_peak_rss_mib_4rank')} and "
+          f"{val(res, 'torch_load_peak_rss_mib_4rank')} MiB (its runtime "
+          "included).")
     a("- Peak RSS is VmHWM; the memory beyond the state is VmHWM after "
       "the save minus VmRSS just before it (peak reset with "
       "/proc/self/clear_refs), the worst rank, median over runs. dcp keeps "

@@ -85,13 +85,22 @@ def build(params, mesh, rank, world, fill):
             "optim": {"state": ostate, "param_groups": groups}}, total
 
 
-def leaves(sd):
-    out = []
-    for name, t in sd["model"].items():
-        out.append(t.to_local())
+def check(params, sd, rank, world):
+    """Elements that differ from what the save wrote, regenerated one
+    tensor at a time (no second copy of the state: the peak RSS stays
+    the load's own)."""
+    bad = 0
+    for k, (name, shape) in enumerate(params):
+        _, n = local_rows(shape[0], rank, world)
+        lshape = (n,) + tuple(shape[1:])
         s = sd["optim"]["state"][name]
-        out += [s["exp_avg"].to_local(), s["exp_avg_sq"].to_local(), s["step"]]
-    return out
+        got = [sd["model"][name], s["exp_avg"], s["exp_avg_sq"]]
+        for m in range(3):
+            g = torch.Generator().manual_seed(k * 16 + m * 4 + rank)
+            want = torch.rand(lshape, generator=g)
+            bad += int((got[m].to_local() != want).sum().item())
+        bad += int(s["step"].item() != 1000.0)
+    return bad
 
 
 def cpu_seconds():
@@ -127,8 +136,6 @@ def main():
     params = (gpt2_params(2, 1000, 128, 256) if small else gpt2_params())
     save = mode == "save"
     sd, total = build(params, mesh, rank, world, fill=save)
-    if not save:
-        ref, _ = build(params, mesh, rank, world, fill=True)
     for run in range(runs):
         if save and rank == 0:
             shutil.rmtree(path, ignore_errors=True)
@@ -151,8 +158,7 @@ def main():
         dist.all_reduce(c, op=dist.ReduceOp.SUM)
         bad = 0
         if not save and run == 0:
-            for a, b in zip(leaves(sd), leaves(ref)):
-                bad += int((a != b).sum().item())
+            bad = check(params, sd, rank, world)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         info = [None] * world
         dist.all_gather_object(info, (peak, bad))
