@@ -73,7 +73,7 @@ check: build
 	  echo "make check: FAILED:" $$(cat $(CHECK_FAILED)) >&2; exit 1; fi
 	@echo "make check: tests, asan tests and install test all passed"
 
-# BENCH_ARGS: e.g. '--runs 5', or '--scale small --no-torch' for a smoke run
+# BENCH_ARGS: e.g. '--runs 7', or '--scale small --no-torch' for a smoke run
 # (then also '--out DIR' to keep bench/ as it is).
 BENCH_ARGS ?=
 

@@ -17,7 +17,7 @@ Runs, in one go, on the GPT-2 small + AdamW state (bench/gpt2_state.h,
              and "value" (and "unit", "min", "max") becomes a figure, e.g.
              async_block_ratio from the async-save benchmark
 
-Every figure is the median of --runs runs (3) with their min and max. The
+Every figure is the median of --runs runs (5) with their min and max. The
 fio runs alternate with the 4-rank dcp save and load runs, and the ratios
 to fio are taken run by run, so that each pair sees the same disk and the
 same load on a shared machine. The page cache is dropped (posix_fadvise)
@@ -468,7 +468,7 @@ def render_md(res, stages, machine, meta):
           "results.json, if any, is from that benchmark's own run.")
     a("")
     a("![dcp vs fio vs PyTorch DCP](io_bench.png)\n")
-    a("Reproduce: `make bench` (or `python bench/run_bench.py --runs 3`; "
+    a("Reproduce: `make bench` (or `python bench/run_bench.py --runs 5`; "
       "`--scale small --no-torch` for a quick smoke run).\n")
     return "\n".join(L)
 
@@ -518,7 +518,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--data", default=None)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--scale", default="full", choices=["full", "small"])
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--out", default=HERE)
