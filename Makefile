@@ -8,6 +8,9 @@
 #   make check          build + all tests, ASan+UBSan build + all tests,
 #                       TSan build + the async tests, install test (what CI
 #                       runs, through .ci/run)
+#   make bench          save/load throughput vs fio and PyTorch DCP on the
+#                       GPT-2 + AdamW state (1.5 GB; several minutes):
+#                       bench/RESULTS.md, bench/results.json, bench/io_bench.png
 #   make build | test | asan | tsan | install-test | install | clean |
 #        format-check
 #
@@ -35,12 +38,12 @@ CONFIGURE_COMMON = -DDCP_PYTHON=$(PYTHON) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
 
 .PHONY: all deps build configure demo check test asan asan-build tsan \
         tsan-build install install-test uninstall clean format format-check \
-        help
+        help bench
 
 all: build
 
 help:
-	@sed -n '4,17p' Makefile
+	@sed -n '4,20p' Makefile
 
 deps:
 	bash scripts/deps.sh
@@ -80,6 +83,13 @@ check: build
 	@if [ -f $(CHECK_FAILED) ]; then \
 	  echo "make check: FAILED:" $$(cat $(CHECK_FAILED)) >&2; exit 1; fi
 	@echo "make check: tests, asan tests, tsan tests and install test all passed"
+
+# BENCH_ARGS: e.g. '--runs 7', or '--scale small --no-torch' for a smoke run
+# (then also '--out DIR' to keep bench/ as it is).
+BENCH_ARGS ?=
+
+bench: build
+	$(PYTHON) bench/run_bench.py --build build $(BENCH_ARGS)
 
 test:
 	$(CTEST) --test-dir build --output-on-failure --no-tests=error -j$(CTEST_J) $(CTEST_ARGS)

@@ -88,7 +88,7 @@ fi
 # pulls the CUDA build (gigabytes).
 VENV=$ROOT/.venv
 PY=$VENV/bin/python
-CHECK='import torch, numpy, safetensors; assert torch.__version__.startswith("2.13.0"), torch.__version__'
+CHECK='import torch, numpy, safetensors, matplotlib; assert torch.__version__.startswith("2.13.0"), torch.__version__'
 
 if [ -e "$VENV" ] && ! "$PY" -c 'import sys' >/dev/null 2>&1; then
     if [ ! -w "$VENV" ]; then
@@ -107,13 +107,14 @@ else
 fi
 
 if ver=$("$PY" -c "$CHECK; print(torch.__version__)" 2>/dev/null); then
-    step "python packages: torch $ver, numpy, safetensors present"
+    step "python packages: torch $ver, numpy, safetensors, matplotlib present"
 else
-    step "pip install torch==2.13.0 numpy safetensors"
+    # matplotlib: the plot of make bench.
+    step "pip install torch==2.13.0 numpy safetensors matplotlib"
     "$PY" -m pip install -q --disable-pip-version-check \
-        torch==2.13.0 numpy safetensors
+        torch==2.13.0 numpy safetensors matplotlib
     if ! "$PY" -c "$CHECK"; then
-        echo "deps: torch 2.13.0, numpy or safetensors still missing in .venv" >&2
+        echo "deps: torch 2.13.0, numpy, safetensors or matplotlib still missing in .venv" >&2
         exit 1
     fi
     step "python packages: installed"

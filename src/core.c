@@ -4,9 +4,14 @@
 #include "ctx.h"
 
 #include <stddef.h> /* offsetof */
+#include <stdio.h>  /* snprintf */
 #include <string.h>
 
 #include "async.h"
+
+/* struct_size that covers option field f. */
+#define OPT_END(f)                                                             \
+    (offsetof(dcp_ctx_options, f) + sizeof(((dcp_ctx_options *)0)->f))
 
 const char *dcp_strerror(int code)
 {
@@ -151,7 +156,70 @@ int dcp_ctx_create(dcp_ctx **out, dcp_comm *comm, const dcp_ctx_options *opts)
         dcp__free(ctx);
         return DCP_EINVAL;
     }
+    if (opts && opts->struct_size >= OPT_END(io_block_bytes)) {
+        ctx->io_flags = opts->io_flags & (DCP_IO_NO_DIRECT | DCP_IO_NO_URING);
+        ctx->io_depth = opts->io_depth;
+        ctx->io_block = opts->io_block_bytes;
+        if ((opts->io_flags &
+             ~(uint32_t)(DCP_IO_NO_DIRECT | DCP_IO_NO_URING)) ||
+            ctx->io_depth > IO_MAX_DEPTH ||
+            (ctx->io_block &&
+             (ctx->io_block < IO_MIN_BLOCK || ctx->io_block > IO_MAX_BLOCK ||
+              ctx->io_block % IO_DATA_ALIGN))) {
+            dcp__free(ctx);
+            return DCP_EINVAL;
+        }
+    }
+    dcp__ctx_io_clear(ctx, DCP_IO_SAVE);
+    dcp__ctx_io_clear(ctx, DCP_IO_LOAD);
     *out = ctx;
+    return DCP_OK;
+}
+
+int dcp__ctx_io_begin(dcp_ctx *ctx, struct io_eng **out)
+{
+    int rc = DCP_OK;
+    if (!ctx->io)
+        rc = dcp__io_eng_create(&ctx->io, ctx->io_flags, ctx->io_depth,
+                                ctx->io_block, &ctx->err);
+    if (rc == DCP_OK)
+        dcp__io_stats_begin(ctx->io);
+    *out = ctx->io;
+    return rc;
+}
+
+void dcp__ctx_io_clear(dcp_ctx *ctx, int op)
+{
+    struct io_stats *s = &ctx->io_last[op ? 1 : 0];
+    memset(s, 0, sizeof(*s));
+    s->direct = s->uring = -1;
+}
+
+void dcp__ctx_io_end(dcp_ctx *ctx, int op)
+{
+    if (ctx->io)
+        dcp__io_stats_get(ctx->io, &ctx->io_last[op ? 1 : 0]);
+}
+
+int dcp_ctx_io_report(const dcp_ctx *ctx, int op, dcp_io_report *out)
+{
+    const struct io_stats *s;
+    if (!ctx || !out || (op != DCP_IO_SAVE && op != DCP_IO_LOAD) ||
+        out->struct_size < sizeof(dcp_io_report))
+        return DCP_EINVAL;
+    s = &ctx->io_last[op];
+    memset(out, 0, sizeof(*out));
+    out->struct_size = sizeof(*out);
+    out->direct = s->direct;
+    out->uring = s->uring;
+    (void)snprintf(out->fallback, sizeof(out->fallback), "%s", s->fallback);
+    out->bytes = s->bytes;
+    out->zero_copy_bytes = s->zero_copy_bytes;
+    out->bounce_bytes = s->bounce_bytes;
+    out->requests = s->requests;
+    out->max_in_flight = s->max_in_flight;
+    out->files = s->files;
+    out->buffer_bytes = s->buffer_bytes;
     return DCP_OK;
 }
 
@@ -174,6 +242,7 @@ void dcp_ctx_free(dcp_ctx *ctx)
         return;
     dcp__async_ctx_release(ctx);
     dcp__ctx_clear_report(ctx);
+    dcp__io_eng_free(ctx->io);
     dcp__free(ctx);
 }
 

@@ -1,7 +1,8 @@
 /*
  * CRC-32 (ISO-HDLC, the zip polynomial 0xEDB88320, reflected), as zip and
- * torch.save record it. Table-driven, slicing-by-8; a carry-less-multiply
- * version may replace the body without changing the interface.
+ * torch.save record it. Carry-less multiplication (PCLMULQDQ, or VPCLMULQDQ
+ * with AVX-512) where the CPU has it, slicing-by-8 tables otherwise. Thread
+ * safe.
  */
 #ifndef DCP_CRC32_H
 #define DCP_CRC32_H
@@ -16,7 +17,17 @@
  */
 uint32_t dcp__crc32(uint32_t crc, const void *p, size_t n);
 
-/* Copies n bytes from src to dst and returns the CRC continued over them. */
+/* Copies n bytes from src to dst and returns the CRC continued over them,
+ * in one pass over the data (the checksum is fused with the copy). src and
+ * dst must not overlap. */
 uint32_t dcp__crc32_copy(uint32_t crc, void *dst, const void *src, size_t n);
+
+/*
+ * Tests and benchmarks: caps the implementation at max_level (0 tables,
+ * 1 PCLMUL, 2 VPCLMUL; a negative value leaves the cap alone) and returns
+ * the level now in use on this CPU. Not thread safe: call it while no CRC
+ * is being computed.
+ */
+int dcp__crc32_impl(int max_level);
 
 #endif /* DCP_CRC32_H */

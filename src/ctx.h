@@ -7,6 +7,7 @@
 
 #include "util.h"
 #include "comm.h"
+#include "ioengine.h"
 
 /* Smallest staging budget accepted (dcp_ctx_options.staging_budget). */
 #define DCP__STAGING_MIN ((uint64_t)64 << 10)
@@ -18,6 +19,13 @@ struct dcp_ctx {
     int size;
     uint64_t max_metadata_bytes;
     uint64_t max_value_bytes;
+    /* The I/O engine (created on first use, owned), its settings and the
+     * last save's and load's figures (dcp_ctx_io_report). */
+    struct io_eng *io;
+    unsigned io_flags;
+    uint32_t io_depth;
+    uint32_t io_block;
+    struct io_stats io_last[2];
     /* Last load's report (owned). */
     char **missing;
     size_t nmissing;
@@ -35,6 +43,14 @@ struct dcp_ctx {
 
 /* Clears err at the start of an API call. */
 void dcp__ctx_begin(dcp_ctx *ctx);
+
+/* The context's I/O engine, created on first use, with its statistics
+ * cleared for a new save (op 0) or load (op 1). */
+int dcp__ctx_io_begin(dcp_ctx *ctx, struct io_eng **out);
+/* Keeps the engine's statistics as the report of op. */
+void dcp__ctx_io_end(dcp_ctx *ctx, int op);
+/* Resets the report of op to "no data file touched". */
+void dcp__ctx_io_clear(dcp_ctx *ctx, int op);
 void dcp__ctx_clear_report(dcp_ctx *ctx);
 
 #endif /* DCP_CTX_H */

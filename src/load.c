@@ -172,14 +172,19 @@ static int cuda_upload(const struct st_entry *se, const uint8_t *host,
                         : dcp__err_prefix(err, "cannot load '%s'", se->key);
 }
 
+/*
+ * Reads the chunks of e that overlap se's boxes: parsed now, their bytes
+ * added to batch; with batch NULL, only prefetched. A CUDA tensor is read
+ * at once (not batched) into one host buffer, then copied to the device.
+ */
 static int load_tensor(struct rd_files *f, const struct st_entry *se,
                        const struct md_entry *e, int verify,
-                       struct dcp_err *err)
+                       struct io_rbatch *batch, struct dcp_err *err)
 {
     struct rd_dest *dest;
-    uint8_t *host, *mark;
+    uint8_t *host = NULL, *mark;
     size_t i, hoff = 0, nwanted = 0;
-    int rc = cuda_bounce(se, &host, err);
+    int rc = batch ? cuda_bounce(se, &host, err) : DCP_OK;
     if (rc != DCP_OK)
         return rc;
     dest = dcp__calloc(se->nboxes ? se->nboxes : 1, sizeof(*dest));
@@ -206,9 +211,15 @@ static int load_tensor(struct rd_files *f, const struct st_entry *se,
         if (!mark[i])
             continue;
         nwanted--;
-        rc = dcp__rd_chunk(f, e, i, dest, se->nboxes, verify, NULL, err);
+        if (!batch)
+            dcp__rd_prefetch(f, e, i);
+        else if (host)
+            rc = dcp__rd_chunk(f, e, i, dest, se->nboxes, verify, NULL, err);
+        else
+            rc = dcp__rd_chunk_plan(f, e, i, dest, se->nboxes, verify, batch,
+                                    err);
     }
-    if (rc == DCP_OK && host)
+    if (rc == DCP_OK && host && batch)
         rc = cuda_upload(se, host, err);
     dcp__free(host);
     dcp__free(mark);
@@ -220,6 +231,7 @@ static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
                     const struct dcp_metadata *md, int verify)
 {
     dcp_value **vals = dcp__calloc(st->n ? st->n : 1, sizeof(*vals));
+    struct io_rbatch batch = {0};
     size_t i;
     int rc = DCP_OK;
     if (!vals)
@@ -231,11 +243,30 @@ static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
             rc = dcp__rd_value(f, &md->e[ei], verify, ctx->max_value_bytes,
                                &vals[i], &ctx->err);
     }
+    /* Tensors: archives parsed, then their bytes read in one batch,
+     * sorted by file and offset (ioengine.h). */
+    dcp__ctx_io_clear(ctx, DCP_IO_LOAD);
     for (i = 0; rc == DCP_OK && i < st->n; i++) {
         long ei = dcp__meta_find(md, st->e[i].key);
         if (ei >= 0 && st->e[i].is_tensor)
-            rc = load_tensor(f, &st->e[i], &md->e[ei], verify, &ctx->err);
+            rc = load_tensor(f, &st->e[i], &md->e[ei], verify, NULL, &ctx->err);
     }
+    if (rc == DCP_OK)
+        rc = dcp__io_rbatch_init(&batch, f->dirfd, md->nfiles, &ctx->err);
+    for (i = 0; rc == DCP_OK && i < st->n; i++) {
+        long ei = dcp__meta_find(md, st->e[i].key);
+        if (ei >= 0 && st->e[i].is_tensor)
+            rc = load_tensor(f, &st->e[i], &md->e[ei], verify, &batch,
+                             &ctx->err);
+    }
+    if (rc == DCP_OK && batch.nparts) {
+        struct io_eng *e = NULL;
+        rc = dcp__ctx_io_begin(ctx, &e);
+        if (rc == DCP_OK)
+            rc = dcp__io_rbatch_run(&batch, e, &ctx->err);
+        dcp__ctx_io_end(ctx, DCP_IO_LOAD);
+    }
+    dcp__io_rbatch_release(&batch);
     for (i = 0; i < st->n; i++) {
         if (!vals[i])
             continue;

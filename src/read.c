@@ -9,8 +9,10 @@
  */
 #include "read.h"
 
+#include <fcntl.h> /* posix_fadvise */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h> /* qsort */
 #include <string.h>
 #include <unistd.h>
 
@@ -21,6 +23,10 @@
 #include "value.h"
 
 #define PKL_MAX ((size_t)1 << 20) /* a tensor's data.pkl is ~200 bytes */
+/* Parsing windows (struct rec): the zip end-record search reads the last
+ * 64 KiB + 22 bytes of a record. */
+#define HEAD_WIN ((size_t)16 << 10)
+#define TAIL_WIN (((size_t)64 << 10) + 64)
 
 int dcp__rd_open(struct rd_files *f, const char *path,
                  const struct dcp_metadata *md, struct dcp_err *err)
@@ -57,35 +63,88 @@ void dcp__rd_close(struct rd_files *f)
     dcp__free(f->fds);
     dcp__free(f->sizes);
     dcp__free(f->scratch);
+    dcp__free(f->win);
     memset(f, 0, sizeof(*f));
     f->dirfd = -1;
 }
 
 static int rd_file(struct rd_files *f, uint32_t idx, struct dcp_err *err)
 {
+    int rc;
     if (f->fds[idx] >= 0)
         return DCP_OK;
-    return dcp__fs_open_read(f->dirfd, f->md->files[idx], &f->fds[idx],
-                             &f->sizes[idx], err);
+    rc = dcp__fs_open_read(f->dirfd, f->md->files[idx], &f->fds[idx],
+                           &f->sizes[idx], err);
+    /* Reads through this descriptor are the windows below and whole
+     * chunks: the kernel's read-ahead would only fetch tensor bytes that
+     * the I/O engine then reads again. */
+    if (rc == DCP_OK)
+        (void)posix_fadvise(f->fds[idx], 0, 0, POSIX_FADV_RANDOM);
+    return rc;
 }
 
-/* A record: a byte range of a data file, as tz_read_fn sees it. */
+void dcp__rd_prefetch(struct rd_files *f, const struct md_entry *e, size_t ci)
+{
+    const struct md_chunk *c = &e->chunks[ci];
+    uint64_t n = c->length < TAIL_WIN ? c->length : TAIL_WIN;
+    if (rd_file(f, c->file, NULL) != DCP_OK)
+        return; /* the read reports it */
+    (void)posix_fadvise(f->fds[c->file], (off_t)(c->offset + c->length - n),
+                        (off_t)n, POSIX_FADV_WILLNEED);
+    if (c->length > TAIL_WIN)
+        (void)posix_fadvise(f->fds[c->file], (off_t)c->offset, (off_t)HEAD_WIN,
+                            POSIX_FADV_WILLNEED);
+}
+
+/*
+ * A record: a byte range of a data file, as tz_read_fn sees it. Parsing
+ * reads the end records and the central directory near the record's end
+ * and the local headers and data.pkl near its start: two windows, each
+ * read whole on first use (small records: one), serve those reads, instead
+ * of a dozen small preads per record.
+ */
+
 struct rec {
     int fd;
     uint64_t base;
     uint64_t len;
     const char *file;
+    uint8_t *win[2];  /* head, tail (rd_files' buffers), or NULL */
+    uint64_t woff[2]; /* record offset of each window */
+    size_t wlen[2];   /* bytes held; 0: not read yet */
 };
 
 static int rec_read(void *opaque, uint64_t off, void *buf, size_t len,
                     struct dcp_err *err)
 {
-    const struct rec *r = opaque;
+    struct rec *r = opaque;
     uint64_t end;
+    int w, rc;
     if (dcp__add_overflow_u64(off, len, &end) || end > r->len)
         return dcp__err(err, DCP_EFORMAT,
                         "read of %zu bytes at %llu outside the record", len,
                         (unsigned long long)off);
+    for (w = 0; r->win[0] && w < 2; w++) {
+        if (!r->wlen[w]) {
+            /* The tail window ends with the record, the head one starts
+             * with it; each is filled only by a read that it covers. */
+            size_t n = w ? TAIL_WIN : HEAD_WIN;
+            uint64_t at = w && r->len > n ? r->len - n : 0;
+            if (n > r->len)
+                n = (size_t)r->len;
+            if (off < at || end > at + n)
+                continue;
+            rc = dcp__fs_pread(r->fd, r->win[w], n, r->base + at, r->file, err);
+            if (rc != DCP_OK)
+                return rc;
+            r->woff[w] = at;
+            r->wlen[w] = n;
+        }
+        if (off >= r->woff[w] && end <= r->woff[w] + r->wlen[w]) {
+            memcpy(buf, r->win[w] + (off - r->woff[w]), len);
+            return DCP_OK;
+        }
+    }
     return dcp__fs_pread(r->fd, buf, len, r->base + off, r->file, err);
 }
 
@@ -107,10 +166,17 @@ static int open_record(struct rd_files *f, const struct md_entry *e,
                         " bytes): truncated",
                         e->key, c->offset, file, c->length,
                         f->sizes[c->file]);
+    memset(r, 0, sizeof(*r));
     r->fd = f->fds[c->file];
     r->base = c->offset;
     r->len = c->length;
     r->file = file;
+    if (!f->win)
+        f->win = dcp__malloc(HEAD_WIN + TAIL_WIN);
+    if (f->win) { /* else: no windows, plain reads */
+        r->win[0] = f->win;
+        r->win[1] = f->win + HEAD_WIN;
+    }
     rc = tz_open(a, c->length, rec_read, r, err);
     if (rc != DCP_OK)
         return dcp__err_prefix(err, "'%s': record at byte %" PRIu64 " of '%s'",
@@ -280,34 +346,47 @@ static int ensure_scratch(struct rd_files *f, uint64_t n, struct dcp_err *err)
     return DCP_OK;
 }
 
+/* Opens chunk ci's record and checks its archive against the metadata:
+ * *t is the stored tensor, *data its storage record (NULL for an empty
+ * chunk without one). */
+static int parse_chunk(struct rd_files *f, const struct md_entry *e,
+                       const struct md_chunk *c, int verify, struct rec *r,
+                       struct tz_tensor *t, const struct tz_entry **data,
+                       struct tz_archive *a, struct dcp_err *err)
+{
+    const char *file = f->md->files[c->file];
+    const struct tz_entry *pe;
+    uint8_t *pkl = NULL;
+    int rc = open_record(f, e, c, r, a, err);
+    if (rc != DCP_OK)
+        return rc;
+    pe = tz_find(a, "data.pkl");
+    if (!pe)
+        return dcp__err(err, DCP_EFORMAT, "'%s': record in '%s' has no "
+                        "data.pkl", e->key, file);
+    rc = tz_read_entry(a, pe, PKL_MAX, verify, rec_read, r, &pkl, err);
+    if (rc == DCP_OK)
+        rc = tz_parse_tensor_pickle(pkl, pe->size, t, err);
+    dcp__free(pkl);
+    if (rc != DCP_OK)
+        return dcp__err_prefix(err, "'%s': record in '%s'", e->key, file);
+    return check_archive(a, e, c, file, t, data, err);
+}
+
 int dcp__rd_chunk(struct rd_files *f, const struct md_entry *e, size_t ci,
                   const struct rd_dest *dest, size_t ndest, int verify,
                   uint64_t *bytes_checked, struct dcp_err *err)
 {
     const struct md_chunk *c = &e->chunks[ci];
     const char *file = f->md->files[c->file];
-    const struct tz_entry *pe, *data = NULL;
+    const struct tz_entry *data = NULL;
     int64_t ioff[DCP_MAX_NDIM], isize[DCP_MAX_NDIM];
     struct tz_archive a;
     struct tz_tensor t;
     struct rec r;
-    uint8_t *pkl = NULL, *dst = NULL;
+    uint8_t *dst = NULL;
     size_t i;
-    int rc;
-    rc = open_record(f, e, c, &r, &a, err);
-    if (rc != DCP_OK)
-        return rc;
-    pe = tz_find(&a, "data.pkl");
-    if (!pe)
-        return dcp__err(err, DCP_EFORMAT, "'%s': record in '%s' has no "
-                        "data.pkl", e->key, file);
-    rc = tz_read_entry(&a, pe, PKL_MAX, verify, rec_read, &r, &pkl, err);
-    if (rc == DCP_OK)
-        rc = tz_parse_tensor_pickle(pkl, pe->size, &t, err);
-    dcp__free(pkl);
-    if (rc != DCP_OK)
-        return dcp__err_prefix(err, "'%s': record in '%s'", e->key, file);
-    rc = check_archive(&a, e, c, file, &t, &data, err);
+    int rc = parse_chunk(f, e, c, verify, &r, &t, &data, &a, err);
     if (rc != DCP_OK || !data)
         return rc;
     if (bytes_checked)
@@ -427,4 +506,123 @@ int dcp__rd_chunk_locate(struct rd_files *f, const struct md_entry *e,
         loc->crc = data->crc;
     }
     return DCP_OK;
+}
+
+/* ------------------------------------------------------------ batched */
+
+/*
+ * The byte offset of sub-box (ioff, isize) inside the C-contiguous box
+ * (boff, bsize) when its elements form one contiguous run there (every
+ * dimension after the first one longer than 1 is whole), else -1.
+ */
+static int64_t run_offset(int ndim, const int64_t *boff, const int64_t *bsize,
+                          const int64_t *ioff, const int64_t *isize,
+                          size_t esize)
+{
+    int64_t off = 0, stride = (int64_t)esize;
+    int d, j = 0;
+    while (j < ndim - 1 && isize[j] == 1)
+        j++;
+    for (d = j + 1; d < ndim; d++)
+        if (isize[d] != bsize[d])
+            return -1;
+    for (d = ndim - 1; d >= 0; d--) {
+        off += (ioff[d] - boff[d]) * stride;
+        stride *= bsize[d];
+    }
+    return off;
+}
+
+struct target {
+    uint64_t off, len; /* in the stored chunk's data */
+    uint8_t *dst;
+};
+
+static int cmp_target(const void *pa, const void *pb)
+{
+    const struct target *a = pa, *b = pb;
+    return a->off < b->off ? -1 : a->off > b->off;
+}
+
+/*
+ * Where each destination overlapping chunk c takes its bytes from: one
+ * target per destination when each overlap is a single run in the chunk
+ * and in the destination, with no cast and no two overlaps sharing bytes.
+ * Returns the number of targets, or -1 when the chunk must be copied
+ * element-wise (dcp__rd_chunk).
+ */
+static long plan_targets(const struct md_entry *e, const struct md_chunk *c,
+                         const struct tz_tensor *t, const struct rd_dest *dest,
+                         size_t ndest, struct target *tg)
+{
+    int64_t ioff[DCP_MAX_NDIM], isize[DCP_MAX_NDIM];
+    size_t es = dcp_dtype_size(t->dtype), i, n = 0;
+    if (!is_contiguous(t))
+        return -1;
+    for (i = 0; i < ndest; i++) {
+        int64_t so, dof;
+        if (!dcp__box_intersect(e->ndim, c->off, c->size, dest[i].off,
+                                dest[i].size, ioff, isize))
+            continue;
+        if (dest[i].dtype != t->dtype)
+            return -1;
+        so = run_offset(e->ndim, c->off, c->size, ioff, isize, es);
+        dof = run_offset(e->ndim, dest[i].off, dest[i].size, ioff, isize, es);
+        if (so < 0 || dof < 0)
+            return -1;
+        tg[n].off = (uint64_t)so;
+        tg[n].len = dcp__box_numel(e->ndim, isize) * es;
+        tg[n].dst = (uint8_t *)dest[i].buf + dof;
+        n++;
+    }
+    if (n > 1)
+        qsort(tg, n, sizeof(*tg), cmp_target);
+    for (i = 1; i < n; i++)
+        if (tg[i].off < tg[i - 1].off + tg[i - 1].len)
+            return -1;
+    return (long)n;
+}
+
+int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e, size_t ci,
+                       const struct rd_dest *dest, size_t ndest, int verify,
+                       struct io_rbatch *batch, struct dcp_err *err)
+{
+    const struct md_chunk *c = &e->chunks[ci];
+    const struct tz_entry *data = NULL;
+    struct tz_archive a;
+    struct tz_tensor t;
+    struct target *tg;
+    struct rec r;
+    uint64_t at = 0;
+    uint32_t id;
+    long n, i;
+    int rc = parse_chunk(f, e, c, verify, &r, &t, &data, &a, err);
+    if (rc != DCP_OK || !data || data->size == 0)
+        return rc;
+    tg = dcp__malloc((ndest ? ndest : 1) * sizeof(*tg));
+    if (!tg)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    n = plan_targets(e, c, &t, dest, ndest, tg);
+    if (n < 0) {
+        dcp__free(tg);
+        return dcp__rd_chunk(f, e, ci, dest, ndest, verify, NULL, err);
+    }
+    dcp__io_rbatch_file(batch, c->file, r.file, r.fd, f->sizes[c->file]);
+    rc = dcp__io_rbatch_stream(batch, c->file, r.base + data->data_off,
+                               data->size, data->crc, verify, e->key, c->offset,
+                               &id, err);
+    /* Verifying reads the whole chunk: the bytes no destination takes are
+     * read for the CRC only. */
+    for (i = 0; rc == DCP_OK && i < n; i++) {
+        if (verify && tg[i].off > at)
+            rc = dcp__io_rbatch_part(batch, id, at, tg[i].off - at, NULL, err);
+        if (rc == DCP_OK)
+            rc = dcp__io_rbatch_part(batch, id, tg[i].off, tg[i].len, tg[i].dst,
+                                     err);
+        at = tg[i].off + tg[i].len;
+    }
+    if (rc == DCP_OK && verify && data->size > at)
+        rc = dcp__io_rbatch_part(batch, id, at, data->size - at, NULL, err);
+    dcp__free(tg);
+    return rc;
 }

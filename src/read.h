@@ -8,6 +8,7 @@
 #define DCP_READ_H
 
 #include "util.h"
+#include "ioengine.h"
 #include "meta.h"
 #include "torchzip.h"
 
@@ -19,6 +20,7 @@ struct rd_files {
     uint64_t *sizes;
     uint8_t *scratch; /* reused staging buffer */
     size_t scratch_cap;
+    uint8_t *win; /* the record-parsing windows (read.c) */
 };
 
 /* A destination: a box of the global tensor, with its own buffer. */
@@ -44,6 +46,26 @@ void dcp__rd_close(struct rd_files *f);
 int dcp__rd_chunk(struct rd_files *f, const struct md_entry *e, size_t ci,
                   const struct rd_dest *dest, size_t ndest, int verify,
                   uint64_t *bytes_checked, struct dcp_err *err);
+
+/* Asks the kernel to start reading what parsing chunk ci's record will
+ * read (its first and last kilobytes), so that the records of many chunks
+ * are fetched in parallel before they are parsed one by one. Best effort:
+ * errors show up when the chunk is read. */
+void dcp__rd_prefetch(struct rd_files *f, const struct md_entry *e, size_t ci);
+
+/*
+ * As dcp__rd_chunk, but when the chunk is stored contiguously and its
+ * overlap with each destination is one run of bytes both in the chunk and
+ * in the destination (the same dtype, no two overlaps sharing bytes), its
+ * data is not read here: a stream is added to batch with one part per
+ * destination (with verify, also parts that read the rest of the chunk for
+ * its CRC only), which dcp__io_rbatch_run reads later, straight into the
+ * destinations where it can. Other chunks are read and copied at once.
+ * Same return codes as dcp__rd_chunk.
+ */
+int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e, size_t ci,
+                       const struct rd_dest *dest, size_t ndest, int verify,
+                       struct io_rbatch *batch, struct dcp_err *err);
 
 /* Reads value entry e; *out belongs to the caller. */
 int dcp__rd_value(struct rd_files *f, const struct md_entry *e, int verify,

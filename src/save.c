@@ -45,7 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "crc32.h"
+#include "ioengine.h"
 #include "meta.h"
 #include "plan.h"
 #include "read.h"
@@ -54,9 +54,7 @@
 #include "storage.h"
 #include "torchzip.h"
 
-#define WBUF_FLUSH ((size_t)4 << 20)  /* pending small writes flushed here */
-#define DIRECT_MIN ((size_t)64 << 10) /* data this large goes straight out */
-#define ITEM_ALIGN 64                 /* torch.save's record alignment */
+#define ITEM_ALIGN 64 /* torch.save's record alignment */
 
 /* ----------------------------------------------------------- writer */
 
@@ -86,78 +84,71 @@ uint64_t dcp__save_write_fail_after(uint64_t k)
     return n;
 }
 
-struct wfile {
-    int fd;
-    const char *name;
-    uint64_t off;        /* bytes in the file so far */
-    struct dcp_buf pend; /* small writes not yet issued */
-    struct dcp_err *err;
-};
-
-static int wf_pwrite(struct wfile *w, const void *p, size_t n, uint64_t off)
+/*
+ * The hook's check before each write into the engine: on the k-th, the
+ * writer's sticky error is set (nothing in flight is abandoned).
+ */
+static int wf_hook(struct io_writer *w)
 {
     uint64_t k = atomic_load(&wfail_at);
-    if (k && atomic_fetch_add(&wfail_count, 1) + 1 >= k)
-        return dcp__err(w->err, DCP_EIO,
-                        "cannot write '%s' at byte %llu: injected failure",
-                        w->name, (unsigned long long)off);
-    return dcp__fs_pwrite(w->fd, p, n, off, w->name, w->err);
+    if (w->rc == DCP_OK && k && atomic_fetch_add(&wfail_count, 1) + 1 >= k)
+        w->rc = dcp__err(w->err, DCP_EIO,
+                         "cannot write '%s' at byte %llu: injected failure",
+                         w->name, (unsigned long long)w->off);
+    return w->rc;
 }
 
-static int wf_flush(struct wfile *w)
-{
-    int rc = DCP_OK;
-    if (w->pend.len) {
-        rc = wf_pwrite(w, w->pend.p, w->pend.len, w->off - w->pend.len);
-        w->pend.len = 0;
-    }
-    return rc;
-}
-
-static int wf_put(struct wfile *w, const void *p, size_t n)
-{
-    int rc;
-    if (n >= DIRECT_MIN) {
-        rc = wf_flush(w);
-        if (rc == DCP_OK)
-            rc = wf_pwrite(w, p, n, w->off);
-        w->off += n;
-        return rc;
-    }
-    if (dcp__buf_put(&w->pend, p, n) != DCP_OK)
-        return dcp__err(w->err, DCP_ENOMEM, "out of memory");
-    w->off += n;
-    return w->pend.len >= WBUF_FLUSH ? wf_flush(w) : DCP_OK;
-}
+/*
+ * The bytes go through the I/O engine (ioengine.h): records start on
+ * ITEM_ALIGN file offsets (zero bytes between them) and a tensor's data on
+ * an IO_DATA_ALIGN one (padding in the zip extra field), so the engine can
+ * write tensor data straight from the caller's buffer with O_DIRECT.
+ */
 
 /* Moves what the zip writer produced into the file. */
-static int wf_drain(struct wfile *w, struct tz_writer *z)
+static int wf_drain(struct io_writer *w, struct tz_writer *z)
 {
-    int rc = wf_put(w, z->out.p, z->out.len);
+    int rc = dcp__iow_put(w, z->out.p, z->out.len);
     z->out.len = 0;
     return rc;
 }
 
+/* Pads the file to the next record boundary and starts a record there. */
+static int wf_record(struct io_writer *w, struct tz_writer *z)
+{
+    int rc = dcp__iow_zero(
+        w, (size_t)((ITEM_ALIGN - w->off % ITEM_ALIGN) % ITEM_ALIGN));
+    if (rc == DCP_OK)
+        rc = tz_writer_init(z, w->off, ITEM_ALIGN);
+    if (rc == DCP_OK)
+        rc = tz_writer_stream_align(z, IO_DATA_ALIGN);
+    return rc;
+}
+
 /* Writes a value record from its pickle; *off and *len get its extent. */
-static int write_value(struct wfile *w, const struct sv_rec *r,
+static int write_value(struct io_writer *w, const struct sv_rec *r,
                        const struct dcp_buf *pkl, uint64_t *off, uint64_t *len)
 {
     struct tz_writer z;
-    int rc = tz_writer_init(&z, w->off, ITEM_ALIGN);
-    if (rc == DCP_OK)
-        rc = tz_value_item(&z, pkl->p, pkl->len);
+    int rc = wf_record(w, &z);
     *off = w->off;
     if (rc == DCP_OK)
+        rc = tz_value_item(&z, pkl->p, pkl->len);
+    if (rc == DCP_OK)
         rc = wf_drain(w, &z);
-    else
+    else if (rc != w->rc)
         rc = dcp__err(w->err, rc, "cannot encode value '%s'", r->key);
     *len = w->off - *off;
     tz_writer_release(&z);
     return rc;
 }
 
-/* A staged tensor's bytes, piece by piece from the staging pipe. */
-static int put_staged(struct wfile *w, struct stg_pipe *pipe,
+/*
+ * A staged tensor's bytes, piece by piece from the staging pipe. A piece
+ * goes out without a copy when it can (dcp__iow_data), so it is released
+ * to the stager only once its writes have completed.
+ */
+static int put_staged(struct io_writer *w, struct stg_pipe *pipe,
                       const struct sv_rec *r, uint32_t *crc)
 {
     uint64_t done = 0, off;
@@ -171,38 +162,43 @@ static int put_staged(struct wfile *w, struct stg_pipe *pipe,
         if (src != r->stage - 1 || off != done || n > r->nbytes - done)
             rc = dcp__err(w->err, DCP_EIO,
                           "staging out of step at '%s' (internal)", r->key);
-        if (rc == DCP_OK) {
-            *crc = dcp__crc32(*crc, p, n);
-            rc = wf_put(w, p, n);
-        }
+        if (rc == DCP_OK)
+            rc = wf_hook(w);
+        if (rc == DCP_OK)
+            rc = dcp__iow_data(w, p, n, crc);
+        if (rc == DCP_OK)
+            rc = dcp__iow_wait(w);
         dcp__stage_release(pipe);
         done += n;
     }
     return rc;
 }
 
-static int write_box(struct wfile *w, const struct sv_rec *r,
+static int write_box(struct io_writer *w, const struct sv_rec *r,
                      struct stg_pipe *pipe, uint64_t *off, uint64_t *len)
 {
     uint64_t nbytes = r->nbytes;
     uint64_t data_off;
     struct tz_writer z;
     uint32_t crc = 0;
-    int rc = tz_writer_init(&z, w->off, ITEM_ALIGN);
+    int rc = wf_record(w, &z);
     *off = w->off;
     if (rc == DCP_OK)
         rc = tz_tensor_item_begin(&z, r->dtype, r->ndim, r->size, nbytes,
                                   &data_off);
     if (rc != DCP_OK) {
         tz_writer_release(&z);
+        if (rc == w->rc)
+            return rc;
         return dcp__err(w->err, rc, "cannot encode tensor '%s'", r->key);
     }
     rc = wf_drain(w, &z);
     if (rc == DCP_OK && nbytes && r->stage) {
         rc = put_staged(w, pipe, r, &crc);
     } else if (rc == DCP_OK && nbytes) {
-        crc = dcp__crc32(0, r->src, (size_t)nbytes);
-        rc = wf_put(w, r->src, (size_t)nbytes);
+        rc = wf_hook(w);
+        if (rc == DCP_OK)
+            rc = dcp__iow_data(w, r->src, (size_t)nbytes, &crc);
     }
     if (rc == DCP_OK) {
         rc = tz_tensor_item_end(&z, crc);
@@ -461,6 +457,12 @@ struct sv_job {
     struct stg_pipe *pipe;
     int wrote;    /* the data file was created */
     int finished; /* dcp__save_finish ran: files are settled */
+    /* The context's I/O engine (borrowed; set on the caller's thread, used
+     * by the worker only while it writes) and its figures for this save,
+     * copied to the context's report at the finish. */
+    struct io_eng *io;
+    struct io_stats iost;
+    int have_iost;
     /* First error wins (c-style.md 4); msg written by the winner only,
      * read once both sides are done. */
     _Atomic int rc;
@@ -529,8 +531,8 @@ static int build_recs(struct sv_job *job, const dcp_state *st,
 }
 
 /* Local preparation after the assignment arrived: decode it, describe the
- * records, open the directory. A failure here is the job's, agreed on in
- * dcp__save_finish. */
+ * records, open the directory, get the I/O engine ready. A failure here is
+ * the job's, agreed on in dcp__save_finish. */
 static int prepare(dcp_ctx *ctx, struct sv_job *job, const dcp_state *st,
                    const uint8_t *mine, size_t len)
 {
@@ -544,6 +546,8 @@ static int prepare(dcp_ctx *ctx, struct sv_job *job, const dcp_state *st,
         a.file = NULL;
         if (job->dirfd < 0)
             rc = dcp__fs_open_dir(job->path, &job->dirfd, &ctx->err);
+        if (rc == DCP_OK)
+            rc = dcp__ctx_io_begin(ctx, &job->io);
     }
     dcp__plan_assign_release(&a);
     return rc;
@@ -583,6 +587,7 @@ int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
     uint8_t *blobs = NULL, *mine = NULL;
     size_t *lens = NULL, *displs = NULL, minelen = 0;
     *out = NULL;
+    dcp__ctx_io_clear(ctx, DCP_IO_SAVE);
     if (job) {
         job->dirfd = job->co.dirfd = -1;
         job->sync = 1;
@@ -720,26 +725,44 @@ void dcp__save_stage(struct sv_job *job)
         (void)dcp__save_fail(job, rc, &err);
 }
 
+/* An upper bound of the data file's length: data, alignment and zip
+ * structures (under 12 KiB per record); the engine allocates it first. */
+static uint64_t file_hint(const struct sv_job *job)
+{
+    uint64_t hint = 0;
+    size_t i;
+    for (i = 0; i < job->nrecs; i++) {
+        const struct sv_rec *r = &job->recs[i];
+        hint += ((uint64_t)16 << 10) +
+                (r->is_tensor ? r->nbytes : job->lp.pickles[r->pickle].len);
+    }
+    return hint;
+}
+
 /* 3b, on the worker: this rank's records into its data file. */
 void dcp__save_write(void *arg)
 {
     struct sv_job *job = arg;
-    struct wfile w;
+    struct io_writer w;
     struct dcp_err err;
     size_t i;
-    int rc = atomic_load(&job->rc);
+    int fd, frc, rc = atomic_load(&job->rc);
     if (rc != DCP_OK || !job->file)
         return;
     dcp__err_clear(&err);
-    memset(&w, 0, sizeof(w));
-    w.name = job->file;
-    w.err = &err;
-    rc = dcp__fs_create(job->dirfd, job->file, &w.fd, &err);
+    rc = dcp__fs_create(job->dirfd, job->file, &fd, &err);
     if (rc != DCP_OK) {
         (void)dcp__save_fail(job, rc, &err);
         return;
     }
     job->wrote = 1;
+    rc = dcp__iow_open(&w, job->io, job->dirfd, job->file, fd, file_hint(job),
+                       &err);
+    if (rc != DCP_OK) {
+        (void)close(fd);
+        (void)dcp__save_fail(job, rc, &err);
+        return;
+    }
     for (i = 0; i < job->nrecs && rc == DCP_OK; i++) {
         const struct sv_rec *r = &job->recs[i];
         uint64_t *ol = &job->offlen[2 * i];
@@ -752,15 +775,17 @@ void dcp__save_write(void *arg)
         if (rc == DCP_OK && atomic_load(&job->rc) != DCP_OK)
             rc = atomic_load(&job->rc);
     }
+    frc = dcp__iow_finish(&w); /* waits for every request, also on error */
     if (rc == DCP_OK)
-        rc = wf_flush(&w);
+        rc = frc;
     if (rc == DCP_OK && job->sync)
-        rc = dcp__fs_fsync(w.fd, job->file, &err);
+        rc = dcp__fs_fsync(fd, job->file, &err);
     if (rc == DCP_OK)
-        rc = dcp__fs_close(w.fd, job->file, &err);
+        rc = dcp__fs_close(fd, job->file, &err);
     else
-        (void)close(w.fd);
-    dcp__buf_free(&w.pend);
+        (void)close(fd);
+    dcp__io_stats_get(job->io, &job->iost);
+    job->have_iost = 1;
     (void)dcp__save_fail(job, rc, &err);
 }
 
@@ -781,6 +806,8 @@ int dcp__save_finish(dcp_ctx *ctx, struct sv_job *job)
     uint8_t *blobs = NULL;
     size_t *lens = NULL, *displs = NULL;
     int rc = atomic_load(&job->rc), renamed = 0;
+    if (job->have_iost)
+        ctx->io_last[DCP_IO_SAVE] = job->iost;
     if (rc != DCP_OK)
         ctx->err = job->err;
     if (rc == DCP_OK &&

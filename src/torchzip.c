@@ -129,6 +129,15 @@ int tz_writer_set_max(struct tz_writer *w, size_t max)
     return DCP_OK;
 }
 
+int tz_writer_stream_align(struct tz_writer *w, uint32_t stream_align)
+{
+    if (!w || stream_align < w->align ||
+        (stream_align & (stream_align - 1)) != 0 || stream_align > MAX_ALIGN)
+        return DCP_EINVAL;
+    w->stream_align = stream_align;
+    return DCP_OK;
+}
+
 void tz_writer_release(struct tz_writer *w)
 {
     if (!w)
@@ -149,7 +158,7 @@ void tz_writer_release(struct tz_writer *w)
  * appends after it cannot fail. On failure nothing has changed.
  */
 static int put_local_header(struct tz_writer *w, const char *name, uint64_t len,
-                            size_t more, uint64_t *data_off)
+                            size_t more, uint32_t align, uint64_t *data_off)
 {
     uint64_t c = w->pos, start, data, end;
     size_t nlen, hdr_len;
@@ -181,7 +190,7 @@ static int put_local_header(struct tz_writer *w, const char *name, uint64_t len,
     /* PyTorch's getPadding(): the data would start at `start` without FB
      * padding; here aligned against the absolute file offset. */
     start = c + LOCAL_LEN + nlen + 4u + z64_len;
-    pad = (uint32_t)((0u - (w->item_offset + start)) & (w->align - 1u));
+    pad = (uint32_t)((0u - (w->item_offset + start)) & (align - 1u));
     extra_len = z64_len + 4u + pad;
     if (dcp__add_overflow_u64(start, pad, &data) ||
         dcp__add_overflow_u64(data, len, &end))
@@ -265,7 +274,7 @@ int tz_add(struct tz_writer *w, const char *name, const void *data, size_t len)
 
     if (!w || (len > 0 && !data) || len > SIZE_MAX - 24)
         return DCP_EINVAL;
-    rc = put_local_header(w, name, len, len + 24, NULL);
+    rc = put_local_header(w, name, len, len + 24, w->align, NULL);
     if (rc != DCP_OK)
         return rc;
     (void)dcp__buf_put(&w->out, data, len);
@@ -281,7 +290,9 @@ int tz_stream_begin(struct tz_writer *w, const char *name, uint64_t len,
 
     if (!w)
         return DCP_EINVAL;
-    rc = put_local_header(w, name, len, 0, data_off);
+    rc = put_local_header(w, name, len, 0,
+                          w->stream_align ? w->stream_align : w->align,
+                          data_off);
     if (rc == DCP_OK)
         w->streaming = 1;
     return rc;

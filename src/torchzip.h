@@ -48,6 +48,7 @@ struct tz_writer {
     uint64_t pos;          /* item-relative offset of the next byte */
     uint64_t item_offset;  /* absolute file offset of the item's first byte */
     uint32_t align;        /* power of two, >= 1 */
+    uint32_t stream_align; /* for tz_stream_begin's data; 0: align */
     struct tz_wentry *ent; /* grows as records are added */
     size_t n, cap;
     size_t max;            /* records allowed (TZ_MAX_ENTRIES by default) */
@@ -56,6 +57,12 @@ struct tz_writer {
 
 /* align: power of two (64 for torch's layout, 4096 for O_DIRECT). */
 int tz_writer_init(struct tz_writer *w, uint64_t item_offset, uint32_t align);
+
+/* Aligns the data of streamed records (tensor storages) to stream_align
+ * instead (a power of two >= align, at most 32768), so that a tensor's
+ * bytes start on a 4096-byte file offset while the small records keep
+ * torch's 64-byte padding. Returns DCP_OK or DCP_EINVAL. */
+int tz_writer_stream_align(struct tz_writer *w, uint32_t stream_align);
 void tz_writer_release(struct tz_writer *w);
 
 /* Raises (or lowers) the number of records the writer accepts; a whole

@@ -51,6 +51,14 @@ void *dcp__realloc(void *p, size_t n)
     return realloc(p, n ? n : 1);
 }
 
+void *dcp__malloc_aligned(size_t align, size_t n)
+{
+    void *p = NULL;
+    if (alloc_should_fail())
+        return NULL;
+    return posix_memalign(&p, align, n ? n : 1) == 0 ? p : NULL;
+}
+
 void dcp__free(void *p)
 {
     free(p);

@@ -16,6 +16,8 @@
 void *dcp__malloc(size_t n);
 void *dcp__calloc(size_t n, size_t size);
 void *dcp__realloc(void *p, size_t n);
+/* align: a power of two, a multiple of sizeof(void *); freed by dcp__free. */
+void *dcp__malloc_aligned(size_t align, size_t n);
 void dcp__free(void *p);
 char *dcp__strdup(const char *s);
 char *dcp__strndup(const char *s, size_t n);

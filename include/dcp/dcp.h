@@ -164,8 +164,24 @@ typedef struct dcp_comm dcp_comm;
 DCP_API void dcp_comm_free(dcp_comm *comm);
 
 /*
+ * I/O engine flags (dcp_ctx_options.io_flags). By default data files are
+ * written and read with O_DIRECT where the filesystem allows it (buffered
+ * I/O otherwise, chosen per file), through io_uring with several requests
+ * in flight where the kernel allows it (one synchronous request at a time
+ * otherwise); dcp_ctx_io_report says what was used and why.
+ */
+enum dcp_io_flags {
+    /* Never O_DIRECT: every data file goes through the page cache. */
+    DCP_IO_NO_DIRECT = 1 << 0,
+    /* Never io_uring: synchronous pread/pwrite, one request at a time. */
+    DCP_IO_NO_URING = 1 << 1
+};
+
+/*
  * Context options. Zero-initialise, set struct_size = sizeof(dcp_ctx_options),
- * then set what you need; a zero field means its default.
+ * then set what you need; a zero field means its default. Fields are only
+ * ever appended; a caller built against an older header passes a smaller
+ * struct_size and gets the defaults for the fields it does not know.
  */
 typedef struct dcp_ctx_options {
     uint32_t struct_size;
@@ -184,6 +200,15 @@ typedef struct dcp_ctx_options {
      * 4 MiB that gathers small records into larger writes.)
      */
     uint64_t staging_budget;
+    /* enum dcp_io_flags (default 0). */
+    uint32_t io_flags;
+    /* Requests in flight per rank (default 8, at most 64). */
+    uint32_t io_depth;
+    /* Bytes per request and per I/O buffer (default 4 MiB; a multiple of
+     * 4096 from 64 KiB to 64 MiB). The context keeps io_depth such buffers
+     * (32 MiB by default) once a save or load has used them, for the next
+     * one; they are freed with the context. */
+    uint32_t io_block_bytes;
 } dcp_ctx_options;
 
 /*
@@ -229,6 +254,40 @@ DCP_API int dcp_ctx_size(const dcp_ctx *ctx);
  * set. Not collective.
  */
 DCP_API uint64_t dcp_ctx_staging_bytes(const dcp_ctx *ctx);
+/* Which operation dcp_ctx_io_report describes. */
+enum dcp_io_op { DCP_IO_SAVE = 0, DCP_IO_LOAD = 1 };
+
+/* What the last save or load did with the data files, on this rank. */
+typedef struct dcp_io_report {
+    uint32_t struct_size;
+    /* 1: every data file this rank touched used O_DIRECT; 0: at least one
+     * went through the page cache (see fallback); -1: none touched. */
+    int direct;
+    /* 1: io_uring; 0: synchronous pread/pwrite (see fallback); -1: unused. */
+    int uring;
+    /* Why O_DIRECT or io_uring was not used ("" when both were), e.g.
+     * "'__0_0.distcp': O_DIRECT refused (Invalid argument): buffered I/O". */
+    char fallback[256];
+    uint64_t bytes;           /* data-file bytes written or read */
+    uint64_t zero_copy_bytes; /* tensor bytes moved between the caller's
+                                 buffers and the files without a copy in dcp
+                                 (the kernel copies when buffered) */
+    uint64_t bounce_bytes;    /* bytes copied through dcp's I/O buffers
+                                 (zip headers, unaligned tensor data) */
+    uint64_t requests;        /* I/O requests issued */
+    uint32_t max_in_flight;   /* most requests in flight at once */
+    uint32_t files;           /* data files written or read */
+    uint64_t buffer_bytes;    /* I/O buffer memory the context holds */
+} dcp_io_report;
+
+/*
+ * Fills *out (whose struct_size the caller sets to sizeof(dcp_io_report))
+ * with the report of this rank's last dcp_save (op DCP_IO_SAVE) or
+ * dcp_load (DCP_IO_LOAD) on ctx; all zero but direct = uring = -1 before
+ * the first one. Returns DCP_OK or DCP_EINVAL (NULL arguments, unknown op,
+ * struct_size too small). Not collective.
+ */
+DCP_API int dcp_ctx_io_report(const dcp_ctx *ctx, int op, dcp_io_report *out);
 
 /* ---------------------------------------------------------------------- */
 /* Values (non-tensor state: int, float, bool, str, bytes, None, lists,   */
@@ -502,12 +561,18 @@ typedef struct dcp_save_options {
  * chosen by rank 0), and the old data files are removed only after the
  * commit.
  *
- * The buffers are read during the call only: host tensors are written
- * straight from them (no copy); CUDA tensors pass through the context's
- * staging buffers. dcp_save is dcp_save_async followed by
- * dcp_request_wait, and the same rules hold: a save still in flight on the
- * context is completed first, all communication happens on the calling
- * thread, file I/O on the context's background thread.
+ * Data goes to the files with O_DIRECT where the filesystem allows it
+ * (dcp_ctx_io_report): a host tensor whose buffer is 4096-byte aligned
+ * (posix_memalign, page-aligned allocations) is written straight from it;
+ * others are copied through the context's I/O buffers (io_depth x
+ * io_block_bytes, 32 MiB by default), so a save needs little memory beyond
+ * the state either way; CUDA tensors pass through the context's staging
+ * buffers.
+ *
+ * The buffers are read during the call only. dcp_save is dcp_save_async
+ * followed by dcp_request_wait, and the same rules hold: a save still in
+ * flight on the context is completed first, all communication happens on
+ * the calling thread, file I/O on the context's background thread.
  * Returns, on every rank the same code: DCP_OK, DCP_EINVAL, DCP_EPLAN (an
  * invalid plan: the message names the key and the ranks involved),
  * DCP_EIO, DCP_ENOSPC, DCP_ENOMEM, DCP_ELIMIT. When a rank fails (bad

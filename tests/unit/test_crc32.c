@@ -129,6 +129,37 @@ TEST(copy_copies_and_matches)
     ASSERT_EQ(dcp__crc32_copy(0x1234u, NULL, NULL, 0), 0x1234u);
 }
 
+/* Every implementation this CPU has (tables, PCLMUL, VPCLMUL), with and
+ * without the fused copy (streaming stores from 64 KiB to an aligned
+ * destination), against the bitwise reference. */
+TEST(every_implementation)
+{
+    enum { N = (1 << 18) + 200 };
+    static uint8_t src[N + 64], dst[N + 128] __attribute__((aligned(64)));
+    static const size_t lens[] = {0,    1,     15,    16,    63,     64,  65,
+                                  255,  256,   257,   511,   512,    513, 1000,
+                                  4096, 65535, 65536, 65600, 100003, N};
+    int top = dcp__crc32_impl(-1);
+    for (size_t i = 0; i < sizeof src; i++)
+        src[i] = (uint8_t)rnd();
+    for (int level = 0; level <= top; level++) {
+        ASSERT_EQ(dcp__crc32_impl(level), level);
+        for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+            for (size_t off = 0; off < 3; off++) {
+                size_t n = lens[k], so = off * 7, d_o = off ? off * 5 : 0;
+                uint32_t seed = off == 2 ? 0x12345678u : 0;
+                uint32_t want = ref_crc32(seed, src + so, n);
+                ASSERT_EQ(dcp__crc32(seed, src + so, n), want);
+                memset(dst, 0x5A, sizeof dst);
+                ASSERT_EQ(dcp__crc32_copy(seed, dst + d_o, src + so, n), want);
+                ASSERT_MEM_EQ(dst + d_o, src + so, n);
+                ASSERT_EQ(dst[d_o + n], 0x5A);
+            }
+        }
+    }
+    dcp__crc32_impl(2);
+}
+
 int main(void)
 {
     RUN(check_value);
@@ -136,5 +167,6 @@ int main(void)
     RUN(incremental_equals_one_shot);
     RUN(random_lengths_and_alignments);
     RUN(copy_copies_and_matches);
+    RUN(every_implementation);
     return TEST_SUMMARY();
 }

@@ -1,0 +1,760 @@
+"""make bench: dcp's save and load against the disk's limit and PyTorch DCP.
+
+Runs, in one go, on the GPT-2 small + AdamW state (bench/gpt2_state.h,
+1.49 GB of fp32, every tensor sharded by rows):
+
+  fio        sequential write (new file, fsync at the end) and read of the
+             same number of bytes: O_DIRECT, 4 MiB blocks, iodepth 8,
+             io_uring (libaio when fio lacks it); and the read through the
+             page cache, for reference
+  dcp        save and load on 1 rank and on 4 ranks, load of the 4-rank
+             checkpoint on 3 ranks (resharding), with and without the CRC
+             check, a 4-rank save from unaligned buffers (the copying path)
+             and a 4-rank load through the page cache; peak RSS per rank,
+             the save's memory beyond the state, CPU time per GB
+  torch      torch.distributed.checkpoint save and load, 4 processes, gloo,
+             DTensor Shard(0): the same tensors (bench/torch_dcp_bench.py)
+  hook       bench/async_hook (an executable, if present): run with the data
+             directory and --runs; every JSON line it prints that has "key"
+             and "value" (and "unit", "min", "max") becomes a figure, e.g.
+             async_block_ratio from the async-save benchmark
+
+Every figure is the median of --runs runs (5) with their min and max. The
+fio runs alternate with the 4-rank dcp save and load runs, and the ratios
+to fio are taken run by run, so that each pair sees the same disk and the
+same load on a shared machine. The page cache is dropped (posix_fadvise)
+before every load, and every save writes new files, as fio's write does. Writes bench/results.json (merging:
+keys of other benchmarks are kept), the section of bench/RESULTS.md between
+the io-bench markers (the rest is kept), bench/io_bench.png, and every run's
+raw figures in bench/io_bench_runs.json (--report-only redoes the other
+outputs from it).
+
+    python bench/run_bench.py [--build build] [--data DIR] [--runs 5]
+                              [--scale full|small] [--no-torch] [--out DIR]
+                              [--report-only]
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BEGIN = "<!-- io-bench: begin (bench/run_bench.py writes this section) -->"
+END = "<!-- io-bench: end -->"
+RAW = "io_bench_runs.json"  # every run's figures, as measured
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1",
+           "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
+def log(*a):
+    print("bench:", *a, file=sys.stderr, flush=True)
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return [float(x) for x in f.read().split()[:3]]
+
+
+def run_json(cmd, env=None, timeout=3600):
+    """Runs cmd; returns the JSON objects it printed, one per line."""
+    e = dict(os.environ)
+    e.update(env or {})
+    log(" ".join(cmd))
+    p = subprocess.run(cmd, env=e, stdout=subprocess.PIPE, text=True,
+                       timeout=timeout)
+    if p.returncode != 0:
+        raise SystemExit(f"bench: {cmd[0]} failed ({p.returncode})")
+    out = []
+    for line in p.stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            out.append(json.loads(line))
+    return out
+
+
+class Stage:
+    """Runs of one kind, with the load average before the first and after
+    the last."""
+
+    def __init__(self, name):
+        self.name = name
+        self.before = loadavg()
+        self.after = None
+        self.runs = []
+
+    def add(self, runs):
+        for r in runs:
+            if r.get("bad_elements", 0):
+                raise SystemExit(f"bench: {self.name}: {r['bad_elements']} "
+                                 "elements differ after a load")
+        self.runs += runs
+        self.after = loadavg()
+        return self
+
+    def done(self, runs):
+        self.add(runs)
+        if self.runs:
+            g = [r["gbps"] for r in self.runs]
+            log(f"{self.name}: " + " ".join(f"{x:.3f}" for x in g) + " GB/s")
+        return self
+
+
+def fig(values, unit, nd=3):
+    return {"value": round(statistics.median(values), nd), "unit": unit,
+            "min": round(min(values), nd), "max": round(max(values), nd)}
+
+
+# ------------------------------------------------------------------ fio
+
+def fio_cpu(job):
+    return (job["usr_cpu"] + job["sys_cpu"]) / 100 * job["job_runtime"] / 1e3
+
+
+class Fio:
+    """fio runs on one file of the state's size (rounded down to 4 MiB)."""
+
+    def __init__(self, data, nbytes):
+        fio = shutil.which("fio")
+        if not fio:
+            raise SystemExit("bench: fio not found (scripts/deps.sh "
+                             "installs it)")
+        engines = subprocess.run([fio, "--enghelp"], stdout=subprocess.PIPE,
+                                 text=True).stdout
+        self.engine = "io_uring" if "io_uring" in engines else "libaio"
+        self.path = os.path.join(data, "fio.dat")
+        self.size = nbytes - nbytes % (4 << 20)
+        self.cmd = [fio, "--filename=" + self.path, "--bs=4M", "--iodepth=8",
+                    "--ioengine=" + self.engine, "--direct=1",
+                    f"--size={self.size}", "--output-format=json",
+                    "--name=seq"]
+
+    def _run(self, rw, extra):
+        log(f"fio --rw={rw}")
+        out = subprocess.run(self.cmd + [f"--rw={rw}"] + extra,
+                             stdout=subprocess.PIPE, text=True, check=True)
+        j = json.loads(out.stdout)["jobs"][0]
+        return {"gbps": j[rw]["bw_bytes"] / 1e9, "cpu_seconds": fio_cpu(j)}
+
+    def write(self):
+        """A new file each time, as every save writes new files."""
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+        os.sync()
+        return self._run("write", ["--end_fsync=1"])
+
+    def read(self):
+        return self._run("read", [])
+
+    def read_buffered(self):
+        """Through the page cache (dropped first), as PyTorch DCP reads."""
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        return self._run("read", ["--direct=0"])
+
+    def remove(self):
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+
+
+# ------------------------------------------------------------------ dcp
+
+def mpirun(n, args, build):
+    exe = shutil.which("mpirun") or shutil.which("mpiexec")
+    if not exe:
+        raise SystemExit("bench: mpirun not found")
+    cmd = [exe, "--oversubscribe", "-n", str(n)] if "mpirun" in exe else \
+        [exe, "-n", str(n)]
+    return cmd + [os.path.join(build, "io_bench")] + args
+
+
+def dcp_stage(name, n, mode, ckpt, runs, build, extra):
+    s = Stage(name)
+    args = [mode, ckpt, "--runs", str(runs)] + extra
+    return s.done(run_json(mpirun(n, args, build), MPI_ENV))
+
+
+# ------------------------------------------------------------------ torch
+
+def torch_stage(name, n, mode, ckpt, runs, extra):
+    s = Stage(name)
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    procs = []
+    for r in range(n):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(n),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   OMP_NUM_THREADS="1")
+        cmd = [sys.executable, os.path.join(HERE, "torch_dcp_bench.py"),
+               mode, ckpt, "--runs", str(runs)] + extra
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                      text=True))
+    log(f"{n} x torch_dcp_bench.py {mode} {ckpt}")
+    out = []
+    for p in procs:
+        o, _ = p.communicate(timeout=3600)
+        if p.returncode != 0:
+            raise SystemExit(f"bench: torch_dcp_bench.py failed "
+                             f"({p.returncode})")
+        out += [json.loads(l) for l in o.splitlines() if l.startswith("{")]
+    return s.done(out)
+
+
+# ------------------------------------------------------------------ report
+
+def gbps(stage):
+    return [r["gbps"] for r in stage.runs]
+
+
+def cpu_per_gb(stage, nbytes):
+    return [r["cpu_seconds"] / (nbytes / 1e9) for r in stage.runs]
+
+
+def describe_machine(data):
+    cpu = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    fs = "?"
+    if shutil.which("findmnt"):
+        fs = subprocess.run(["findmnt", "-no", "FSTYPE", "-T", data],
+                            stdout=subprocess.PIPE,
+                            text=True).stdout.strip() or "?"
+    dev = subprocess.run(["df", "--output=source", data],
+                         stdout=subprocess.PIPE,
+                         text=True).stdout.split()[-1]
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    ra = "?"
+    base = os.path.basename(dev)
+    for d in (base, base.rstrip("0123456789"), base.split("p")[0]):
+        p = f"/sys/block/{d}/queue/read_ahead_kb"
+        if d and os.path.exists(p):
+            with open(p) as f:
+                ra = f.read().strip()
+            break
+    return {"cpu": cpu, "cores": os.cpu_count(), "mem_gib": round(mem, 1),
+            "kernel": platform.release(), "fs": fs, "device": dev,
+            "read_ahead_kb": ra}
+
+
+def write_outputs(res, stages, machine, meta, out_dir, plot):
+    # results.json: merge.
+    jpath = os.path.join(out_dir, "results.json")
+    old = {}
+    if os.path.exists(jpath):
+        with open(jpath) as f:
+            old = json.load(f)
+    old.update(res)
+    with open(jpath, "w") as f:
+        f.write("{\n" + ",\n".join(
+            f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in old.items())
+            + "\n}\n")
+    # RESULTS.md: our section only.
+    mpath = os.path.join(out_dir, "RESULTS.md")
+    text = open(mpath).read() if os.path.exists(mpath) else \
+        "# Benchmark results\n"
+    section = render_md(res, stages, machine, meta)
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        text = head + BEGIN + "\n" + section + END + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + BEGIN + "\n" + section + END + "\n"
+    with open(mpath, "w") as f:
+        f.write(text)
+    if plot:
+        draw(res, os.path.join(out_dir, "io_bench.png"), meta)
+
+
+ROWS = [
+    ("fio_write_gbps", "fio sequential write, new file + fsync (the limit)"),
+    ("save_gbps_1rank", "dcp_save, 1 rank"),
+    ("save_gbps_4rank", "dcp_save, 4 ranks"),
+    ("save_gbps_4rank_unaligned", "dcp_save, 4 ranks, unaligned buffers "
+     "(copied, CRC fused)"),
+    ("torch_save_gbps_4rank", "PyTorch DCP save, 4 processes"),
+    ("fio_read_gbps", "fio sequential read (the limit)"),
+    ("load_gbps_1rank", "dcp_load, 1 rank"),
+    ("load_gbps_4rank", "dcp_load, 4 ranks"),
+    ("load_gbps_reshard_4to3", "dcp_load of the 4-rank checkpoint on 3 ranks"),
+    ("load_gbps_reshard_4to3_noverify",
+     "the same with DCP_LOAD_NO_VERIFY (reads only the bytes needed)"),
+    ("torch_load_gbps_4rank", "PyTorch DCP load, 4 processes"),
+    ("fio_read_buffered_gbps", "fio sequential read through the page cache "
+     "(`--direct=0`, cache dropped first), for reference"),
+    ("load_gbps_4rank_buffered", "dcp_load, 4 ranks, with DCP_IO_NO_DIRECT "
+     "(page cache), for reference"),
+    ("sync_save_extra_rss_mib", "dcp_save, 4 ranks: peak RSS beyond the state, "
+     "worst rank"),
+    ("sync_save_extra_rss_mib_unaligned", "the same, unaligned buffers "
+     "(copied through dcp's I/O buffers)"),
+    ("save_peak_rss_mib_4rank", "dcp_save, 4 ranks: peak RSS, worst rank "
+     "(state included)"),
+    ("load_peak_rss_mib_4rank", "dcp_load, 4 ranks: peak RSS, worst rank"),
+    ("reshard_peak_rss_mib_3rank", "dcp_load 4 to 3: peak RSS, worst rank"),
+    ("torch_save_peak_rss_mib_4rank", "PyTorch DCP save: peak RSS, worst "
+     "process"),
+    ("torch_load_peak_rss_mib_4rank", "PyTorch DCP load: peak RSS, worst "
+     "process"),
+    ("fio_write_cpu_s_per_gb", "CPU time per GB (user + system, all "
+     "processes and kernel workers): fio write"),
+    ("save_cpu_s_per_gb_4rank", "the same: dcp save, 4 ranks (CRC of every "
+     "byte included)"),
+    ("torch_save_cpu_s_per_gb_4rank", "the same: PyTorch DCP save"),
+    ("fio_read_cpu_s_per_gb", "the same: fio read"),
+    ("load_cpu_s_per_gb_4rank", "the same: dcp load, 4 ranks (CRC checked)"),
+    ("torch_load_cpu_s_per_gb_4rank", "the same: PyTorch DCP load"),
+    ("save_vs_fio_write", "dcp 4-rank save / fio write, each run over the "
+     "fio run just before it"),
+    ("load_vs_fio_read", "dcp 4-rank load / fio read, paired the same way"),
+    ("save_vs_torch", "dcp 4-rank save / PyTorch DCP save"),
+    ("load_vs_torch", "dcp 4-rank load / PyTorch DCP load"),
+]
+
+
+def val(res, k):
+    return res[k]["value"] if k in res else None
+
+
+def render_md(res, stages, machine, meta):
+    L = []
+    a = L.append
+    a("## Save and load against the disk and PyTorch DCP (`make bench`)\n")
+    a(f"Run {meta['date']} on {machine['cores']} cores ({machine['cpu']}), "
+      f"{machine['mem_gib']} GiB, Linux {machine['kernel']}, data on "
+      f"{machine['fs']} ({machine['device']}). State: GPT-2 small + AdamW, "
+      f"fp32, {meta['nbytes'] / 1e9:.3f} GB in {meta['ntensors']} tensors "
+      "(parameters, exp_avg, exp_avg_sq; each sharded by rows, torch.chunk "
+      "style) plus a replicated 0-d `step` per parameter and three values. "
+      f"Each figure: median of {meta['runs']} runs, [min, max]; GB = 1e9 "
+      "bytes; throughput = state bytes / wall time of the whole collective "
+      "call (slowest rank, between barriers). fio: "
+      f"`--rw=write|read --bs=4M --iodepth=8 --ioengine={meta['engine']} "
+      f"--direct=1 --size={meta['fio_size']}` (write: a new file each run, "
+      "`--end_fsync=1`); fio runs alternate with the 4-rank dcp runs they "
+      "are compared with. The page cache is dropped before every load; every "
+      "save writes new files. PyTorch DCP: `dcp.save`/`dcp.load` with their "
+      "defaults (FileSystemWriter: a file per rank, one thread, fsync), "
+      "gloo, `OMP_NUM_THREADS=1` per process as torchrun sets it.\n")
+    a("| key | what | median | min | max | unit |")
+    a("|---|---|---|---|---|---|")
+    for k, what in ROWS:
+        if k in res:
+            r = res[k]
+            a(f"| `{k}` | {what} | {r['value']} | {r['min']} | {r['max']} | "
+              f"{r['unit']} |")
+    for k, r in res.items():
+        if k not in dict(ROWS):
+            a(f"| `{k}` | (hook) | {r['value']} | {r['min']} | {r['max']} | "
+              f"{r['unit']} |")
+    a("")
+    a("### Targets\n")
+    a("| target | measured | status |")
+    a("|---|---|---|")
+    targets = [("save >= 0.9x fio write", "save_vs_fio_write", 0.9),
+               ("load >= 0.9x fio read", "load_vs_fio_read", 0.9),
+               ("save >= 5x PyTorch DCP", "save_vs_torch", 5.0),
+               ("load >= 5x PyTorch DCP", "load_vs_torch", 5.0)]
+    missed = []
+    for name, k, want in targets:
+        v = val(res, k)
+        if v is None:
+            a(f"| {name} | not measured | - |")
+            continue
+        ok = v >= want
+        st = "met" if ok else f"missed by {100 * (1 - v / want):.0f}%"
+        a(f"| {name} | {v:.2f}x (runs: {res[k]['min']:.2f}-"
+          f"{res[k]['max']:.2f}) | {st} |")
+        if not ok:
+            missed.append(k)
+    v = val(res, "sync_save_extra_rss_mib")
+    if v is not None:
+        ok = v <= 64
+        a(f"| sync save memory beyond the state <= 64 MiB/rank | {v:.1f} MiB "
+          f"| {'met' if ok else 'missed by %.0f MiB' % (v - 64)} |")
+        if not ok:
+            missed.append("sync_save_extra_rss_mib")
+    a("")
+    a("### Conditions and notes\n")
+    a("Load average (1, 5, 15 min) before and after each stage; the machine "
+      "is shared, so the absolute figures move with it:\n")
+    a("| stage | load before | load after |")
+    a("|---|---|---|")
+    for s in stages:
+        a(f"| {s.name} | {' '.join(f'{x:.1f}' for x in s.before)} | "
+          f"{' '.join(f'{x:.1f}' for x in (s.after or []))} |")
+    a("")
+    io = meta.get("io")
+    if io:
+        a(f"- dcp's I/O report (4-rank save, rank 0): O_DIRECT "
+          f"{'yes' if io['direct'] == 1 else 'no'}, io_uring "
+          f"{'yes' if io['uring'] == 1 else 'no'}, "
+          f"{io['zero_copy_bytes'] / 1e6:.1f} MB written straight from the "
+          f"tensors, {io['bounce_bytes'] / 1e6:.2f} MB copied (zip headers, "
+          f"small tensors), {io['requests']} requests, at most "
+          f"{io['max_in_flight']} in flight"
+          + (f"; fallback: {io['fallback']}" if io["fallback"] else "") + ".")
+    rio = meta.get("reshard_io")
+    if rio:
+        a(f"- Resharding 4 to 3 reads {rio['bytes'] / 1e6:.0f} MB on rank 0 "
+          f"for {meta['nbytes'] / 3e6:.0f} MB it needs: a stored chunk that "
+          "only partly overlaps a rank's box is read whole so that its CRC "
+          "can be checked (DCP_LOAD_NO_VERIFY reads only the overlap, "
+          "straight into the rank's buffer).")
+    notes = {
+        "save_vs_fio_write":
+            "save below 0.9x fio write: dcp's time includes what fio's does "
+            "not: planning and the gather/scatter of the plan, the CRC of "
+            "every byte (computed while the writes are in flight, but on a "
+            "CPU shared with the other ranks and other jobs), creating and "
+            "preallocating the files, 4 files written at once instead of "
+            "one stream, one fsync per file, and the commit (.metadata "
+            "written, fsynced, renamed, directory fsynced).",
+        "load_vs_fio_read":
+            "load below 0.9x fio read: each rank first parses its records' "
+            "zip headers (small reads at scattered offsets, a seek each), "
+            "then reads the tensor bytes; the CRC of every byte is checked "
+            "on a shared CPU; the ranks' streams compete for the disk.",
+        "save_vs_torch":
+            "PyTorch DCP's save on this state is closer to the disk's limit "
+            "than 1/5 of it, so 5x would exceed what the disk can do (5x "
+            "torch > fio write).",
+        "load_vs_torch":
+            "PyTorch DCP's load on this state is closer to the disk's limit "
+            "than 1/5 of it, so 5x would exceed what the disk can do.",
+    }
+    for k in missed:
+        if k not in notes:
+            continue
+        text = notes[k]
+        if k in ("save_vs_torch", "load_vs_torch"):
+            fk, tk = (("fio_write_gbps", "torch_save_gbps_4rank")
+                      if k == "save_vs_torch" else
+                      ("fio_read_gbps", "torch_load_gbps_4rank"))
+            if val(res, fk) and val(res, tk):
+                best = val(res, fk)
+                if k == "load_vs_torch" and val(res, "fio_read_buffered_gbps"):
+                    # PyTorch reads through the page cache: its limit is the
+                    # faster of the two.
+                    best = max(best, val(res, "fio_read_buffered_gbps"))
+                lim = best / val(res, tk)
+                text = (f"{'save' if k == 'save_vs_torch' else 'load'} "
+                        f"below 5x PyTorch DCP: the disk's own limit (fio"
+                        + (", the faster of O_DIRECT and the page cache"
+                           if k == "load_vs_torch" else "") +
+                        f") is {lim:.1f}x PyTorch DCP's figure here"
+                        + (", so 5x is out of reach on this disk."
+                           if lim < 5 else "."))
+        if k in ("save_vs_fio_write", "load_vs_fio_read"):
+            op = "save" if k == "save_vs_fio_write" else "load"
+            fk = "fio_write" if op == "save" else "fio_read"
+            dc, fc = (val(res, f"{op}_cpu_s_per_gb_4rank"),
+                      val(res, f"{fk}_cpu_s_per_gb"))
+            st = next((x for x in stages
+                       if x.name == f"dcp {op} 4 ranks"), None)
+            if dc is not None and fc is not None and st:
+                text += (f" Measured: dcp used {dc:.2f} CPU s/GB, fio "
+                         f"{fc:.2f}; the load average was "
+                         f"{st.before[0]:.1f} on {machine['cores']} cores "
+                         "during that stage, so each of the 4 ranks got a "
+                         "fraction of a core. The runs' ratios spread from "
+                         f"{res[k]['min']:.2f}x to {res[k]['max']:.2f}x"
+                         + (", so the target was reached in some pairings "
+                            "and the gap is within the noise."
+                            if res[k]["max"] >= 0.9 else "."))
+        a(f"- {text}")
+    fb, fd_, lb = (val(res, "fio_read_buffered_gbps"),
+                   val(res, "fio_read_gbps"),
+                   val(res, "load_gbps_4rank_buffered"))
+    if fb and fd_ and fb > 1.1 * fd_:
+        a(f"- On this machine reads through the page cache are faster than "
+          f"O_DIRECT reads: fio {fb:.2f} GB/s buffered against {fd_:.2f} "
+          f"direct (the kernel's read-ahead here: "
+          f"{machine.get('read_ahead_kb', '?')} KiB). PyTorch DCP reads "
+          "through the page cache; dcp's O_DIRECT load is measured against "
+          "fio's O_DIRECT read (the target), and with DCP_IO_NO_DIRECT it "
+          f"loads at {lb:.2f} GB/s here.")
+    tc = [(op, val(res, f"{op}_cpu_s_per_gb_4rank"),
+           val(res, f"torch_{op}_cpu_s_per_gb_4rank")) for op in
+          ("save", "load")]
+    if all(d and t for _, d, t in tc):
+        a("- Against PyTorch DCP the difference on this machine is in the "
+          "cost more than in the time: "
+          + "; ".join(f"{op} {d:.2f} CPU s/GB against {t:.2f} "
+                      f"({t / d:.1f}x less)" for op, d, t in tc)
+          + ". Peak RSS per process, state included: dcp "
+          f"{val(res, 'save_peak_rss_mib_4rank')} MiB (save) and "
+          f"{val(res, 'load_peak_rss_mib_4rank')} MiB (load), PyTorch DCP "
+          f"{val(res, 'torch_save_peak_rss_mib_4rank')} and "
+          f"{val(res, 'torch_load_peak_rss_mib_4rank')} MiB (its runtime "
+          "included).")
+    a("- Peak RSS is VmHWM; the memory beyond the state is VmHWM after "
+      "the save minus VmRSS just before it (peak reset with "
+      "/proc/self/clear_refs), the worst rank, median over runs. dcp keeps "
+      "io_depth x io_block_bytes (8 x 4 MiB) of I/O buffers per context, "
+      "touched only as far as they are used; aligned tensors are written "
+      "from the caller's memory.")
+    if "async_block_ratio" not in res:
+        a("- `async_block_ratio` comes from the async-save benchmark "
+          "(bench/async_hook, not present in this run); its value in "
+          "results.json, if any, is from that benchmark's own run.")
+    a("")
+    a("![dcp vs fio vs PyTorch DCP](io_bench.png)\n")
+    a("Reproduce: `make bench` (or `python bench/run_bench.py --runs 5`; "
+      "`--scale small --no-torch` for a quick smoke run).\n")
+    return "\n".join(L)
+
+
+def draw(res, path, meta):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    groups = [("save", [("fio write", "fio_write_gbps"),
+                        ("dcp 1 rank", "save_gbps_1rank"),
+                        ("dcp 4 ranks", "save_gbps_4rank"),
+                        ("dcp 4, unaligned", "save_gbps_4rank_unaligned"),
+                        ("torch DCP 4", "torch_save_gbps_4rank")]),
+              ("load", [("fio read", "fio_read_gbps"),
+                        ("dcp 1 rank", "load_gbps_1rank"),
+                        ("dcp 4 ranks", "load_gbps_4rank"),
+                        ("dcp 4 to 3", "load_gbps_reshard_4to3"),
+                        ("dcp 4 to 3, no CRC",
+                         "load_gbps_reshard_4to3_noverify"),
+                        ("torch DCP 4", "torch_load_gbps_4rank"),
+                        ("fio read, page cache", "fio_read_buffered_gbps"),
+                        ("dcp 4, page cache", "load_gbps_4rank_buffered")])]
+    fig_, axes = plt.subplots(1, 2, figsize=(13, 4.8),
+                              gridspec_kw={"width_ratios": [5, 8]})
+    for ax, (title, bars) in zip(axes, groups):
+        bars = [(n, k) for n, k in bars if k in res]
+        xs = range(len(bars))
+        v = [res[k]["value"] for _, k in bars]
+        lo = [res[k]["value"] - res[k]["min"] for _, k in bars]
+        hi = [res[k]["max"] - res[k]["value"] for _, k in bars]
+        colors = ["#bbbbbb" if "page cache" in n and n.startswith("fio") else
+                  "#888888" if n.startswith("fio") else
+                  "#d62728" if n.startswith("torch") else
+                  "#9ecae1" if "page cache" in n else "#1f77b4"
+                  for n, _ in bars]
+        ax.bar(xs, v, yerr=[lo, hi], color=colors, capsize=4)
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([n for n, _ in bars], rotation=25, ha="right")
+        ax.set_ylabel("GB/s")
+        ax.set_title(f"{title}, {meta['nbytes'] / 1e9:.2f} GB "
+                     f"(median of {meta['runs']}, bars: min-max)")
+        for x, y, h in zip(xs, v, hi):
+            ax.text(x + 0.08, y + h, f"{y:.2f}", ha="left", va="bottom",
+                    fontsize=8)
+    fig_.tight_layout()
+    fig_.savefig(path, dpi=110)
+
+
+# ------------------------------------------------------------------ main
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--data", default=None)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--scale", default="full", choices=["full", "small"])
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--out", default=HERE)
+    ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--report-only", action="store_true",
+                    help=f"redo the outputs from OUT/{RAW}, measuring nothing")
+    a = ap.parse_args()
+    if a.report_only:
+        with open(os.path.join(a.out, RAW)) as f:
+            report(json.load(f), a.out, not a.no_plot)
+        return
+    build = os.path.abspath(a.build)
+    if not os.path.exists(os.path.join(build, "io_bench")):
+        raise SystemExit(f"bench: {build}/io_bench missing (cmake --build)")
+    data = os.path.abspath(a.data or os.path.join(build, "bench-data"))
+    shutil.rmtree(data, ignore_errors=True)
+    os.makedirs(data)
+    scale = ["--scale", "small"] if a.scale == "small" else []
+    st = os.statvfs(data)
+    free = st.f_bavail * st.f_frsize
+    need = 3 * 1.6e9 if a.scale == "full" else 1e8
+    if free < need:
+        raise SystemExit(f"bench: {free / 1e9:.1f} GB free in {data}, "
+                         f"{need / 1e9:.1f} GB needed")
+    R = a.runs
+    c1, c4, ct = (os.path.join(data, x) for x in ("dcp1", "dcp4", "torch4"))
+    stages = []
+
+    s = dcp_stage("dcp save 1 rank", 1, "save", c1, R, build, scale)
+    nbytes = s.runs[0]["bytes"]
+    stages.append(s)
+    stages.append(dcp_stage("dcp load 1 rank", 1, "load", c1, R, build,
+                            scale))
+    shutil.rmtree(c1)
+    # The targets' runs: each dcp run right after a fio run, so that each
+    # pair sees the same disk and the same neighbours on the machine.
+    fio = Fio(data, nbytes)
+    fw, ds = Stage("fio write"), Stage("dcp save 4 ranks")
+    for _ in range(R):
+        fw.add([fio.write()])
+        ds.add(run_json(mpirun(4, ["save", c4, "--runs", "1"] + scale,
+                               build), MPI_ENV))
+    fr, dl = Stage("fio read"), Stage("dcp load 4 ranks")
+    for _ in range(R):
+        fr.add([fio.read()])
+        dl.add(run_json(mpirun(4, ["load", c4, "--runs", "1"] + scale,
+                               build), MPI_ENV))
+    # Reads through the page cache, for reference: fio, and dcp with
+    # DCP_IO_NO_DIRECT.
+    fb = Stage("fio read, buffered")
+    for _ in range(R):
+        fb.add([fio.read_buffered()])
+    fio.remove()
+    stages += [x.done([]) for x in (fw, ds, fr, dl, fb)]
+    stages.append(dcp_stage("dcp load 4 ranks, buffered", 4, "load", c4, R,
+                            build, scale + ["--io-flags", "1"]))
+    stages.append(dcp_stage("dcp load 4 to 3 ranks", 3, "load", c4, R, build,
+                            scale))
+    stages.append(dcp_stage("dcp load 4 to 3, no CRC", 3, "load", c4, R,
+                            build, scale + ["--no-verify", "1"]))
+    stages.append(dcp_stage("dcp save 4 ranks unaligned", 4, "save", c4, R,
+                            build, scale + ["--misalign", "16"]))
+    shutil.rmtree(c4)
+    if not a.no_torch:
+        stages.append(torch_stage("torch save 4", 4, "save", ct, R, scale))
+        stages.append(torch_stage("torch load 4", 4, "load", ct, R, scale))
+        shutil.rmtree(ct)
+    hooked = {}
+    hook = os.path.join(HERE, "async_hook")
+    if os.access(hook, os.X_OK):
+        for obj in run_json([hook, data, "--runs", str(R)] + scale, MPI_ENV):
+            if "key" in obj and "value" in obj:
+                hooked[obj["key"]] = {"value": obj["value"],
+                                      "unit": obj.get("unit", ""),
+                                      "min": obj.get("min", obj["value"]),
+                                      "max": obj.get("max", obj["value"])}
+    raw = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "runs": R,
+           "nbytes": nbytes, "engine": fio.engine, "fio_size": fio.size,
+           "scale": a.scale, "machine": describe_machine(data),
+           "hooked": hooked,
+           "stages": [{"name": x.name, "before": x.before, "after": x.after,
+                       "runs": x.runs} for x in stages]}
+    shutil.rmtree(data, ignore_errors=True)
+    with open(os.path.join(a.out, RAW), "w") as f:
+        json.dump(raw, f, indent=1)
+        f.write("\n")
+    report(raw, a.out, not a.no_plot)
+
+
+def report(raw, out, plot):
+    """Figures from the raw runs: results.json, RESULTS.md, the plot."""
+    stages = []
+    for d in raw["stages"]:
+        x = Stage.__new__(Stage)
+        x.name, x.before, x.after, x.runs = (d["name"], d["before"],
+                                             d["after"], d["runs"])
+        stages.append(x)
+    by = {x.name: x for x in stages}
+    nbytes = raw["nbytes"]
+    torch_ran = "torch save 4" in by
+
+    res = {}
+    res["save_gbps_1rank"] = fig(gbps(by["dcp save 1 rank"]), "GB/s")
+    res["save_gbps_4rank"] = fig(gbps(by["dcp save 4 ranks"]), "GB/s")
+    res["save_gbps_4rank_unaligned"] = fig(
+        gbps(by["dcp save 4 ranks unaligned"]), "GB/s")
+    res["load_gbps_1rank"] = fig(gbps(by["dcp load 1 rank"]), "GB/s")
+    res["load_gbps_4rank"] = fig(gbps(by["dcp load 4 ranks"]), "GB/s")
+    res["load_gbps_reshard_4to3"] = fig(gbps(by["dcp load 4 to 3 ranks"]),
+                                        "GB/s")
+    res["load_gbps_reshard_4to3_noverify"] = fig(
+        gbps(by["dcp load 4 to 3, no CRC"]), "GB/s")
+    res["fio_write_gbps"] = fig(gbps(by["fio write"]), "GB/s")
+    res["fio_read_gbps"] = fig(gbps(by["fio read"]), "GB/s")
+    res["fio_read_buffered_gbps"] = fig(gbps(by["fio read, buffered"]),
+                                        "GB/s")
+    res["load_gbps_4rank_buffered"] = fig(
+        gbps(by["dcp load 4 ranks, buffered"]), "GB/s")
+    s4 = by["dcp save 4 ranks"].runs
+    res["sync_save_extra_rss_mib"] = fig(
+        [max(r["extra_rss_mib"]) for r in s4], "MiB", 1)
+    res["sync_save_extra_rss_mib_unaligned"] = fig(
+        [max(r["extra_rss_mib"]) for r in by["dcp save 4 ranks unaligned"].runs],
+        "MiB", 1)
+    res["save_peak_rss_mib_4rank"] = fig(
+        [max(r["peak_rss_mib"]) for r in s4], "MiB", 1)
+    res["load_peak_rss_mib_4rank"] = fig(
+        [max(r["peak_rss_mib"]) for r in by["dcp load 4 ranks"].runs], "MiB",
+        1)
+    res["reshard_peak_rss_mib_3rank"] = fig(
+        [max(r["peak_rss_mib"]) for r in by["dcp load 4 to 3 ranks"].runs],
+        "MiB", 1)
+    if torch_ran:
+        res["torch_save_gbps_4rank"] = fig(gbps(by["torch save 4"]), "GB/s")
+        res["torch_load_gbps_4rank"] = fig(gbps(by["torch load 4"]), "GB/s")
+        res["torch_save_peak_rss_mib_4rank"] = fig(
+            [max(r["peak_rss_mib"]) for r in by["torch save 4"].runs], "MiB",
+            1)
+        res["torch_load_peak_rss_mib_4rank"] = fig(
+            [max(r["peak_rss_mib"]) for r in by["torch load 4"].runs], "MiB",
+            1)
+
+    for key, name in (("fio_write_cpu_s_per_gb", "fio write"),
+                      ("fio_read_cpu_s_per_gb", "fio read"),
+                      ("save_cpu_s_per_gb_4rank", "dcp save 4 ranks"),
+                      ("load_cpu_s_per_gb_4rank", "dcp load 4 ranks"),
+                      ("torch_save_cpu_s_per_gb_4rank", "torch save 4"),
+                      ("torch_load_cpu_s_per_gb_4rank", "torch load 4")):
+        if name in by:
+            res[key] = fig(cpu_per_gb(by[name], nbytes), "CPU s/GB", 3)
+
+    def ratio(key, num, den):
+        n, d = gbps(by[num]), gbps(by[den])
+        # Spread: the worst and best pairing of the runs.
+        res[key] = {"value": round(statistics.median(n) /
+                                   statistics.median(d), 2),
+                    "unit": "x", "min": round(min(n) / max(d), 2),
+                    "max": round(max(n) / min(d), 2)}
+
+    def paired(key, num, den):
+        # Each dcp run over the fio run just before it.
+        q = [x / y for x, y in zip(gbps(by[num]), gbps(by[den]))]
+        res[key] = fig(q, "x", 2)
+    paired("save_vs_fio_write", "dcp save 4 ranks", "fio write")
+    paired("load_vs_fio_read", "dcp load 4 ranks", "fio read")
+    if torch_ran:
+        ratio("save_vs_torch", "dcp save 4 ranks", "torch save 4")
+        ratio("load_vs_torch", "dcp load 4 ranks", "torch load 4")
+
+    res.update(raw.get("hooked", {}))
+    s4 = by["dcp save 4 ranks"].runs
+    meta = {"date": raw["date"], "runs": raw["runs"], "nbytes": nbytes,
+            "engine": raw["engine"], "fio_size": raw["fio_size"],
+            "ntensors": 3 * (12 * 12 + 4) if raw["scale"] == "full" else
+            3 * (2 * 12 + 4),
+            "io": s4[0].get("io"),
+            "reshard_io": by["dcp load 4 to 3 ranks"].runs[0].get("io")}
+    write_outputs(res, stages, raw["machine"], meta, out, plot)
+    for k in ("save_vs_fio_write", "load_vs_fio_read", "save_vs_torch",
+              "load_vs_torch"):
+        if k in res:
+            log(f"{k}: {res[k]['value']}x")
+    log(f"wrote {out}/results.json, RESULTS.md, {RAW}"
+        + ("" if not plot else ", io_bench.png"))
+
+
+if __name__ == "__main__":
+    main()
