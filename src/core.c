@@ -3,6 +3,7 @@
  */
 #include "ctx.h"
 
+#include <stddef.h> /* offsetof */
 #include <string.h>
 
 const char *dcp_strerror(int code)
@@ -132,12 +133,22 @@ int dcp_ctx_create(dcp_ctx **out, dcp_comm *comm, const dcp_ctx_options *opts)
     ctx->size = comm ? comm->size : 1;
     ctx->max_metadata_bytes = (uint64_t)4 << 30;
     ctx->max_value_bytes = (uint64_t)64 << 20;
-    if (opts && opts->struct_size >= sizeof(dcp_ctx_options)) {
-        if (opts->max_metadata_bytes)
-            ctx->max_metadata_bytes = opts->max_metadata_bytes;
-        if (opts->max_value_bytes)
-            ctx->max_value_bytes = opts->max_value_bytes;
+    /* A field counts when the caller's struct_size covers it, so callers
+     * built against an older, shorter dcp_ctx_options keep working. */
+#define HAS_OPT(f) \
+    (opts &&       \
+     opts->struct_size >= offsetof(dcp_ctx_options, f) + sizeof(opts->f))
+    if (HAS_OPT(max_metadata_bytes) && opts->max_metadata_bytes)
+        ctx->max_metadata_bytes = opts->max_metadata_bytes;
+    if (HAS_OPT(max_value_bytes) && opts->max_value_bytes)
+        ctx->max_value_bytes = opts->max_value_bytes;
+    if (dcp__storage_init(
+            &ctx->storage, HAS_OPT(storage) ? opts->storage : NULL,
+            HAS_OPT(storage_impl) ? opts->storage_impl : NULL) != DCP_OK) {
+        dcp__free(ctx);
+        return DCP_EINVAL;
     }
+#undef HAS_OPT
     *out = ctx;
     return DCP_OK;
 }
@@ -160,12 +171,23 @@ void dcp_ctx_free(dcp_ctx *ctx)
     if (!ctx)
         return;
     dcp__ctx_clear_report(ctx);
+    dcp__storage_forget(&ctx->storage);
     dcp__free(ctx);
 }
 
 void dcp__ctx_begin(dcp_ctx *ctx)
 {
     dcp__err_clear(&ctx->err);
+    dcp__storage_use(&ctx->storage);
+}
+
+int dcp_ctx_set_storage(dcp_ctx *ctx, const dcp_storage_ops *ops, void *impl)
+{
+    struct dcp__storage s;
+    if (!ctx || dcp__storage_init(&s, ops, impl) != DCP_OK)
+        return DCP_EINVAL;
+    ctx->storage = s;
+    return DCP_OK;
 }
 
 const char *dcp_errmsg(const dcp_ctx *ctx)

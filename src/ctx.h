@@ -7,6 +7,7 @@
 
 #include "util.h"
 #include "comm.h"
+#include "storage.h"
 
 struct dcp_ctx {
     struct dcp_err err;
@@ -15,6 +16,7 @@ struct dcp_ctx {
     int size;
     uint64_t max_metadata_bytes;
     uint64_t max_value_bytes;
+    struct dcp__storage storage; /* the back end (dcp__ctx_begin uses it) */
     /* Last load's report (owned). */
     char **missing;
     size_t nmissing;
@@ -22,7 +24,8 @@ struct dcp_ctx {
     size_t nunexpected;
 };
 
-/* Clears err at the start of an API call. */
+/* At the start of an API call: clears err, makes the context's storage back
+ * end the calling thread's current one. */
 void dcp__ctx_begin(dcp_ctx *ctx);
 void dcp__ctx_clear_report(dcp_ctx *ctx);
 

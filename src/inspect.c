@@ -26,7 +26,7 @@ int dcp_metadata_open(dcp_ctx *ctx, const char *path, dcp_metadata **out)
         return rc;
     rc = dcp__rd_metadata(dirfd, path, ctx->max_metadata_bytes, out,
                           &ctx->err);
-    (void)close(dirfd);
+    dcp__fs_release(dirfd);
     if (rc == DCP_OK && !((*out)->dir = dcp__strdup(path))) {
         dcp__meta_free(*out);
         *out = NULL;

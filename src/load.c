@@ -213,7 +213,7 @@ static int read_metadata_bytes(dcp_ctx *ctx, const char *path, uint8_t **p,
         return rc;
     rc = dcp__fs_read_all(dirfd, ".metadata", ctx->max_metadata_bytes, p, len,
                           &ctx->err);
-    (void)close(dirfd);
+    dcp__fs_release(dirfd);
     if (rc == DCP_ENOENT)
         return dcp__err(&ctx->err, DCP_ENOENT,
                         "no checkpoint in '%s': .metadata not found (an "

@@ -51,9 +51,9 @@ void dcp__rd_close(struct rd_files *f)
     if (f->fds)
         for (i = 0; i < f->md->nfiles; i++)
             if (f->fds[i] >= 0)
-                (void)close(f->fds[i]);
+                dcp__fs_release(f->fds[i]);
     if (f->dirfd >= 0)
-        (void)close(f->dirfd);
+        dcp__fs_release(f->dirfd);
     dcp__free(f->fds);
     dcp__free(f->sizes);
     dcp__free(f->scratch);

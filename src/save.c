@@ -177,7 +177,7 @@ static int write_rank(int dirfd, const struct pl_assign *a, const dcp_state *st,
     if (rc == DCP_OK)
         rc = dcp__fs_close(w.fd, a->file, err);
     else
-        (void)close(w.fd);
+        dcp__fs_release(w.fd);
     dcp__buf_free(&w.pend);
     return rc;
 }
@@ -207,7 +207,7 @@ static int write_metadata(int dirfd, const char *path,
         if (rc == DCP_OK)
             rc = dcp__fs_close(fd, tmp, err);
         else
-            (void)close(fd);
+            dcp__fs_release(fd);
     }
     dcp__buf_free(&b);
     /* The commit point: after this rename the new checkpoint exists. */
@@ -283,6 +283,7 @@ static void random_tag(char *out, size_t n)
 struct coord {
     struct pl_global g;
     struct dcp_metadata *old; /* the committed checkpoint there, if any */
+    int old_unknown;          /* there is one, but it could not be read */
     int dirfd;
     int *fidx;          /* per rank: its file's index in md->files, or -1 */
     struct dcp_buf asg; /* every rank's assignment, back to back */
@@ -295,7 +296,7 @@ static void coord_release(struct coord *co)
     dcp__plan_global_release(&co->g);
     dcp__meta_free(co->old);
     if (co->dirfd >= 0)
-        (void)close(co->dirfd);
+        dcp__fs_release(co->dirfd);
     dcp__free(co->fidx);
     dcp__buf_free(&co->asg);
     dcp__free(co->alens);
@@ -310,7 +311,7 @@ static int name_files(struct coord *co, struct dcp_err *err)
     const char **old = sorted_files(co->old);
     size_t nold = co->old ? co->old->nfiles : 0;
     char name[96], tag[24];
-    int r, n = co->g.nranks, need_tag = 0, rc = DCP_OK;
+    int r, n = co->g.nranks, need_tag = co->old_unknown, rc = DCP_OK;
     co->fidx = dcp__malloc((size_t)n * sizeof(*co->fidx));
     md->files = dcp__calloc((size_t)n, sizeof(*md->files));
     if (!old || !co->fidx || !md->files) {
@@ -372,12 +373,16 @@ static int coord_plan(dcp_ctx *ctx, struct coord *co, const char *path,
         rc = dcp__fs_open_dir(path, &co->dirfd, &ctx->err);
     if (rc != DCP_OK)
         return rc;
-    /* A committed checkpoint here stays loadable until ours commits. */
+    /* A committed checkpoint here stays loadable until ours commits. One
+     * whose .metadata cannot be read now (an I/O error, a limit) may still
+     * be loadable: its file names are unknown, so ours get a fresh tag. */
     if (dcp__fs_exists(co->dirfd, ".metadata")) {
         struct dcp_err ignore;
         if (dcp__rd_metadata(co->dirfd, path, ctx->max_metadata_bytes, &co->old,
-                             &ignore) != DCP_OK)
+                             &ignore) != DCP_OK) {
             co->old = NULL;
+            co->old_unknown = 1;
+        }
     }
     rc = name_files(co, &ctx->err);
     return rc == DCP_OK ? encode_assignments(co, &ctx->err) : rc;
@@ -534,7 +539,7 @@ out:
     else if (rc != DCP_OK)
         (void)dcp__err_prefix(&ctx->err, "save failed, nothing committed");
     if (dirfd >= 0 && dirfd != co.dirfd)
-        (void)close(dirfd);
+        dcp__fs_release(dirfd);
     coord_release(&co);
     dcp__plan_assign_release(&a);
     dcp__plan_local_release(&lp);

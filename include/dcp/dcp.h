@@ -157,6 +157,11 @@ typedef struct dcp_ctx_options {
     uint64_t max_metadata_bytes;
     /* Bound on the size of one pickled value read (default 64 MiB). */
     uint64_t max_value_bytes;
+    /* Storage back end (dcp_storage.h) and its instance; NULL storage: the
+     * POSIX back end. The ops are copied; storage_impl must outlive the
+     * context. */
+    const struct dcp_storage_ops *storage;
+    void *storage_impl;
 } dcp_ctx_options;
 
 /*
@@ -167,8 +172,8 @@ typedef struct dcp_ctx_options {
  *    share one communicator as long as their collective calls do not
  *    interleave (one thread, or calls in the same order on every rank).
  *  - opts: NULL for defaults.
- * Returns DCP_OK, DCP_EINVAL (bad options), DCP_ENOMEM. Not collective (no
- * communication happens).
+ * Returns DCP_OK, DCP_EINVAL (bad options, an invalid storage back end),
+ * DCP_ENOMEM. Not collective (no communication happens).
  */
 DCP_API int dcp_ctx_create(dcp_ctx **out, dcp_comm *comm,
                            const dcp_ctx_options *opts);
