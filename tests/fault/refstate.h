@@ -30,7 +30,7 @@ struct refstate {
     dcp_state *st;
 };
 
-static void rs_fill(void *p, size_t n, unsigned seed)
+static inline void rs_fill(void *p, size_t n, unsigned seed)
 {
     unsigned char *b = p;
     size_t i;
@@ -40,14 +40,25 @@ static void rs_fill(void *p, size_t n, unsigned seed)
     }
 }
 
-/* Builds the state for seed (0: zeroed buffers and blank values, for
- * loading). Returns 0 or a dcp error. */
-static int rs_build(struct refstate *r, unsigned seed)
+/*
+ * Builds rank's part of the state for seed (0: zeroed buffers and blank
+ * values, for loading) on nranks ranks: "big" split by rows, "mat" by rows
+ * (two boxes on one rank), "vec" and the values replicated. Returns 0 or a
+ * dcp error.
+ */
+static inline int rs_build_part(struct refstate *r, unsigned seed, int rank,
+                                int nranks)
 {
     int64_t bshape[2] = {256, 160}, mshape[2] = {33, 17}, vshape[1] = {5};
     int64_t o1[2] = {0, 0}, s1[2] = {20, 17}, o2[2] = {20, 0}, s2[2] = {13, 17};
+    int64_t bo[2] = {256 * rank / nranks, 0},
+            bs[2] = {256 * (rank + 1) / nranks - 256 * rank / nranks, 160};
     char note[64];
     int rc;
+    if (nranks > 1) {
+        o1[0] = 33 * rank / nranks;
+        s1[0] = 33 * (rank + 1) / nranks - o1[0];
+    }
     memset(r, 0, sizeof(*r));
     if (seed) {
         rs_fill(r->big, sizeof(r->big), seed * 3 + 1);
@@ -59,12 +70,12 @@ static int rs_build(struct refstate *r, unsigned seed)
         return rc;
     rc = dcp_state_push(r->st, "model");
     if (!rc)
-        rc = dcp_state_add_tensor(r->st, "big", DCP_BF16, 2, bshape, NULL, NULL,
-                                  r->big, DCP_MEM_HOST);
+        rc = dcp_state_add_tensor(r->st, "big", DCP_BF16, 2, bshape, bo, bs,
+                                  r->big + bo[0] * 160, DCP_MEM_HOST);
     if (!rc)
         rc = dcp_state_add_tensor(r->st, "mat", DCP_F32, 2, mshape, o1, s1,
-                                  r->mat, DCP_MEM_HOST);
-    if (!rc)
+                                  r->mat + o1[0] * 17, DCP_MEM_HOST);
+    if (!rc && nranks == 1)
         rc = dcp_state_add_tensor(r->st, "mat", DCP_F32, 2, mshape, o2, s2,
                                   r->mat + 20 * 17, DCP_MEM_HOST);
     if (!rc)
@@ -80,14 +91,19 @@ static int rs_build(struct refstate *r, unsigned seed)
     return rc;
 }
 
-static void rs_free(struct refstate *r)
+static inline int rs_build(struct refstate *r, unsigned seed)
+{
+    return rs_build_part(r, seed, 0, 1);
+}
+
+static inline void rs_free(struct refstate *r)
 {
     dcp_state_free(r->st);
     r->st = NULL;
 }
 
 /* 1 when a (loaded) and b (built from a seed) hold the same bytes. */
-static int rs_equal(const struct refstate *a, const struct refstate *b)
+static inline int rs_equal(const struct refstate *a, const struct refstate *b)
 {
     const dcp_value *sa = dcp_state_value(a->st, "step");
     const dcp_value *sb = dcp_state_value(b->st, "step");
@@ -104,7 +120,7 @@ static int rs_equal(const struct refstate *a, const struct refstate *b)
  * or RS_SEED_NEW (bit-exact), 0 when it loads but matches neither, or the
  * negative dcp code of the failed load (its message in msg, if not NULL).
  */
-static int rs_check(const char *dir, char *msg, size_t msglen)
+static inline int rs_check(const char *dir, char *msg, size_t msglen)
 {
     struct refstate got, o, n;
     dcp_ctx *ctx;
@@ -135,7 +151,7 @@ static int rs_check(const char *dir, char *msg, size_t msglen)
 }
 
 /* Saves the state of seed into dir with a plain POSIX context. */
-static int rs_save(const char *dir, unsigned seed, int sync)
+static inline int rs_save(const char *dir, unsigned seed, int sync)
 {
     struct refstate r;
     dcp_save_options so = {sizeof(so), !sync};
@@ -155,7 +171,7 @@ static int rs_save(const char *dir, unsigned seed, int sync)
  * Files in dir that the committed checkpoint does not name (debris), not
  * counting .metadata; -1 when dir has no readable checkpoint.
  */
-static int rs_debris(const char *dir)
+static inline int rs_debris(const char *dir)
 {
     dcp_metadata *md;
     dcp_ctx *ctx;
@@ -194,7 +210,7 @@ static int rs_debris(const char *dir)
 
 /* The data files the committed checkpoint in dir names, as one string
  * "|a|b|c|" (empty when there is none); 0 or -1. */
-static int rs_files(const char *dir, char *out, size_t cap)
+static inline int rs_files(const char *dir, char *out, size_t cap)
 {
     dcp_metadata *md;
     dcp_ctx *ctx;
@@ -228,7 +244,7 @@ static int rs_files(const char *dir, char *out, size_t cap)
 }
 
 /* Removes dir and the files in it (a checkpoint is flat). */
-static void rs_rmtree(const char *dir)
+static inline void rs_rmtree(const char *dir)
 {
     DIR *d = opendir(dir);
     struct dirent *de;
@@ -236,7 +252,7 @@ static void rs_rmtree(const char *dir)
     while (d && (de = readdir(d))) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
             continue;
-        (void)snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+        (void)snprintf(p, sizeof(p), "%.700s/%.255s", dir, de->d_name);
         if (unlink(p) != 0)
             rs_rmtree(p);
     }
@@ -246,7 +262,7 @@ static void rs_rmtree(const char *dir)
 }
 
 /* Number of open descriptors of this process. */
-static int rs_nfds(void)
+static inline int rs_nfds(void)
 {
     DIR *d = opendir("/proc/self/fd");
     struct dirent *de;

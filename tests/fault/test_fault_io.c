@@ -19,6 +19,7 @@
 #include <dcp/dcp.h>
 #include <dcp/dcp_storage.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,6 +247,67 @@ TEST(save_every_op_fails)
             }
 }
 
+/* Entries in dir, "." and ".." not counted; -1 if it does not exist. */
+static int nentries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int n = 0;
+    if (!d)
+        return -1;
+    while ((de = readdir(d)))
+        n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+/* A save into a directory that does not exist yet: on failure there is no
+ * checkpoint (DCP_ENOENT, saying so) and no file left behind. */
+TEST(save_fresh_dir_every_op_fails)
+{
+    const char *dir = dirpath("fresh/sub");
+    char msg[1024], lmsg[1024];
+    uint64_t m = 0, k;
+    int pers, rc, got;
+    for (pers = 0; pers < 2; pers++)
+        for (k = 1; k == 1 || k <= m; k++) {
+            rs_rmtree(dir);
+            rs_rmtree(dirpath("fresh"));
+            ff_reset(&ff);
+            ff.fail_at = m ? k : 0;
+            ff.fail_persistent = pers;
+            ff.fail_code = DCP_EIO;
+            rc = faulty_save(dir, msg, sizeof(msg));
+            ncases += m != 0;
+            if (!m) {
+                ASSERT_OK(rc);
+                m = ff.nops;
+                k = 0;
+                continue;
+            }
+            got = rs_check(dir, lmsg, sizeof(lmsg));
+            ASSERT_EQ(dcp__fs_open_handles(), 0);
+            ASSERT_EQ(rs_nfds(), base_fds);
+            if (rc == 0) {
+                ASSERT_EQ(got, RS_SEED_NEW);
+                continue;
+            }
+            if (rc != DCP_EIO)
+                FAIL_AT_("op %llu: %s (%.400s)", (unsigned long long)k,
+                         dcp_err_name(rc), msg);
+            if (strstr(msg, "after .metadata was renamed")) {
+                ASSERT_EQ(got, RS_SEED_NEW);
+                continue;
+            }
+            ASSERT_EQ(got, DCP_ENOENT);
+            ASSERT(strstr(lmsg, "no checkpoint") || strstr(lmsg, "not exist"));
+            if (!pers && ff.first_op != FF_UNLINK && nentries(dir) > 0)
+                FAIL_AT_("op %llu (%s): %d files left", (unsigned long long)k,
+                         ff_op_name(ff.first_op), nentries(dir));
+        }
+    ASSERT(m > 10);
+}
+
 /* EINTR and short transfers at every pread/pwrite: retried, success. */
 TEST(save_eintr_and_short)
 {
@@ -425,6 +487,7 @@ int main(void)
     base_fds = rs_nfds();
     RUN(fsync_failure_is_final);
     RUN(save_every_op_fails);
+    RUN(save_fresh_dir_every_op_fails);
     RUN(save_eintr_and_short);
     RUN(save_syscall_errors);
     RUN(load_every_op_fails);
