@@ -16,6 +16,11 @@
  *      exit cleanly (under ASan, LeakSanitizer checks their exit);
  *  (d) a new save into the directory then succeeds and loads bit-exact.
  * Usage: test_crash [--quick] (every third crash point).
+ * Helpers for the MPI crash driver (tests/mpi/mpi_crash.sh):
+ *   test_crash prepare DIR KIND     KIND 0 new, 1 overwrite, 2 tagged
+ *   test_crash check DIR KIND COMMITTED
+ *                                   (a), (b) and (d) after a crash; COMMITTED
+ *                                   1 when it came after the commit rename
  */
 #include <dcp/dcp.h>
 #include <dcp/dcp_storage.h>
@@ -297,9 +302,36 @@ TEST(two_ranks)
     SERIES(2, 2, 1);
 }
 
+/* test_crash check: exit status 0 when the invariant holds. */
+static int check_main(const char *dir, int kind, int committed)
+{
+    char lmsg[1024];
+    int got = rs_check(dir, lmsg, sizeof(lmsg));
+    int want = committed ? RS_SEED_NEW : kind ? RS_SEED_OLD : DCP_ENOENT;
+    if (got != want) {
+        fprintf(stderr, "%s: load gives %d, want %d (%s)\n", dir, got, want,
+                lmsg);
+        return 1;
+    }
+    if (got == DCP_ENOENT && !strstr(lmsg, "no checkpoint") &&
+        !strstr(lmsg, "does not exist")) {
+        fprintf(stderr, "%s: unclear refusal: %s\n", dir, lmsg);
+        return 1;
+    }
+    if (rs_save(dir, RS_SEED_NEW, 1) || rs_check(dir, NULL, 0) != RS_SEED_NEW) {
+        fprintf(stderr, "%s: recovery save failed\n", dir);
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int rc;
+    if (argc == 4 && !strcmp(argv[1], "prepare"))
+        return prepare(argv[2], atoi(argv[3])) ? 1 : 0;
+    if (argc == 5 && !strcmp(argv[1], "check"))
+        return check_main(argv[2], atoi(argv[3]), atoi(argv[4]));
     quick = argc > 1 && !strcmp(argv[1], "--quick");
     RUN(single_process);
     RUN(three_ranks_rank0);
