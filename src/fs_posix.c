@@ -178,7 +178,10 @@ static int px_open_read(void *impl, void *dir, const char *name, void **file,
 {
     const struct dcp__posix_sys *sys = sys_of(impl);
     struct stat sb;
-    int f = sys->openat(to_fd(dir), name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+    /* O_NONBLOCK: opening a FIFO planted in a checkpoint must not block
+     * (it is refused below); it changes nothing for a regular file. */
+    int f = sys->openat(to_fd(dir), name,
+                        O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
     if (f < 0)
         return sys_err(err, "open", name);
     if (sys->fstat(f, &sb) != 0) {

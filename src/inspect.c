@@ -144,6 +144,10 @@ int dcp_metadata_read_box(dcp_ctx *ctx, const dcp_metadata *md, size_t index,
                         e->key, want, len);
     if (want == 0)
         return DCP_OK;
+    /* A gap in the stored chunks would leave part of buf unwritten. */
+    rc = dcp__meta_check_tiling(e, &ctx->err);
+    if (rc != DCP_OK)
+        return rc;
     dest.off = off;
     dest.size = size;
     dest.buf = buf;

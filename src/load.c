@@ -63,6 +63,10 @@ static int check_entry(dcp_ctx *ctx, const struct st_entry *se,
                       se->key, dcp_dtype_name(e->dtype),
                       dcp_dtype_name(se->dtype));
     }
+    /* Stored chunks with a gap would leave part of the caller's box
+     * unwritten, overlapping ones make it depend on read order. */
+    if (rc == DCP_OK)
+        rc = dcp__meta_check_tiling(e, &ctx->err);
     dcp__buf_free(&a);
     dcp__buf_free(&b);
     return rc;
