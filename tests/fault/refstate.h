@@ -21,6 +21,10 @@
 #define RS_SEED_OLD 1
 #define RS_SEED_NEW 2
 
+/* Rows of "big" (at most 256): a test that wants a smaller checkpoint
+ * (test_integrity) lowers it before building any state. */
+static int rs_big_rows = 256;
+
 /* Shapes: big bf16 [256, 160] (80 KiB, direct write), f32 [33, 17] in two
  * row boxes, i64 [5]. */
 struct refstate {
@@ -49,10 +53,11 @@ static inline void rs_fill(void *p, size_t n, unsigned seed)
 static inline int rs_build_part(struct refstate *r, unsigned seed, int rank,
                                 int nranks)
 {
-    int64_t bshape[2] = {256, 160}, mshape[2] = {33, 17}, vshape[1] = {5};
+    const int64_t R = rs_big_rows;
+    int64_t bshape[2] = {R, 160}, mshape[2] = {33, 17}, vshape[1] = {5};
     int64_t o1[2] = {0, 0}, s1[2] = {20, 17}, o2[2] = {20, 0}, s2[2] = {13, 17};
-    int64_t bo[2] = {256 * rank / nranks, 0},
-            bs[2] = {256 * (rank + 1) / nranks - 256 * rank / nranks, 160};
+    int64_t bo[2] = {R * rank / nranks, 0},
+            bs[2] = {R * (rank + 1) / nranks - R * rank / nranks, 160};
     char note[64];
     int rc;
     if (nranks > 1) {
@@ -61,7 +66,7 @@ static inline int rs_build_part(struct refstate *r, unsigned seed, int rank,
     }
     memset(r, 0, sizeof(*r));
     if (seed) {
-        rs_fill(r->big, sizeof(r->big), seed * 3 + 1);
+        rs_fill(r->big, (size_t)R * 160 * 2, seed * 3 + 1);
         rs_fill(r->mat, sizeof(r->mat), seed * 5 + 2);
         rs_fill(r->vec, sizeof(r->vec), seed * 7 + 3);
     }
