@@ -7,7 +7,9 @@
  *                      rank: every rank returns the same code and
  *                      message naming the failing rank, nothing is
  *                      committed (the old checkpoint loads bit-exact), no
- *                      handle leaks; also every operation of a load.
+ *                      handle leaks; also every operation of a load,
+ *                      and every allocation of a save failing on the
+ *                      last rank.
  *   mpi_fault trace    the commit protocol over all ranks: every rank's
  *                      trace, merged by CLOCK_MONOTONIC time on rank 0,
  *                      checked with tests/fault/commit_rules.h.
@@ -148,6 +150,54 @@ static void test_save_errors(void)
                 }
                 dcp_ctx_free(ctx);
             }
+    }
+}
+
+/* An allocation failing on the last rank, at every allocation of its
+ * save (transient): every rank returns the same result, DCP_ENOMEM or
+ * success, and a failed save commits nothing. */
+static void test_alloc_errors(void)
+{
+    const char *dir = sub("alloc");
+    int victim = mt_size - 1;
+    uint64_t n = 0, k;
+    dcp_ctx *ctx;
+    if (mt_rank == 0)
+        rs_rmtree(dir);
+    prepare(dir, 1);
+    ctx = fault_ctx();
+    ff_reset(&ff);
+    (void)dcp__alloc_fail_after(0);
+    CHECK_OK(ctx, collective_save(ctx, dir));
+    n = dcp__alloc_fail_after(0);
+    MPI_Bcast(&n, 1, MPI_UINT64_T, victim, MPI_COMM_WORLD);
+    dcp_ctx_free(ctx);
+    for (k = 1; k <= n; k++) {
+        struct refstate r;
+        int rc, got;
+        ctx = fault_ctx();
+        prepare(dir, 1);
+        if (rs_build_part(&r, RS_SEED_NEW, mt_rank, mt_size))
+            MPI_Abort(MPI_COMM_WORLD, 5);
+        if (mt_rank == victim)
+            (void)dcp__alloc_fail_once(k);
+        rc = dcp_save(ctx, r.st, dir, NULL);
+        (void)dcp__alloc_fail_after(0);
+        ncases++;
+        CHECK(mt_same(rc));
+        CHECK(mt_same_str(dcp_errmsg(ctx)));
+        CHECK(rc == 0 || rc == DCP_ENOMEM);
+        CHECK(dcp__fs_open_handles() == 0);
+        if (mt_rank == 0) {
+            got = rs_check(dir, NULL, 0);
+            if (got != (rc == 0 ? RS_SEED_NEW : RS_SEED_OLD)) {
+                fprintf(stderr, "alloc %llu: rc %s, load gives %d\n",
+                        (unsigned long long)k, dcp_err_name(rc), got);
+                mt_fail++;
+            }
+        }
+        rs_free(&r);
+        dcp_ctx_free(ctx);
     }
 }
 
@@ -312,6 +362,7 @@ int main(int argc, char **argv)
     } else {
         RUN(save_errors);
         RUN(load_errors);
+        RUN(alloc_errors);
         if (mt_rank == 0)
             printf("fault cases: %ld run (%d ranks)\n", ncases, mt_size);
     }
