@@ -18,6 +18,7 @@
  * Usage: test_crash [--quick] (every third crash point).
  * Helpers for the MPI crash driver (tests/mpi/mpi_crash.sh):
  *   test_crash prepare DIR KIND     KIND 0 new, 1 overwrite, 2 tagged
+ *   test_crash save DIR SEED        one durable save (strace_commit.py)
  *   test_crash check DIR KIND COMMITTED
  *                                   (a), (b) and (d) after a crash; COMMITTED
  *                                   1 when it came after the commit rename
@@ -330,6 +331,8 @@ int main(int argc, char **argv)
     int rc;
     if (argc == 4 && !strcmp(argv[1], "prepare"))
         return prepare(argv[2], atoi(argv[3])) ? 1 : 0;
+    if (argc == 4 && !strcmp(argv[1], "save")) /* durable, for strace */
+        return rs_save(argv[2], (unsigned)atoi(argv[3]), 1) ? 1 : 0;
     if (argc == 5 && !strcmp(argv[1], "check"))
         return check_main(argv[2], atoi(argv[3]), atoi(argv[4]));
     quick = argc > 1 && !strcmp(argv[1], "--quick");
