@@ -458,7 +458,9 @@ typedef struct dcp_load_options {
  * Strict by default: a missing key (asked for by a rank, not in the
  * checkpoint), an unexpected key (in the checkpoint, asked for by no rank),
  * a kind, global shape or dtype mismatch is an error naming the key (and
- * the rank), found before any buffer is changed. With DCP_LOAD_PARTIAL,
+ * the rank), found before any buffer is changed; so is a requested tensor
+ * whose stored chunks do not tile its shape exactly (a gap or an overlap:
+ * DCP_EFORMAT). With DCP_LOAD_PARTIAL,
  * missing keys (this rank's) and unexpected keys (no rank's) are listed by
  * dcp_load_report instead. A CRC error is found while copying: the call
  * fails, and the boxes read so far may hold partial data.
