@@ -18,6 +18,19 @@
 #include <string.h>
 #include <unistd.h>
 
+/* RS_SANITIZED: built with ASan, whose ten-fold slowdown makes some
+ * tests run a sample instead of everything (the plain build runs all). */
+#if defined(__SANITIZE_ADDRESS__)
+#define RS_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RS_SANITIZED 1
+#endif
+#endif
+#ifndef RS_SANITIZED
+#define RS_SANITIZED 0
+#endif
+
 #define RS_SEED_OLD 1
 #define RS_SEED_NEW 2
 

@@ -15,7 +15,8 @@
  *  (c) no rank hangs; survivors return DCP_OK or a transport error and
  *      exit cleanly (under ASan, LeakSanitizer checks their exit);
  *  (d) a new save into the directory then succeeds and loads bit-exact.
- * Usage: test_crash [--quick] (every third crash point).
+ * Usage: test_crash [--quick] (every third crash point; the default in
+ * ASan builds).
  * Helpers for the MPI crash driver (tests/mpi/mpi_crash.sh):
  *   test_crash prepare DIR KIND     KIND 0 new, 1 overwrite, 2 tagged
  *   test_crash save DIR SEED        one durable save (strace_commit.py)
@@ -335,7 +336,8 @@ int main(int argc, char **argv)
         return rs_save(argv[2], (unsigned)atoi(argv[3]), 1) ? 1 : 0;
     if (argc == 5 && !strcmp(argv[1], "check"))
         return check_main(argv[2], atoi(argv[3]), atoi(argv[4]));
-    quick = argc > 1 && !strcmp(argv[1], "--quick");
+    /* Under ASan every third point (the plain build runs all). */
+    quick = RS_SANITIZED || (argc > 1 && !strcmp(argv[1], "--quick"));
     RUN(single_process);
     RUN(three_ranks_rank0);
     RUN(three_ranks_other);
