@@ -512,6 +512,23 @@ def record_cases():
     add("rec-value-os-system", "DCP_EUNSAFE",
         "a value record whose pickle calls os.system", md, files)
 
+    laughs = P2 + uni("lol" * 10) + b"2\x86" * 40 + STOP
+    md, files = with_record("step", zip_record(
+        [(n, laughs if n.endswith("data.pkl") else c)
+         for n, c in entries_of(record("step"))]))
+    add("rec-value-billion-laughs", "DCP_ELIMIT",
+        "a value pickle (x, x) nested 40 deep through DUP: 2^40 leaves from "
+        "a 120-byte pickle (found by fuzz_pickle as a timeout)", md, files)
+
+    shared = (P2 + b"X" + struct.pack("<I", 16384) + b"a" * 16384 +
+              b"q\x000]q\x01(" + b"h\x00" * 20000 + b"e" + STOP)
+    md, files = with_record("step", zip_record(
+        [(n, shared if n.endswith("data.pkl") else c)
+         for n, c in entries_of(record("step"))]))
+    add("rec-value-shared-string", "DCP_ELIMIT",
+        "a 16 KiB string referenced 20 000 times through the memo: 320 MiB "
+        "of value from a 56 KiB pickle", md, files)
+
     md, files = with_record("w", b"\x00" * 200)
     add("rec-not-a-zip", "DCP_EFORMAT", "a record of zeros", md, files)
 
