@@ -21,7 +21,7 @@
  * VALUE_EXPANSION bytes of value (objects and string bytes) per pickle
  * byte, plus VALUE_EXPANSION_MIN. Plain pickles stay well below (an object
  * costs about 48 bytes and takes at least one pickle byte). */
-#define VALUE_EXPANSION 64
+#define VALUE_EXPANSION     64
 #define VALUE_EXPANSION_MIN ((size_t)1 << 20)
 
 static dcp_value *value_new(dcp_value_type t)
@@ -687,9 +687,8 @@ static int conv_node(struct conv *c, const struct pk_node *n, int depth,
     if (++c->nodes > VALUE_MAX_NODES)
         return dcp__err(c->err, DCP_ELIMIT, "value: more than %zu objects",
                         VALUE_MAX_NODES);
-    c->cost += sizeof(dcp_value) + (n->kind == PK_STR || n->kind == PK_BYTES
-                                        ? n->u.s.len
-                                        : 0);
+    c->cost += sizeof(dcp_value) +
+               (n->kind == PK_STR || n->kind == PK_BYTES ? n->u.s.len : 0);
     if (c->cost > c->budget)
         return dcp__err(c->err, DCP_ELIMIT,
                         "value: shared references expand it beyond %zu bytes",
