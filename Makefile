@@ -6,23 +6,30 @@
 #                       state saved on 4 MPI ranks, loaded on 3 (DEMO_KEEP=1
 #                       keeps its 1.5 GB in build/demo-gpt2)
 #   make check          build + all tests, ASan+UBSan build + all tests,
-#                       TSan build + the async tests, install test (what CI
-#                       runs, through .ci/run)
+#                       TSan build + the async tests, install test, libFuzzer
+#                       time box (what CI runs, through .ci/run)
 #   make bench          save/load throughput vs fio and PyTorch DCP on the
 #                       GPT-2 + AdamW state (1.5 GB; several minutes):
 #                       bench/RESULTS.md, bench/results.json, bench/io_bench.png
+#   make fuzz           libFuzzer targets (build-fuzz/, clang-14, ASan+UBSan),
+#                       FUZZ_TIME seconds each (tests/fuzz/run_fuzz.sh)
+#   make reliability    every reliability suite in its full version, with
+#                       the figures of docs/RELIABILITY.md
 #   make build | test | asan | tsan | install-test | install | clean |
 #        format-check
 #
 # Variables: PREFIX (/usr/local), DESTDIR, BUILD_TYPE (RelWithDebInfo),
 # ASAN_CC (clang-14), TSAN_CC (clang-14), CTEST_J (2), CTEST_ARGS (e.g.
-# CTEST_ARGS='-L unit').
+# CTEST_ARGS='-L unit'), FUZZ_CC (clang-14), FUZZ_TIME (30 s per target;
+# make reliability: 120).
 
 PREFIX     ?= /usr/local
 DESTDIR    ?=
 BUILD_TYPE ?= RelWithDebInfo
 ASAN_CC    ?= clang-14
 TSAN_CC    ?= clang-14
+FUZZ_CC    ?= clang-14
+FUZZ_TIME  ?= 30
 CTEST_J    ?= 2
 CTEST_ARGS ?=
 NPROC      := $(shell nproc 2>/dev/null || echo 2)
@@ -38,12 +45,12 @@ CONFIGURE_COMMON = -DDCP_PYTHON=$(PYTHON) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
 
 .PHONY: all deps build configure demo check test asan asan-build tsan \
         tsan-build install install-test uninstall clean format format-check \
-        help bench
+        help bench fuzz fuzz-build reliability
 
 all: build
 
 help:
-	@sed -n '4,20p' Makefile
+	@sed -n '4,26p' Makefile
 
 deps:
 	bash scripts/deps.sh
@@ -72,17 +79,19 @@ CHECK_FAILED = build/check-failed
 
 check: build
 	@rm -f $(CHECK_FAILED)
-	@echo "==> [1/4] tests in build/ ($(BUILD_TYPE))"
+	@echo "==> [1/5] tests in build/ ($(BUILD_TYPE))"
 	@$(MAKE) test || echo tests >> $(CHECK_FAILED)
-	@echo "==> [2/4] tests in build-asan/ (ASan+UBSan, $(ASAN_CC))"
+	@echo "==> [2/5] tests in build-asan/ (ASan+UBSan, $(ASAN_CC))"
 	@$(MAKE) asan || echo asan >> $(CHECK_FAILED)
-	@echo "==> [3/4] async tests in build-tsan/ (ThreadSanitizer, $(TSAN_CC))"
+	@echo "==> [3/5] async tests in build-tsan/ (ThreadSanitizer, $(TSAN_CC))"
 	@$(MAKE) tsan || echo tsan >> $(CHECK_FAILED)
-	@echo "==> [4/4] install test (tests/install/run.sh build)"
+	@echo "==> [4/5] install test (tests/install/run.sh build)"
 	bash tests/install/run.sh build || echo install >> $(CHECK_FAILED)
+	@echo "==> [5/5] libFuzzer, $(FUZZ_TIME) s per target (build-fuzz/)"
+	@$(MAKE) fuzz || echo fuzz >> $(CHECK_FAILED)
 	@if [ -f $(CHECK_FAILED) ]; then \
 	  echo "make check: FAILED:" $$(cat $(CHECK_FAILED)) >&2; exit 1; fi
-	@echo "make check: tests, asan tests, tsan tests and install test all passed"
+	@echo "make check: tests, asan tests, tsan tests, install test and fuzzing all passed"
 
 # BENCH_ARGS: e.g. '--runs 7', or '--scale small --no-torch' for a smoke run
 # (then also '--out DIR' to keep bench/ as it is).
@@ -116,6 +125,24 @@ tsan-build: deps
 
 tsan: tsan-build
 	$(CTEST) --test-dir build-tsan --output-on-failure --no-tests=error -j$(CTEST_J) -L async
+# libFuzzer binaries only (the library instrumented, no MPI): tests/fuzz/.
+fuzz-build: deps
+	$(CMAKE) -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_C_COMPILER=$(FUZZ_CC) -DDCP_SANITIZE=address,undefined \
+	  -DDCP_BUILD_FUZZERS=ON -DDCP_WITH_MPI=OFF -DDCP_BUILD_EXAMPLES=OFF \
+	  $(CONFIGURE_COMMON)
+	$(CMAKE) --build build-fuzz -j$(NPROC) --target fuzz_pickle \
+	  fuzz_torchzip fuzz_metadata
+
+fuzz: fuzz-build
+	bash tests/fuzz/run_fuzz.sh build-fuzz $(FUZZ_TIME)
+
+# Full versions of the reliability suites and their figures (several
+# minutes; docs/RELIABILITY.md). FUZZ_TIME defaults to 120 s here.
+reliability: build
+	@$(MAKE) fuzz-build
+	bash scripts/reliability.sh build build-fuzz \
+	  $(if $(filter command line environment,$(origin FUZZ_TIME)),$(FUZZ_TIME),120)
 
 install-test: build
 	bash tests/install/run.sh build

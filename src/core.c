@@ -9,10 +9,6 @@
 
 #include "async.h"
 
-/* struct_size that covers option field f. */
-#define OPT_END(f)                                                             \
-    (offsetof(dcp_ctx_options, f) + sizeof(((dcp_ctx_options *)0)->f))
-
 const char *dcp_strerror(int code)
 {
     switch (code) {
@@ -151,12 +147,11 @@ int dcp_ctx_create(dcp_ctx **out, dcp_comm *comm, const dcp_ctx_options *opts)
         ctx->max_value_bytes = opts->max_value_bytes;
     if (HAS_OPT(staging_budget))
         ctx->staging_budget = opts->staging_budget;
-#undef HAS_OPT
     if (ctx->staging_budget && ctx->staging_budget < DCP__STAGING_MIN) {
         dcp__free(ctx);
         return DCP_EINVAL;
     }
-    if (opts && opts->struct_size >= OPT_END(io_block_bytes)) {
+    if (HAS_OPT(io_block_bytes)) {
         ctx->io_flags = opts->io_flags & (DCP_IO_NO_DIRECT | DCP_IO_NO_URING);
         ctx->io_depth = opts->io_depth;
         ctx->io_block = opts->io_block_bytes;
@@ -172,6 +167,13 @@ int dcp_ctx_create(dcp_ctx **out, dcp_comm *comm, const dcp_ctx_options *opts)
     }
     dcp__ctx_io_clear(ctx, DCP_IO_SAVE);
     dcp__ctx_io_clear(ctx, DCP_IO_LOAD);
+    if (dcp__storage_init(
+            &ctx->storage, HAS_OPT(storage) ? opts->storage : NULL,
+            HAS_OPT(storage_impl) ? opts->storage_impl : NULL) != DCP_OK) {
+        dcp__free(ctx);
+        return DCP_EINVAL;
+    }
+#undef HAS_OPT
     *out = ctx;
     return DCP_OK;
 }
@@ -243,12 +245,23 @@ void dcp_ctx_free(dcp_ctx *ctx)
     dcp__async_ctx_release(ctx);
     dcp__ctx_clear_report(ctx);
     dcp__io_eng_free(ctx->io);
+    dcp__storage_forget(&ctx->storage);
     dcp__free(ctx);
 }
 
 void dcp__ctx_begin(dcp_ctx *ctx)
 {
     dcp__err_clear(&ctx->err);
+    dcp__storage_use(&ctx->storage);
+}
+
+int dcp_ctx_set_storage(dcp_ctx *ctx, const dcp_storage_ops *ops, void *impl)
+{
+    struct dcp__storage s;
+    if (!ctx || dcp__storage_init(&s, ops, impl) != DCP_OK)
+        return DCP_EINVAL;
+    ctx->storage = s;
+    return DCP_OK;
 }
 
 const char *dcp_errmsg(const dcp_ctx *ctx)

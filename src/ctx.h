@@ -8,6 +8,7 @@
 #include "util.h"
 #include "comm.h"
 #include "ioengine.h"
+#include "storage.h"
 
 /* Smallest staging budget accepted (dcp_ctx_options.staging_budget). */
 #define DCP__STAGING_MIN ((uint64_t)64 << 10)
@@ -26,6 +27,7 @@ struct dcp_ctx {
     uint32_t io_depth;
     uint32_t io_block;
     struct io_stats io_last[2];
+    struct dcp__storage storage; /* the back end (dcp__ctx_begin uses it) */
     /* Last load's report (owned). */
     char **missing;
     size_t nmissing;
@@ -41,7 +43,8 @@ struct dcp_ctx {
     struct dcp_request *inflight;
 };
 
-/* Clears err at the start of an API call. */
+/* At the start of an API call: clears err, makes the context's storage back
+ * end the calling thread's current one. */
 void dcp__ctx_begin(dcp_ctx *ctx);
 
 /* The context's I/O engine, created on first use, with its statistics

@@ -26,7 +26,7 @@ int dcp_metadata_open(dcp_ctx *ctx, const char *path, dcp_metadata **out)
         return rc;
     rc = dcp__rd_metadata(dirfd, path, ctx->max_metadata_bytes, out,
                           &ctx->err);
-    (void)close(dirfd);
+    dcp__fs_release(dirfd);
     if (rc == DCP_OK && !((*out)->dir = dcp__strdup(path))) {
         dcp__meta_free(*out);
         *out = NULL;
@@ -144,6 +144,10 @@ int dcp_metadata_read_box(dcp_ctx *ctx, const dcp_metadata *md, size_t index,
                         e->key, want, len);
     if (want == 0)
         return DCP_OK;
+    /* A gap in the stored chunks would leave part of buf unwritten. */
+    rc = dcp__meta_check_tiling(e, &ctx->err);
+    if (rc != DCP_OK)
+        return rc;
     dest.off = off;
     dest.size = size;
     dest.buf = buf;

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "crc32.h"
+#include "storage.h"
 
 #ifdef DCP_HAVE_LIBURING
 #include <liburing.h>
@@ -58,6 +59,9 @@ struct io_req {
     int blk; /* pool buffer index, or -1 */
     int state;
     int err; /* errno of a failure, or 0 */
+    int via; /* fd is a storage handle: through the back end, synchronous */
+    int drc; /* via: the back end's DCP_E* code of a failure (message in
+                the engine's serr) */
     const char *name;
     /* reads: the pieces covered, [p0:pos0, p1:pos1), and the bytes that
      * must be there (the rest may lie past the end of the file) */
@@ -82,6 +86,7 @@ struct io_eng {
     char why_uring[128];
     char why_direct[256];
     struct io_stats st;
+    struct dcp_err serr; /* the message of a failed via request */
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -199,6 +204,7 @@ void dcp__io_stats_begin(struct io_eng *e)
     e->st.direct = -1;
     e->st.uring = -1;
     e->why_direct[0] = '\0';
+    dcp__err_clear(&e->serr);
     for (i = 0; i < e->depth; i++)
         if (e->blocks[i])
             held += e->block;
@@ -328,9 +334,39 @@ static void mark_done(struct io_eng *e, struct io_req *r)
     e->busy--;
 }
 
+/* Runs r through the storage back end's write_at/read_at, which transfer
+ * everything or fail (dcp_storage.h). */
+static void exec_via(struct io_eng *e, struct io_req *r)
+{
+    size_t n = r->len - r->done;
+    struct dcp_err err;
+    int rc;
+    dcp__err_clear(&err);
+    if (r->write)
+        rc = dcp__fs_pwrite(r->fd, r->mem + r->done, n, r->off + r->done,
+                            r->name, &err);
+    else
+        rc = dcp__fs_pread(r->fd, r->mem + r->done, n, r->off + r->done,
+                           r->name, &err);
+    if (rc == DCP_OK) {
+        r->done = r->len;
+        e->st.bytes += n;
+    } else {
+        r->err = EIO;
+        r->drc = rc;
+        if (!e->serr.msg[0])
+            e->serr = err;
+    }
+    mark_done(e, r);
+}
+
 /* Runs the rest of r with pread/pwrite. */
 static void exec_sync(struct io_eng *e, struct io_req *r)
 {
+    if (r->via) {
+        exec_via(e, r);
+        return;
+    }
     for (;;) {
         size_t n = r->len - r->done;
         ssize_t k;
@@ -389,7 +425,7 @@ static void start_uring(struct io_eng *e, struct io_req *r)
 static void start(struct io_eng *e, struct io_req *r)
 {
 #ifdef DCP_HAVE_LIBURING
-    if (e->uring) {
+    if (e->uring && !r->via) {
         start_uring(e, r);
         return;
     }
@@ -535,7 +571,9 @@ static void w_retire(struct io_writer *w)
     struct io_eng *e = w->e;
     struct io_req *r = &e->req[e->head];
     wait_head(e);
-    if (r->err && w->rc == DCP_OK)
+    if (r->drc && w->rc == DCP_OK)
+        w->rc = dcp__err(w->err, r->drc, "%s", e->serr.msg);
+    else if (r->err && w->rc == DCP_OK)
         w->rc = dcp__err(w->err, errno_code(r->err),
                          "cannot write '%s' at byte %" PRIu64 ": %s", w->name,
                          r->off + r->done, strerror(r->err));
@@ -553,9 +591,20 @@ int dcp__iow_open(struct io_writer *w, struct io_eng *e, int dirfd,
     w->name = name;
     w->err = err;
     w->fd = fd;
+    w->dfd = -1;
     w->blk = -1;
-    rc = open_direct(e, dirfd, name, fd, O_WRONLY, &w->dfd, &w->oalign,
-                     &w->malign, err);
+    w->oalign = w->malign = 1;
+    if (dcp__fs_raw_fd(fd) < 0 || dcp__fs_raw_fd(dirfd) < 0) {
+        /* Another storage back end: its write_at, synchronously. */
+        w->via = 1;
+        set_why_direct(e, "'%s': storage back end without descriptors: "
+                       "its own writes", name);
+        note_file(e, 0);
+        return DCP_OK;
+    }
+    w->fd = fd = dcp__fs_raw_fd(fd);
+    rc = open_direct(e, dcp__fs_raw_fd(dirfd), name, fd, O_WRONLY, &w->dfd,
+                     &w->oalign, &w->malign, err);
     if (rc != DCP_OK)
         return rc;
     w->direct = w->dfd >= 0;
@@ -584,7 +633,7 @@ static void w_submit(struct io_writer *w, uint8_t *mem, uint64_t off,
         blk_put(e, blk);
         return;
     }
-    if (blk < 0 && dcp__io_test.sparse_zeros && mem[0] == 0 &&
+    if (blk < 0 && dcp__io_test.sparse_zeros && !w->via && mem[0] == 0 &&
         memcmp(mem, mem + 1, len - 1) == 0) {
         w->truncate = 1; /* a hole; the file length is set at the end */
         return;
@@ -599,6 +648,7 @@ static void w_submit(struct io_writer *w, uint8_t *mem, uint64_t off,
     r->blk = blk;
     r->name = w->name;
     r->bfd = w->fd;
+    r->via = w->via;
     r->direct = w_direct(w);
     r->fd = r->direct ? w->dfd : w->fd;
     r->oalign = r->direct ? w->oalign : 1;
@@ -893,8 +943,18 @@ static int rfile_ready(struct rrun *u, struct io_rfile *f)
     if (f->tried)
         return DCP_OK;
     f->tried = 1;
-    rc = open_direct(u->e, u->b->dirfd, f->name, f->fd, O_RDONLY, &f->dfd,
-                     &f->oalign, &f->malign, u->err);
+    if (dcp__fs_raw_fd(f->fd) < 0 || dcp__fs_raw_fd(u->b->dirfd) < 0) {
+        /* Another storage back end: its read_at, synchronously. */
+        f->via = 1;
+        f->oalign = f->malign = 1;
+        set_why_direct(u->e, "'%s': storage back end without descriptors: "
+                       "its own reads", f->name);
+        note_file(u->e, 0);
+        return DCP_OK;
+    }
+    f->fd = dcp__fs_raw_fd(f->fd);
+    rc = open_direct(u->e, dcp__fs_raw_fd(u->b->dirfd), f->name, f->fd,
+                     O_RDONLY, &f->dfd, &f->oalign, &f->malign, u->err);
     if (rc != DCP_OK)
         return rc;
     f->direct = f->dfd >= 0;
@@ -963,6 +1023,7 @@ static int next_request(struct rrun *u, struct io_req *r)
     uint32_t oa = f->direct ? f->oalign : 1;
     r->name = f->name;
     r->bfd = f->fd;
+    r->via = f->via;
     r->owner_direct = &f->direct;
     r->p0 = u->pi;
     r->pos0 = u->pos;
@@ -1056,7 +1117,9 @@ static void retire_read(struct rrun *u)
     struct io_req *r = &e->req[e->head];
     size_t pi = r->p0, pos = r->pos0;
     wait_head(e);
-    if (u->rc == DCP_OK && r->err)
+    if (u->rc == DCP_OK && r->drc)
+        u->rc = dcp__err(u->err, r->drc, "%s", e->serr.msg);
+    else if (u->rc == DCP_OK && r->err)
         u->rc = dcp__err(u->err, errno_code(r->err),
                          "cannot read '%s' at byte %" PRIu64 ": %s", r->name,
                          r->off + r->done, strerror(r->err));

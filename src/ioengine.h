@@ -18,6 +18,12 @@
  * descriptor the caller opened (buffered) stays the one that is fsynced,
  * truncated and closed; the engine never closes it.
  *
+ * Files are storage handles (storage.h). Those of the built-in POSIX back
+ * end are served as above, through their descriptors (dcp__fs_raw_fd);
+ * those of any other back end (a user's, the tests' fault-injecting ones)
+ * go through the back end's write_at/read_at, one request at a time, with
+ * the back end's error codes and messages.
+ *
  * Writing (io_writer): small pieces (zip headers) are copied into the
  * current pool buffer, which goes out as one request when full. Tensor
  * bytes that start on an aligned file offset (the format pads them to
@@ -116,6 +122,8 @@ struct io_writer {
     uint64_t blk_off; /* file offset of its first byte */
     size_t blk_len;
     int truncate; /* the file may end past off: truncate at finish */
+    int via;      /* fd is a handle of a storage back end without
+                     descriptors: everything through its write_at */
     int rc;       /* first error; sticky */
 };
 
@@ -166,6 +174,8 @@ struct io_rfile {
     int dfd;    /* O_DIRECT descriptor (owned), -1 */
     int direct; /* requests go through dfd (cleared on EINVAL) */
     int tried;  /* dfd decided */
+    int via;    /* fd is a handle of a storage back end without
+                   descriptors: everything through its read_at */
     uint32_t oalign, malign;
     uint64_t size; /* at open: a read past it is a truncated file */
     const char *name;

@@ -64,6 +64,10 @@ static int check_entry(dcp_ctx *ctx, const struct st_entry *se,
                       se->key, dcp_dtype_name(e->dtype),
                       dcp_dtype_name(se->dtype));
     }
+    /* Stored chunks with a gap would leave part of the caller's box
+     * unwritten, overlapping ones make it depend on read order. */
+    if (rc == DCP_OK)
+        rc = dcp__meta_check_tiling(e, &ctx->err);
     dcp__buf_free(&a);
     dcp__buf_free(&b);
     return rc;
@@ -291,7 +295,7 @@ static int read_metadata_bytes(dcp_ctx *ctx, const char *path, uint8_t **p,
         return rc;
     rc = dcp__fs_read_all(dirfd, ".metadata", ctx->max_metadata_bytes, p, len,
                           &ctx->err);
-    (void)close(dirfd);
+    dcp__fs_release(dirfd);
     if (rc == DCP_ENOENT)
         return dcp__err(&ctx->err, DCP_ENOENT,
                         "no checkpoint in '%s': .metadata not found (an "

@@ -57,9 +57,9 @@ void dcp__rd_close(struct rd_files *f)
     if (f->fds)
         for (i = 0; i < f->md->nfiles; i++)
             if (f->fds[i] >= 0)
-                (void)close(f->fds[i]);
+                dcp__fs_release(f->fds[i]);
     if (f->dirfd >= 0)
-        (void)close(f->dirfd);
+        dcp__fs_release(f->dirfd);
     dcp__free(f->fds);
     dcp__free(f->sizes);
     dcp__free(f->scratch);
@@ -78,8 +78,9 @@ static int rd_file(struct rd_files *f, uint32_t idx, struct dcp_err *err)
     /* Reads through this descriptor are the windows below and whole
      * chunks: the kernel's read-ahead would only fetch tensor bytes that
      * the I/O engine then reads again. */
-    if (rc == DCP_OK)
-        (void)posix_fadvise(f->fds[idx], 0, 0, POSIX_FADV_RANDOM);
+    if (rc == DCP_OK && dcp__fs_raw_fd(f->fds[idx]) >= 0)
+        (void)posix_fadvise(dcp__fs_raw_fd(f->fds[idx]), 0, 0,
+                            POSIX_FADV_RANDOM);
     return rc;
 }
 
@@ -87,12 +88,16 @@ void dcp__rd_prefetch(struct rd_files *f, const struct md_entry *e, size_t ci)
 {
     const struct md_chunk *c = &e->chunks[ci];
     uint64_t n = c->length < TAIL_WIN ? c->length : TAIL_WIN;
+    int fd;
     if (rd_file(f, c->file, NULL) != DCP_OK)
         return; /* the read reports it */
-    (void)posix_fadvise(f->fds[c->file], (off_t)(c->offset + c->length - n),
-                        (off_t)n, POSIX_FADV_WILLNEED);
+    fd = dcp__fs_raw_fd(f->fds[c->file]);
+    if (fd < 0)
+        return; /* another storage back end: no hints */
+    (void)posix_fadvise(fd, (off_t)(c->offset + c->length - n), (off_t)n,
+                        POSIX_FADV_WILLNEED);
     if (c->length > TAIL_WIN)
-        (void)posix_fadvise(f->fds[c->file], (off_t)c->offset, (off_t)HEAD_WIN,
+        (void)posix_fadvise(fd, (off_t)c->offset, (off_t)HEAD_WIN,
                             POSIX_FADV_WILLNEED);
 }
 
@@ -124,6 +129,8 @@ static int rec_read(void *opaque, uint64_t off, void *buf, size_t len,
         return dcp__err(err, DCP_EFORMAT,
                         "read of %zu bytes at %llu outside the record", len,
                         (unsigned long long)off);
+    if (len == 0)
+        return DCP_OK; /* buf may be NULL */
     for (w = 0; r->win[0] && w < 2; w++) {
         if (!r->wlen[w]) {
             /* The tail window ends with the record, the head one starts

@@ -237,7 +237,7 @@ static int write_metadata(int dirfd, const char *path,
         if (rc == DCP_OK)
             rc = dcp__fs_close(fd, tmp, err);
         else
-            (void)close(fd);
+            dcp__fs_release(fd);
     }
     dcp__buf_free(&b);
     /* The commit point: after this rename the new checkpoint exists. */
@@ -313,6 +313,7 @@ static void random_tag(char *out, size_t n)
 struct coord {
     struct pl_global g;
     struct dcp_metadata *old; /* the committed checkpoint there, if any */
+    int old_unknown;          /* there is one, but it could not be read */
     int dirfd;
     int *fidx;          /* per rank: its file's index in md->files, or -1 */
     struct dcp_buf asg; /* every rank's assignment, back to back */
@@ -325,7 +326,7 @@ static void coord_release(struct coord *co)
     dcp__plan_global_release(&co->g);
     dcp__meta_free(co->old);
     if (co->dirfd >= 0)
-        (void)close(co->dirfd);
+        dcp__fs_release(co->dirfd);
     dcp__free(co->fidx);
     dcp__buf_free(&co->asg);
     dcp__free(co->alens);
@@ -340,7 +341,7 @@ static int name_files(struct coord *co, struct dcp_err *err)
     const char **old = sorted_files(co->old);
     size_t nold = co->old ? co->old->nfiles : 0;
     char name[96], tag[24];
-    int r, n = co->g.nranks, need_tag = 0, rc = DCP_OK;
+    int r, n = co->g.nranks, need_tag = co->old_unknown, rc = DCP_OK;
     co->fidx = dcp__malloc((size_t)n * sizeof(*co->fidx));
     md->files = dcp__calloc((size_t)n, sizeof(*md->files));
     if (!old || !co->fidx || !md->files) {
@@ -402,12 +403,16 @@ static int coord_plan(dcp_ctx *ctx, struct coord *co, const char *path,
         rc = dcp__fs_open_dir(path, &co->dirfd, &ctx->err);
     if (rc != DCP_OK)
         return rc;
-    /* A committed checkpoint here stays loadable until ours commits. */
+    /* A committed checkpoint here stays loadable until ours commits. One
+     * whose .metadata cannot be read now (an I/O error, a limit) may still
+     * be loadable: its file names are unknown, so ours get a fresh tag. */
     if (dcp__fs_exists(co->dirfd, ".metadata")) {
         struct dcp_err ignore;
         if (dcp__rd_metadata(co->dirfd, path, ctx->max_metadata_bytes, &co->old,
-                             &ignore) != DCP_OK)
+                             &ignore) != DCP_OK) {
             co->old = NULL;
+            co->old_unknown = 1;
+        }
     }
     rc = name_files(co, &ctx->err);
     return rc == DCP_OK ? encode_assignments(co, &ctx->err) : rc;
@@ -562,7 +567,7 @@ void dcp__save_job_free(struct sv_job *job)
     if (!job->finished && job->wrote)
         (void)dcp__fs_unlink(job->dirfd, job->file, NULL);
     if (job->dirfd >= 0 && job->dirfd != job->co.dirfd)
-        (void)close(job->dirfd);
+        dcp__fs_release(job->dirfd);
     coord_release(&job->co);
     dcp__plan_local_release(&job->lp);
     for (i = 0; i < job->nrecs; i++)
@@ -759,7 +764,7 @@ void dcp__save_write(void *arg)
     rc = dcp__iow_open(&w, job->io, job->dirfd, job->file, fd, file_hint(job),
                        &err);
     if (rc != DCP_OK) {
-        (void)close(fd);
+        dcp__fs_release(fd);
         (void)dcp__save_fail(job, rc, &err);
         return;
     }
@@ -783,7 +788,7 @@ void dcp__save_write(void *arg)
     if (rc == DCP_OK)
         rc = dcp__fs_close(fd, job->file, &err);
     else
-        (void)close(fd);
+        dcp__fs_release(fd);
     dcp__io_stats_get(job->io, &job->iost);
     job->have_iost = 1;
     (void)dcp__save_fail(job, rc, &err);

@@ -1,201 +1,347 @@
 /*
- * POSIX storage: openat-relative files, full-length pread/pwrite loops,
- * fsync, rename and directory fsync. Error messages name the file and the
- * system error.
+ * Storage dispatch: int handles over the back ends' opaque ones, the
+ * calling thread's current back end, and whole-file reads built on the
+ * back end's members.
+ *
+ * The handle table is process-wide: slots live in chunks that are
+ * allocated once and never move or go away, so a lookup needs no lock (a
+ * handle is published to its user only after its slot is filled, and
+ * whoever passes a handle to another thread synchronises with it).
+ * Allocating and freeing slots takes a mutex; free slots are reused through
+ * a free list.
  */
 #include "storage.h"
 
-#include <errno.h>
-#include <fcntl.h> /* openat, O_NOFOLLOW, O_DIRECTORY */
-#include <stdio.h> /* renameat */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-static int errno_code(int e)
+#define CHUNK_SLOTS 256
+#define MAX_CHUNKS  4096 /* 1M handles open at once */
+
+struct slot {
+    const struct dcp__storage *s; /* NULL: free */
+    void *h;                      /* the back end's handle */
+    int is_dir;
+    int next_free; /* free-list link (slot index), -1 at the end */
+};
+
+static _Atomic(struct slot *) chunks[MAX_CHUNKS];
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int nslots; /* slots ever handed out (high-water mark) */
+static int free_head = -1; /* under table_lock */
+static size_t nopen;       /* under table_lock */
+
+static _Thread_local const struct dcp__storage *current;
+
+static struct slot *slot_at(int idx)
 {
-    switch (e) {
-    case ENOENT:
-    case ENOTDIR:
-        return DCP_ENOENT;
-    case ENOSPC:
-    case EDQUOT:
-        return DCP_ENOSPC;
-    case ENOMEM:
-        return DCP_ENOMEM;
-    case ELOOP:
-        return DCP_EUNSAFE;
-    case EEXIST:
-        return DCP_EEXIST;
-    default:
-        return DCP_EIO;
+    struct slot *c =
+        atomic_load_explicit(&chunks[idx / CHUNK_SLOTS], memory_order_acquire);
+    return c ? &c[idx % CHUNK_SLOTS] : NULL;
+}
+
+/* The slot of an open handle, or NULL. */
+static struct slot *lookup(int h, int is_dir)
+{
+    struct slot *sl;
+    if (h < DCP__HANDLE_BASE || h - DCP__HANDLE_BASE >= atomic_load(&nslots))
+        return NULL;
+    sl = slot_at(h - DCP__HANDLE_BASE);
+    return sl && sl->s && (is_dir < 0 || sl->is_dir == is_dir) ? sl : NULL;
+}
+
+/*
+ * The slot of a handle, or for a plain descriptor (below DCP__HANDLE_BASE)
+ * a slot filled in *tmp that serves it with the POSIX back end; NULL when
+ * h is neither.
+ */
+static struct slot *lookup_any(int h, int is_dir, struct slot *tmp)
+{
+    if (h >= 0 && h < DCP__HANDLE_BASE) {
+        tmp->s = &dcp__posix_storage;
+        tmp->h = dcp__posix_handle(h);
+        tmp->is_dir = is_dir;
+        tmp->next_free = -1;
+        return tmp;
     }
+    return lookup(h, is_dir);
 }
 
-static int sys_err(struct dcp_err *err, const char *what, const char *name)
+int dcp__fs_raw_fd(int fd)
 {
-    int e = errno;
-    if (e == ELOOP)
-        return dcp__err(err, DCP_EUNSAFE,
-                        "refusing to follow symbolic link '%s'", name);
-    return dcp__err(err, errno_code(e), "cannot %s '%s': %s", what, name,
-                    strerror(e));
+    struct slot tmp, *sl = lookup_any(fd, -1, &tmp);
+    if (!sl || sl->s->impl != NULL ||
+        sl->s->ops.write_at != dcp__posix_storage.ops.write_at ||
+        sl->s->ops.read_at != dcp__posix_storage.ops.read_at ||
+        sl->s->ops.open_dir != dcp__posix_storage.ops.open_dir ||
+        sl->s->ops.create != dcp__posix_storage.ops.create)
+        return -1;
+    return dcp__posix_fd(sl->h);
 }
+
+static int handle_new(const struct dcp__storage *s, void *h, int is_dir,
+                      int *out)
+{
+    struct slot *sl = NULL;
+    int idx = -1, rc = DCP_OK;
+    (void)pthread_mutex_lock(&table_lock);
+    if (free_head >= 0) {
+        idx = free_head;
+        sl = slot_at(idx);
+        free_head = sl->next_free;
+    } else if (atomic_load(&nslots) < MAX_CHUNKS * CHUNK_SLOTS) {
+        idx = atomic_load(&nslots);
+        sl = slot_at(idx);
+        if (!sl) {
+            struct slot *c = dcp__calloc(CHUNK_SLOTS, sizeof(*c));
+            if (c)
+                atomic_store_explicit(&chunks[idx / CHUNK_SLOTS], c,
+                                      memory_order_release);
+            sl = c;
+        }
+        if (sl)
+            atomic_store(&nslots, idx + 1);
+        else
+            rc = DCP_ENOMEM;
+    } else {
+        rc = DCP_ELIMIT;
+    }
+    if (rc == DCP_OK) {
+        sl->s = s;
+        sl->h = h;
+        sl->is_dir = is_dir;
+        sl->next_free = -1;
+        nopen++;
+        *out = DCP__HANDLE_BASE + idx;
+    }
+    (void)pthread_mutex_unlock(&table_lock);
+    return rc;
+}
+
+static void handle_free(struct slot *sl, int h)
+{
+    (void)pthread_mutex_lock(&table_lock);
+    sl->s = NULL;
+    sl->h = NULL;
+    sl->next_free = free_head;
+    free_head = h - DCP__HANDLE_BASE;
+    nopen--;
+    (void)pthread_mutex_unlock(&table_lock);
+}
+
+size_t dcp__fs_open_handles(void)
+{
+    size_t n;
+    (void)pthread_mutex_lock(&table_lock);
+    n = nopen;
+    (void)pthread_mutex_unlock(&table_lock);
+    return n;
+}
+
+/* A handle the back end opened, registered; on failure the back end's
+ * handle is closed again. */
+static int publish(const struct dcp__storage *s, void *h, int is_dir,
+                   const char *name, int *out, struct dcp_err *err)
+{
+    int rc = handle_new(s, h, is_dir, out);
+    if (rc == DCP_OK)
+        return DCP_OK;
+    if (is_dir)
+        s->ops.close_dir(s->impl, h);
+    else
+        (void)s->ops.close(s->impl, h, name, NULL);
+    return dcp__err(err, rc, "cannot open '%s': %s", name,
+                    rc == DCP_ENOMEM ? "out of memory"
+                                     : "too many open handles");
+}
+
+static int bad_handle(struct dcp_err *err, const char *name)
+{
+    /* A bug in dcp, never the input's fault. */
+    return dcp__err(err, DCP_EINVAL, "'%s': invalid storage handle",
+                    name ? name : "?");
+}
+
+/* ------------------------------------------------------- back ends */
+
+int dcp__storage_init(struct dcp__storage *s, const dcp_storage_ops *ops,
+                      void *impl)
+{
+    if (!ops) {
+        *s = dcp__posix_storage;
+        return DCP_OK;
+    }
+    if (ops->version < 1 || !ops->mkdirs || !ops->open_dir || !ops->close_dir ||
+        !ops->create || !ops->open_read || !ops->write_at || !ops->read_at ||
+        !ops->sync || !ops->close || !ops->rename || !ops->sync_dir ||
+        !ops->unlink || !ops->exists)
+        return DCP_EINVAL;
+    /* Version 1 is the whole struct today; a later version copies the
+     * prefix its caller knows and leaves newer members NULL. */
+    s->ops = *ops;
+    s->ops.version = DCP_STORAGE_OPS_VERSION;
+    s->impl = impl;
+    return DCP_OK;
+}
+
+void dcp__storage_use(const struct dcp__storage *s)
+{
+    current = s;
+}
+
+void dcp__storage_forget(const struct dcp__storage *s)
+{
+    if (current == s)
+        current = NULL;
+}
+
+static const struct dcp__storage *cur(void)
+{
+    return current ? current : &dcp__posix_storage;
+}
+
+int dcp_storage_set_error(struct dcp_err *err, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    (void)dcp__verr(err, code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* -------------------------------------------------------- operations */
 
 int dcp__fs_mkdirs(const char *path, struct dcp_err *err)
 {
-    char *p = dcp__strdup(path), *s;
-    int rc = DCP_OK;
-    struct stat sb;
-    if (!p)
-        return dcp__err(err, DCP_ENOMEM, "out of memory");
-    for (s = p + 1; rc == DCP_OK; s++) {
-        char c = *s;
-        if (c != '/' && c != '\0')
-            continue;
-        *s = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            rc = sys_err(err, "create directory", p);
-        *s = c;
-        if (c == '\0')
-            break;
-    }
-    if (rc == DCP_OK && (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)))
-        rc = dcp__err(err, DCP_EIO, "'%s' is not a directory", path);
-    dcp__free(p);
-    return rc;
+    const struct dcp__storage *s = cur();
+    return s->ops.mkdirs(s->impl, path, err);
 }
 
 int dcp__fs_open_dir(const char *path, int *dirfd, struct dcp_err *err)
 {
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT || errno == ENOTDIR)
-            return dcp__err(err, DCP_ENOENT,
-                            "checkpoint directory '%s' does not exist", path);
-        return sys_err(err, "open directory", path);
-    }
-    *dirfd = fd;
-    return DCP_OK;
+    const struct dcp__storage *s = cur();
+    void *h = NULL;
+    int rc = s->ops.open_dir(s->impl, path, &h, err);
+    if (rc != DCP_OK)
+        return rc;
+    return publish(s, h, 1, path, dirfd, err);
 }
 
 int dcp__fs_create(int dirfd, const char *name, int *fd, struct dcp_err *err)
 {
-    int f = openat(dirfd, name,
-                   O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (f < 0)
-        return sys_err(err, "create", name);
-    *fd = f;
-    return DCP_OK;
+    struct slot *d = lookup(dirfd, 1);
+    void *h = NULL;
+    int rc;
+    if (!d)
+        return bad_handle(err, name);
+    rc = d->s->ops.create(d->s->impl, d->h, name, &h, err);
+    if (rc != DCP_OK)
+        return rc;
+    return publish(d->s, h, 0, name, fd, err);
 }
 
 int dcp__fs_open_read(int dirfd, const char *name, int *fd, uint64_t *size,
                       struct dcp_err *err)
 {
-    struct stat sb;
-    int f = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (f < 0)
-        return sys_err(err, "open", name);
-    if (fstat(f, &sb) != 0) {
-        int rc = sys_err(err, "stat", name);
-        (void)close(f);
+    struct slot *d = lookup(dirfd, 1);
+    void *h = NULL;
+    int rc;
+    if (!d)
+        return bad_handle(err, name);
+    rc = d->s->ops.open_read(d->s->impl, d->h, name, &h, size, err);
+    if (rc != DCP_OK)
         return rc;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        (void)close(f);
-        return dcp__err(err, DCP_EUNSAFE, "'%s' is not a regular file", name);
-    }
-    *fd = f;
-    *size = (uint64_t)sb.st_size;
-    return DCP_OK;
+    return publish(d->s, h, 0, name, fd, err);
 }
 
 int dcp__fs_pwrite(int fd, const void *p, size_t n, uint64_t off,
                    const char *name, struct dcp_err *err)
 {
-    const uint8_t *b = p;
-    while (n > 0) {
-        ssize_t w = pwrite(fd, b, n, (off_t)off);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return sys_err(err, "write", name);
-        }
-        if (w == 0)
-            return dcp__err(err, DCP_EIO, "cannot write '%s': no progress",
-                            name);
-        b += w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return DCP_OK;
+    struct slot tmp, *f = lookup_any(fd, 0, &tmp);
+    if (!f)
+        return bad_handle(err, name);
+    return f->s->ops.write_at(f->s->impl, f->h, name, p, n, off, err);
 }
 
 int dcp__fs_pread(int fd, void *p, size_t n, uint64_t off, const char *name,
                   struct dcp_err *err)
 {
-    uint8_t *b = p;
-    while (n > 0) {
-        ssize_t r = pread(fd, b, n, (off_t)off);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return sys_err(err, "read", name);
-        }
-        if (r == 0)
-            return dcp__err(err, DCP_ECORRUPT,
-                            "'%s' is truncated: %zu bytes missing at byte "
-                            "%llu",
-                            name, n, (unsigned long long)off);
-        b += r;
-        n -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return DCP_OK;
+    struct slot tmp, *f = lookup_any(fd, 0, &tmp);
+    if (!f)
+        return bad_handle(err, name);
+    return f->s->ops.read_at(f->s->impl, f->h, name, p, n, off, err);
 }
 
 int dcp__fs_fsync(int fd, const char *name, struct dcp_err *err)
 {
-    /* Never retried: after a failed fsync the page cache state is unknown
-     * (PostgreSQL's lesson), so the save fails. */
-    if (fsync(fd) != 0)
-        return sys_err(err, "fsync", name);
-    return DCP_OK;
+    struct slot tmp, *f = lookup_any(fd, 0, &tmp);
+    if (!f)
+        return bad_handle(err, name);
+    return f->s->ops.sync(f->s->impl, f->h, name, err);
 }
 
 int dcp__fs_close(int fd, const char *name, struct dcp_err *err)
 {
-    if (close(fd) != 0 && errno != EINTR)
-        return sys_err(err, "close", name);
-    return DCP_OK;
+    struct slot tmp, *f = lookup_any(fd, -1, &tmp);
+    const struct dcp__storage *s;
+    void *h;
+    if (!f)
+        return bad_handle(err, name);
+    if (f == &tmp) /* a plain descriptor: close(2) */
+        return tmp.s->ops.close(tmp.s->impl, tmp.h, name, err);
+    s = f->s;
+    h = f->h;
+    if (f->is_dir) {
+        handle_free(f, fd);
+        s->ops.close_dir(s->impl, h);
+        return DCP_OK;
+    }
+    handle_free(f, fd);
+    return s->ops.close(s->impl, h, name, err);
+}
+
+void dcp__fs_release(int fd)
+{
+    if (fd >= 0)
+        (void)dcp__fs_close(fd, "?", NULL);
 }
 
 int dcp__fs_rename(int dirfd, const char *from, const char *to,
                    struct dcp_err *err)
 {
-    if (renameat(dirfd, from, dirfd, to) != 0)
-        return sys_err(err, "rename", from);
-    return DCP_OK;
+    struct slot *d = lookup(dirfd, 1);
+    if (!d)
+        return bad_handle(err, from);
+    return d->s->ops.rename(d->s->impl, d->h, from, to, err);
 }
 
 int dcp__fs_fsync_dir(int dirfd, const char *path, struct dcp_err *err)
 {
-    if (fsync(dirfd) != 0 && errno != EINVAL)
-        return sys_err(err, "fsync directory", path);
-    return DCP_OK;
+    struct slot *d = lookup(dirfd, 1);
+    if (!d)
+        return bad_handle(err, path);
+    return d->s->ops.sync_dir(d->s->impl, d->h, path, err);
 }
 
 int dcp__fs_unlink(int dirfd, const char *name, struct dcp_err *err)
 {
-    if (unlinkat(dirfd, name, 0) != 0 && errno != ENOENT)
-        return sys_err(err, "remove", name);
-    return DCP_OK;
+    struct slot *d = lookup(dirfd, 1);
+    if (!d)
+        return bad_handle(err, name);
+    return d->s->ops.unlink(d->s->impl, d->h, name, err);
 }
 
 int dcp__fs_exists(int dirfd, const char *name)
 {
-    struct stat sb;
-    return fstatat(dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0;
+    struct slot *d = lookup(dirfd, 1);
+    int found = 1;
+    if (!d)
+        return 1;
+    if (d->s->ops.exists(d->s->impl, d->h, name, &found, NULL) != DCP_OK)
+        return 1; /* unsure: the caller must assume it is there */
+    return found;
 }
 
 int dcp__fs_read_all(int dirfd, const char *name, uint64_t max, uint8_t **out,
@@ -210,18 +356,18 @@ int dcp__fs_read_all(int dirfd, const char *name, uint64_t max, uint8_t **out,
     if (rc != DCP_OK)
         return rc;
     if (size > max || size > SIZE_MAX - 1) {
-        (void)close(fd);
+        dcp__fs_release(fd);
         return dcp__err(err, DCP_ELIMIT,
                         "'%s' is %llu bytes, over the limit of %llu", name,
                         (unsigned long long)size, (unsigned long long)max);
     }
     p = dcp__malloc((size_t)size + 1);
     if (!p) {
-        (void)close(fd);
+        dcp__fs_release(fd);
         return dcp__err(err, DCP_ENOMEM, "out of memory reading '%s'", name);
     }
     rc = dcp__fs_pread(fd, p, (size_t)size, 0, name, err);
-    (void)close(fd);
+    dcp__fs_release(fd);
     if (rc != DCP_OK) {
         dcp__free(p);
         return rc;

@@ -1,17 +1,47 @@
 /*
- * Storage: the POSIX file operations save and load use, in one place (for
- * tracing and fault injection later). Files are always opened relative to
- * the checkpoint directory's descriptor, by single-component names, with
- * O_NOFOLLOW: a data file can never resolve outside the checkpoint.
- * Reads and writes complete fully or fail; EINTR is retried; a short read
- * at end of file is DCP_ECORRUPT (truncated).
+ * Storage: the one place every file operation of save and load goes
+ * through, dispatched to the context's back end (dcp_storage.h; POSIX by
+ * default, fs_posix.c), so tracing and fault injection see the real code
+ * paths.
+ *
+ * Callers hold int handles for directories and files (dirfd, fd), as they
+ * would POSIX descriptors; a handle records the back end that opened it, so
+ * every operation on it reaches the same back end from any thread. Handles
+ * are numbered from DCP__HANDLE_BASE up, far above any real descriptor, so
+ * one mistakenly passed to close(2) fails with EBADF instead of closing an
+ * unrelated file: release them with dcp__fs_close or dcp__fs_release.
+ *
+ * The file operations also take a plain POSIX descriptor (below
+ * DCP__HANDLE_BASE), served by the POSIX back end with the real system
+ * calls: the single files that dcp_export, dcp_import and dcp_load_file
+ * open by path (outside any checkpoint directory, following symbolic links
+ * as the user's path asks) go through the same read/write/sync code.
+ *
+ * The I/O engine (ioengine.h) needs real descriptors for O_DIRECT and
+ * io_uring: dcp__fs_raw_fd gives the descriptor behind a handle of the
+ * built-in POSIX back end, and the engine goes through the back end's
+ * read_at/write_at for any other.
+ *
+ * The two operations that start from a path (dcp__fs_mkdirs and
+ * dcp__fs_open_dir) use the calling thread's current back end, which every
+ * API call sets from its context on entry (dcp__ctx_begin calls
+ * dcp__storage_use); a background thread working for a context calls
+ * dcp__storage_use itself.
+ *
+ * Contracts (the back end's, dcp_storage.h): files are opened relative to
+ * the checkpoint directory by single-component names without following
+ * symbolic links; reads and writes complete fully or fail; a short read at
+ * end of file is DCP_ECORRUPT (truncated); a failed fsync is never retried.
  */
 #ifndef DCP_STORAGE_H
 #define DCP_STORAGE_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>  /* struct stat, mode_t */
+#include <sys/types.h> /* ssize_t, off_t */
 
+#include "dcp/dcp_storage.h"
 #include "util.h"
 
 /* Creates path and its parents (mode 0755); an existing directory is fine. */
@@ -32,19 +62,87 @@ int dcp__fs_pwrite(int fd, const void *p, size_t n, uint64_t off,
 int dcp__fs_pread(int fd, void *p, size_t n, uint64_t off, const char *name,
                   struct dcp_err *err);
 int dcp__fs_fsync(int fd, const char *name, struct dcp_err *err);
-/* close(2), reporting its error (a deferred write error shows up there). */
+/* Closes a file or directory handle, reporting a file's close error (a
+ * deferred write error shows up there). The handle is gone either way. */
 int dcp__fs_close(int fd, const char *name, struct dcp_err *err);
 int dcp__fs_rename(int dirfd, const char *from, const char *to,
                    struct dcp_err *err);
 int dcp__fs_fsync_dir(int dirfd, const char *path, struct dcp_err *err);
 /* Unlinks name; a missing file is not an error. */
 int dcp__fs_unlink(int dirfd, const char *name, struct dcp_err *err);
-/* 1 if name exists in dirfd (without following a final symlink). */
+/* 1 if name exists in dirfd (without following a final symlink), or if
+ * that cannot be determined (an I/O error); 0 if it does not exist. */
 int dcp__fs_exists(int dirfd, const char *name);
+
+/* Closes a file or directory handle on an error path, ignoring errors;
+ * -1 is a no-op. */
+void dcp__fs_release(int fd);
+
+/* The real descriptor behind fd when the built-in POSIX back end, with the
+ * real system calls, serves it (fd itself for a plain descriptor); -1 for
+ * a handle of any other back end. */
+int dcp__fs_raw_fd(int fd);
 
 /* Reads a whole file of at most max bytes (DCP_ELIMIT beyond). *out is
  * freed with dcp__free. */
 int dcp__fs_read_all(int dirfd, const char *name, uint64_t max, uint8_t **out,
                      size_t *len, struct dcp_err *err);
+
+/* ----------------------------------------------------- back ends */
+
+#define DCP__HANDLE_BASE (1 << 28)
+
+/* A back end as a context holds it: a copy of the ops and the instance. */
+struct dcp__storage {
+    dcp_storage_ops ops;
+    void *impl;
+};
+
+/* The POSIX back end with the real system calls (fs_posix.c), and its
+ * handle for a descriptor and back. */
+extern const struct dcp__storage dcp__posix_storage;
+void *dcp__posix_handle(int fd);
+int dcp__posix_fd(void *h);
+
+/* Validates and copies ops into s (ops NULL: the POSIX back end).
+ * Returns DCP_OK or DCP_EINVAL. */
+int dcp__storage_init(struct dcp__storage *s, const dcp_storage_ops *ops,
+                      void *impl);
+
+/* Makes s (NULL: POSIX) the calling thread's current back end; s must stay
+ * valid while it is current. */
+void dcp__storage_use(const struct dcp__storage *s);
+
+/* If s is the calling thread's current back end, makes POSIX current (for
+ * a context being freed). */
+void dcp__storage_forget(const struct dcp__storage *s);
+
+/* Number of handles open now, in the whole process (leak checks). */
+size_t dcp__fs_open_handles(void);
+
+/*
+ * The system calls of the POSIX back end, replaceable for fault-injection
+ * tests, after SQLite's unix VFS syscall table: pass a table (every member
+ * set; dcp__posix_sys_default() gives the real ones to start from) as the
+ * impl of dcp_storage_posix()'s ops. Each member behaves as its namesake,
+ * returning -1 with errno set on failure.
+ */
+struct dcp__posix_sys {
+    int (*open)(const char *path, int flags);
+    int (*openat)(int dirfd, const char *name, int flags, mode_t mode);
+    int (*mkdir)(const char *path, mode_t mode);
+    int (*stat)(const char *path, struct stat *sb);
+    int (*fstat)(int fd, struct stat *sb);
+    int (*fstatat)(int dirfd, const char *name, struct stat *sb, int flags);
+    ssize_t (*pread)(int fd, void *p, size_t n, off_t off);
+    ssize_t (*pwrite)(int fd, const void *p, size_t n, off_t off);
+    int (*fsync)(int fd);
+    int (*close)(int fd);
+    int (*renameat)(int olddirfd, const char *from, int newdirfd,
+                    const char *to);
+    int (*unlinkat)(int dirfd, const char *name, int flags);
+};
+
+const struct dcp__posix_sys *dcp__posix_sys_default(void);
 
 #endif /* DCP_STORAGE_H */

@@ -13,11 +13,20 @@
 
 static _Atomic uint64_t alloc_count;
 static _Atomic uint64_t alloc_fail_at; /* 0: never */
+static _Atomic int alloc_fail_once;    /* only the k-th fails */
 
 uint64_t dcp__alloc_fail_after(uint64_t k)
 {
     uint64_t n = atomic_exchange(&alloc_count, 0);
+    atomic_store(&alloc_fail_once, 0);
     atomic_store(&alloc_fail_at, k);
+    return n;
+}
+
+uint64_t dcp__alloc_fail_once(uint64_t k)
+{
+    uint64_t n = dcp__alloc_fail_after(k);
+    atomic_store(&alloc_fail_once, 1);
     return n;
 }
 
@@ -25,6 +34,8 @@ static int alloc_should_fail(void)
 {
     uint64_t n = atomic_fetch_add(&alloc_count, 1) + 1;
     uint64_t k = atomic_load(&alloc_fail_at);
+    if (atomic_load(&alloc_fail_once))
+        return k != 0 && n == k;
     return k != 0 && n >= k;
 }
 

@@ -27,6 +27,8 @@ char *dcp__strndup(const char *s, size_t n);
  * (k = 0). Returns the number of allocations made since the last call.
  */
 uint64_t dcp__alloc_fail_after(uint64_t k);
+/* The same, but only the k-th allocation fails (a transient failure). */
+uint64_t dcp__alloc_fail_once(uint64_t k);
 
 /* Error detail carried by a context (or a stack variable in tests). */
 #define DCP_ERRMSG_MAX 1024

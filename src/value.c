@@ -15,6 +15,14 @@
 
 #define VALUE_MAX_DEPTH 64
 #define VALUE_MAX_NODES ((size_t)1 << 24)
+/* Shared memo references are copied, so a small pickle can describe a huge
+ * value ((x, x) nested 40 deep: 2^40 leaves; a long string referenced a
+ * million times). The copy is bounded by the pickle's size: at most
+ * VALUE_EXPANSION bytes of value (objects and string bytes) per pickle
+ * byte, plus VALUE_EXPANSION_MIN. Plain pickles stay well below (an object
+ * costs about 48 bytes and takes at least one pickle byte). */
+#define VALUE_EXPANSION     64
+#define VALUE_EXPANSION_MIN ((size_t)1 << 20)
 
 static dcp_value *value_new(dcp_value_type t)
 {
@@ -644,6 +652,8 @@ struct conv {
     size_t nodes;
     size_t bytes; /* str and bytes content copied */
     struct dcp_err *err;
+    size_t cost;   /* bytes of value built so far (approximate) */
+    size_t budget; /* bound on cost, from the pickle's size */
 };
 
 #define VALUE_MAX_BYTES ((size_t)1 << 30)
@@ -698,6 +708,12 @@ static int conv_node(struct conv *c, const struct pk_node *n, int depth,
     if (++c->nodes > VALUE_MAX_NODES)
         return dcp__err(c->err, DCP_ELIMIT, "value: more than %zu objects",
                         VALUE_MAX_NODES);
+    c->cost += sizeof(dcp_value) +
+               (n->kind == PK_STR || n->kind == PK_BYTES ? n->u.s.len : 0);
+    if (c->cost > c->budget)
+        return dcp__err(c->err, DCP_ELIMIT,
+                        "value: shared references expand it beyond %zu bytes",
+                        c->budget);
     switch ((enum pk_kind)n->kind) {
     case PK_NONE:
         v = dcp_value_none();
@@ -761,7 +777,7 @@ static int conv_node(struct conv *c, const struct pk_node *n, int depth,
 int dcp__value_from_node(const struct pk_node *n, size_t budget[2],
                          dcp_value **out, struct dcp_err *err)
 {
-    struct conv c = {budget[0], budget[1], err};
+    struct conv c = {budget[0], budget[1], err, 0, SIZE_MAX};
     int rc = conv_node(&c, n, 0, out);
     budget[0] = c.nodes;
     budget[1] = c.bytes;
@@ -773,9 +789,12 @@ int dcp__value_unpickle(const void *p, size_t len, dcp_value **out,
 {
     struct pk_arena *arena = NULL;
     struct pk_node *root = NULL;
-    struct conv c = {0, 0, err};
+    struct conv c = {0, 0, err, 0, VALUE_EXPANSION_MIN};
     int rc;
     *out = NULL;
+    c.budget += len > (SIZE_MAX - c.budget) / VALUE_EXPANSION
+                    ? SIZE_MAX - c.budget
+                    : len * VALUE_EXPANSION;
     rc = pk_decode(p, len, value_allow, DCP_ARRAY_LEN(value_allow), NULL, 0,
                    &arena, &root, err);
     if (rc == DCP_OK)

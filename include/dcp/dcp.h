@@ -196,8 +196,8 @@ typedef struct dcp_ctx_options {
      * state of this rank. Below the state's size, staging proceeds in pieces
      * as the background writer drains them (see dcp_save_async). At least
      * 64 KiB (DCP_EINVAL otherwise). Read when struct_size covers it.
-     * (Besides the staging buffers, a save's writer holds a buffer of up to
-     * 4 MiB that gathers small records into larger writes.)
+     * (Besides the staging buffers, a save or load uses the context's I/O
+     * buffers: io_depth x io_block_bytes, below.)
      */
     uint64_t staging_budget;
     /* enum dcp_io_flags (default 0). */
@@ -209,6 +209,11 @@ typedef struct dcp_ctx_options {
      * (32 MiB by default) once a save or load has used them, for the next
      * one; they are freed with the context. */
     uint32_t io_block_bytes;
+    /* Storage back end (dcp_storage.h) and its instance; NULL storage: the
+     * POSIX back end. The ops are copied; storage_impl must outlive the
+     * context. */
+    const struct dcp_storage_ops *storage;
+    void *storage_impl;
 } dcp_ctx_options;
 
 /*
@@ -219,8 +224,8 @@ typedef struct dcp_ctx_options {
  *    share one communicator as long as their collective calls do not
  *    interleave (one thread, or calls in the same order on every rank).
  *  - opts: NULL for defaults.
- * Returns DCP_OK, DCP_EINVAL (bad options), DCP_ENOMEM. Not collective (no
- * communication happens).
+ * Returns DCP_OK, DCP_EINVAL (bad options, an invalid storage back end),
+ * DCP_ENOMEM. Not collective (no communication happens).
  */
 DCP_API int dcp_ctx_create(dcp_ctx **out, dcp_comm *comm,
                            const dcp_ctx_options *opts);
@@ -709,7 +714,9 @@ typedef struct dcp_load_options {
  * Strict by default: a missing key (asked for by a rank, not in the
  * checkpoint), an unexpected key (in the checkpoint, asked for by no rank),
  * a kind, global shape or dtype mismatch is an error naming the key (and
- * the rank), found before any buffer is changed. With DCP_LOAD_PARTIAL,
+ * the rank), found before any buffer is changed; so is a requested tensor
+ * whose stored chunks do not tile its shape exactly (a gap or an overlap:
+ * DCP_EFORMAT). With DCP_LOAD_PARTIAL,
  * missing keys (this rank's) and unexpected keys (no rank's) are listed by
  * dcp_load_report instead. A CRC error is found while copying: the call
  * fails, and the boxes read so far may hold partial data.

@@ -1,0 +1,66 @@
+/*
+ * Fuzz target: the torch.save zip reader. The input is one record (a
+ * torch.save archive as a DCP data file holds it): parse its directory,
+ * read and CRC-check every small entry, and parse data.pkl as a tensor
+ * description and check the storage against it, as dcp_load does.
+ */
+#include <dcp/dcp.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "torchzip.h"
+#include "util.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+struct mem {
+    const uint8_t *p;
+    size_t n;
+};
+
+static int mem_read(void *opaque, uint64_t off, void *buf, size_t len,
+                    struct dcp_err *err)
+{
+    const struct mem *m = opaque;
+    if (off > m->n || len > m->n - off)
+        return dcp__err(err, DCP_ECORRUPT, "read past the end");
+    memcpy(buf, m->p + off, len);
+    return DCP_OK;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static struct tz_archive a;
+    struct mem m = {data, size};
+    struct dcp_err err;
+    size_t i;
+    if (tz_open(&a, size, mem_read, &m, &err) != DCP_OK)
+        return 0;
+    for (i = 0; i < a.n; i++) {
+        uint8_t *out = NULL;
+        struct tz_tensor t;
+        if (a.ent[i].size > (1u << 20))
+            continue;
+        if (tz_read_entry(&a, &a.ent[i], 1u << 20, 1, mem_read, &m, &out,
+                          &err) == DCP_OK &&
+            strcmp(a.ent[i].name, "data.pkl") == 0 &&
+            tz_parse_tensor_pickle(out, (size_t)a.ent[i].size, &t, &err) ==
+                DCP_OK) {
+            char name[TZ_MAX_NAME + 8];
+            const struct tz_entry *d;
+            (void)snprintf(name, sizeof(name), "data/%s", t.key);
+            d = tz_find(&a, name);
+            if (d && d->size == t.storage_numel * dcp_dtype_size(t.dtype) &&
+                d->size <= (1u << 20)) {
+                uint8_t *bytes = NULL;
+                (void)tz_read_entry(&a, d, 1u << 20, 1, mem_read, &m, &bytes,
+                                    &err);
+                dcp__free(bytes);
+            }
+        }
+        dcp__free(out);
+    }
+    return 0;
+}
