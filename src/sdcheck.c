@@ -25,6 +25,8 @@
 #define NOTE_LIMIT 360
 
 static int vnote(struct dcp_buf *out, const char *sep, const char *fmt,
+                 va_list ap) __attribute__((format(printf, 3, 0)));
+static int vnote(struct dcp_buf *out, const char *sep, const char *fmt,
                  va_list ap)
 {
     int rc = DCP_OK;

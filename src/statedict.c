@@ -632,12 +632,32 @@ static const dcp_stateful_ops model_ops = {
 static const dcp_stateful_ops optim_ops = {
     DCP_STATEFUL_OPS_VERSION, optim_state_dict, optim_load_state_dict};
 
+/* 1 when key, at st's current path, is already an entry of st. */
+static int key_used(const dcp_state *st, const char *key)
+{
+    struct dcp_buf b = {0};
+    size_t i;
+    int rc = DCP_OK, used;
+    for (i = 0; rc == DCP_OK && i < st->ncur; i++)
+        rc = st->cur[i].s ? dcp__buf_printf(&b, "%s.", st->cur[i].s)
+                          : dcp__buf_printf(&b, "%" PRId64 ".", st->cur[i].i);
+    if (rc == DCP_OK)
+        rc = dcp__buf_printf(&b, "%s", key);
+    used = rc != DCP_OK || dcp__state_find(st, (const char *)b.p) != NULL;
+    dcp__buf_free(&b);
+    return used;
+}
+
 int dcp_sd_add_to_state(dcp_sd *sd, dcp_state *st, const char *model_key,
                         const char *optim_key)
 {
     int rc;
     if (!sd || !st || (!model_key && !optim_key) ||
-        (model_key && !*model_key) || (optim_key && !*optim_key) || !sd->np)
+        (model_key && !*model_key) || (optim_key && !*optim_key) ||
+        (model_key && optim_key && !strcmp(model_key, optim_key)) || !sd->np)
+        return DCP_EINVAL;
+    if ((model_key && key_used(st, model_key)) ||
+        (optim_key && key_used(st, optim_key)))
         return DCP_EINVAL;
     rc = freeze(sd);
     if (rc == DCP_OK && model_key)

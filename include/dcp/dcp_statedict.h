@@ -220,7 +220,8 @@ DCP_API int dcp_sd_set_hparams(dcp_sd *sd, size_t g, const dcp_adamw *hp);
  * Every rank adds the step of every parameter (a replicated 0-d tensor)
  * and the param_groups values; tensor boxes only for its bindings.
  * Returns DCP_OK, DCP_EINVAL (NULL sd or st, both keys NULL, an empty key,
- * no parameters, a key already used in st), DCP_ENOMEM. Not collective.
+ * equal keys, no parameters, a key already used in st: then st is left as
+ * it was), DCP_ENOMEM. Not collective.
  */
 DCP_API int dcp_sd_add_to_state(dcp_sd *sd, dcp_state *st,
                                 const char *model_key, const char *optim_key);
@@ -256,9 +257,11 @@ enum dcp_sd_load_flags {
  *    amsgrad or maximize on, decoupled_weight_decay off, step counts that
  *    differ between parameters or are not whole numbers; the message names
  *    the keys.
- * The sd's keys are always checked strictly; opts (NULL for defaults)
- * apply to the whole load, so DCP_LOAD_PARTIAL relaxes only the caller's
- * other keys.
+ * The sd's keys are always checked strictly against the description;
+ * opts (NULL for defaults) apply to the load itself, where a key counts as
+ * asked for when some rank's binding reaches it: a parameter no rank
+ * binds is an unexpected key to dcp_load unless DCP_LOAD_PARTIAL is set
+ * (which also relaxes the caller's other keys).
  * Returns, on every rank the same code: DCP_OK, those two, and every code
  * of dcp_metadata_open and dcp_load (DCP_EINVAL also when st holds no
  * entry of sd, or the ranks' descriptions differ).

@@ -274,8 +274,16 @@ TEST(describe_and_bind)
     ASSERT_OK(dcp_state_create(&st));
     ASSERT_RC(dcp_sd_add_to_state(sd, st, NULL, NULL), DCP_EINVAL);
     ASSERT_RC(dcp_sd_add_to_state(sd, st, "", "optim"), DCP_EINVAL);
+    ASSERT_RC(dcp_sd_add_to_state(sd, st, "x", "x"), DCP_EINVAL);
     ASSERT_OK(dcp_sd_add_to_state(sd, st, "model", NULL));
     ASSERT_RC(dcp_sd_add_to_state(sd, st, "model", NULL), DCP_EINVAL);
+    ASSERT_RC(dcp_sd_add_to_state(sd, st, "optim", "model"), DCP_EINVAL);
+    ASSERT_EQ(dcp_state_count(st), 1); /* left as it was */
+    ASSERT_OK(dcp_state_push(st, "nested"));
+    ASSERT_OK(dcp_state_push_index(st, 3));
+    ASSERT_OK(dcp_sd_add_to_state(sd, st, "model", "optim"));
+    ASSERT_RC(dcp_sd_add_to_state(sd, st, "optim", NULL), DCP_EINVAL);
+    ASSERT_STR_EQ(dcp_state_key(st, 2), "nested.3.optim");
     dcp_state_free(st);
     dcp_sd_free(sd);
     dcp_sd_free(NULL);
