@@ -248,8 +248,9 @@ enum dcp_sd_load_flags {
  * description and every rank returns its verdict:
  *  - DCP_EKEY: keys under the sd's keys that are missing from the
  *    checkpoint, or in it and not in the model (another model: other or
- *    more layers, other names, more param groups); the message names them
- *    and dcp_load_report lists them all;
+ *    more layers, other names, more param groups; group fields torch adds
+ *    beside AdamW's own, such as an LR scheduler's initial_lr); the
+ *    message names them and dcp_load_report lists them all;
  *  - DCP_EMISMATCH: a parameter or moment of another shape or dtype
  *    (dtype allowed with DCP_LOAD_CAST), a value where a tensor belongs,
  *    hyper-parameters other than the sd's (see DCP_SD_LOAD_HPARAMS; the
@@ -264,7 +265,9 @@ enum dcp_sd_load_flags {
  * (which also relaxes the caller's other keys).
  * Returns, on every rank the same code: DCP_OK, those two, and every code
  * of dcp_metadata_open and dcp_load (DCP_EINVAL also when st holds no
- * entry of sd, or the ranks' descriptions differ).
+ * entry of sd, flags has unknown bits, or the ranks' descriptions differ).
+ * Rank 0 reads .metadata twice (once for the check, once in dcp_load) and
+ * the step and param_groups records once more.
  * With a plain dcp_load instead, the same load happens with dcp_load's own
  * checks (the first bad key only); hyper-parameters and step counts are
  * checked only once the data landed, failing the load with DCP_EMISMATCH
