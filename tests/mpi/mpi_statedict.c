@@ -21,7 +21,8 @@ static dcp_comm *comm;
 static dcp_ctx *ctx;
 static const char *root;
 
-/* fc.weight [5,7], fc.bias [5], conv [3,2,4], out.weight [2,5]: 74. */
+/* fc.weight [5,7], fc.bias [5], empty [0,4], conv [3,2,4], out.weight
+ * [2,5]: 74. */
 #define NUMEL 74
 static const struct {
     const char *fqn;
@@ -30,6 +31,7 @@ static const struct {
     int64_t shape[3];
 } net[] = {{"fc.weight", 0, 2, {5, 7}},
            {"fc.bias", 1, 1, {5}},
+           {"empty", 1, 2, {0, 4}},
            {"conv", 0, 3, {3, 2, 4}},
            {"out.weight", 0, 2, {2, 5}}};
 
@@ -98,10 +100,10 @@ static void test_save_and_reslice(void)
     char dir[512];
     float w[NUMEL], m[NUMEL], v[NUMEL];
     int64_t lo, hi, e;
-    dcp_sd *sd = make_sd(4, 1e-3);
+    dcp_sd *sd = make_sd(5, 1e-3);
     dcp_state *st = NULL;
     snprintf(dir, sizeof(dir), "%s/sd", root);
-    save_model(dir, 4);
+    save_model(dir, 5);
     /* Every parameter, and the neighbour's slice of the moments. */
     slice((mt_rank + 1) % mt_size, &lo, &hi);
     memset(w, 0, sizeof(w));
@@ -129,12 +131,12 @@ static void test_other_model(void)
     float w[NUMEL], m[NUMEL], v[NUMEL];
     const char *const *keys = NULL;
     int64_t lo, hi;
-    dcp_sd *sd = make_sd(4, 1e-3);
+    dcp_sd *sd = make_sd(5, 1e-3);
     dcp_state *st = NULL;
     size_t nm;
     int rc, i;
     snprintf(dir, sizeof(dir), "%s/three", root);
-    save_model(dir, 3); /* without out.weight */
+    save_model(dir, 4); /* without out.weight */
     slice(mt_rank, &lo, &hi);
     memset(w, 0x5a, sizeof(w));
     memset(m, 0x5a, sizeof(m));
@@ -164,7 +166,7 @@ static void test_ranks_disagree(void)
 {
     char dir[512];
     float w[NUMEL];
-    dcp_sd *sd = make_sd(4, mt_rank == mt_size - 1 ? 2e-3 : 1e-3);
+    dcp_sd *sd = make_sd(5, mt_rank == mt_size - 1 ? 2e-3 : 1e-3);
     dcp_state *st = NULL;
     dcp_load_options partial = {sizeof(partial), DCP_LOAD_PARTIAL};
     int rc;
