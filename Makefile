@@ -2,9 +2,11 @@
 # CMakePresets.json); this file only strings the usual steps together.
 #
 #   make demo           build, save a checkpoint with dcp, inspect it with
-#                       dcptool, load it with PyTorch; then a GPT-2-small
-#                       state saved on 4 MPI ranks, loaded on 3 (DEMO_KEEP=1
-#                       keeps its 1.5 GB in build/demo-gpt2)
+#                       dcptool, load it with PyTorch; a C trainer
+#                       (examples/train_mlp.c) resumed bit-identically on 2
+#                       and on 3 MPI ranks; then a GPT-2-small state saved on
+#                       4 MPI ranks, loaded on 3 (DEMO_KEEP=1 keeps its
+#                       1.5 GB in build/demo-gpt2)
 #   make check          build + all tests, ASan+UBSan build + all tests,
 #                       TSan build + the async tests, install test, libFuzzer
 #                       time box (what CI runs, through .ci/run)
@@ -38,6 +40,7 @@ CMAKE      ?= cmake
 CTEST      ?= ctest
 DEMO_DIR   ?= build/demo-ckpt
 GPT2_DIR   ?= build/demo-gpt2
+TRAIN_DIR  ?= build/demo-train
 
 MAKEFLAGS += --no-print-directory
 
@@ -50,7 +53,7 @@ CONFIGURE_COMMON = -DDCP_PYTHON=$(PYTHON) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
 all: build
 
 help:
-	@sed -n '4,26p' Makefile
+	@sed -n '4,28p' Makefile
 
 deps:
 	bash scripts/deps.sh
@@ -70,6 +73,7 @@ demo: build
 	build/dcptool info $(DEMO_DIR)
 	build/dcptool ls $(DEMO_DIR)
 	$(PYTHON) scripts/demo_torch_load.py $(DEMO_DIR)
+	bash scripts/demo_train.sh build $(TRAIN_DIR)
 	bash scripts/demo_gpt2.sh build $(GPT2_DIR)
 
 # Every phase runs even if an earlier one failed, so one run reports all
