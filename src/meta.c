@@ -627,7 +627,8 @@ void dcp__meta_free(struct dcp_metadata *md)
         /* With a pool (md->ints), chunks' offsets and sizes live in it. */
         for (j = 0; !md->ints && e->chunks && j < e->nchunks; j++)
             dcp__free(e->chunks[j].off);
-        dcp__free(e->chunks);
+        if (!md->chunk_block)
+            dcp__free(e->chunks);
         for (j = 0; j < e->npath; j++)
             dcp__free(e->path[j].s);
         dcp__free(e->path);
@@ -641,6 +642,7 @@ void dcp__meta_free(struct dcp_metadata *md)
     dcp__free(md->checkpoint_id);
     dcp__free(md->save_id);
     dcp__free(md->ints);
+    dcp__free(md->chunk_block);
     dcp__free(md->dir);
     dcp__free(md);
 }
