@@ -115,6 +115,23 @@ struct mslot {
     uint32_t file;  /* MK_STR as a file name: md->files index + 1 */
 };
 
+/*
+ * At scale nearly all of the input is two items repeated millions of times
+ * as dcp__meta_encode writes them, with GETs of memoized classes and
+ * strings: a ChunkStorageMetadata, and a storage_data (MetadataIndex,
+ * _StorageInfo) pair. Once the memo holds those classes and strings, the
+ * items' bytes between their ints (and the GETs of key and file name) are
+ * known: a template's segments. An item that matches them is read with a
+ * few compares, exactly as the op-by-op path would read it; any other (a
+ * first occurrence, another writer's, a mutation) is read by that path
+ * from its start.
+ */
+struct tpl {
+    uint8_t built;
+    uint8_t n[5];
+    uint8_t b[5][24];
+};
+
 struct fd {
     const uint8_t *p, *end;
     struct mslot *memo;
@@ -127,6 +144,13 @@ struct fd {
     int have_sdm, have_pd, have_sd, have_sm, have_ver;
     size_t nchunks; /* in state_dict_metadata */
     size_t nstored; /* chunks given their storage entry */
+    /* Memo index + 1 of a slot holding each class and word (0: none yet),
+     * and the fast items' templates built from them (see tpl). */
+    uint32_t gix[G_DTYPE + 1];
+    uint32_t wix[W_TORCH_STRIDED + 1];
+    struct tpl tchunk[DCP_MAX_NDIM + 1]; /* per ndim */
+    struct tpl titem;                    /* storage item, any ndim */
+    struct tpl titem_nd[DCP_MAX_NDIM + 1];
 };
 
 /* A string as read: into the input, with its word. */
@@ -260,6 +284,8 @@ static int rd_str(struct fd *f, struct fstr *out)
             m->len = n;
             m->word = out->word;
             out->slot = (size_t)(m - f->memo) + 1;
+            if (!f->wix[out->word])
+                f->wix[out->word] = (uint32_t)out->slot;
         }
         return DCP_OK;
     }
@@ -326,6 +352,8 @@ static int rd_global_slow(struct fd *f, int *id, dcp_dtype *dt)
         if (!(m = put_slot(f, idx)))
             return DECLINE;
         *m = tmp;
+        if (!f->gix[tmp.id])
+            f->gix[tmp.id] = idx + 1;
     }
     *id = m->id;
     if (dt)
@@ -461,6 +489,151 @@ static int next_item(struct fd *f, int *open, uint8_t close_op)
     }
 }
 
+/* ------------------------------------------------------- fast items */
+
+/* A GET of memo index i, as the encoder writes it. */
+static uint8_t *tpl_get(uint8_t *p, uint32_t i)
+{
+    if (i < 256) {
+        p[0] = 'h';
+        p[1] = (uint8_t)i;
+        return p + 2;
+    }
+    p[0] = 'j';
+    p[1] = (uint8_t)i;
+    p[2] = (uint8_t)(i >> 8);
+    p[3] = (uint8_t)(i >> 16);
+    p[4] = (uint8_t)(i >> 24);
+    return p + 5;
+}
+
+/* The end of a torch.Size's ints: the tuple, TUPLE1, REDUCE. */
+static uint8_t *tpl_size_end(uint8_t *p, int nd)
+{
+    *p++ = nd == 0 ? ')' : nd <= 3 ? (uint8_t)(0x85 + nd - 1) : 't';
+    *p++ = 0x85;
+    *p++ = 'R';
+    return p;
+}
+
+/* GET cls, EMPTY_TUPLE, NEWOBJ, EMPTY_DICT, MARK */
+static uint8_t *tpl_obj_open(uint8_t *p, uint32_t cls)
+{
+    p = tpl_get(p, cls);
+    p[0] = ')';
+    p[1] = 0x81;
+    p[2] = '}';
+    p[3] = '(';
+    return p + 4;
+}
+
+/* Ends segment i at p. */
+static void tpl_seg(struct tpl *t, int i, const uint8_t *p)
+{
+    t->n[i] = (uint8_t)(p - t->b[i]);
+}
+
+/* Memo indices of the classes and words a template needs, or 0. */
+static int tpl_ix(const struct fd *f, const int *g, size_t ng, const int *w,
+                  size_t nw, uint32_t *out)
+{
+    size_t i;
+    for (i = 0; i < ng; i++)
+        if (!(out[i] = f->gix[g[i]]))
+            return 0;
+    for (i = 0; i < nw; i++)
+        if (!(out[ng + i] = f->wix[w[i]]))
+            return 0;
+    for (i = 0; i < ng + nw; i++)
+        out[i]--;
+    return 1;
+}
+
+/* ChunkStorageMetadata of ndim nd: obj offsets Size( | ) sizes Size( | ) */
+static int tpl_chunk(struct fd *f, int nd)
+{
+    static const int g[] = {G_CSM, G_SIZE}, w[] = {W_OFFSETS, W_SIZES};
+    struct tpl *t = &f->tchunk[nd];
+    uint32_t ix[4];
+    uint8_t *p;
+    if (t->built)
+        return 1;
+    if (!tpl_ix(f, g, 2, w, 2, ix))
+        return 0;
+    p = tpl_obj_open(t->b[0], ix[0]);
+    p = tpl_get(tpl_get(p, ix[2]), ix[1]);
+    if (nd > 3)
+        *p++ = '(';
+    tpl_seg(t, 0, p);
+    p = tpl_get(tpl_get(tpl_size_end(t->b[1], nd), ix[3]), ix[1]);
+    if (nd > 3)
+        *p++ = '(';
+    tpl_seg(t, 1, p);
+    p = tpl_size_end(t->b[2], nd);
+    p[0] = 'u';
+    p[1] = 'b';
+    tpl_seg(t, 2, p + 2);
+    t->built = 1;
+    return 1;
+}
+
+/*
+ * A storage_data item: MetadataIndex: fqn <key> | offset Size( <ints> )
+ * index <int> | _StorageInfo: relative_path <name> | offset <int> |
+ * length <int> |. The segments around the key and the name (titem) are
+ * the same for every ndim; those around the offsets (titem_nd) are not.
+ */
+static int tpl_item(struct fd *f, int nd)
+{
+    static const int g[] = {G_MDINDEX, G_SINFO, G_SIZE},
+                     w[] = {W_FQN, W_RELATIVE_PATH, W_OFFSET, W_LENGTH,
+                                 W_INDEX};
+    struct tpl *t = &f->titem, *tn = &f->titem_nd[nd];
+    uint32_t ix[8];
+    uint8_t *p;
+    if (t->built && tn->built)
+        return 1;
+    if (!tpl_ix(f, g, 3, w, 5, ix))
+        return 0;
+    tpl_seg(t, 0, tpl_get(tpl_obj_open(t->b[0], ix[0]), ix[3]));
+    p = t->b[1];
+    p[0] = 'u';
+    p[1] = 'b';
+    tpl_seg(t, 1, tpl_get(tpl_obj_open(p + 2, ix[1]), ix[4]));
+    tpl_seg(t, 2, tpl_get(t->b[2], ix[5]));
+    tpl_seg(t, 3, tpl_get(t->b[3], ix[6]));
+    p = t->b[4];
+    p[0] = 'u';
+    p[1] = 'b';
+    tpl_seg(t, 4, p + 2);
+    p = tpl_get(tpl_get(tn->b[0], ix[5]), ix[2]);
+    if (nd > 3)
+        *p++ = '(';
+    tpl_seg(tn, 0, p);
+    tpl_seg(tn, 1, tpl_get(tpl_size_end(tn->b[1], nd), ix[7]));
+    t->built = tn->built = 1;
+    return 1;
+}
+
+/* Reads segment i of t, if the input has it next. */
+static inline int tpl_eat(struct fd *f, const struct tpl *t, int i)
+{
+    if (!NEED(f, t->n[i]) || memcmp(f->p, t->b[i], t->n[i]) != 0)
+        return 0;
+    f->p += t->n[i];
+    return 1;
+}
+
+/* n ints, as rd_size reads them. */
+static inline int tpl_ints(struct fd *f, int64_t *v, int n)
+{
+    int d;
+    for (d = 0; d < n; d++)
+        if (rd_int(f, &v[d]) != DCP_OK)
+            return 0;
+    return 1;
+}
+
 /* ------------------------------------------------ state_dict_metadata */
 
 static int rd_props(struct fd *f, struct md_entry *e)
@@ -539,13 +712,25 @@ static int rd_chunk(struct fd *f, struct md_entry *e, struct md_chunk *c)
 {
     int slot = e->ndim ? e->ndim : 1, n1 = -1, n2 = -1, d;
     int64_t *v = ints_room(f, 2 * (size_t)slot);
-    if (!v || rd_obj_open(f, G_CSM) != DCP_OK ||
-        rd_word(f, W_OFFSETS) != DCP_OK)
+    const uint8_t *p0 = f->p;
+    const struct tpl *t = &f->tchunk[e->ndim];
+    if (!v)
         return DECLINE;
     v[0] = v[slot] = 0;
-    if (rd_size(f, v, &n1) != DCP_OK || rd_word(f, W_SIZES) != DCP_OK ||
-        rd_size(f, v + slot, &n2) != DCP_OK || rd_obj_close(f) != DCP_OK ||
-        n1 != e->ndim || n2 != e->ndim)
+    if ((t->built || tpl_chunk(f, e->ndim)) && tpl_eat(f, t, 0) &&
+        tpl_ints(f, v, e->ndim) && tpl_eat(f, t, 1) &&
+        tpl_ints(f, v + slot, e->ndim) && tpl_eat(f, t, 2)) {
+        n1 = n2 = e->ndim;
+    } else {
+        f->p = p0;
+        v[0] = v[slot] = 0;
+        if (rd_obj_open(f, G_CSM) != DCP_OK ||
+            rd_word(f, W_OFFSETS) != DCP_OK || rd_size(f, v, &n1) != DCP_OK ||
+            rd_word(f, W_SIZES) != DCP_OK ||
+            rd_size(f, v + slot, &n2) != DCP_OK || rd_obj_close(f) != DCP_OK)
+            return DECLINE;
+    }
+    if (n1 != e->ndim || n2 != e->ndim)
         return DECLINE;
     for (d = 0; d < e->ndim; d++) {
         int64_t end;
@@ -775,6 +960,55 @@ static inline int same_ints(const int64_t *a, const int64_t *b, int n)
     return 1;
 }
 
+/* A storage item that matches the template: 1, or 0 with the input
+ * untouched. What it cannot decide itself (a first occurrence of a key or
+ * a name, an index that is not the chunk's, a second entry for a chunk)
+ * it leaves to the op-by-op path. */
+static int rd_storage_fast(struct fd *f)
+{
+    const uint8_t *p0 = f->p;
+    const struct mslot *m;
+    const struct md_entry *e;
+    struct md_chunk *c;
+    int64_t off[DCP_MAX_NDIM], index, o, l;
+    uint64_t end;
+    uint32_t file;
+    if (!f->titem.built && !tpl_item(f, 0))
+        return 0;
+    if (!tpl_eat(f, &f->titem, 0) || !(m = take_get(f)) ||
+        m->kind != MK_STR || !m->entry)
+        goto no;
+    e = &f->md->e[m->entry - 1];
+    if (!e->is_tensor || !tpl_item(f, e->ndim) ||
+        !tpl_eat(f, &f->titem_nd[e->ndim], 0) || !tpl_ints(f, off, e->ndim) ||
+        !tpl_eat(f, &f->titem_nd[e->ndim], 1) || rd_int(f, &index) ||
+        !tpl_eat(f, &f->titem, 1) || !(m = take_get(f)) ||
+        m->kind != MK_STR || !m->file)
+        goto no;
+    file = m->file - 1;
+    if (!tpl_eat(f, &f->titem, 2) || rd_int(f, &o) ||
+        !tpl_eat(f, &f->titem, 3) || rd_int(f, &l) ||
+        !tpl_eat(f, &f->titem, 4))
+        goto no;
+    if (index < 0 || (uint64_t)index >= e->nchunks ||
+        !same_ints(e->chunks[index].off, off, e->ndim))
+        goto no;
+    c = &e->chunks[index];
+    if (c->has_storage || o < 0 || l < 0 ||
+        dcp__add_overflow_u64((uint64_t)o, (uint64_t)l, &end) ||
+        end > (uint64_t)INT64_MAX)
+        goto no;
+    c->offset = (uint64_t)o;
+    c->length = (uint64_t)l;
+    c->file = file;
+    c->has_storage = 1;
+    f->nstored++;
+    return 1;
+no:
+    f->p = p0;
+    return 0;
+}
+
 static int rd_storage_item(struct fd *f)
 {
     int64_t off[DCP_MAX_NDIM], index = -1, v;
@@ -845,7 +1079,7 @@ static int rd_storage_data(struct fd *f)
     if (rd_op(f, '}') != DCP_OK)
         return DECLINE;
     while ((more = next_item(f, &open, 'u')) == 1)
-        if (rd_storage_item(f) != DCP_OK)
+        if (!rd_storage_fast(f) && rd_storage_item(f) != DCP_OK)
             return DECLINE;
     return more == 0 ? DCP_OK : DECLINE;
 }

@@ -31,16 +31,22 @@
 
 /* ------------------------------------------------------------ varints */
 
-static int put_uv(struct dcp_buf *b, uint64_t v)
+#define UV_MAX 10 /* bytes of a varint */
+
+static inline uint8_t *put_uv_raw(uint8_t *p, uint64_t v)
 {
-    uint8_t t[10];
-    size_t n = 0;
     while (v >= 0x80) {
-        t[n++] = (uint8_t)(v | 0x80);
+        *p++ = (uint8_t)(v | 0x80);
         v >>= 7;
     }
-    t[n++] = (uint8_t)v;
-    return dcp__buf_put(b, t, n);
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+static int put_uv(struct dcp_buf *b, uint64_t v)
+{
+    uint8_t t[UV_MAX];
+    return dcp__buf_put(b, t, (size_t)(put_uv_raw(t, v) - t));
 }
 
 struct rd {
@@ -49,7 +55,7 @@ struct rd {
     int bad;
 };
 
-static uint64_t get_uv(struct rd *r)
+static uint64_t get_uv_slow(struct rd *r)
 {
     uint64_t v = 0;
     int sh = 0;
@@ -62,6 +68,13 @@ static uint64_t get_uv(struct rd *r)
     }
     r->bad = 1;
     return 0;
+}
+
+static inline uint64_t get_uv(struct rd *r)
+{
+    if (r->p < r->end && *r->p < 0x80)
+        return *r->p++;
+    return get_uv_slow(r);
 }
 
 static const uint8_t *get_bytes(struct rd *r, uint64_t n)
@@ -629,38 +642,43 @@ static int parse_rank(struct gp *p, int r, const uint8_t *b, size_t len)
 /* Second pass over rank r's blob, which the first found sound: each box
  * to its key's next place (cur), its cand to the next one (*ci). */
 static void fill_rank(struct gp *p, int r, const uint8_t *b, size_t len,
-                      size_t *cur, size_t *ei, uint32_t *ci)
+                      size_t *cur, size_t *eip, uint32_t *cip)
 {
     struct rd rd = {b, b + len, 0};
-    uint64_t n, i, nb, j;
+    const struct pent *pe = p->ents + *eip;
+    struct cand *cd = p->cands;
+    int64_t *box = p->box;
+    uint64_t n, i, nb, j, rk = (uint64_t)r << 32;
+    uint32_t ci = *cip;
     int d;
     (void)get_u8(&rd);
     n = get_uv(&rd);
-    for (i = 0; i < n; i++) {
-        const struct pent *pe = &p->ents[(*ei)++];
+    for (i = 0; i < n; i++, pe++) {
         const struct gkey *k = &p->keys[pe->g];
         int nd = k->ndim, slot = nd ? nd : 1;
         rd.p += pe->headlen;
         if (!k->is_tensor) {
-            p->box[cur[pe->g]++] = (int64_t)((uint64_t)r << 32 | *ci);
-            p->cands[*ci].lent = (uint32_t)i;
-            p->cands[(*ci)++].lbox = 0;
+            box[cur[pe->g]++] = (int64_t)(rk | ci);
+            cd[ci].lent = (uint32_t)i;
+            cd[ci++].lbox = 0;
             continue;
         }
         nb = get_uv(&rd);
         for (j = 0; j < nb; j++) {
-            int64_t *w = p->box + cur[pe->g];
+            int64_t *w = box + cur[pe->g];
             cur[pe->g] += BOX_WORDS(slot);
-            w[0] = (int64_t)((uint64_t)r << 32 | *ci);
+            w[0] = (int64_t)(rk | ci);
             w[1] = w[1 + slot] = 0;
             for (d = 0; d < nd; d++)
                 w[1 + d] = (int64_t)get_uv(&rd);
             for (d = 0; d < nd; d++)
                 w[1 + slot + d] = (int64_t)get_uv(&rd);
-            p->cands[*ci].lent = (uint32_t)i;
-            p->cands[(*ci)++].lbox = (uint32_t)j;
+            cd[ci].lent = (uint32_t)i;
+            cd[ci++].lbox = (uint32_t)j;
         }
     }
+    *eip += (size_t)n;
+    *cip = ci;
 }
 
 /* -------------------------------------------------- coordinator: build */
@@ -1280,10 +1298,15 @@ int dcp__plan_results_encode(const uint64_t *offlen, size_t n,
                              struct dcp_buf *out)
 {
     size_t i;
-    int rc = put_uv(out, n);
-    for (i = 0; rc == DCP_OK && i < 2 * n; i++)
-        rc = put_uv(out, offlen[i]);
-    return rc;
+    uint8_t *p;
+    if (n > (SIZE_MAX / UV_MAX - 1) / 2 ||
+        dcp__buf_reserve(out, (2 * n + 1) * UV_MAX) != DCP_OK)
+        return DCP_ENOMEM;
+    p = put_uv_raw(out->p + out->len, n);
+    for (i = 0; i < 2 * n; i++)
+        p = put_uv_raw(p, offlen[i]);
+    out->len = (size_t)(p - out->p);
+    return DCP_OK;
 }
 
 int dcp__plan_results_apply(struct pl_global *g, int r, uint32_t file,
