@@ -719,10 +719,11 @@ size_t dcp__meta_overlapping(const struct md_entry *e, const int64_t *off,
 
 /* ------------------------------------------------------------- tiling */
 
-/* A chunk with its start along the sweep dimension (qsort has no context
- * argument, so the key travels with the element). */
+/* A chunk with its extent along the dimension at hand (qsort has no
+ * context argument, so the key travels with the element). */
 struct sweep {
     int64_t start;
+    int64_t end;
     const struct md_chunk *c;
 };
 
@@ -731,6 +732,55 @@ static int cmp_sweep(const void *a, const void *b)
     const struct sweep *x = a, *y = b;
     if (x->start != y->start)
         return x->start < y->start ? -1 : 1;
+    if (x->end != y->end)
+        return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+/*
+ * Whether two of the non-empty chunks v[0..n) overlap, for the layouts
+ * that are grids at every level (row, column, 2-D blocks, and bricks):
+ * along the first dimension not in used, the chunks' extents must be equal
+ * or disjoint; two chunks of different extents then cannot overlap, and
+ * those of one extent overlap iff they do in the other dimensions (checked
+ * recursively; equal in all of them, they do). O(n * ndim) when v arrives
+ * sorted, as a plan's chunks do. Returns 1 (overlap), 0 (none), or 2 when
+ * some extents overlap without being equal: the pairwise sweep decides.
+ */
+static int grid_overlap(struct sweep *v, size_t n, int ndim, unsigned used)
+{
+    size_t i, a;
+    int64_t reach;
+    int d, r;
+    if (n < 2)
+        return 0;
+    for (d = 0; d < ndim && (used >> d & 1); d++)
+        ;
+    if (d == ndim)
+        return 1;
+    for (i = 0; i < n; i++) {
+        v[i].start = v[i].c->off[d];
+        v[i].end = v[i].start + v[i].c->size[d];
+    }
+    for (i = 1; i < n && cmp_sweep(&v[i - 1], &v[i]) <= 0; i++)
+        ;
+    if (i < n)
+        qsort(v, n, sizeof(*v), cmp_sweep);
+    reach = v[0].end;
+    for (a = 0, i = 1; i <= n; i++) {
+        if (i < n && v[i].start == v[a].start && v[i].end == v[a].end)
+            continue;
+        if (i < n && v[i].start < reach)
+            return 2;
+        if (i - a > 1) {
+            r = grid_overlap(v + a, i - a, ndim, used | 1u << d);
+            if (r)
+                return r;
+        }
+        if (i < n && v[i].end > reach)
+            reach = v[i].end;
+        a = i;
+    }
     return 0;
 }
 
@@ -833,7 +883,7 @@ int dcp__meta_check_tiling(const struct md_entry *e, struct dcp_err *err)
     struct sweep *v;
     uint64_t total = 1, sum = 0;
     size_t i, j, n = 0;
-    int d, best;
+    int d, best, r;
     if (!e->is_tensor)
         return DCP_OK;
     for (d = 0; d < e->ndim; d++)
@@ -844,36 +894,38 @@ int dcp__meta_check_tiling(const struct md_entry *e, struct dcp_err *err)
                    : dcp__err(err, DCP_EFORMAT,
                               "'%s': a 0-d tensor with %zu chunks", e->key,
                               e->nchunks);
-    best = sweep_dim(e);
     v = dcp__malloc((e->nchunks ? e->nchunks : 1) * sizeof(*v));
-    if (!v || best < 0) {
-        dcp__free(v);
+    if (!v)
         return DCP_ENOMEM;
-    }
     for (i = 0; i < e->nchunks; i++) {
         uint64_t vol = numel_of(e->ndim, e->chunks[i].size);
         sum += vol;
-        if (vol) {
-            v[n].start = e->chunks[i].off[best];
+        if (vol)
             v[n++].c = &e->chunks[i];
-        }
     }
-    for (i = 1; i < n && v[i - 1].start <= v[i].start; i++)
-        ;
-    if (i < n) /* often sorted already: chunks listed by offsets */
-        qsort(v, n, sizeof(*v), cmp_sweep);
-    for (i = 0; i < n; i++) {
-        for (j = i + 1; j < n; j++) {
-            if (v[j].start >= v[i].start + v[i].c->size[best])
-                break;
-            if (boxes_overlap(v[i].c, v[j].c, e->ndim)) {
-                dcp__free(v);
-                return dcp__err(err, DCP_EFORMAT,
-                                "'%s': stored chunks overlap", e->key);
-            }
+    r = grid_overlap(v, n, e->ndim, 0);
+    if (r == 2) { /* not a grid: sweep along the cheapest dimension */
+        best = sweep_dim(e);
+        if (best < 0) {
+            dcp__free(v);
+            return DCP_ENOMEM;
         }
+        for (i = 0; i < n; i++) {
+            v[i].start = v[i].c->off[best];
+            v[i].end = v[i].start + v[i].c->size[best];
+        }
+        for (i = 1; i < n && v[i - 1].start <= v[i].start; i++)
+            ;
+        if (i < n) /* often sorted already: chunks listed by offsets */
+            qsort(v, n, sizeof(*v), cmp_sweep);
+        for (r = 0, i = 0; !r && i < n; i++)
+            for (j = i + 1; !r && j < n && v[j].start < v[i].end; j++)
+                r = boxes_overlap(v[i].c, v[j].c, e->ndim);
     }
     dcp__free(v);
+    if (r)
+        return dcp__err(err, DCP_EFORMAT, "'%s': stored chunks overlap",
+                        e->key);
     if (sum != total)
         return dcp__err(err, DCP_EFORMAT,
                         "'%s': stored chunks cover %" PRIu64 " of %" PRIu64

@@ -645,7 +645,7 @@ static void fill_rank(struct gp *p, int r, const uint8_t *b, size_t len,
                       size_t *cur, size_t *eip, uint32_t *cip)
 {
     struct rd rd = {b, b + len, 0};
-    const struct pent *pe = p->ents + *eip;
+    const struct pent *pe = p->ents ? p->ents + *eip : NULL;
     struct cand *cd = p->cands;
     int64_t *box = p->box;
     uint64_t n, i, nb, j, rk = (uint64_t)r << 32;
@@ -744,6 +744,10 @@ struct build {
     struct sorted_key *sk;
     size_t *cbase; /* per md entry: its chunks' place in md->chunk_block */
     struct srt *srt;
+    /* Radix sort buffers (sort_boxes), as many as srt. */
+    struct srt *srt2;
+    uint64_t *rkey[2];
+    uint32_t *ridx[2];
     /* Per cand: (md entry + 1) << 32 | chunk of the chunk it writes, or
      * 0: what make_recs lists. */
     uint64_t *kj;
@@ -903,6 +907,59 @@ static void one_chunk(struct build *b, uint32_t k, struct md_entry *e,
                numel_of(e->ndim, w + 1 + slot) * b->dsize + 1);
 }
 
+/*
+ * Sorts srt[0..n), in cand order, by offsets then cand (cmp_srt): a stable
+ * LSD radix sort, a byte at a time, of the offsets read as one mixed-radix
+ * number (offset d is at most shape[d], so the digits have shape[d] + 1
+ * values and equal offsets make equal numbers). In O(n) where qsort took
+ * most of the plan's time for 2-D meshes whose ranks list the boxes out of
+ * order; qsort still serves shapes too large for 64 bits.
+ */
+static void sort_boxes(struct build *b, size_t n, const struct md_entry *e)
+{
+    uint64_t mult[DCP_MAX_NDIM], top = 1, *rk = b->rkey[0], *rk2 = b->rkey[1];
+    uint32_t *ri = b->ridx[0], *ri2 = b->ridx[1];
+    size_t i, cnt[256];
+    int d, sh;
+    for (d = e->ndim - 1; d >= 0; d--) {
+        mult[d] = top;
+        if (dcp__mul_overflow_u64(top, (uint64_t)e->shape[d] + 1, &top)) {
+            qsort(b->srt, n, sizeof(*b->srt), cmp_srt);
+            return;
+        }
+    }
+    for (i = 0; i < n; i++) {
+        uint64_t v = 0;
+        for (d = 0; d < e->ndim; d++)
+            v += (uint64_t)b->srt[i].w[1 + d] * mult[d];
+        rk[i] = v;
+        ri[i] = (uint32_t)i;
+    }
+    for (sh = 0; sh < 64 && (top - 1) >> sh; sh += 8) {
+        uint64_t *tk;
+        uint32_t *ti;
+        size_t at = 0;
+        memset(cnt, 0, sizeof(cnt));
+        for (i = 0; i < n; i++)
+            cnt[(rk[i] >> sh) & 0xff]++;
+        for (i = 0; i < 256; i++) {
+            size_t c = cnt[i];
+            cnt[i] = at;
+            at += c;
+        }
+        for (i = 0; i < n; i++) {
+            size_t to = cnt[(rk[i] >> sh) & 0xff]++;
+            rk2[to] = rk[i];
+            ri2[to] = ri[i];
+        }
+        tk = rk, rk = rk2, rk2 = tk;
+        ti = ri, ri = ri2, ri2 = ti;
+    }
+    for (i = 0; i < n; i++)
+        b->srt2[i] = b->srt[ri[i]];
+    memcpy(b->srt, b->srt2, n * sizeof(*b->srt));
+}
+
 static int build_tensor(struct build *b, uint32_t k, const struct gkey *gk)
 {
     struct gp *p = b->p;
@@ -919,7 +976,7 @@ static int build_tensor(struct build *b, uint32_t k, const struct gkey *gk)
     for (i = 1; i < n && cmp_srt(&b->srt[i - 1], &b->srt[i]) < 0; i++)
         ;
     if (i < n)
-        qsort(b->srt, n, sizeof(*b->srt), cmp_srt);
+        sort_boxes(b, n, e);
     b->dsize = dcp_dtype_size(e->dtype);
     for (a = 0; a < n; a = z) {
         for (z = a + 1; z < n; z++)
@@ -1131,6 +1188,9 @@ static int build_all(struct gp *p, const uint8_t *blobs, const size_t *lens,
     b.md->chunk_block = huge_array(b.cbase[p->nkeys], sizeof(struct md_chunk),
                                    1);
     b.srt = dcp__malloc(maxn * sizeof(*b.srt));
+    b.srt2 = dcp__malloc(maxn * sizeof(*b.srt2));
+    b.rkey[0] = dcp__malloc(2 * maxn * sizeof(*b.rkey[0]));
+    b.ridx[0] = dcp__malloc(2 * maxn * sizeof(*b.ridx[0]));
     b.kj = huge_array(p->ncands, sizeof(*b.kj), 1);
     b.nrec = dcp__calloc((size_t)p->nranks + 1, sizeof(*b.nrec));
     b.reps = huge_array(p->ncands, sizeof(*b.reps), 0);
@@ -1138,9 +1198,12 @@ static int build_all(struct gp *p, const uint8_t *blobs, const size_t *lens,
     b.load = dcp__calloc((size_t)p->nranks, sizeof(*b.load));
     /* Each chunk's ints come from one box's: their total bounds them. */
     b.ints = huge_array(p->nints, sizeof(*b.ints), 0);
-    if (!b.md->e || !b.md->chunk_block || !b.srt || !b.kj || !b.nrec || !b.reps || !b.hold ||
+    if (!b.md->e || !b.md->chunk_block || !b.srt || !b.srt2 || !b.rkey[0] ||
+        !b.ridx[0] || !b.kj || !b.nrec || !b.reps || !b.hold ||
         !b.load || !b.ints)
         goto out;
+    b.rkey[1] = b.rkey[0] + maxn;
+    b.ridx[1] = b.ridx[0] + maxn;
     /* The chunks point into b.ints: md owns it from here on. */
     g->md->ints = b.ints;
     rc = DCP_OK;
@@ -1167,6 +1230,9 @@ out_rc:
     dcp__free(b.sk);
     dcp__free(b.cbase);
     dcp__free(b.srt);
+    dcp__free(b.srt2);
+    dcp__free(b.rkey[0]);
+    dcp__free(b.ridx[0]);
     dcp__free(b.kj);
     dcp__free(b.nrec);
     dcp__free(b.reps);
