@@ -301,7 +301,6 @@ struct gp {
     size_t nents, capents;
     size_t ncands; /* boxes and values over all ranks */
     size_t nwords; /* of gp.box */
-    size_t nints;  /* offsets and sizes over all boxes */
     size_t *rbase; /* per rank: its first cand; nranks + 1 */
     uint32_t *hint; /* key of entry i on the previous rank: likely the same */
     size_t nhint, caphint;
@@ -515,7 +514,6 @@ static int parse_boxes(struct gp *p, struct rd *rd, uint32_t gi, int r)
     k->ncand += (size_t)nb;
     p->ncands += (size_t)nb;
     p->nwords += (size_t)nb * BOX_WORDS(nd ? nd : 1);
-    p->nints += (size_t)nb * 2 * (size_t)(nd ? nd : 1);
     return DCP_OK;
 }
 
@@ -696,7 +694,7 @@ static int cmp_sorted_key(const void *a, const void *b)
 
 /* A box while its key's boxes are sorted by offsets (then cand). */
 struct srt {
-    const int64_t *w;
+    int64_t *w;
     int ndim;
 };
 
@@ -759,11 +757,6 @@ struct build {
     uint32_t nchunk; /* chunks made so far */
     uint64_t dsize;  /* the current entry's dtype size */
     uint64_t *load;
-    /* The chunks' offsets and sizes, in entry order as they are made
-     * (md->ints): every later pass over the chunks (tiling check,
-     * encoding twice) then reads them in sequence. */
-    int64_t *ints;
-    size_t nints;
 };
 
 /* Rebuilds an entry's path from its encoding and key. */
@@ -832,17 +825,14 @@ static void place(struct build *b, uint32_t k, uint32_t j, size_t h0,
     b->nreps++;
 }
 
-/* Appends to e a chunk with the offsets and sizes of box w. */
-static void add_chunk(struct build *b, struct md_entry *e, const int64_t *w,
-                      int slot)
+/* Appends to e a chunk with the offsets and sizes of box w: they stay in
+ * the box array (md->ints), in entry order, so every later pass over the
+ * chunks (tiling check, encoding twice) reads them in sequence. */
+static void add_chunk(struct md_entry *e, int64_t *w, int slot)
 {
     struct md_chunk *c = &e->chunks[e->nchunks++];
-    int d;
-    c->off = b->ints + b->nints;
+    c->off = w + 1;
     c->size = c->off + slot;
-    for (d = 0; d < 2 * slot; d++)
-        c->off[d] = w[1 + d];
-    b->nints += 2 * (size_t)slot;
 }
 
 /* One group of boxes with equal offsets, srt[a..z): checks it and makes it
@@ -853,7 +843,7 @@ static int group_chunk(struct build *b, uint32_t k, size_t a, size_t z)
     struct md_entry *e = &b->md->e[k];
     int nd = e->ndim, slot = nd ? nd : 1;
     size_t m, h0 = b->nhold, first = SIZE_MAX, prev = SIZE_MAX;
-    const int64_t *src = NULL;
+    int64_t *src = NULL;
     uint64_t numel = 0;
     for (m = a; m < z; m++) {
         const int64_t *w = b->srt[m].w, *wf, *wp;
@@ -879,7 +869,7 @@ static int group_chunk(struct build *b, uint32_t k, size_t a, size_t z)
         prev = m;
     }
     for (m = a; m < z; m++) {
-        const int64_t *w = b->srt[m].w;
+        int64_t *w = b->srt[m].w;
         if (first != SIZE_MAX && !numel_of(nd, w + 1 + slot))
             continue; /* empty beside a non-empty box: nothing to store */
         if (b->nhold > h0 && b->hold[b->nhold - 1].rank == BOX_RANK(w))
@@ -889,19 +879,19 @@ static int group_chunk(struct build *b, uint32_t k, size_t a, size_t z)
         b->hold[b->nhold].ci = BOX_CAND(w);
         b->hold[b->nhold++].rank = BOX_RANK(w);
     }
-    add_chunk(b, e, src, slot);
+    add_chunk(e, src, slot);
     place(b, k, (uint32_t)e->nchunks - 1, h0, numel * b->dsize + 1);
     return DCP_OK;
 }
 
 /* A group of one box, w: the chunk, written by its holder. */
 static void one_chunk(struct build *b, uint32_t k, struct md_entry *e,
-                      const int64_t *w, int slot)
+                      int64_t *w, int slot)
 {
     struct hold h;
     h.ci = BOX_CAND(w);
     h.rank = BOX_RANK(w);
-    add_chunk(b, e, w, slot);
+    add_chunk(e, w, slot);
     b->nchunk++;
     set_writer(b, k, (uint32_t)e->nchunks - 1, &h,
                numel_of(e->ndim, w + 1 + slot) * b->dsize + 1);
@@ -964,7 +954,7 @@ static int build_tensor(struct build *b, uint32_t k, const struct gkey *gk)
 {
     struct gp *p = b->p;
     struct md_entry *e = &b->md->e[k];
-    const int64_t *w = p->box + gk->base;
+    int64_t *w = p->box + gk->base;
     size_t n = gk->ncand, i, a, z, sw = BOX_WORDS(e->ndim ? e->ndim : 1);
     int nd = e->ndim, rc;
     for (i = 0; i < n; i++) {
@@ -1196,16 +1186,14 @@ static int build_all(struct gp *p, const uint8_t *blobs, const size_t *lens,
     b.reps = huge_array(p->ncands, sizeof(*b.reps), 0);
     b.hold = huge_array(p->ncands, sizeof(*b.hold), 0);
     b.load = dcp__calloc((size_t)p->nranks, sizeof(*b.load));
-    /* Each chunk's ints come from one box's: their total bounds them. */
-    b.ints = huge_array(p->nints, sizeof(*b.ints), 0);
     if (!b.md->e || !b.md->chunk_block || !b.srt || !b.srt2 || !b.rkey[0] ||
-        !b.ridx[0] || !b.kj || !b.nrec || !b.reps || !b.hold ||
-        !b.load || !b.ints)
+        !b.ridx[0] || !b.kj || !b.nrec || !b.reps || !b.hold || !b.load)
         goto out;
     b.rkey[1] = b.rkey[0] + maxn;
     b.ridx[1] = b.ridx[0] + maxn;
-    /* The chunks point into b.ints: md owns it from here on. */
-    g->md->ints = b.ints;
+    /* The chunks will point into the box array: md owns it (gp.box still
+     * reads it). */
+    g->md->ints = p->box;
     rc = DCP_OK;
     for (i = 0; rc == DCP_OK && i < p->nkeys; i++) {
         b.md->n = i + 1;
@@ -1213,8 +1201,6 @@ static int build_all(struct gp *p, const uint8_t *blobs, const size_t *lens,
     }
     if (rc != DCP_OK)
         goto out_rc;
-    dcp__free(p->box);
-    p->box = NULL;
     spread(&b);
     rc = make_recs(&b, g);
     if (rc == DCP_OK) {
@@ -1225,8 +1211,6 @@ out:
     if (rc == DCP_ENOMEM)
         rc = dcp__err(p->err, rc, "out of memory planning the save");
 out_rc:
-    if (g->md->ints != b.ints)
-        dcp__free(b.ints);
     dcp__free(b.sk);
     dcp__free(b.cbase);
     dcp__free(b.srt);
@@ -1271,7 +1255,8 @@ int dcp__plan_global(const uint8_t *blobs, const size_t *lens,
     dcp__free(p.ents);
     dcp__free(p.rbase);
     dcp__free(p.hint);
-    dcp__free(p.box);
+    if (!g->md || g->md->ints != p.box)
+        dcp__free(p.box);
     dcp__free(p.cands);
     if (rc != DCP_OK)
         dcp__plan_global_release(g);
