@@ -665,6 +665,10 @@ static void fill_rank(struct gp *p, int r, const uint8_t *b, size_t len,
         for (j = 0; j < nb; j++) {
             int64_t *w = box + cur[pe->g];
             cur[pe->g] += BOX_WORDS(slot);
+            /* The next rank's box of this key goes next to this one, about
+             * a rank's worth of boxes later: fetching its line now hides
+             * the miss (2000 keys, 2000 lines: they stay in cache). */
+            __builtin_prefetch(w + 16, 1);
             w[0] = (int64_t)(rk | ci);
             w[1] = w[1 + slot] = 0;
             for (d = 0; d < nd; d++)
@@ -1371,6 +1375,9 @@ int dcp__plan_results_apply(struct pl_global *g, int r, uint32_t file,
     for (i = 0; i < n; i++) {
         const struct pl_rec *rec = &g->recs[g->recbase[r] + i];
         struct md_chunk *c = &g->md->e[rec->k].chunks[rec->j];
+        /* The next rank's record of this key is often the next chunk, a
+         * rank's worth of records later (see fill_rank). */
+        __builtin_prefetch(c + 2, 1);
         c->file = file;
         c->offset = get_uv(&rd);
         c->length = get_uv(&rd);
