@@ -19,13 +19,20 @@
  * {"value": median, "unit", "min", "max"}.
  *
  * It uses the library's internals (plan.h, meta.h), so it links the static
- * library. Build and run (from the repository root, after a CMake build in
- * BUILD):
+ * library. Build and run (from the repository root):
+ *   cmake -S . -B build-rel -DCMAKE_BUILD_TYPE=Release -DDCP_WERROR=OFF
+ *   cmake --build build-rel -j2 --target dcp_static
  *   cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude \
- *      -Isrc bench/plan_sim.c BUILD/libdcp.a -lm -lpthread -o plan_sim
- *   ./plan_sim [ranks=4096] [tensors=2000] [reps=3] > plan_sim.json
- * Peak memory is read from /proc/self/status (VmHWM), reset before the
- * timed step through /proc/self/clear_refs (Linux).
+ *      -Isrc bench/plan_sim.c build-rel/libdcp.a -lm -lpthread -o plan_sim
+ *   PLAN_SIM_CLOCK=cpu ./plan_sim [ranks=4096] [tensors=2000] [reps=3] \
+ *      > plan_sim.json
+ * (DCP_WERROR=OFF: at -O3 gcc 12 warns of a maybe-uninitialized variable
+ * in storage.c, which -Werror would make an error.) Environment:
+ * PLAN_SIM_CLOCK=cpu (see sim_clock), PLAN_SIM_DUMP=FILE writes the first
+ * repetition's .metadata (to compare bytes across versions),
+ * PLAN_SIM_BLOBS=FILE keeps the gathered local plans (12 s to make) for
+ * the next run. Peak memory is read from /proc/self/status (VmHWM), reset
+ * before the timed step through /proc/self/clear_refs (Linux).
  */
 #include <dcp/dcp.h>
 
@@ -62,6 +69,14 @@ static double now(void)
 {
     struct timespec ts;
     (void)clock_gettime(sim_clock, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Wall time, printed beside CPU time (stderr) when that is measured. */
+static double wall(void)
+{
+    struct timespec ts;
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -337,12 +352,14 @@ int main(int argc, char **argv)
         struct dcp_metadata *dec = NULL;
         struct dcp_err err;
         size_t hits;
-        double t1;
+        double t1, w1, pw, dw;
         reset_peak();
         t1 = now();
+        w1 = wall();
         if (coordinate(all.p, lens, displs, nranks, &md) != DCP_OK)
             return 1;
         ps[k] = now() - t1;
+        pw = wall() - w1;
         if (k == 0 && getenv("PLAN_SIM_DUMP")) { /* for byte comparisons */
             FILE *f = fopen(getenv("PLAN_SIM_DUMP"), "wb");
             if (!f || fwrite(md.p, 1, md.len, f) != md.len || fclose(f))
@@ -350,19 +367,22 @@ int main(int argc, char **argv)
         }
         pk[k] = peak_rss() / (1024.0 * 1024.0 * 1024.0);
         t1 = now();
+        w1 = wall();
         if (dcp__meta_decode(md.p, md.len, &dec, &err) != DCP_OK) {
             fprintf(stderr, "decode: %s\n", err.msg);
             return 1;
         }
         ds[k] = now() - t1;
+        dw = wall() - w1;
         t1 = now();
         hits = load_plan(dec, nranks / 2, nranks, ntensors);
         lp[k] = (now() - t1) * 1e3;
         fprintf(stderr,
-                "rep %d: plan+encode %.2f s (peak %.2f GiB), .metadata "
-                "%.1f MiB, decode %.2f s, load plan %.1f ms (%zu chunks)\n",
-                k, ps[k], pk[k], (double)md.len / 1048576.0, ds[k], lp[k],
-                hits);
+                "rep %d: plan+encode %.2f s (wall %.2f s, peak %.2f GiB), "
+                ".metadata %.1f MiB, decode %.2f s (wall %.2f s), load plan "
+                "%.1f ms (%zu chunks)\n",
+                k, ps[k], pw, pk[k], (double)md.len / 1048576.0, ds[k], dw,
+                lp[k], hits);
         dcp__meta_free(dec);
         dcp__buf_free(&md);
     }

@@ -1114,11 +1114,13 @@ static inline uint8_t *raw_obj_close(uint8_t *p)
 }
 
 /* Room for one fast item; returns where to write, or NULL. */
-static uint8_t *raw_begin(struct enc *x)
+static inline uint8_t *raw_begin(struct enc *x)
 {
-    if (dcp__buf_reserve(x->w.out, ENC_ITEM_MAX) != DCP_OK)
+    struct dcp_buf *o = x->w.out;
+    if (o->cap - o->len < ENC_ITEM_MAX &&
+        dcp__buf_reserve(o, ENC_ITEM_MAX) != DCP_OK)
         return NULL;
-    return x->w.out->p + x->w.out->len;
+    return o->p + o->len;
 }
 
 static void raw_end(struct enc *x, const uint8_t *p)
