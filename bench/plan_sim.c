@@ -31,8 +31,9 @@
  * PLAN_SIM_CLOCK=cpu (see sim_clock), PLAN_SIM_DUMP=FILE writes the first
  * repetition's .metadata (to compare bytes across versions),
  * PLAN_SIM_BLOBS=FILE keeps the gathered local plans (12 s to make) for
- * the next run. Peak memory is read from /proc/self/status (VmHWM), reset
- * before the timed step through /proc/self/clear_refs (Linux).
+ * the next run, PLAN_SIM_MESH=1 shards as a 2-D mesh (box_of). Peak
+ * memory is read from /proc/self/status (VmHWM), reset before the timed
+ * step through /proc/self/clear_refs (Linux).
  */
 #include <dcp/dcp.h>
 
@@ -119,6 +120,27 @@ static void split(int64_t n, int p, int i, int64_t *off, int64_t *size)
     *size = (e > n ? n : e) - *off;
 }
 
+/*
+ * Rank r's box of a tensor of shape s: a row shard (FSDP), or with
+ * PLAN_SIM_MESH=1 a block of a 64 x (ranks / 64) grid with ranks going
+ * down the columns first, so that each tensor's boxes arrive out of
+ * offset order (a 2-D mesh, as HSDP or TP x FSDP give).
+ */
+static int mesh;
+
+static void box_of(const int64_t *s, int nranks, int r, int64_t *off,
+                   int64_t *size)
+{
+    if (mesh && nranks >= 64) {
+        split(s[0], 64, r % 64, &off[0], &size[0]);
+        split(s[1], nranks / 64, r / 64, &off[1], &size[1]);
+        return;
+    }
+    split(s[0], nranks, r, &off[0], &size[0]);
+    off[1] = 0;
+    size[1] = s[1];
+}
+
 static int local_plan(int r, int nranks, int ntensors, struct dcp_buf *all)
 {
     static char dummy[1];
@@ -134,8 +156,7 @@ static int local_plan(int r, int nranks, int ntensors, struct dcp_buf *all)
     for (t = 0; rc == DCP_OK && t < ntensors; t++) {
         int64_t shape[2], off[2] = {0, 0}, size[2];
         shape_of(t, nranks, shape);
-        split(shape[0], nranks, r, &off[0], &size[0]);
-        size[1] = shape[1];
+        box_of(shape, nranks, r, off, size);
         if (t % 20 == 0 && t)
             rc = dcp_state_pop(st);
         if (rc == DCP_OK && t % 20 == 0)
@@ -225,8 +246,7 @@ static size_t load_plan(const struct dcp_metadata *md, int r, int nranks,
         const struct md_entry *e;
         long k;
         shape_of(t, nranks, shape);
-        split(shape[0], nranks, r, &off[0], &size[0]);
-        size[1] = shape[1];
+        box_of(shape, nranks, r, off, size);
         (void)snprintf(key, sizeof(key), "model.layers.%d.%s", t / 20,
                        names[t % 20]);
         k = dcp__meta_find(md, key);
@@ -248,19 +268,19 @@ static size_t load_plan(const struct dcp_metadata *md, int r, int nranks,
 
 /*
  * PLAN_SIM_BLOBS=FILE keeps the gathered local plans in FILE (ranks,
- * tensors, lengths, bytes), so that repeated runs skip making them.
+ * tensors, mesh, lengths, bytes), so that repeated runs skip making them.
  */
 static int load_blobs(int nranks, int ntensors, struct dcp_buf *all,
                       size_t *lens, size_t *displs)
 {
     const char *path = getenv("PLAN_SIM_BLOBS");
-    uint64_t hd[2], len, total = 0;
+    uint64_t hd[3], len, total = 0;
     FILE *f;
     int r, ok = 1;
     if (!path || !(f = fopen(path, "rb")))
         return 0;
     if (fread(hd, sizeof(hd), 1, f) != 1 || hd[0] != (uint64_t)nranks ||
-        hd[1] != (uint64_t)ntensors)
+        hd[1] != (uint64_t)ntensors || hd[2] != (uint64_t)mesh)
         ok = 0;
     for (r = 0; ok && r < nranks; r++) {
         ok = fread(&len, sizeof(len), 1, f) == 1;
@@ -281,7 +301,8 @@ static void save_blobs(int nranks, int ntensors, const struct dcp_buf *all,
                        const size_t *lens)
 {
     const char *path = getenv("PLAN_SIM_BLOBS");
-    uint64_t hd[2] = {(uint64_t)nranks, (uint64_t)ntensors}, len;
+    uint64_t hd[3] = {(uint64_t)nranks, (uint64_t)ntensors, (uint64_t)mesh};
+    uint64_t len;
     FILE *f;
     int r, ok;
     if (!path || !(f = fopen(path, "wb")))
@@ -323,6 +344,7 @@ int main(int argc, char **argv)
     const char *clk = getenv("PLAN_SIM_CLOCK");
     if (clk && strcmp(clk, "cpu") == 0)
         sim_clock = CLOCK_PROCESS_CPUTIME_ID;
+    mesh = getenv("PLAN_SIM_MESH") && strcmp(getenv("PLAN_SIM_MESH"), "1") == 0;
     if (nranks < 1 || ntensors < 1 || reps < 1 || reps > 100) {
         fprintf(stderr, "usage: plan_sim [ranks] [tensors] [reps]\n");
         return 2;
