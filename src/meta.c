@@ -889,11 +889,10 @@ int dcp__meta_check_tiling(const struct md_entry *e, struct dcp_err *err)
     for (d = 0; d < e->ndim; d++)
         total *= (uint64_t)e->shape[d];
     if (e->ndim == 0)
-        return e->nchunks == 1
-                   ? DCP_OK
-                   : dcp__err(err, DCP_EFORMAT,
-                              "'%s': a 0-d tensor with %zu chunks", e->key,
-                              e->nchunks);
+        return e->nchunks == 1 ? DCP_OK
+                               : dcp__err(err, DCP_EFORMAT,
+                                          "'%s': a 0-d tensor with %zu chunks",
+                                          e->key, e->nchunks);
     v = dcp__malloc((e->nchunks ? e->nchunks : 1) * sizeof(*v));
     if (!v)
         return DCP_ENOMEM;

@@ -604,7 +604,7 @@ static int tpl_item(struct fd *f, int nd)
 {
     static const int g[] = {G_MDINDEX, G_SINFO, G_SIZE},
                      w[] = {W_FQN, W_RELATIVE_PATH, W_OFFSET, W_LENGTH,
-                                 W_INDEX};
+                            W_INDEX};
     struct tpl *t = &f->titem, *tn = &f->titem_nd[nd];
     uint32_t ix[8];
     uint8_t *p;
@@ -750,8 +750,8 @@ static struct md_chunk *chunk_new(struct fd *f)
 {
     struct md_chunk *c;
     if (f->nchunks == f->capchunks &&
-        grow_arr((void **)&f->chunks, &f->capchunks, f->nchunks,
-                 f->nchunks + 1, sizeof(*c)) != DCP_OK)
+        grow_arr((void **)&f->chunks, &f->capchunks, f->nchunks, f->nchunks + 1,
+                 sizeof(*c)) != DCP_OK)
         return NULL;
     c = &f->chunks[f->nchunks++];
     c->off = c->size = NULL; /* not memset: rep stos is slow */
@@ -1062,21 +1062,20 @@ static int rd_storage_fast(struct fd *f)
     uint32_t file;
     if (!f->titem.built && !tpl_item(f, 0))
         return 0; /* not yet: a slot is unknown */
-    if (!tpl_eat(f, &f->titem, 0) || !(m = take_get(f)) ||
-        m->kind != MK_STR || !m->entry)
+    if (!tpl_eat(f, &f->titem, 0) || !(m = take_get(f)) || m->kind != MK_STR ||
+        !m->entry)
         goto no;
     e = &f->md->e[m->entry - 1];
     if (!e->is_tensor ||
         (!f->titem_nd[e->ndim].built && !tpl_item(f, e->ndim)) ||
         !tpl_eat(f, &f->titem_nd[e->ndim], 0) || !tpl_ints(f, off, e->ndim) ||
         !tpl_eat(f, &f->titem_nd[e->ndim], 1) || rd_int(f, &index) ||
-        !tpl_eat(f, &f->titem, 1) || !(m = take_get(f)) ||
-        m->kind != MK_STR || !m->file)
+        !tpl_eat(f, &f->titem, 1) || !(m = take_get(f)) || m->kind != MK_STR ||
+        !m->file)
         goto no;
     file = m->file - 1;
     if (!tpl_eat(f, &f->titem, 2) || rd_int(f, &o) ||
-        !tpl_eat(f, &f->titem, 3) || rd_int(f, &l) ||
-        !tpl_eat(f, &f->titem, 4))
+        !tpl_eat(f, &f->titem, 3) || rd_int(f, &l) || !tpl_eat(f, &f->titem, 4))
         goto no;
     if (index < 0 || (uint64_t)index >= e->nchunks ||
         !same_ints(e->chunks[index].off, off, e->ndim))

@@ -10,12 +10,13 @@
  * (checking that ranks agree on each key), boxes are copied to their key's
  * slice of one array in a second pass over the blobs (a counting sort,
  * which turns the rank-major input key-major), sorted by offsets within
- * each key (they usually arrive sorted), and equal offsets form one chunk: replicated boxes become one record with several possible
- * writers; empty boxes beside a non-empty one vanish; equal offsets with
- * different sizes are an overlap. Each tensor's chunks must then tile it
- * (dcp__meta_check_tiling). Writers: a record with one holder is written
- * by it; replicated records go, largest first, to the holder with the
- * fewest bytes so far (ties: lowest rank), so they spread over the ranks.
+ * each key (they usually arrive sorted), and equal offsets form one chunk:
+ * replicated boxes become one record with several possible writers; empty boxes
+ * beside a non-empty one vanish; equal offsets with different sizes are an
+ * overlap. Each tensor's chunks must then tile it (dcp__meta_check_tiling).
+ * Writers: a record with one holder is written by it; replicated records go,
+ * largest first, to the holder with the fewest bytes so far (ties: lowest
+ * rank), so they spread over the ranks.
  */
 #include "plan.h"
 
@@ -299,9 +300,9 @@ struct gp {
     size_t tabcap;
     struct pent *ents; /* every rank's entries, rank-major */
     size_t nents, capents;
-    size_t ncands; /* boxes and values over all ranks */
-    size_t nwords; /* of gp.box */
-    size_t *rbase; /* per rank: its first cand; nranks + 1 */
+    size_t ncands;  /* boxes and values over all ranks */
+    size_t nwords;  /* of gp.box */
+    size_t *rbase;  /* per rank: its first cand; nranks + 1 */
     uint32_t *hint; /* key of entry i on the previous rank: likely the same */
     size_t nhint, caphint;
     int64_t *box;       /* second pass: per key, its boxes */
@@ -596,8 +597,8 @@ static int parse_entry(struct gp *p, struct rd *rd, int r, uint32_t lent)
     if ((size_t)(rd->p - start) > UINT32_MAX)
         return dcp__err(p->err, DCP_ELIMIT,
                         "'%s': key or path of rank %d too long", k->key, r);
-    if (grow((void **)&p->ents, &p->capents, p->nents + 1,
-             sizeof(*p->ents)) != DCP_OK)
+    if (grow((void **)&p->ents, &p->capents, p->nents + 1, sizeof(*p->ents)) !=
+        DCP_OK)
         return dcp__err(p->err, DCP_ENOMEM, "out of memory planning the save");
     p->ents[p->nents].g = gi;
     p->ents[p->nents].headlen = (uint32_t)(rd->p - start);
@@ -1124,8 +1125,8 @@ static int sort_keys(struct build *b)
         return DCP_ENOMEM;
     for (i = 0; i < p->nkeys; i++) {
         struct gkey *k = &p->keys[b->sk[i].g];
-        size_t n = k->ncand * (k->is_tensor ? BOX_WORDS(k->ndim ? k->ndim : 1)
-                                            : 1);
+        size_t n =
+            k->ncand * (k->is_tensor ? BOX_WORDS(k->ndim ? k->ndim : 1) : 1);
         k->base = at;
         at += n + slice_pad(i, n * sizeof(int64_t)) / sizeof(int64_t);
         /* Entry i's chunks (at most one per box; a value has one). */
@@ -1179,8 +1180,8 @@ static int build_all(struct gp *p, const uint8_t *blobs, const size_t *lens,
         if (p->keys[i].ncand > maxn)
             maxn = p->keys[i].ncand;
     b.md->e = dcp__calloc(p->nkeys ? p->nkeys : 1, sizeof(*b.md->e));
-    b.md->chunk_block = huge_array(b.cbase[p->nkeys], sizeof(struct md_chunk),
-                                   1);
+    b.md->chunk_block =
+        huge_array(b.cbase[p->nkeys], sizeof(struct md_chunk), 1);
     b.srt = dcp__malloc(maxn * sizeof(*b.srt));
     b.srt2 = dcp__malloc(maxn * sizeof(*b.srt2));
     b.rkey[0] = dcp__malloc(2 * maxn * sizeof(*b.rkey[0]));

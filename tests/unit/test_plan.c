@@ -124,13 +124,13 @@ TEST(huge_shape_out_of_order)
     struct pl_global g;
     struct dcp_err err;
     const struct md_entry *e;
-    int64_t o0[8] = {h}, o1[8] = {0}, size[8] = {h, (int64_t)1 << 31,
-                                                 1, 1, 1, 1, 1, 1};
+    int64_t o0[8] = {h}, o1[8] = {0},
+            size[8] = {h, (int64_t)1 << 31, 1, 1, 1, 1, 1, 1};
     states(2, st);
-    ASSERT_OK(dcp_state_add_tensor(st[0], "w", DCP_U8, 8, shape, o0, size,
-                                   buf, DCP_MEM_HOST));
-    ASSERT_OK(dcp_state_add_tensor(st[1], "w", DCP_U8, 8, shape, o1, size,
-                                   buf, DCP_MEM_HOST));
+    ASSERT_OK(dcp_state_add_tensor(st[0], "w", DCP_U8, 8, shape, o0, size, buf,
+                                   DCP_MEM_HOST));
+    ASSERT_OK(dcp_state_add_tensor(st[1], "w", DCP_U8, 8, shape, o1, size, buf,
+                                   DCP_MEM_HOST));
     ASSERT_OK(plan(2, st, &g, &err));
     e = &g.md->e[0];
     ASSERT_EQ(e->nchunks, 2);
@@ -166,21 +166,22 @@ static int four(const int64_t (*b)[4], const char *want)
 
 TEST(tiling_layouts)
 {
-    static const int64_t grid[4][4] = {{0, 0, 2, 2}, {0, 2, 2, 2},
-                                       {2, 0, 2, 2}, {2, 2, 2, 2}},
-                         /* rows of bricks, the second row's offset */
-                         bricks[4][4] = {{0, 0, 2, 3}, {0, 3, 2, 1},
-                                         {2, 0, 2, 1}, {2, 1, 2, 3}},
-                         /* left half whole, right half cut in rows: not a
-                          * grid along either dimension */
-                         kd[4][4] = {{0, 0, 4, 2}, {0, 2, 1, 2},
-                                     {1, 2, 2, 2}, {3, 2, 1, 2}},
-                         grid_overlap[4][4] = {{0, 0, 2, 2}, {1, 2, 2, 2},
-                                               {2, 0, 2, 2}, {2, 2, 2, 2}},
-                         kd_overlap[4][4] = {{0, 0, 4, 2}, {0, 2, 2, 2},
-                                             {1, 2, 2, 2}, {3, 2, 1, 2}},
-                         gap[4][4] = {{0, 0, 2, 2}, {0, 2, 2, 2},
-                                      {2, 0, 2, 2}, {3, 2, 1, 2}};
+    static const int64_t
+        grid[4][4] = {{0, 0, 2, 2}, {0, 2, 2, 2}, {2, 0, 2, 2}, {2, 2, 2, 2}},
+        /* rows of bricks, the second row's offset */
+        bricks[4][4] = {{0, 0, 2, 3}, {0, 3, 2, 1}, {2, 0, 2, 1}, {2, 1, 2, 3}},
+        /* left half whole, right half cut in rows: not a
+         * grid along either dimension */
+        kd[4][4] = {{0, 0, 4, 2}, {0, 2, 1, 2}, {1, 2, 2, 2}, {3, 2, 1, 2}},
+        grid_overlap[4][4] = {{0, 0, 2, 2},
+                              {1, 2, 2, 2},
+                              {2, 0, 2, 2},
+                              {2, 2, 2, 2}},
+        kd_overlap[4][4] = {{0, 0, 4, 2},
+                            {0, 2, 2, 2},
+                            {1, 2, 2, 2},
+                            {3, 2, 1, 2}},
+        gap[4][4] = {{0, 0, 2, 2}, {0, 2, 2, 2}, {2, 0, 2, 2}, {3, 2, 1, 2}};
     ASSERT_OK(four(grid, ""));
     ASSERT_OK(four(bricks, ""));
     ASSERT_OK(four(kd, ""));
@@ -193,8 +194,8 @@ TEST(tiling_layouts)
  * same out of order. */
 TEST(tiling_check_direct)
 {
-    int64_t ints[5][4] = {{0, 0, 2, 2}, {0, 2, 2, 2}, {2, 0, 2, 2},
-                          {2, 2, 2, 2}, {2, 2, 2, 2}};
+    int64_t ints[5][4] = {
+        {0, 0, 2, 2}, {0, 2, 2, 2}, {2, 0, 2, 2}, {2, 2, 2, 2}, {2, 2, 2, 2}};
     static char key[] = "t";
     struct md_chunk ch[5];
     struct md_entry e;
