@@ -19,13 +19,21 @@
  * {"value": median, "unit", "min", "max"}.
  *
  * It uses the library's internals (plan.h, meta.h), so it links the static
- * library. Build and run (from the repository root, after a CMake build in
- * BUILD):
+ * library. Build and run (from the repository root):
+ *   cmake -S . -B build-rel -DCMAKE_BUILD_TYPE=Release -DDCP_WERROR=OFF
+ *   cmake --build build-rel -j2 --target dcp_static
  *   cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude \
- *      -Isrc bench/plan_sim.c BUILD/libdcp.a -lm -lpthread -o plan_sim
- *   ./plan_sim [ranks=4096] [tensors=2000] [reps=3] > plan_sim.json
- * Peak memory is read from /proc/self/status (VmHWM), reset before the
- * timed step through /proc/self/clear_refs (Linux).
+ *      -Isrc bench/plan_sim.c build-rel/libdcp.a -lm -lpthread -o plan_sim
+ *   PLAN_SIM_CLOCK=cpu ./plan_sim [ranks=4096] [tensors=2000] [reps=3] \
+ *      > plan_sim.json
+ * (DCP_WERROR=OFF: at -O3 gcc 12 warns of a maybe-uninitialized variable
+ * in storage.c, which -Werror would make an error.) Environment:
+ * PLAN_SIM_CLOCK=cpu (see sim_clock), PLAN_SIM_DUMP=FILE writes the first
+ * repetition's .metadata (to compare bytes across versions),
+ * PLAN_SIM_BLOBS=FILE keeps the gathered local plans (12 s to make) for
+ * the next run, PLAN_SIM_MESH=1 shards as a 2-D mesh (box_of). Peak
+ * memory is read from /proc/self/status (VmHWM), reset before the timed
+ * step through /proc/self/clear_refs (Linux).
  */
 #include <dcp/dcp.h>
 
@@ -62,6 +70,14 @@ static double now(void)
 {
     struct timespec ts;
     (void)clock_gettime(sim_clock, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Wall time, printed beside CPU time (stderr) when that is measured. */
+static double wall(void)
+{
+    struct timespec ts;
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -104,6 +120,27 @@ static void split(int64_t n, int p, int i, int64_t *off, int64_t *size)
     *size = (e > n ? n : e) - *off;
 }
 
+/*
+ * Rank r's box of a tensor of shape s: a row shard (FSDP), or with
+ * PLAN_SIM_MESH=1 a block of a 64 x (ranks / 64) grid with ranks going
+ * down the columns first, so that each tensor's boxes arrive out of
+ * offset order (a 2-D mesh, as HSDP or TP x FSDP give).
+ */
+static int mesh;
+
+static void box_of(const int64_t *s, int nranks, int r, int64_t *off,
+                   int64_t *size)
+{
+    if (mesh && nranks >= 64) {
+        split(s[0], 64, r % 64, &off[0], &size[0]);
+        split(s[1], nranks / 64, r / 64, &off[1], &size[1]);
+        return;
+    }
+    split(s[0], nranks, r, &off[0], &size[0]);
+    off[1] = 0;
+    size[1] = s[1];
+}
+
 static int local_plan(int r, int nranks, int ntensors, struct dcp_buf *all)
 {
     static char dummy[1];
@@ -119,8 +156,7 @@ static int local_plan(int r, int nranks, int ntensors, struct dcp_buf *all)
     for (t = 0; rc == DCP_OK && t < ntensors; t++) {
         int64_t shape[2], off[2] = {0, 0}, size[2];
         shape_of(t, nranks, shape);
-        split(shape[0], nranks, r, &off[0], &size[0]);
-        size[1] = shape[1];
+        box_of(shape, nranks, r, off, size);
         if (t % 20 == 0 && t)
             rc = dcp_state_pop(st);
         if (rc == DCP_OK && t % 20 == 0)
@@ -210,8 +246,7 @@ static size_t load_plan(const struct dcp_metadata *md, int r, int nranks,
         const struct md_entry *e;
         long k;
         shape_of(t, nranks, shape);
-        split(shape[0], nranks, r, &off[0], &size[0]);
-        size[1] = shape[1];
+        box_of(shape, nranks, r, off, size);
         (void)snprintf(key, sizeof(key), "model.layers.%d.%s", t / 20,
                        names[t % 20]);
         k = dcp__meta_find(md, key);
@@ -229,6 +264,58 @@ static size_t load_plan(const struct dcp_metadata *md, int r, int nranks,
         hits += dcp__meta_overlapping(e, off, size, mark);
     }
     return hits;
+}
+
+/*
+ * PLAN_SIM_BLOBS=FILE keeps the gathered local plans in FILE (ranks,
+ * tensors, mesh, lengths, bytes), so that repeated runs skip making them.
+ */
+static int load_blobs(int nranks, int ntensors, struct dcp_buf *all,
+                      size_t *lens, size_t *displs)
+{
+    const char *path = getenv("PLAN_SIM_BLOBS");
+    uint64_t hd[3], len, total = 0;
+    FILE *f;
+    int r, ok = 1;
+    if (!path || !(f = fopen(path, "rb")))
+        return 0;
+    if (fread(hd, sizeof(hd), 1, f) != 1 || hd[0] != (uint64_t)nranks ||
+        hd[1] != (uint64_t)ntensors || hd[2] != (uint64_t)mesh)
+        ok = 0;
+    for (r = 0; ok && r < nranks; r++) {
+        ok = fread(&len, sizeof(len), 1, f) == 1;
+        displs[r] = (size_t)total;
+        lens[r] = (size_t)len;
+        total += len;
+    }
+    if (ok)
+        ok = dcp__buf_reserve(all, (size_t)total) == DCP_OK &&
+             fread(all->p, 1, (size_t)total, f) == total;
+    if (ok)
+        all->len = (size_t)total;
+    (void)fclose(f);
+    return ok;
+}
+
+static void save_blobs(int nranks, int ntensors, const struct dcp_buf *all,
+                       const size_t *lens)
+{
+    const char *path = getenv("PLAN_SIM_BLOBS");
+    uint64_t hd[3] = {(uint64_t)nranks, (uint64_t)ntensors, (uint64_t)mesh};
+    uint64_t len;
+    FILE *f;
+    int r, ok;
+    if (!path || !(f = fopen(path, "wb")))
+        return;
+    ok = fwrite(hd, sizeof(hd), 1, f) == 1;
+    for (r = 0; ok && r < nranks; r++) {
+        len = lens[r];
+        ok = fwrite(&len, sizeof(len), 1, f) == 1;
+    }
+    if (ok)
+        ok = fwrite(all->p, 1, all->len, f) == all->len;
+    if (fclose(f) || !ok)
+        fprintf(stderr, "cannot write %s\n", path);
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -257,6 +344,7 @@ int main(int argc, char **argv)
     const char *clk = getenv("PLAN_SIM_CLOCK");
     if (clk && strcmp(clk, "cpu") == 0)
         sim_clock = CLOCK_PROCESS_CPUTIME_ID;
+    mesh = getenv("PLAN_SIM_MESH") && strcmp(getenv("PLAN_SIM_MESH"), "1") == 0;
     if (nranks < 1 || ntensors < 1 || reps < 1 || reps > 100) {
         fprintf(stderr, "usage: plan_sim [ranks] [tensors] [reps]\n");
         return 2;
@@ -268,13 +356,16 @@ int main(int argc, char **argv)
     ds = calloc((size_t)reps, sizeof(double));
     lp = calloc((size_t)reps, sizeof(double));
     t0 = now();
-    for (r = 0; r < nranks; r++) {
-        displs[r] = all.len;
-        if (local_plan(r, nranks, ntensors, &all) != DCP_OK) {
-            fprintf(stderr, "local plan of rank %d failed\n", r);
-            return 1;
+    if (!load_blobs(nranks, ntensors, &all, lens, displs)) {
+        for (r = 0; r < nranks; r++) {
+            displs[r] = all.len;
+            if (local_plan(r, nranks, ntensors, &all) != DCP_OK) {
+                fprintf(stderr, "local plan of rank %d failed\n", r);
+                return 1;
+            }
+            lens[r] = all.len - displs[r];
         }
-        lens[r] = all.len - displs[r];
+        save_blobs(nranks, ntensors, &all, lens);
     }
     fprintf(stderr, "local plans: %d ranks x %d tensors, %.1f MiB, %.2f s\n",
             nranks, ntensors, (double)all.len / 1048576.0, now() - t0);
@@ -283,12 +374,14 @@ int main(int argc, char **argv)
         struct dcp_metadata *dec = NULL;
         struct dcp_err err;
         size_t hits;
-        double t1;
+        double t1, w1, pw, dw;
         reset_peak();
         t1 = now();
+        w1 = wall();
         if (coordinate(all.p, lens, displs, nranks, &md) != DCP_OK)
             return 1;
         ps[k] = now() - t1;
+        pw = wall() - w1;
         if (k == 0 && getenv("PLAN_SIM_DUMP")) { /* for byte comparisons */
             FILE *f = fopen(getenv("PLAN_SIM_DUMP"), "wb");
             if (!f || fwrite(md.p, 1, md.len, f) != md.len || fclose(f))
@@ -296,19 +389,22 @@ int main(int argc, char **argv)
         }
         pk[k] = peak_rss() / (1024.0 * 1024.0 * 1024.0);
         t1 = now();
+        w1 = wall();
         if (dcp__meta_decode(md.p, md.len, &dec, &err) != DCP_OK) {
             fprintf(stderr, "decode: %s\n", err.msg);
             return 1;
         }
         ds[k] = now() - t1;
+        dw = wall() - w1;
         t1 = now();
         hits = load_plan(dec, nranks / 2, nranks, ntensors);
         lp[k] = (now() - t1) * 1e3;
         fprintf(stderr,
-                "rep %d: plan+encode %.2f s (peak %.2f GiB), .metadata "
-                "%.1f MiB, decode %.2f s, load plan %.1f ms (%zu chunks)\n",
-                k, ps[k], pk[k], (double)md.len / 1048576.0, ds[k], lp[k],
-                hits);
+                "rep %d: plan+encode %.2f s (wall %.2f s, peak %.2f GiB), "
+                ".metadata %.1f MiB, decode %.2f s (wall %.2f s), load plan "
+                "%.1f ms (%zu chunks)\n",
+                k, ps[k], pw, pk[k], (double)md.len / 1048576.0, ds[k], dw,
+                lp[k], hits);
         dcp__meta_free(dec);
         dcp__buf_free(&md);
     }

@@ -45,6 +45,9 @@ struct dcp_metadata {
     char *checkpoint_id; /* storage_meta.checkpoint_id when a str/path */
     char *save_id;
     int64_t *ints;       /* backing store for chunk offsets/sizes */
+    /* When set, every entry's chunks lie in this one block (the save
+     * plan's), freed with it instead of one by one. */
+    struct md_chunk *chunk_block;
     char *dir;           /* set by dcp_metadata_open: where it was read */
 };
 

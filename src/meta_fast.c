@@ -30,6 +30,10 @@
 
 #define DECLINE META_FAST_DECLINE
 
+/* For the few helpers the per-item paths call millions of times, which the
+ * compiler would otherwise keep out of line. */
+#define HOT static inline __attribute__((always_inline))
+
 #define M_DCP "torch.distributed.checkpoint.metadata"
 #define M_FS "torch.distributed.checkpoint.filesystem"
 
@@ -115,6 +119,25 @@ struct mslot {
     uint32_t file;  /* MK_STR as a file name: md->files index + 1 */
 };
 
+/*
+ * At scale nearly all of the input is two items repeated millions of times
+ * as dcp__meta_encode writes them, with GETs of memoized classes and
+ * strings: a ChunkStorageMetadata, and a storage_data (MetadataIndex,
+ * _StorageInfo) pair. Once the memo holds those classes and strings, the
+ * items' bytes between their ints (and the GETs of key and file name) are
+ * known: a template's segments. An item that matches them is read with a
+ * few compares, exactly as the op-by-op path would read it; any other (a
+ * first occurrence, another writer's, a mutation) is read by that path
+ * from its start.
+ */
+struct tpl {
+    uint8_t built;
+    uint8_t n[5];
+    uint8_t b[5][24];
+    uint64_t w[5][3]; /* b as words, and which of their bytes count */
+    uint64_t mask[5][3];
+};
+
 struct fd {
     const uint8_t *p, *end;
     struct mslot *memo;
@@ -123,10 +146,22 @@ struct fd {
     size_t cape;  /* md->e capacity */
     int64_t *ints; /* chunk offsets and sizes, in order */
     size_t nints, capints;
+    /* Every entry's chunks, in order (md->chunk_block once read); entry
+     * i's start at cstart[i]. */
+    struct md_chunk *chunks;
+    size_t capchunks;
+    size_t *cstart;
     struct md_ftab ftab;
     int have_sdm, have_pd, have_sd, have_sm, have_ver;
     size_t nchunks; /* in state_dict_metadata */
     size_t nstored; /* chunks given their storage entry */
+    /* Memo index + 1 of a slot holding each class and word (0: none yet),
+     * and the fast items' templates built from them (see tpl). */
+    uint32_t gix[G_DTYPE + 1];
+    uint32_t wix[W_TORCH_STRIDED + 1];
+    struct tpl tchunk[DCP_MAX_NDIM + 1]; /* per ndim */
+    struct tpl titem;                    /* storage item, any ndim */
+    struct tpl titem_nd[DCP_MAX_NDIM + 1];
 };
 
 /* A string as read: into the input, with its word. */
@@ -198,7 +233,7 @@ static struct mslot *put_slot(struct fd *f, uint32_t idx)
 
 /* BINGET / LONG_BINGET: the slot, or NULL when the next op is not a GET
  * or names nothing. */
-static inline struct mslot *take_get(struct fd *f)
+HOT struct mslot *take_get(struct fd *f)
 {
     uint32_t idx;
     if (f->p < f->end && *f->p == 'h' && NEED(f, 2)) {
@@ -260,6 +295,8 @@ static int rd_str(struct fd *f, struct fstr *out)
             m->len = n;
             m->word = out->word;
             out->slot = (size_t)(m - f->memo) + 1;
+            if (!f->wix[out->word])
+                f->wix[out->word] = (uint32_t)out->slot;
         }
         return DCP_OK;
     }
@@ -326,6 +363,8 @@ static int rd_global_slow(struct fd *f, int *id, dcp_dtype *dt)
         if (!(m = put_slot(f, idx)))
             return DECLINE;
         *m = tmp;
+        if (!f->gix[tmp.id])
+            f->gix[tmp.id] = idx + 1;
     }
     *id = m->id;
     if (dt)
@@ -334,7 +373,7 @@ static int rd_global_slow(struct fd *f, int *id, dcp_dtype *dt)
 }
 
 /* BININT1 / BININT2 / BININT / LONG1 (up to 8 bytes). */
-static inline int rd_int(struct fd *f, int64_t *v)
+HOT int rd_int(struct fd *f, int64_t *v)
 {
     const uint8_t *p = f->p;
     size_t n, i;
@@ -461,6 +500,166 @@ static int next_item(struct fd *f, int *open, uint8_t close_op)
     }
 }
 
+/* ------------------------------------------------------- fast items */
+
+/* A GET of memo index i, as the encoder writes it. */
+static uint8_t *tpl_get(uint8_t *p, uint32_t i)
+{
+    if (i < 256) {
+        p[0] = 'h';
+        p[1] = (uint8_t)i;
+        return p + 2;
+    }
+    p[0] = 'j';
+    p[1] = (uint8_t)i;
+    p[2] = (uint8_t)(i >> 8);
+    p[3] = (uint8_t)(i >> 16);
+    p[4] = (uint8_t)(i >> 24);
+    return p + 5;
+}
+
+/* The end of a torch.Size's ints: the tuple, TUPLE1, REDUCE. */
+static uint8_t *tpl_size_end(uint8_t *p, int nd)
+{
+    *p++ = nd == 0 ? ')' : nd <= 3 ? (uint8_t)(0x85 + nd - 1) : 't';
+    *p++ = 0x85;
+    *p++ = 'R';
+    return p;
+}
+
+/* GET cls, EMPTY_TUPLE, NEWOBJ, EMPTY_DICT, MARK */
+static uint8_t *tpl_obj_open(uint8_t *p, uint32_t cls)
+{
+    p = tpl_get(p, cls);
+    p[0] = ')';
+    p[1] = 0x81;
+    p[2] = '}';
+    p[3] = '(';
+    return p + 4;
+}
+
+/* Ends segment i at p. */
+static void tpl_seg(struct tpl *t, int i, const uint8_t *p)
+{
+    uint8_t m[24];
+    t->n[i] = (uint8_t)(p - t->b[i]);
+    memset(m, 0, sizeof(m));
+    memset(m, 0xff, t->n[i]);
+    memset(t->b[i] + t->n[i], 0, sizeof(t->b[i]) - t->n[i]);
+    memcpy(t->w[i], t->b[i], sizeof(t->w[i]));
+    memcpy(t->mask[i], m, sizeof(t->mask[i]));
+}
+
+/* Memo indices of the classes and words a template needs, or 0. */
+static int tpl_ix(const struct fd *f, const int *g, size_t ng, const int *w,
+                  size_t nw, uint32_t *out)
+{
+    size_t i;
+    for (i = 0; i < ng; i++)
+        if (!(out[i] = f->gix[g[i]]))
+            return 0;
+    for (i = 0; i < nw; i++)
+        if (!(out[ng + i] = f->wix[w[i]]))
+            return 0;
+    for (i = 0; i < ng + nw; i++)
+        out[i]--;
+    return 1;
+}
+
+/* ChunkStorageMetadata of ndim nd: obj offsets Size( | ) sizes Size( | ) */
+static int tpl_chunk(struct fd *f, int nd)
+{
+    static const int g[] = {G_CSM, G_SIZE}, w[] = {W_OFFSETS, W_SIZES};
+    struct tpl *t = &f->tchunk[nd];
+    uint32_t ix[4];
+    uint8_t *p;
+    if (t->built)
+        return 1;
+    if (!tpl_ix(f, g, 2, w, 2, ix))
+        return 0;
+    p = tpl_obj_open(t->b[0], ix[0]);
+    p = tpl_get(tpl_get(p, ix[2]), ix[1]);
+    if (nd > 3)
+        *p++ = '(';
+    tpl_seg(t, 0, p);
+    p = tpl_get(tpl_get(tpl_size_end(t->b[1], nd), ix[3]), ix[1]);
+    if (nd > 3)
+        *p++ = '(';
+    tpl_seg(t, 1, p);
+    p = tpl_size_end(t->b[2], nd);
+    p[0] = 'u';
+    p[1] = 'b';
+    tpl_seg(t, 2, p + 2);
+    t->built = 1;
+    return 1;
+}
+
+/*
+ * A storage_data item: MetadataIndex: fqn <key> | offset Size( <ints> )
+ * index <int> | _StorageInfo: relative_path <name> | offset <int> |
+ * length <int> |. The segments around the key and the name (titem) are
+ * the same for every ndim; those around the offsets (titem_nd) are not.
+ */
+static int tpl_item(struct fd *f, int nd)
+{
+    static const int g[] = {G_MDINDEX, G_SINFO, G_SIZE},
+                     w[] = {W_FQN, W_RELATIVE_PATH, W_OFFSET, W_LENGTH,
+                            W_INDEX};
+    struct tpl *t = &f->titem, *tn = &f->titem_nd[nd];
+    uint32_t ix[8];
+    uint8_t *p;
+    if (t->built && tn->built)
+        return 1;
+    if (!tpl_ix(f, g, 3, w, 5, ix))
+        return 0;
+    tpl_seg(t, 0, tpl_get(tpl_obj_open(t->b[0], ix[0]), ix[3]));
+    p = t->b[1];
+    p[0] = 'u';
+    p[1] = 'b';
+    tpl_seg(t, 1, tpl_get(tpl_obj_open(p + 2, ix[1]), ix[4]));
+    tpl_seg(t, 2, tpl_get(t->b[2], ix[5]));
+    tpl_seg(t, 3, tpl_get(t->b[3], ix[6]));
+    p = t->b[4];
+    p[0] = 'u';
+    p[1] = 'b';
+    tpl_seg(t, 4, p + 2);
+    p = tpl_get(tpl_get(tn->b[0], ix[5]), ix[2]);
+    if (nd > 3)
+        *p++ = '(';
+    tpl_seg(tn, 0, p);
+    tpl_seg(tn, 1, tpl_get(tpl_size_end(tn->b[1], nd), ix[7]));
+    t->built = tn->built = 1;
+    return 1;
+}
+
+/* Reads segment i of t, if the input has it next: three word compares
+ * while 24 bytes are left. */
+HOT int tpl_eat(struct fd *f, const struct tpl *t, int i)
+{
+    if (NEED(f, 24)) {
+        uint64_t v[3];
+        memcpy(v, f->p, sizeof(v));
+        if (((v[0] ^ t->w[i][0]) & t->mask[i][0]) |
+            ((v[1] ^ t->w[i][1]) & t->mask[i][1]) |
+            ((v[2] ^ t->w[i][2]) & t->mask[i][2]))
+            return 0;
+    } else if (!NEED(f, t->n[i]) || memcmp(f->p, t->b[i], t->n[i]) != 0) {
+        return 0;
+    }
+    f->p += t->n[i];
+    return 1;
+}
+
+/* n ints, as rd_size reads them. */
+HOT int tpl_ints(struct fd *f, int64_t *v, int n)
+{
+    int d;
+    for (d = 0; d < n; d++)
+        if (rd_int(f, &v[d]) != DCP_OK)
+            return 0;
+    return 1;
+}
+
 /* ------------------------------------------------ state_dict_metadata */
 
 static int rd_props(struct fd *f, struct md_entry *e)
@@ -510,24 +709,91 @@ static int rd_props(struct fd *f, struct md_entry *e)
                                                               : DECLINE;
 }
 
+/*
+ * Makes room for need elements of elem bytes in *p (n in use, capacity
+ * *cap), at least doubling. Large arrays move to fresh memory advised for
+ * huge pages before the copy touches it: realloc would copy into small
+ * pages (the advice splits the mapping, so the kernel cannot move it).
+ */
+static int grow_arr(void **p, size_t *cap, size_t n, size_t need, size_t elem)
+{
+    size_t nc = *cap ? *cap : 1024;
+    void *np;
+    if (need <= *cap)
+        return DCP_OK;
+    while (nc < need) {
+        if (nc > SIZE_MAX / 2 / elem)
+            return DCP_ENOMEM;
+        nc *= 2;
+    }
+    if (nc * elem < ((size_t)4 << 20)) {
+        np = dcp__realloc(*p, nc * elem);
+        if (!np)
+            return DCP_ENOMEM;
+    } else {
+        np = dcp__malloc(nc * elem);
+        if (!np)
+            return DCP_ENOMEM;
+        dcp__advise_huge(np, nc * elem);
+        if (n)
+            memcpy(np, *p, n * elem);
+        dcp__free(*p);
+    }
+    *p = np;
+    *cap = nc;
+    return DCP_OK;
+}
+
+/* The next chunk, zeroed (f->nchunks counts them); NULL when out of
+ * memory. Each takes a few input bytes at least, which bounds them. */
+static struct md_chunk *chunk_new(struct fd *f)
+{
+    struct md_chunk *c;
+    if (f->nchunks == f->capchunks &&
+        grow_arr((void **)&f->chunks, &f->capchunks, f->nchunks, f->nchunks + 1,
+                 sizeof(*c)) != DCP_OK)
+        return NULL;
+    c = &f->chunks[f->nchunks++];
+    c->off = c->size = NULL; /* not memset: rep stos is slow */
+    c->file = 0;
+    c->offset = 0;
+    c->length = 0;
+    c->has_storage = 0;
+    return c;
+}
+
 static int64_t *ints_room(struct fd *f, size_t n)
 {
-    if (f->capints - f->nints < n) {
-        size_t cap = f->capints ? f->capints : 1024;
-        int64_t *p;
-        while (cap - f->nints < n) {
-            if (cap > SIZE_MAX / 2 / sizeof(*p))
-                return NULL;
-            cap *= 2;
-        }
-        p = dcp__realloc(f->ints, cap * sizeof(*p));
-        if (!p)
-            return NULL;
-        f->ints = p;
-        f->capints = cap;
-        dcp__advise_huge(p, cap * sizeof(*p));
-    }
+    if (f->capints - f->nints < n &&
+        (f->nints > SIZE_MAX - n ||
+         grow_arr((void **)&f->ints, &f->capints, f->nints, f->nints + n,
+                  sizeof(*f->ints)) != DCP_OK))
+        return NULL;
     return f->ints + f->nints;
+}
+
+/*
+ * The arrays sized for what dcp writes, about 110 bytes per chunk of ndim
+ * 2: pages never written stay virtual, and the arrays seldom move. They
+ * grow past it as needed; when even this much is not to be had, they
+ * start small.
+ */
+static void reserve_arrays(struct fd *f, size_t len)
+{
+    size_t nc = len / 64 + 1024;
+    f->chunks = dcp__malloc(nc * sizeof(*f->chunks));
+    f->ints = dcp__malloc(4 * nc * sizeof(*f->ints));
+    if (!f->chunks || !f->ints) {
+        dcp__free(f->chunks);
+        dcp__free(f->ints);
+        f->chunks = NULL;
+        f->ints = NULL;
+        return;
+    }
+    dcp__advise_huge(f->chunks, nc * sizeof(*f->chunks));
+    dcp__advise_huge(f->ints, 4 * nc * sizeof(*f->ints));
+    f->capchunks = nc;
+    f->capints = 4 * nc;
 }
 
 /*
@@ -539,13 +805,25 @@ static int rd_chunk(struct fd *f, struct md_entry *e, struct md_chunk *c)
 {
     int slot = e->ndim ? e->ndim : 1, n1 = -1, n2 = -1, d;
     int64_t *v = ints_room(f, 2 * (size_t)slot);
-    if (!v || rd_obj_open(f, G_CSM) != DCP_OK ||
-        rd_word(f, W_OFFSETS) != DCP_OK)
+    const uint8_t *p0 = f->p;
+    const struct tpl *t = &f->tchunk[e->ndim];
+    if (!v)
         return DECLINE;
     v[0] = v[slot] = 0;
-    if (rd_size(f, v, &n1) != DCP_OK || rd_word(f, W_SIZES) != DCP_OK ||
-        rd_size(f, v + slot, &n2) != DCP_OK || rd_obj_close(f) != DCP_OK ||
-        n1 != e->ndim || n2 != e->ndim)
+    if ((t->built || tpl_chunk(f, e->ndim)) && tpl_eat(f, t, 0) &&
+        tpl_ints(f, v, e->ndim) && tpl_eat(f, t, 1) &&
+        tpl_ints(f, v + slot, e->ndim) && tpl_eat(f, t, 2)) {
+        n1 = n2 = e->ndim;
+    } else {
+        f->p = p0;
+        v[0] = v[slot] = 0;
+        if (rd_obj_open(f, G_CSM) != DCP_OK ||
+            rd_word(f, W_OFFSETS) != DCP_OK || rd_size(f, v, &n1) != DCP_OK ||
+            rd_word(f, W_SIZES) != DCP_OK ||
+            rd_size(f, v + slot, &n2) != DCP_OK || rd_obj_close(f) != DCP_OK)
+            return DECLINE;
+    }
+    if (n1 != e->ndim || n2 != e->ndim)
         return DECLINE;
     for (d = 0; d < e->ndim; d++) {
         int64_t end;
@@ -562,7 +840,6 @@ static int rd_chunk(struct fd *f, struct md_entry *e, struct md_chunk *c)
 static int rd_tensor_md(struct fd *f, struct md_entry *e)
 {
     uint64_t bytes, t;
-    size_t cap = 0;
     int open = 0, more, d;
     e->is_tensor = 1;
     if (rd_word(f, W_PROPERTIES) != DCP_OK || rd_props(f, e) != DCP_OK ||
@@ -578,29 +855,12 @@ static int rd_tensor_md(struct fd *f, struct md_entry *e)
         bytes = t;
     }
     while ((more = next_item(f, &open, 'e')) == 1) {
-        if (e->nchunks == cap) {
-            struct md_chunk *c;
-            cap = cap ? 2 * cap : 4;
-            c = dcp__realloc(e->chunks, cap * sizeof(*c));
-            if (!c)
-                return DECLINE;
-            e->chunks = c;
-        }
-        {
-            struct md_chunk *c = &e->chunks[e->nchunks];
-            c->off = c->size = NULL; /* not memset: rep stos is slow */
-            c->file = 0;
-            c->length = 0;
-            c->has_storage = 0;
-        }
-        if (rd_chunk(f, e, &e->chunks[e->nchunks]) != DCP_OK)
+        struct md_chunk *c = chunk_new(f);
+        if (!c || rd_chunk(f, e, c) != DCP_OK)
             return DECLINE;
         e->nchunks++;
-        f->nchunks++;
     }
     if (more != 0)
-        return DECLINE;
-    if (!e->chunks && !(e->chunks = dcp__calloc(1, sizeof(*e->chunks))))
         return DECLINE;
     return rd_obj_close(f);
 }
@@ -615,13 +875,18 @@ static int rd_sdm(struct fd *f)
         struct md_entry *e;
         struct fstr k;
         if (md->n == f->cape) {
-            size_t cap = f->cape ? 2 * f->cape : 64;
+            size_t cap = f->cape ? 2 * f->cape : 64, *cs;
             e = dcp__realloc(md->e, cap * sizeof(*e));
             if (!e)
                 return DECLINE;
             md->e = e;
+            cs = dcp__realloc(f->cstart, cap * sizeof(*cs));
+            if (!cs)
+                return DECLINE;
+            f->cstart = cs;
             f->cape = cap;
         }
+        f->cstart[md->n] = f->nchunks;
         e = &md->e[md->n];
         memset(e, 0, sizeof(*e));
         if (rd_str(f, &k) != DCP_OK)
@@ -634,10 +899,9 @@ static int rd_sdm(struct fd *f)
             return DECLINE;
         if (id == G_BSM) {
             if (rd_op(f, ')') != DCP_OK || rd_op(f, 0x81) != DCP_OK ||
-                !(e->chunks = dcp__calloc(1, sizeof(*e->chunks))))
+                !chunk_new(f))
                 return DECLINE;
             e->nchunks = 1;
-            f->nchunks++;
             continue;
         }
         if (id != G_TSM || rd_op(f, ')') != DCP_OK ||
@@ -656,6 +920,14 @@ static int rd_sdm_done(struct fd *f)
     struct dcp_err err;
     size_t i, j;
     memset(&err, 0, sizeof(err));
+    /* No more chunks are read: the entries can point into the block (and
+     * one chunk past a value's or an empty tensor's would not hurt). */
+    if (!f->chunks && !(f->chunks = dcp__calloc(1, sizeof(*f->chunks))))
+        return DECLINE;
+    for (i = 0; i < md->n; i++)
+        md->e[i].chunks = f->chunks + f->cstart[i];
+    md->chunk_block = f->chunks;
+    f->chunks = NULL;
     if (dcp__meta_sort(md, &err) != DCP_OK)
         return DECLINE;
     if (!f->ints && !(f->ints = dcp__malloc(sizeof(int64_t))))
@@ -775,6 +1047,55 @@ static inline int same_ints(const int64_t *a, const int64_t *b, int n)
     return 1;
 }
 
+/* A storage item that matches the template: 1, or 0 with the input
+ * untouched. What it cannot decide itself (a first occurrence of a key or
+ * a name, an index that is not the chunk's, a second entry for a chunk)
+ * it leaves to the op-by-op path. */
+static int rd_storage_fast(struct fd *f)
+{
+    const uint8_t *p0 = f->p;
+    const struct mslot *m;
+    const struct md_entry *e;
+    struct md_chunk *c;
+    int64_t off[DCP_MAX_NDIM], index, o, l;
+    uint64_t end;
+    uint32_t file;
+    if (!f->titem.built && !tpl_item(f, 0))
+        return 0; /* not yet: a slot is unknown */
+    if (!tpl_eat(f, &f->titem, 0) || !(m = take_get(f)) || m->kind != MK_STR ||
+        !m->entry)
+        goto no;
+    e = &f->md->e[m->entry - 1];
+    if (!e->is_tensor ||
+        (!f->titem_nd[e->ndim].built && !tpl_item(f, e->ndim)) ||
+        !tpl_eat(f, &f->titem_nd[e->ndim], 0) || !tpl_ints(f, off, e->ndim) ||
+        !tpl_eat(f, &f->titem_nd[e->ndim], 1) || rd_int(f, &index) ||
+        !tpl_eat(f, &f->titem, 1) || !(m = take_get(f)) || m->kind != MK_STR ||
+        !m->file)
+        goto no;
+    file = m->file - 1;
+    if (!tpl_eat(f, &f->titem, 2) || rd_int(f, &o) ||
+        !tpl_eat(f, &f->titem, 3) || rd_int(f, &l) || !tpl_eat(f, &f->titem, 4))
+        goto no;
+    if (index < 0 || (uint64_t)index >= e->nchunks ||
+        !same_ints(e->chunks[index].off, off, e->ndim))
+        goto no;
+    c = &e->chunks[index];
+    if (c->has_storage || o < 0 || l < 0 ||
+        dcp__add_overflow_u64((uint64_t)o, (uint64_t)l, &end) ||
+        end > (uint64_t)INT64_MAX)
+        goto no;
+    c->offset = (uint64_t)o;
+    c->length = (uint64_t)l;
+    c->file = file;
+    c->has_storage = 1;
+    f->nstored++;
+    return 1;
+no:
+    f->p = p0;
+    return 0;
+}
+
 static int rd_storage_item(struct fd *f)
 {
     int64_t off[DCP_MAX_NDIM], index = -1, v;
@@ -845,7 +1166,7 @@ static int rd_storage_data(struct fd *f)
     if (rd_op(f, '}') != DCP_OK)
         return DECLINE;
     while ((more = next_item(f, &open, 'u')) == 1)
-        if (rd_storage_item(f) != DCP_OK)
+        if (!rd_storage_fast(f) && rd_storage_item(f) != DCP_OK)
             return DECLINE;
     return more == 0 ? DCP_OK : DECLINE;
 }
@@ -951,9 +1272,12 @@ int dcp__meta_decode_fast(const uint8_t *p, size_t len,
     f.md = dcp__calloc(1, sizeof(*f.md));
     if (!f.md)
         return DECLINE;
+    reserve_arrays(&f, len);
     rc = rd_root(&f);
     dcp__free(f.memo);
     dcp__free(f.ftab.tab);
+    dcp__free(f.cstart);
+    dcp__free(f.chunks); /* unless md took it */
     if (rc == DCP_OK && !f.md->e && !(f.md->e = dcp__calloc(1, sizeof(*f.md->e))))
         rc = DECLINE;
     if (rc != DCP_OK) {
@@ -967,7 +1291,8 @@ int dcp__meta_decode_fast(const uint8_t *p, size_t len,
             if (!f.md->ints) { /* free the chunks by hand */
                 size_t i;
                 for (i = 0; i < f.md->n; i++) {
-                    dcp__free(f.md->e[i].chunks);
+                    if (!f.md->chunk_block)
+                        dcp__free(f.md->e[i].chunks);
                     f.md->e[i].chunks = NULL;
                     f.md->e[i].nchunks = 0;
                 }

@@ -7,14 +7,16 @@
  *
  * Global plan, on the coordinator, in O(n log n) for n boxes over all
  * ranks: keys are interned in a hash table while the blobs are parsed
- * (checking that ranks agree on each key), boxes are bucketed by key
- * (counting sort), sorted by offsets within each key, and equal offsets
- * form one chunk: replicated boxes become one record with several possible
- * writers; empty boxes beside a non-empty one vanish; equal offsets with
- * different sizes are an overlap. Each tensor's chunks must then tile it
- * (dcp__meta_check_tiling). Writers: a record with one holder is written
- * by it; replicated records go, largest first, to the holder with the
- * fewest bytes so far (ties: lowest rank), so they spread over the ranks.
+ * (checking that ranks agree on each key), boxes are copied to their key's
+ * slice of one array in a second pass over the blobs (a counting sort,
+ * which turns the rank-major input key-major), sorted by offsets within
+ * each key (they usually arrive sorted), and equal offsets form one chunk:
+ * replicated boxes become one record with several possible writers; empty boxes
+ * beside a non-empty one vanish; equal offsets with different sizes are an
+ * overlap. Each tensor's chunks must then tile it (dcp__meta_check_tiling).
+ * Writers: a record with one holder is written by it; replicated records go,
+ * largest first, to the holder with the fewest bytes so far (ties: lowest
+ * rank), so they spread over the ranks.
  */
 #include "plan.h"
 
@@ -30,16 +32,22 @@
 
 /* ------------------------------------------------------------ varints */
 
-static int put_uv(struct dcp_buf *b, uint64_t v)
+#define UV_MAX 10 /* bytes of a varint */
+
+static inline uint8_t *put_uv_raw(uint8_t *p, uint64_t v)
 {
-    uint8_t t[10];
-    size_t n = 0;
     while (v >= 0x80) {
-        t[n++] = (uint8_t)(v | 0x80);
+        *p++ = (uint8_t)(v | 0x80);
         v >>= 7;
     }
-    t[n++] = (uint8_t)v;
-    return dcp__buf_put(b, t, n);
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+static int put_uv(struct dcp_buf *b, uint64_t v)
+{
+    uint8_t t[UV_MAX];
+    return dcp__buf_put(b, t, (size_t)(put_uv_raw(t, v) - t));
 }
 
 struct rd {
@@ -48,7 +56,7 @@ struct rd {
     int bad;
 };
 
-static uint64_t get_uv(struct rd *r)
+static uint64_t get_uv_slow(struct rd *r)
 {
     uint64_t v = 0;
     int sh = 0;
@@ -61,6 +69,13 @@ static uint64_t get_uv(struct rd *r)
     }
     r->bad = 1;
     return 0;
+}
+
+static inline uint64_t get_uv(struct rd *r)
+{
+    if (r->p < r->end && *r->p < 0x80)
+        return *r->p++;
+    return get_uv_slow(r);
 }
 
 static const uint8_t *get_bytes(struct rd *r, uint64_t n)
@@ -212,12 +227,17 @@ void dcp__plan_local_release(struct pl_local *lp)
 /* A key as the coordinator sees it while parsing (pointers into blobs). */
 struct gkey {
     const char *key;
+    /* The first holder's encoded entry up to its box count (tensors) or
+     * its end (values): a later rank that sends the same bytes agrees. */
+    const uint8_t *head;
+    size_t headlen;
     const uint8_t *path;
     size_t pathlen;
     int64_t shape[DCP_MAX_NDIM];
     uint64_t vsize;
     uint64_t vhash;
-    uint32_t ncand;
+    size_t ncand; /* its boxes (values: holders) over all ranks */
+    size_t base;  /* where they start in gp.box */
     int first_rank;
     int last_rank;
     int nholders;
@@ -226,26 +246,67 @@ struct gkey {
     dcp_dtype dtype;
 };
 
-/* One box (or value) of one rank. */
-struct cand {
-    uint64_t ioff; /* tensors: offsets then sizes in the int pool */
+/* A rank's entry, as the first pass leaves it for the second. */
+struct pent {
     uint32_t g;
-    uint32_t rank;
+    uint32_t headlen; /* bytes before its box count (tensor) or end */
+};
+
+/* What a rank's records need of one of its boxes (or values); the cands
+ * are numbered in (rank, entry, box) order. */
+struct cand {
     uint32_t lent;
     uint32_t lbox;
 };
+
+/*
+ * The blobs are read twice. The first pass checks everything (the ranks'
+ * agreement on each key, boxes inside the shape) and counts each key's
+ * boxes; the second copies every box into its key's slice of gp.box, keys
+ * in sorted order (a counting sort from rank-major to key-major), so that
+ * the passes after it read each key's boxes in sequence instead of taking
+ * a cache miss on every box. A box there is BOX_WORDS(slot) words: its
+ * rank << 32 | its cand index, then its offsets and its sizes (slot each;
+ * a value is the first word only).
+ */
+#define BOX_WORDS(slot) (1 + 2 * (size_t)(slot))
+#define BOX_RANK(w)     ((uint32_t)((uint64_t)(w)[0] >> 32))
+#define BOX_CAND(w)     ((uint32_t)(w)[0])
+
+/* dcp__box_numel and memcmp/memcpy of a few int64s, inline: the build
+ * pass runs them a few times per box, millions of times. */
+static inline uint64_t numel_of(int nd, const int64_t *size)
+{
+    uint64_t n = 1;
+    int d;
+    for (d = 0; d < nd; d++)
+        n *= (uint64_t)size[d];
+    return n;
+}
+
+static inline int same_ints(const int64_t *a, const int64_t *b, int n)
+{
+    int d;
+    for (d = 0; d < n; d++)
+        if (a[d] != b[d])
+            return 0;
+    return 1;
+}
 
 struct gp {
     struct gkey *keys;
     size_t nkeys, capkeys;
     uint32_t *tab; /* key index + 1; 0 = empty */
     size_t tabcap;
-    struct cand *cands;
-    size_t ncands, capcands;
-    int64_t *pool;
-    size_t npool, cappool;
+    struct pent *ents; /* every rank's entries, rank-major */
+    size_t nents, capents;
+    size_t ncands;  /* boxes and values over all ranks */
+    size_t nwords;  /* of gp.box */
+    size_t *rbase;  /* per rank: its first cand; nranks + 1 */
     uint32_t *hint; /* key of entry i on the previous rank: likely the same */
     size_t nhint, caphint;
+    int64_t *box;       /* second pass: per key, its boxes */
+    struct cand *cands; /* second pass */
     int nranks;
     struct dcp_err *err;
 };
@@ -280,6 +341,20 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
     *p = np;
     *cap = nc;
     return DCP_OK;
+}
+
+/* An array of n elements on huge pages where it is large; NULL when out
+ * of memory (n == 0 allocates one). */
+static void *huge_array(size_t n, size_t elem, int zero)
+{
+    void *p;
+    if (!n)
+        n = 1;
+    if (n > SIZE_MAX / elem)
+        return NULL;
+    p = zero ? dcp__calloc(n, elem) : dcp__malloc(n * elem);
+    dcp__advise_huge(p, n * elem);
+    return p;
 }
 
 static uint64_t hash_key(const char *s)
@@ -412,11 +487,11 @@ static int parse_tensor_head(struct rd *rd, struct gkey *n)
     return rd->bad ? DCP_EFORMAT : DCP_OK;
 }
 
-static int parse_boxes(struct gp *p, struct rd *rd, uint32_t gi, int r,
-                       uint32_t lent)
+/* First pass over a tensor's boxes: checks them and counts them. */
+static int parse_boxes(struct gp *p, struct rd *rd, uint32_t gi, int r)
 {
-    const struct gkey *k = &p->keys[gi];
-    int nd = k->ndim, slot = nd ? nd : 1, d;
+    struct gkey *k = &p->keys[gi];
+    int nd = k->ndim, d;
     uint64_t nb = get_uv(rd), b;
     if (rd->bad || (nd && nb > (uint64_t)(rd->end - rd->p) / (2u * nd)))
         return corrupt(p, r);
@@ -424,45 +499,33 @@ static int parse_boxes(struct gp *p, struct rd *rd, uint32_t gi, int r,
         return dcp__err(p->err, DCP_EPLAN,
                         "'%s': rank %d holds the 0-d tensor twice", k->key, r);
     for (b = 0; b < nb; b++) {
-        struct cand *c;
-        int64_t *v;
-        if (grow((void **)&p->pool, &p->cappool, p->npool + 2 * (size_t)slot,
-                 sizeof(*p->pool)) != DCP_OK ||
-            grow((void **)&p->cands, &p->capcands, p->ncands + 1,
-                 sizeof(*p->cands)) != DCP_OK)
-            return dcp__err(p->err, DCP_ENOMEM,
-                            "out of memory planning "
-                            "the save");
-        v = p->pool + p->npool;
-        memset(v, 0, 2 * (size_t)slot * sizeof(*v));
+        uint64_t v[2 * DCP_MAX_NDIM];
         for (d = 0; d < 2 * nd; d++) {
-            uint64_t x = get_uv(rd);
-            v[d < nd ? d : slot + d - nd] = (int64_t)(x > INT64_MAX ? 0 : x);
-            if (x > INT64_MAX)
+            v[d] = get_uv(rd);
+            if (v[d] > INT64_MAX)
                 rd->bad = 1;
         }
         for (d = 0; !rd->bad && d < nd; d++)
-            if (v[d] > k->shape[d] || v[slot + d] > k->shape[d] - v[d])
+            if (v[d] > (uint64_t)k->shape[d] ||
+                v[nd + d] > (uint64_t)k->shape[d] - v[d])
                 rd->bad = 1;
         if (rd->bad)
             return corrupt(p, r);
-        c = &p->cands[p->ncands++];
-        c->ioff = p->npool;
-        c->g = gi;
-        c->rank = (uint32_t)r;
-        c->lent = lent;
-        c->lbox = (uint32_t)b;
-        p->npool += 2 * (size_t)slot;
-        p->keys[gi].ncand++;
     }
+    k->ncand += (size_t)nb;
+    p->ncands += (size_t)nb;
+    p->nwords += (size_t)nb * BOX_WORDS(nd ? nd : 1);
     return DCP_OK;
 }
 
-static int parse_entry(struct gp *p, struct rd *rd, int r, uint32_t lent)
+/* The full parse of an entry's head, for a key first seen or sent in
+ * other bytes than its first holder's: *gi receives its key. */
+static int parse_head(struct gp *p, struct rd *rd, int r, uint32_t lent,
+                      uint32_t *gi)
 {
+    const uint8_t *start = rd->p;
     struct gkey n;
     uint64_t klen;
-    uint32_t gi;
     int added, rc;
     memset(&n, 0, sizeof(n));
     n.is_tensor = get_u8(rd) & F_TENSOR;
@@ -487,11 +550,13 @@ static int parse_entry(struct gp *p, struct rd *rd, int r, uint32_t lent)
             return corrupt(p, r);
         n.vhash = dcp__le64(h);
     }
+    n.head = start;
+    n.headlen = (size_t)(rd->p - start);
     if (lent < p->nhint && strcmp(p->keys[p->hint[lent]].key, n.key) == 0) {
-        gi = p->hint[lent];
+        *gi = p->hint[lent];
         added = 0;
     } else {
-        rc = key_lookup(p, n.key, &gi, &added);
+        rc = key_lookup(p, n.key, gi, &added);
         if (rc == DCP_OK && lent >= p->nhint) /* entries come in order */
             rc = grow((void **)&p->hint, &p->caphint, (size_t)lent + 1,
                       sizeof(*p->hint));
@@ -499,35 +564,54 @@ static int parse_entry(struct gp *p, struct rd *rd, int r, uint32_t lent)
             return dcp__err(p->err, rc, "out of memory planning the save");
         if (lent >= p->nhint)
             p->nhint = (size_t)lent + 1;
-        p->hint[lent] = gi;
+        p->hint[lent] = *gi;
     }
     if (added) {
         n.first_rank = r;
         n.last_rank = -1;
-        p->keys[gi] = n;
+        p->keys[*gi] = n;
+        return DCP_OK;
+    }
+    return key_agree(p, &p->keys[*gi], &n, r);
+}
+
+static int parse_entry(struct gp *p, struct rd *rd, int r, uint32_t lent)
+{
+    const uint8_t *start = rd->p;
+    struct gkey *k;
+    uint32_t gi = 0;
+    int rc;
+    /* Usually the same key as this entry on the previous rank, in the
+     * same bytes as its first holder's: then it agrees. */
+    k = lent < p->nhint ? &p->keys[p->hint[lent]] : NULL;
+    if (k && k->headlen <= (size_t)(rd->end - rd->p) &&
+        memcmp(rd->p, k->head, k->headlen) == 0) {
+        gi = p->hint[lent];
+        rd->p += k->headlen;
     } else {
-        rc = key_agree(p, &p->keys[gi], &n, r);
+        rc = parse_head(p, rd, r, lent, &gi);
         if (rc != DCP_OK)
             return rc;
+        k = &p->keys[gi];
     }
-    if (p->keys[gi].last_rank != r) {
-        p->keys[gi].last_rank = r;
-        p->keys[gi].nholders++;
+    if ((size_t)(rd->p - start) > UINT32_MAX)
+        return dcp__err(p->err, DCP_ELIMIT,
+                        "'%s': key or path of rank %d too long", k->key, r);
+    if (grow((void **)&p->ents, &p->capents, p->nents + 1, sizeof(*p->ents)) !=
+        DCP_OK)
+        return dcp__err(p->err, DCP_ENOMEM, "out of memory planning the save");
+    p->ents[p->nents].g = gi;
+    p->ents[p->nents].headlen = (uint32_t)(rd->p - start);
+    p->nents++;
+    if (k->last_rank != r) {
+        k->last_rank = r;
+        k->nholders++;
     }
-    if (n.is_tensor)
-        return parse_boxes(p, rd, gi, r, lent);
-    if (grow((void **)&p->cands, &p->capcands, p->ncands + 1,
-             sizeof(*p->cands)) != DCP_OK)
-        return dcp__err(p->err, DCP_ENOMEM,
-                        "out of memory planning the "
-                        "save");
-    p->cands[p->ncands].ioff = 0;
-    p->cands[p->ncands].g = gi;
-    p->cands[p->ncands].rank = (uint32_t)r;
-    p->cands[p->ncands].lent = lent;
-    p->cands[p->ncands].lbox = 0;
+    if (k->is_tensor)
+        return parse_boxes(p, rd, gi, r);
+    k->ncand++;
     p->ncands++;
-    p->keys[gi].ncand++;
+    p->nwords++;
     return DCP_OK;
 }
 
@@ -536,6 +620,7 @@ static int parse_rank(struct gp *p, int r, const uint8_t *b, size_t len)
     struct rd rd = {b, b + len, 0};
     uint64_t n, i;
     int rc = DCP_OK;
+    p->rbase[r] = p->ncands;
     if (get_u8(&rd) != BLOB_VERSION)
         return corrupt(p, r);
     n = get_uv(&rd);
@@ -549,7 +634,54 @@ static int parse_rank(struct gp *p, int r, const uint8_t *b, size_t len)
         rc = dcp__err(p->err, DCP_ELIMIT,
                       "save plan has more than 2^32 "
                       "boxes");
+    p->rbase[r + 1] = p->ncands;
     return rc;
+}
+
+/* Second pass over rank r's blob, which the first found sound: each box
+ * to its key's next place (cur), its cand to the next one (*ci). */
+static void fill_rank(struct gp *p, int r, const uint8_t *b, size_t len,
+                      size_t *cur, size_t *eip, uint32_t *cip)
+{
+    struct rd rd = {b, b + len, 0};
+    const struct pent *pe = p->ents ? p->ents + *eip : NULL;
+    struct cand *cd = p->cands;
+    int64_t *box = p->box;
+    uint64_t n, i, nb, j, rk = (uint64_t)r << 32;
+    uint32_t ci = *cip;
+    int d;
+    (void)get_u8(&rd);
+    n = get_uv(&rd);
+    for (i = 0; i < n; i++, pe++) {
+        const struct gkey *k = &p->keys[pe->g];
+        int nd = k->ndim, slot = nd ? nd : 1;
+        rd.p += pe->headlen;
+        if (!k->is_tensor) {
+            box[cur[pe->g]++] = (int64_t)(rk | ci);
+            cd[ci].lent = (uint32_t)i;
+            cd[ci++].lbox = 0;
+            continue;
+        }
+        nb = get_uv(&rd);
+        for (j = 0; j < nb; j++) {
+            int64_t *w = box + cur[pe->g];
+            cur[pe->g] += BOX_WORDS(slot);
+            /* The next rank's box of this key goes next to this one, about
+             * a rank's worth of boxes later: fetching its line now hides
+             * the miss (2000 keys, 2000 lines: they stay in cache). */
+            __builtin_prefetch(w + 16, 1);
+            w[0] = (int64_t)(rk | ci);
+            w[1] = w[1 + slot] = 0;
+            for (d = 0; d < nd; d++)
+                w[1 + d] = (int64_t)get_uv(&rd);
+            for (d = 0; d < nd; d++)
+                w[1 + slot + d] = (int64_t)get_uv(&rd);
+            cd[ci].lent = (uint32_t)i;
+            cd[ci++].lbox = (uint32_t)j;
+        }
+    }
+    *eip += (size_t)n;
+    *cip = ci;
 }
 
 /* -------------------------------------------------- coordinator: build */
@@ -565,36 +697,40 @@ static int cmp_sorted_key(const void *a, const void *b)
                   ((const struct sorted_key *)b)->key);
 }
 
-/* A box while its key's boxes are sorted by offsets. */
+/* A box while its key's boxes are sorted by offsets (then cand). */
 struct srt {
-    const int64_t *off;
-    uint32_t ci;
+    int64_t *w;
     int ndim;
 };
 
 static int cmp_srt(const void *a, const void *b)
 {
     const struct srt *x = a, *y = b;
+    const int64_t *xo = x->w + 1, *yo = y->w + 1;
     int d;
     for (d = 0; d < x->ndim; d++)
-        if (x->off[d] != y->off[d])
-            return x->off[d] < y->off[d] ? -1 : 1;
-    return x->ci < y->ci ? -1 : x->ci > y->ci;
+        if (xo[d] != yo[d])
+            return xo[d] < yo[d] ? -1 : 1;
+    return BOX_CAND(x->w) < BOX_CAND(y->w)   ? -1
+           : BOX_CAND(x->w) > BOX_CAND(y->w) ? 1
+                                             : 0;
 }
 
-/* A chunk of the plan and its writer (a cand index). */
-struct cref {
-    uint32_t k;
-    uint32_t j;
-    uint32_t wc;
+/* A holder of a replicated chunk. */
+struct hold {
+    uint32_t ci;
+    uint32_t rank;
 };
 
-/* A replicated chunk awaiting its writer: holders hold[h0 .. h0+nh). */
+/* A replicated chunk (entry k, chunk j; id: its place among all chunks)
+ * awaiting its writer: holders hold[h0 .. h0+nh). */
 struct rep {
     uint64_t weight;
-    uint32_t gid;
+    uint32_t id;
     uint32_t h0;
     uint32_t nh;
+    uint32_t k;
+    uint32_t j;
 };
 
 static int cmp_rep(const void *a, const void *b)
@@ -602,28 +738,30 @@ static int cmp_rep(const void *a, const void *b)
     const struct rep *x = a, *y = b;
     if (x->weight != y->weight)
         return x->weight > y->weight ? -1 : 1;
-    return x->gid < y->gid ? -1 : x->gid > y->gid;
+    return x->id < y->id ? -1 : x->id > y->id;
 }
 
 struct build {
     struct gp *p;
     struct dcp_metadata *md;
-    uint32_t *cstart; /* per md entry: first index into corder */
-    uint32_t *corder; /* cand indices bucketed by md entry */
+    struct sorted_key *sk;
+    size_t *cbase; /* per md entry: its chunks' place in md->chunk_block */
     struct srt *srt;
-    struct cref *crefs;
-    size_t ncrefs;
+    /* Radix sort buffers (sort_boxes), as many as srt. */
+    struct srt *srt2;
+    uint64_t *rkey[2];
+    uint32_t *ridx[2];
+    /* Per cand: (md entry + 1) << 32 | chunk of the chunk it writes, or
+     * 0: what make_recs lists. */
+    uint64_t *kj;
+    size_t *nrec; /* per rank: records it writes (at r + 1) */
     struct rep *reps;
     size_t nreps;
-    uint32_t *hold;
+    struct hold *hold;
     size_t nhold;
+    uint32_t nchunk; /* chunks made so far */
+    uint64_t dsize;  /* the current entry's dtype size */
     uint64_t *load;
-    /* The chunks' offsets and sizes, copied in entry order as they are
-     * made: the gathered pool is in rank order, so every later pass over
-     * the chunks (tiling check, encoding twice) would otherwise miss the
-     * cache on each chunk at scale. */
-    int64_t *ints;
-    size_t nints;
 };
 
 /* Rebuilds an entry's path from its encoding and key. */
@@ -662,30 +800,44 @@ static int decode_path(struct md_entry *e, const struct gkey *k)
     return rd.bad || pos != klen ? DCP_EFORMAT : DCP_OK;
 }
 
-/* Adds chunk j of entry k, first held by cand wc; returns its id. */
-static uint32_t add_cref(struct build *b, uint32_t k, uint32_t j, uint32_t wc)
+/* Gives chunk j of entry k to the writer h. */
+static void set_writer(struct build *b, uint32_t k, uint32_t j,
+                       const struct hold *h, uint64_t weight)
 {
-    b->crefs[b->ncrefs].k = k;
-    b->crefs[b->ncrefs].j = j;
-    b->crefs[b->ncrefs].wc = wc;
-    return (uint32_t)b->ncrefs++;
+    b->load[h->rank] += weight;
+    b->kj[h->ci] = ((uint64_t)k + 1) << 32 | j;
+    b->nrec[h->rank + 1]++;
 }
 
-/* Records the holders hold[h0..nhold) of chunk gid: one writes it now, or
- * several wait for the spreading pass. */
-static void place(struct build *b, uint32_t gid, size_t h0, uint64_t weight)
+/* Records the holders hold[h0..nhold) of chunk j of entry k: one writes it
+ * now, or several wait for the spreading pass. */
+static void place(struct build *b, uint32_t k, uint32_t j, size_t h0,
+                  uint64_t weight)
 {
     size_t nh = b->nhold - h0;
+    uint32_t id = b->nchunk++;
     if (nh == 1) {
-        b->load[b->p->cands[b->hold[h0]].rank] += weight;
+        set_writer(b, k, j, &b->hold[h0], weight);
         b->nhold = h0;
         return;
     }
     b->reps[b->nreps].weight = weight;
-    b->reps[b->nreps].gid = gid;
+    b->reps[b->nreps].id = id;
     b->reps[b->nreps].h0 = (uint32_t)h0;
     b->reps[b->nreps].nh = (uint32_t)nh;
+    b->reps[b->nreps].k = k;
+    b->reps[b->nreps].j = j;
     b->nreps++;
+}
+
+/* Appends to e a chunk with the offsets and sizes of box w: they stay in
+ * the box array (md->ints), in entry order, so every later pass over the
+ * chunks (tiling check, encoding twice) reads them in sequence. */
+static void add_chunk(struct md_entry *e, int64_t *w, int slot)
+{
+    struct md_chunk *c = &e->chunks[e->nchunks++];
+    c->off = w + 1;
+    c->size = c->off + slot;
 }
 
 /* One group of boxes with equal offsets, srt[a..z): checks it and makes it
@@ -696,13 +848,11 @@ static int group_chunk(struct build *b, uint32_t k, size_t a, size_t z)
     struct md_entry *e = &b->md->e[k];
     int nd = e->ndim, slot = nd ? nd : 1;
     size_t m, h0 = b->nhold, first = SIZE_MAX, prev = SIZE_MAX;
+    int64_t *src = NULL;
     uint64_t numel = 0;
-    uint32_t gid;
-    struct md_chunk *c;
     for (m = a; m < z; m++) {
-        const struct cand *cm = &p->cands[b->srt[m].ci], *cf, *cp;
-        const int64_t *sz = p->pool + cm->ioff + slot;
-        uint64_t vol = dcp__box_numel(nd, sz);
+        const int64_t *w = b->srt[m].w, *wf, *wp;
+        uint64_t vol = numel_of(nd, w + 1 + slot);
         if (!vol)
             continue;
         if (first == SIZE_MAX) {
@@ -710,61 +860,127 @@ static int group_chunk(struct build *b, uint32_t k, size_t a, size_t z)
             numel = vol;
             continue;
         }
-        cf = &p->cands[b->srt[first].ci];
-        cp = &p->cands[b->srt[prev].ci];
-        if (memcmp(sz, p->pool + cf->ioff + slot,
-                   (size_t)nd * sizeof(int64_t)) != 0)
+        wf = b->srt[first].w;
+        wp = b->srt[prev].w;
+        if (!same_ints(w + 1 + slot, wf + 1 + slot, nd))
             return dcp__err(p->err, DCP_EPLAN,
                             "'%s': boxes of ranks %u and %u overlap (same "
                             "offsets, different sizes)",
-                            e->key, cf->rank, cm->rank);
-        if (cp->rank == cm->rank)
+                            e->key, BOX_RANK(wf), BOX_RANK(w));
+        if (BOX_RANK(wp) == BOX_RANK(w))
             return dcp__err(p->err, DCP_EPLAN,
                             "'%s': rank %u holds the same box twice", e->key,
-                            cm->rank);
+                            BOX_RANK(w));
         prev = m;
     }
     for (m = a; m < z; m++) {
-        const struct cand *cm = &p->cands[b->srt[m].ci];
-        if (first != SIZE_MAX && !dcp__box_numel(nd, p->pool + cm->ioff + slot))
+        int64_t *w = b->srt[m].w;
+        if (first != SIZE_MAX && !numel_of(nd, w + 1 + slot))
             continue; /* empty beside a non-empty box: nothing to store */
-        if (b->nhold > h0 && p->cands[b->hold[b->nhold - 1]].rank == cm->rank)
+        if (b->nhold > h0 && b->hold[b->nhold - 1].rank == BOX_RANK(w))
             continue;
-        b->hold[b->nhold++] = b->srt[m].ci;
+        if (b->nhold == h0)
+            src = w;
+        b->hold[b->nhold].ci = BOX_CAND(w);
+        b->hold[b->nhold++].rank = BOX_RANK(w);
     }
-    c = &e->chunks[e->nchunks];
-    c->off = b->ints + b->nints;
-    c->size = c->off + slot;
-    memcpy(c->off, p->pool + p->cands[b->hold[h0]].ioff,
-           2 * (size_t)slot * sizeof(int64_t));
-    b->nints += 2 * (size_t)slot;
-    gid = add_cref(b, k, (uint32_t)e->nchunks, b->hold[h0]);
-    e->nchunks++;
-    place(b, gid, h0, numel * dcp_dtype_size(e->dtype) + 1);
+    add_chunk(e, src, slot);
+    place(b, k, (uint32_t)e->nchunks - 1, h0, numel * b->dsize + 1);
     return DCP_OK;
+}
+
+/* A group of one box, w: the chunk, written by its holder. */
+static void one_chunk(struct build *b, uint32_t k, struct md_entry *e,
+                      int64_t *w, int slot)
+{
+    struct hold h;
+    h.ci = BOX_CAND(w);
+    h.rank = BOX_RANK(w);
+    add_chunk(e, w, slot);
+    b->nchunk++;
+    set_writer(b, k, (uint32_t)e->nchunks - 1, &h,
+               numel_of(e->ndim, w + 1 + slot) * b->dsize + 1);
+}
+
+/*
+ * Sorts srt[0..n), in cand order, by offsets then cand (cmp_srt): a stable
+ * LSD radix sort, a byte at a time, of the offsets read as one mixed-radix
+ * number (offset d is at most shape[d], so the digits have shape[d] + 1
+ * values and equal offsets make equal numbers). In O(n) where qsort took
+ * most of the plan's time for 2-D meshes whose ranks list the boxes out of
+ * order; qsort still serves shapes too large for 64 bits.
+ */
+static void sort_boxes(struct build *b, size_t n, const struct md_entry *e)
+{
+    uint64_t mult[DCP_MAX_NDIM], top = 1, *rk = b->rkey[0], *rk2 = b->rkey[1];
+    uint32_t *ri = b->ridx[0], *ri2 = b->ridx[1];
+    size_t i, cnt[256];
+    int d, sh;
+    for (d = e->ndim - 1; d >= 0; d--) {
+        mult[d] = top;
+        if (dcp__mul_overflow_u64(top, (uint64_t)e->shape[d] + 1, &top)) {
+            qsort(b->srt, n, sizeof(*b->srt), cmp_srt);
+            return;
+        }
+    }
+    for (i = 0; i < n; i++) {
+        uint64_t v = 0;
+        for (d = 0; d < e->ndim; d++)
+            v += (uint64_t)b->srt[i].w[1 + d] * mult[d];
+        rk[i] = v;
+        ri[i] = (uint32_t)i;
+    }
+    for (sh = 0; sh < 64 && (top - 1) >> sh; sh += 8) {
+        uint64_t *tk;
+        uint32_t *ti;
+        size_t at = 0;
+        memset(cnt, 0, sizeof(cnt));
+        for (i = 0; i < n; i++)
+            cnt[(rk[i] >> sh) & 0xff]++;
+        for (i = 0; i < 256; i++) {
+            size_t c = cnt[i];
+            cnt[i] = at;
+            at += c;
+        }
+        for (i = 0; i < n; i++) {
+            size_t to = cnt[(rk[i] >> sh) & 0xff]++;
+            rk2[to] = rk[i];
+            ri2[to] = ri[i];
+        }
+        tk = rk, rk = rk2, rk2 = tk;
+        ti = ri, ri = ri2, ri2 = ti;
+    }
+    for (i = 0; i < n; i++)
+        b->srt2[i] = b->srt[ri[i]];
+    memcpy(b->srt, b->srt2, n * sizeof(*b->srt));
 }
 
 static int build_tensor(struct build *b, uint32_t k, const struct gkey *gk)
 {
     struct gp *p = b->p;
     struct md_entry *e = &b->md->e[k];
-    size_t n = b->cstart[k + 1] - b->cstart[k], i, a, z;
+    int64_t *w = p->box + gk->base;
+    size_t n = gk->ncand, i, a, z, sw = BOX_WORDS(e->ndim ? e->ndim : 1);
     int nd = e->ndim, rc;
     for (i = 0; i < n; i++) {
-        uint32_t ci = b->corder[b->cstart[k] + i];
-        b->srt[i].off = p->pool + p->cands[ci].ioff;
-        b->srt[i].ci = ci;
+        b->srt[i].w = w + i * sw;
         b->srt[i].ndim = nd;
     }
+    /* The boxes are in cand order: sorted when their offsets are (row
+     * sharding, ranks in order); else sort them. */
     for (i = 1; i < n && cmp_srt(&b->srt[i - 1], &b->srt[i]) < 0; i++)
         ;
-    if (i < n) /* row sharding arrives sorted: ranks in order */
-        qsort(b->srt, n, sizeof(*b->srt), cmp_srt);
+    if (i < n)
+        sort_boxes(b, n, e);
+    b->dsize = dcp_dtype_size(e->dtype);
     for (a = 0; a < n; a = z) {
         for (z = a + 1; z < n; z++)
-            if (nd && memcmp(b->srt[a].off, b->srt[z].off,
-                             (size_t)nd * sizeof(int64_t)) != 0)
+            if (!same_ints(b->srt[a].w + 1, b->srt[z].w + 1, nd))
                 break;
+        if (z == a + 1) { /* the usual case: no replicas */
+            one_chunk(b, k, e, b->srt[a].w, nd ? nd : 1);
+            continue;
+        }
         rc = group_chunk(b, k, a, z);
         if (rc != DCP_OK)
             return rc;
@@ -788,24 +1004,24 @@ static int build_tensor(struct build *b, uint32_t k, const struct gkey *gk)
 static int build_value(struct build *b, uint32_t k, const struct gkey *gk)
 {
     struct md_entry *e = &b->md->e[k];
-    size_t n = b->cstart[k + 1] - b->cstart[k], i, h0 = b->nhold;
-    uint32_t gid;
-    for (i = 0; i < n; i++)
-        b->hold[b->nhold++] = b->corder[b->cstart[k] + i];
+    const int64_t *w = b->p->box + gk->base;
+    size_t i, h0 = b->nhold;
+    for (i = 0; i < gk->ncand; i++) {
+        b->hold[b->nhold].ci = BOX_CAND(w + i);
+        b->hold[b->nhold++].rank = BOX_RANK(w + i);
+    }
     e->nchunks = 1;
-    gid = add_cref(b, k, 0, b->hold[h0]);
-    place(b, gid, h0, gk->vsize + 1);
+    place(b, k, 0, h0, gk->vsize + 1);
     return DCP_OK;
 }
 
 static int build_entry(struct build *b, uint32_t k, const struct gkey *gk)
 {
     struct md_entry *e = &b->md->e[k];
-    size_t n = b->cstart[k + 1] - b->cstart[k];
     int rc;
     e->key = dcp__strdup(gk->key);
-    e->chunks = dcp__calloc(n ? n : 1, sizeof(*e->chunks));
-    if (!e->key || !e->chunks)
+    e->chunks = b->md->chunk_block + b->cbase[k];
+    if (!e->key)
         return dcp__err(b->p->err, DCP_ENOMEM,
                         "out of memory planning the "
                         "save");
@@ -830,137 +1046,166 @@ static void spread(struct build *b)
         qsort(b->reps, b->nreps, sizeof(*b->reps), cmp_rep);
     for (i = 0; i < b->nreps; i++) {
         const struct rep *r = &b->reps[i];
-        uint32_t best = b->hold[r->h0];
+        const struct hold *best = &b->hold[r->h0];
         for (h = r->h0 + 1; h < (size_t)r->h0 + r->nh; h++) {
-            uint32_t rb = b->p->cands[best].rank;
-            uint32_t rh = b->p->cands[b->hold[h]].rank;
-            if (b->load[rh] < b->load[rb] ||
-                (b->load[rh] == b->load[rb] && rh < rb))
-                best = b->hold[h];
+            const struct hold *o = &b->hold[h];
+            if (b->load[o->rank] < b->load[best->rank] ||
+                (b->load[o->rank] == b->load[best->rank] &&
+                 o->rank < best->rank))
+                best = o;
         }
-        b->load[b->p->cands[best].rank] += r->weight;
-        b->crefs[r->gid].wc = best;
+        set_writer(b, r->k, r->j, best, r->weight);
     }
 }
 
 /* Fills g->recs: each rank's records, values first, then tensors, each in
  * state order (as torch's writer orders an item list). The cands are in
- * (rank, entry, box) order already, so two passes over them list the
- * writers' records without sorting. */
+ * (rank, entry, box) order already, so two passes over each rank's list
+ * its records without sorting. */
 static int make_recs(struct build *b, struct pl_global *g)
 {
     const struct gp *p = b->p;
-    uint32_t *wgid;
-    size_t i, *fill;
+    size_t i, n = 0;
     int r, pass;
-    g->recbase = dcp__calloc((size_t)g->nranks + 1, sizeof(*g->recbase));
-    g->recs = dcp__malloc((b->ncrefs ? b->ncrefs : 1) * sizeof(*g->recs));
-    fill = dcp__calloc((size_t)g->nranks, sizeof(*fill));
-    wgid = dcp__calloc(p->ncands ? p->ncands : 1, sizeof(*wgid));
-    if (!g->recbase || !g->recs || !fill || !wgid) {
-        dcp__free(fill);
-        dcp__free(wgid);
-        return DCP_ENOMEM;
-    }
-    for (i = 0; i < b->ncrefs; i++) {
-        wgid[b->crefs[i].wc] = (uint32_t)i + 1;
-        g->recbase[p->cands[b->crefs[i].wc].rank + 1]++;
-    }
     for (r = 0; r < g->nranks; r++)
-        g->recbase[r + 1] += g->recbase[r];
-    for (pass = 0; pass < 2; pass++) {
-        for (i = 0; i < p->ncands; i++) {
-            const struct cand *c = &p->cands[i];
-            const struct cref *cr;
-            struct pl_rec *rec;
-            if (!wgid[i] || p->keys[c->g].is_tensor != pass)
-                continue;
-            cr = &b->crefs[wgid[i] - 1];
-            rec = &g->recs[g->recbase[c->rank] + fill[c->rank]++];
-            rec->lent = c->lent;
-            rec->lbox = c->lbox;
-            rec->k = cr->k;
-            rec->j = cr->j;
-            rec->tensor = (uint32_t)pass;
+        b->nrec[r + 1] += b->nrec[r];
+    g->recs = huge_array(b->nrec[g->nranks], sizeof(*g->recs), 0);
+    if (!g->recs)
+        return DCP_ENOMEM;
+    g->recbase = b->nrec;
+    b->nrec = NULL;
+    for (r = 0; r < g->nranks; r++) {
+        for (pass = 0; pass < 2; pass++) {
+            for (i = p->rbase[r]; i < p->rbase[r + 1]; i++) {
+                uint64_t kj = b->kj[i];
+                uint32_t k = (uint32_t)(kj >> 32) - 1;
+                struct pl_rec *rec;
+                if (!kj || b->md->e[k].is_tensor != pass)
+                    continue;
+                rec = &g->recs[n++];
+                rec->lent = p->cands[i].lent;
+                rec->lbox = p->cands[i].lbox;
+                rec->k = k;
+                rec->j = (uint32_t)kj;
+                rec->tensor = (uint32_t)pass;
+            }
         }
     }
-    dcp__free(fill);
-    dcp__free(wgid);
     return DCP_OK;
 }
 
-/* Buckets the cands by md entry (counting sort). */
-static int bucket(struct build *b, const uint32_t *kof, size_t *maxn)
+/*
+ * Bytes left free after the i-th slice (of n bytes) of an array that is
+ * written or read at the same place of every slice in turn, such as rank
+ * r's box (or chunk) of every key: slices of equal sizes, multiples of a
+ * power of two, would put all those places in a few cache sets and take a
+ * miss on each. A few cache lines, varying with i, spread them.
+ */
+static size_t slice_pad(size_t i, size_t n)
+{
+    return n < 2048 ? 0 : 64 * (1 + i % 13);
+}
+
+/* Sorts the keys (b->sk) and gives each its place in the box array. */
+static int sort_keys(struct build *b)
 {
     struct gp *p = b->p;
-    size_t i, k;
-    b->cstart = dcp__calloc(p->nkeys + 2, sizeof(*b->cstart));
-    b->corder = dcp__malloc((p->ncands ? p->ncands : 1) * sizeof(*b->corder));
-    if (!b->cstart || !b->corder)
+    size_t i, at = 0, ch = 0;
+    b->sk = dcp__malloc((p->nkeys ? p->nkeys : 1) * sizeof(*b->sk));
+    if (!b->sk)
         return DCP_ENOMEM;
-    dcp__advise_huge(b->corder, p->ncands * sizeof(*b->corder));
-    for (i = 0; i < p->ncands; i++)
-        b->cstart[kof[p->cands[i].g] + 2]++;
-    *maxn = 0;
-    for (k = 0; k < p->nkeys; k++) {
-        if (b->cstart[k + 2] > *maxn)
-            *maxn = b->cstart[k + 2];
-        b->cstart[k + 2] += b->cstart[k + 1];
+    for (i = 0; i < p->nkeys; i++) {
+        b->sk[i].key = p->keys[i].key;
+        b->sk[i].g = (uint32_t)i;
     }
-    for (i = 0; i < p->ncands; i++)
-        b->corder[b->cstart[kof[p->cands[i].g] + 1]++] = (uint32_t)i;
+    if (p->nkeys > 1)
+        qsort(b->sk, p->nkeys, sizeof(*b->sk), cmp_sorted_key);
+    b->cbase = dcp__malloc((p->nkeys + 1) * sizeof(*b->cbase));
+    if (!b->cbase)
+        return DCP_ENOMEM;
+    for (i = 0; i < p->nkeys; i++) {
+        struct gkey *k = &p->keys[b->sk[i].g];
+        size_t n =
+            k->ncand * (k->is_tensor ? BOX_WORDS(k->ndim ? k->ndim : 1) : 1);
+        k->base = at;
+        at += n + slice_pad(i, n * sizeof(int64_t)) / sizeof(int64_t);
+        /* Entry i's chunks (at most one per box; a value has one). */
+        b->cbase[i] = ch;
+        n = k->ncand ? k->ncand : 1;
+        ch += n + (slice_pad(i, n * sizeof(struct md_chunk)) +
+                   sizeof(struct md_chunk) - 1) /
+                      sizeof(struct md_chunk);
+    }
+    b->cbase[p->nkeys] = ch;
+    p->nwords = at;
     return DCP_OK;
 }
 
-static int build_all(struct gp *p, struct pl_global *g)
+/* The second pass: the box array and the cands. */
+static int fill_all(struct gp *p, const uint8_t *blobs, const size_t *lens,
+                    const size_t *displs)
+{
+    size_t *cur, i, ei = 0;
+    uint32_t ci = 0;
+    int r;
+    p->box = huge_array(p->nwords, sizeof(*p->box), 0);
+    p->cands = huge_array(p->ncands, sizeof(*p->cands), 0);
+    cur = dcp__malloc((p->nkeys ? p->nkeys : 1) * sizeof(*cur));
+    if (!p->box || !p->cands || !cur) {
+        dcp__free(cur);
+        return DCP_ENOMEM;
+    }
+    for (i = 0; i < p->nkeys; i++)
+        cur[i] = p->keys[i].base;
+    for (r = 0; r < p->nranks; r++)
+        fill_rank(p, r, blobs + displs[r], lens[r], cur, &ei, &ci);
+    dcp__free(cur);
+    return DCP_OK;
+}
+
+static int build_all(struct gp *p, const uint8_t *blobs, const size_t *lens,
+                     const size_t *displs, struct pl_global *g)
 {
     struct build b;
-    struct sorted_key *sk = NULL;
-    uint32_t *kof = NULL;
-    size_t i, maxn = 0;
+    size_t i, maxn = 1;
     int rc = DCP_ENOMEM;
     memset(&b, 0, sizeof(b));
     b.p = p;
     b.md = g->md;
-    sk = dcp__malloc((p->nkeys ? p->nkeys : 1) * sizeof(*sk));
-    kof = dcp__malloc((p->nkeys ? p->nkeys : 1) * sizeof(*kof));
-    b.md->e = dcp__calloc(p->nkeys ? p->nkeys : 1, sizeof(*b.md->e));
-    b.crefs = dcp__malloc((p->ncands ? p->ncands : 1) * sizeof(*b.crefs));
-    b.reps = dcp__malloc((p->ncands ? p->ncands : 1) * sizeof(*b.reps));
-    b.hold = dcp__malloc((p->ncands ? p->ncands : 1) * sizeof(*b.hold));
-    b.load = dcp__calloc((size_t)p->nranks, sizeof(*b.load));
-    if (!sk || !kof || !b.md->e || !b.crefs || !b.reps || !b.hold || !b.load)
+    if (sort_keys(&b) != DCP_OK || fill_all(p, blobs, lens, displs) != DCP_OK)
         goto out;
-    dcp__advise_huge(b.crefs, p->ncands * sizeof(*b.crefs));
-    dcp__advise_huge(b.reps, p->ncands * sizeof(*b.reps));
-    dcp__advise_huge(b.hold, p->ncands * sizeof(*b.hold));
-    for (i = 0; i < p->nkeys; i++) {
-        sk[i].key = p->keys[i].key;
-        sk[i].g = (uint32_t)i;
-    }
-    if (p->nkeys > 1)
-        qsort(sk, p->nkeys, sizeof(*sk), cmp_sorted_key);
+    dcp__free(p->ents);
+    p->ents = NULL;
     for (i = 0; i < p->nkeys; i++)
-        kof[sk[i].g] = (uint32_t)i;
-    if (bucket(&b, kof, &maxn) != DCP_OK)
+        if (p->keys[i].ncand > maxn)
+            maxn = p->keys[i].ncand;
+    b.md->e = dcp__calloc(p->nkeys ? p->nkeys : 1, sizeof(*b.md->e));
+    b.md->chunk_block =
+        huge_array(b.cbase[p->nkeys], sizeof(struct md_chunk), 1);
+    b.srt = dcp__malloc(maxn * sizeof(*b.srt));
+    b.srt2 = dcp__malloc(maxn * sizeof(*b.srt2));
+    b.rkey[0] = dcp__malloc(2 * maxn * sizeof(*b.rkey[0]));
+    b.ridx[0] = dcp__malloc(2 * maxn * sizeof(*b.ridx[0]));
+    b.kj = huge_array(p->ncands, sizeof(*b.kj), 1);
+    b.nrec = dcp__calloc((size_t)p->nranks + 1, sizeof(*b.nrec));
+    b.reps = huge_array(p->ncands, sizeof(*b.reps), 0);
+    b.hold = huge_array(p->ncands, sizeof(*b.hold), 0);
+    b.load = dcp__calloc((size_t)p->nranks, sizeof(*b.load));
+    if (!b.md->e || !b.md->chunk_block || !b.srt || !b.srt2 || !b.rkey[0] ||
+        !b.ridx[0] || !b.kj || !b.nrec || !b.reps || !b.hold || !b.load)
         goto out;
-    b.srt = dcp__malloc((maxn ? maxn : 1) * sizeof(*b.srt));
-    /* Each chunk's ints come from one cand's: the pool's size bounds them. */
-    b.ints = dcp__malloc((p->npool ? p->npool : 1) * sizeof(*b.ints));
-    if (!b.srt || !b.ints)
-        goto out;
-    dcp__advise_huge(b.ints, p->npool * sizeof(*b.ints));
+    b.rkey[1] = b.rkey[0] + maxn;
+    b.ridx[1] = b.ridx[0] + maxn;
+    /* The chunks will point into the box array: md owns it (gp.box still
+     * reads it). */
+    g->md->ints = p->box;
     rc = DCP_OK;
     for (i = 0; rc == DCP_OK && i < p->nkeys; i++) {
         b.md->n = i + 1;
-        rc = build_entry(&b, (uint32_t)i, &p->keys[sk[i].g]);
+        rc = build_entry(&b, (uint32_t)i, &p->keys[b.sk[i].g]);
     }
     if (rc != DCP_OK)
         goto out_rc;
-    /* The chunks point into b.ints now: md owns it instead of the pool. */
-    dcp__free(g->md->ints);
-    g->md->ints = b.ints;
-    b.ints = NULL;
     spread(&b);
     rc = make_recs(&b, g);
     if (rc == DCP_OK) {
@@ -971,16 +1216,17 @@ out:
     if (rc == DCP_ENOMEM)
         rc = dcp__err(p->err, rc, "out of memory planning the save");
 out_rc:
-    dcp__free(sk);
-    dcp__free(kof);
-    dcp__free(b.cstart);
-    dcp__free(b.corder);
+    dcp__free(b.sk);
+    dcp__free(b.cbase);
     dcp__free(b.srt);
-    dcp__free(b.crefs);
+    dcp__free(b.srt2);
+    dcp__free(b.rkey[0]);
+    dcp__free(b.ridx[0]);
+    dcp__free(b.kj);
+    dcp__free(b.nrec);
     dcp__free(b.reps);
     dcp__free(b.hold);
     dcp__free(b.load);
-    dcp__free(b.ints);
     return rc;
 }
 
@@ -995,6 +1241,9 @@ int dcp__plan_global(const uint8_t *blobs, const size_t *lens,
     p.nranks = nranks;
     p.err = err;
     g->nranks = nranks;
+    p.rbase = dcp__calloc((size_t)nranks + 1, sizeof(*p.rbase));
+    if (!p.rbase)
+        rc = dcp__err(err, DCP_ENOMEM, "out of memory planning the save");
     for (r = 0; rc == DCP_OK && r < nranks; r++)
         rc = parse_rank(&p, r, blobs + displs[r], lens[r]);
     if (rc == DCP_OK) {
@@ -1004,22 +1253,16 @@ int dcp__plan_global(const uint8_t *blobs, const size_t *lens,
         if (!g->md || !g->md->version)
             rc = dcp__err(err, DCP_ENOMEM, "out of memory planning the save");
     }
-    if (rc == DCP_OK && !p.pool) {
-        p.pool = dcp__malloc(sizeof(int64_t));
-        if (!p.pool)
-            rc = dcp__err(err, DCP_ENOMEM, "out of memory planning the save");
-    }
-    if (rc == DCP_OK) {
-        /* Chunks point into the pool from here on: md owns it. */
-        g->md->ints = p.pool;
-        rc = build_all(&p, g);
-    } else {
-        dcp__free(p.pool);
-    }
+    if (rc == DCP_OK)
+        rc = build_all(&p, blobs, lens, displs, g);
     dcp__free(p.keys);
     dcp__free(p.tab);
-    dcp__free(p.cands);
+    dcp__free(p.ents);
+    dcp__free(p.rbase);
     dcp__free(p.hint);
+    if (!g->md || g->md->ints != p.box)
+        dcp__free(p.box);
+    dcp__free(p.cands);
     if (rc != DCP_OK)
         dcp__plan_global_release(g);
     return rc;
@@ -1111,10 +1354,15 @@ int dcp__plan_results_encode(const uint64_t *offlen, size_t n,
                              struct dcp_buf *out)
 {
     size_t i;
-    int rc = put_uv(out, n);
-    for (i = 0; rc == DCP_OK && i < 2 * n; i++)
-        rc = put_uv(out, offlen[i]);
-    return rc;
+    uint8_t *p;
+    if (n > (SIZE_MAX / UV_MAX - 1) / 2 ||
+        dcp__buf_reserve(out, (2 * n + 1) * UV_MAX) != DCP_OK)
+        return DCP_ENOMEM;
+    p = put_uv_raw(out->p + out->len, n);
+    for (i = 0; i < 2 * n; i++)
+        p = put_uv_raw(p, offlen[i]);
+    out->len = (size_t)(p - out->p);
+    return DCP_OK;
 }
 
 int dcp__plan_results_apply(struct pl_global *g, int r, uint32_t file,
@@ -1128,6 +1376,9 @@ int dcp__plan_results_apply(struct pl_global *g, int r, uint32_t file,
     for (i = 0; i < n; i++) {
         const struct pl_rec *rec = &g->recs[g->recbase[r] + i];
         struct md_chunk *c = &g->md->e[rec->k].chunks[rec->j];
+        /* The next rank's record of this key is often the next chunk, a
+         * rank's worth of records later (see fill_rank). */
+        __builtin_prefetch(c + 2, 1);
         c->file = file;
         c->offset = get_uv(&rd);
         c->length = get_uv(&rd);
