@@ -20,14 +20,15 @@
  *
  * It uses the library's internals (plan.h, meta.h), so it links the static
  * library. Build and run (from the repository root):
- *   cmake -S . -B build-rel -DCMAKE_BUILD_TYPE=Release -DDCP_WERROR=OFF
+ *   cmake -S . -B build-rel -DCMAKE_BUILD_TYPE=Release
  *   cmake --build build-rel -j2 --target dcp_static
  *   cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude \
- *      -Isrc bench/plan_sim.c build-rel/libdcp.a -lm -lpthread -o plan_sim
+ *      -Isrc bench/plan_sim.c build-rel/libdcp.a -luring -ldl -lm -lpthread \
+ *      -o plan_sim
  *   PLAN_SIM_CLOCK=cpu ./plan_sim [ranks=4096] [tensors=2000] [reps=3] \
  *      > plan_sim.json
- * (DCP_WERROR=OFF: at -O3 gcc 12 warns of a maybe-uninitialized variable
- * in storage.c, which -Werror would make an error.) Environment:
+ * (-luring: the library's I/O engine, when liburing was found.)
+ * Environment:
  * PLAN_SIM_CLOCK=cpu (see sim_clock), PLAN_SIM_DUMP=FILE writes the first
  * repetition's .metadata (to compare bytes across versions),
  * PLAN_SIM_BLOBS=FILE keeps the gathered local plans (12 s to make) for
