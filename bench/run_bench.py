@@ -324,8 +324,17 @@ ROWS = [
     ("load_vs_fio_read", "dcp 4-rank load / fio read, paired the same way"),
     ("save_vs_torch", "dcp 4-rank save / PyTorch DCP save"),
     ("load_vs_torch", "dcp 4-rank load / PyTorch DCP load"),
+    ("async_block_ratio_gpt2_1rank", "dcp_save_async of this state, 1 rank: "
+     "blocking time / memcpy of the same bytes (target <= 1.5)"),
+    ("async_block_ratio_gpt2_4rank", "the same, 4 ranks (slowest rank of "
+     "each run, both times)"),
+    ("async_block_ms_gpt2_1rank", "dcp_save_async blocking time, 1 rank"),
+    ("async_block_ms_gpt2_4rank", "dcp_save_async blocking time, 4 ranks"),
+    ("async_save_gbps_gpt2_1rank", "dcp_save_async to completion (wait), "
+     "1 rank"),
+    ("async_save_gbps_gpt2_4rank", "dcp_save_async to completion, 4 ranks"),
     ("async_block_ratio", "dcp_save_async blocking time / memcpy of the "
-     "same bytes (bench/async_bench, tmpfs)"),
+     "same bytes (bench/async_bench: 16 tensors, 256 MiB, tmpfs)"),
     ("async_block_ms", "dcp_save_async blocking time"),
     ("async_memcpy_ms", "memcpy of the same bytes"),
     ("async_budget_peak_ratio", "save with staging_budget = 1/8 of the "
@@ -638,6 +647,12 @@ def main():
                             build, scale + ["--no-verify", "1"]))
     stages.append(dcp_stage("dcp save 4 ranks unaligned", 4, "save", c4, R,
                             build, scale + ["--misalign", "16"]))
+    # Asynchronous save of the same state: blocking time against a memcpy
+    # of each rank's bytes, in the same run.
+    stages.append(dcp_stage("dcp async save 1 rank", 1, "async", c4, R,
+                            build, scale))
+    stages.append(dcp_stage("dcp async save 4 ranks", 4, "async", c4, R,
+                            build, scale))
     shutil.rmtree(c4)
     if not a.no_torch:
         stages.append(torch_stage("torch save 4", 4, "save", ct, R, scale))
@@ -703,6 +718,14 @@ def report(raw, out, plot):
                                         "GB/s")
     res["load_gbps_4rank_buffered"] = fig(
         gbps(by["dcp load 4 ranks, buffered"]), "GB/s")
+    for n, x in (("1rank", "dcp async save 1 rank"),
+                 ("4rank", "dcp async save 4 ranks")):
+        if x in by:
+            res[f"async_block_ratio_gpt2_{n}"] = fig(
+                [r["block_ratio"] for r in by[x].runs], "x memcpy")
+            res[f"async_block_ms_gpt2_{n}"] = fig(
+                [r["block_seconds"] * 1e3 for r in by[x].runs], "ms", 1)
+            res[f"async_save_gbps_gpt2_{n}"] = fig(gbps(by[x]), "GB/s")
     s4 = by["dcp save 4 ranks"].runs
     res["sync_save_extra_rss_mib"] = fig(
         [max(r["extra_rss_mib"]) for r in s4], "MiB", 1)
@@ -755,6 +778,14 @@ def report(raw, out, plot):
         ratio("load_vs_torch", "dcp load 4 ranks", "torch load 4")
 
     res.update(raw.get("hooked", {}))
+    for n, x in (("1rank", "dcp async save 1 rank"),
+                 ("4rank", "dcp async save 4 ranks")):
+        if x in by:
+            res[f"async_block_ratio_gpt2_{n}"] = fig(
+                [r["block_ratio"] for r in by[x].runs], "x memcpy")
+            res[f"async_block_ms_gpt2_{n}"] = fig(
+                [r["block_seconds"] * 1e3 for r in by[x].runs], "ms", 1)
+            res[f"async_save_gbps_gpt2_{n}"] = fig(gbps(by[x]), "GB/s")
     s4 = by["dcp save 4 ranks"].runs
     meta = {"date": raw["date"], "runs": raw["runs"], "nbytes": nbytes,
             "engine": raw["engine"], "fio_size": raw["fio_size"],
