@@ -43,6 +43,10 @@
  * once per reference, so the walk and the entries are bounded. */
 #define MAX_WALK_STEPS ((size_t)1 << 24)
 #define MAX_ENTRIES    ((size_t)1 << 20)
+/* Memory the entries of a torch.save file may take: 16 MiB plus 64 bytes
+ * per byte of its data.pkl (real state dicts take 2 to 5 per byte). */
+#define WALK_MEM_BASE     ((size_t)16 << 20)
+#define WALK_MEM_PER_BYTE ((size_t)64)
 
 #define RETURN_IF(call)    \
     do {                   \
@@ -314,12 +318,16 @@ static int open_index(struct src_index *ix, const char *path, size_t *cap,
     }
     for (i = 0; rc == DCP_OK && i < map->len; i++) {
         const struct json_node *v = json_val(map, i);
-        if (v->kind != JSON_STR || !dcp__safe_name(v->s))
+        if (v->kind != JSON_STR)
+            rc = dcp__err(err, DCP_EFORMAT,
+                          "'%s': tensor '%s' maps to a JSON value that is "
+                          "not a file name string",
+                          path, json_key(map, i)->s);
+        else if (!dcp__safe_name(v->s) || strlen(v->s) != v->len)
             rc = dcp__err(err, DCP_EUNSAFE,
                           "'%s': tensor '%s' maps to '%.64s', not a plain "
                           "file name beside the index",
-                          path, json_key(map, i)->s,
-                          v->kind == JSON_STR ? v->s : "(not a string)");
+                          path, json_key(map, i)->s, v->s);
     }
     if (rc == DCP_OK) {
         ents = dcp__malloc((map->len ? map->len : 1) * sizeof(*ents));
@@ -384,6 +392,9 @@ struct walk {
     size_t depth;
     size_t steps;      /* visits and is_terminal calls, bounded */
     size_t vbudget[2]; /* dcp__value_from_node's, for all values */
+    size_t mem_left;   /* bytes the entries may still take (charge) */
+    size_t mem_budget; /* mem_left at the start */
+    size_t pkl_len;
     struct dcp_err *err;
 };
 
@@ -498,6 +509,29 @@ static void count_nodes(const struct pk_node *n, size_t depth, size_t *left)
         count_nodes(n->u.seq.v[i], depth + 1, left);
 }
 
+/*
+ * Charges an entry at the current path against the walk's memory budget,
+ * which is tied to the size of data.pkl (WALK_MEM_BASE + WALK_MEM_PER_BYTE
+ * per byte): memo references let a pickle of a few hundred bytes name a
+ * dict shared at every level, whose 2^30 paths would each become an entry
+ * with its own key (a 1.3 KB file took 2 GB and 5 s to refuse).
+ */
+static int charge(struct walk *w)
+{
+    size_t cost = sizeof(struct src_entry), i;
+    for (i = 0; i < w->depth; i++)
+        cost += sizeof(struct st_pathel) + 24 +
+                (w->path[i].s ? 2 * (strlen(w->path[i].s) + 1) : 0);
+    if (cost > w->mem_left)
+        return dcp__err(w->err, DCP_ELIMIT,
+                        "the state dict's entries take more than %zu bytes "
+                        "for a data.pkl of %zu bytes (shared references "
+                        "expand)",
+                        w->mem_budget, w->pkl_len);
+    w->mem_left -= cost;
+    return DCP_OK;
+}
+
 static int leaf(struct walk *w, const struct pk_node *n)
 {
     struct src_entry *e;
@@ -505,6 +539,9 @@ static int leaf(struct walk *w, const struct pk_node *n)
     if (w->ix->n >= MAX_ENTRIES)
         return dcp__err(w->err, DCP_ELIMIT, "more than %zu entries",
                         MAX_ENTRIES);
+    rc = charge(w);
+    if (rc != DCP_OK)
+        return rc;
     e = new_entry(w->ix, w->cap);
     if (!e)
         return dcp__err(w->err, DCP_ENOMEM, "out of memory");
@@ -645,6 +682,11 @@ static int open_torch(struct src_index *ix, const char *path,
     w.tf = &tf;
     w.file = f;
     w.err = err;
+    w.pkl_len = (size_t)pe->size;
+    w.mem_budget = w.pkl_len > (SIZE_MAX - WALK_MEM_BASE) / WALK_MEM_PER_BYTE
+                       ? SIZE_MAX
+                       : WALK_MEM_BASE + WALK_MEM_PER_BYTE * w.pkl_len;
+    w.mem_left = w.mem_budget;
     if (root->kind != PK_DICT)
         rc = dcp__err(err, DCP_EFORMAT,
                       "'%s' holds no state dict (the pickle's top object is "
