@@ -14,7 +14,11 @@
  * sync retried on a file whose sync failed.
  *
  * One faultfs is active per process at a time (the syscall hooks find it
- * through a global); tests run single-threaded.
+ * through a global). dcp calls it from the caller's thread and from the
+ * context's writer thread, never from both at once (the writer runs
+ * between the save's collective steps, handed over through the worker's
+ * queue), so its counters need no lock; each event records which thread
+ * ran it.
  */
 #ifndef DCP_FAULTFS_H
 #define DCP_FAULTFS_H
@@ -22,6 +26,7 @@
 #include <dcp/dcp.h>
 #include <dcp/dcp_storage.h>
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -81,6 +86,7 @@ struct ff_event {
     uint64_t off, len; /* write/read */
     int rc;
     int64_t t_ns; /* CLOCK_MONOTONIC */
+    int worker;   /* not on the thread that called ff_init (dcp's writer) */
 };
 
 struct faultfs {
@@ -110,6 +116,7 @@ struct faultfs {
     struct dcp__posix_sys sys;
     int failed_sync_fd[64];
     size_t nfailed_sync;
+    pthread_t owner; /* the thread that called ff_init */
 };
 
 /* Initialises f (no faults, no tracing) and makes it the active faultfs. */

@@ -251,7 +251,7 @@ static unsigned nranks_saved = 1;
 static int trial(int *code)
 {
     int rc;
-    memset(got.big, 0, sizeof(got.big));
+    memset(got.big, 0, (size_t)rs_big_rows * 160 * 2);
     memset(got.mat, 0, sizeof(got.mat));
     memset(got.vec, 0, sizeof(got.vec));
     rc = dcp_load(ctx, got.st, "mem", NULL);
