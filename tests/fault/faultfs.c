@@ -65,11 +65,16 @@ static int before(struct faultfs *f, enum ff_op op, const char *name,
 {
     unsigned mask = f->fail_mask ? f->fail_mask : ~0u;
     f->op_count[op]++;
+    if (((f->hang_mask >> op) & 1) &&
+        (!f->hang_name || (name && strstr(name, f->hang_name))))
+        for (;;)
+            (void)sleep(1);
     if (!(mask & (1u << op)))
         return DCP_OK;
     f->nops++;
     if (f->crash_at && f->nops == f->crash_at)
         (void)kill(getpid(), SIGKILL);
+
     if (f->fail_at && (f->nops == f->fail_at ||
                        (f->fail_persistent && f->nops > f->fail_at))) {
         if (!f->injected++)

@@ -96,6 +96,11 @@ struct faultfs {
     int fail_code;       /* e.g. DCP_EIO, DCP_ENOSPC */
     unsigned fail_mask;  /* ops counted for fail_at/crash_at (0: all) */
     uint64_t crash_at;   /* SIGKILL before this operation; 0: none */
+    /* Hang (sleep until killed) before the first operation of a kind in
+     * hang_mask (bits of enum ff_op) whose name contains hang_name (NULL:
+     * any): a rank that stops answering (tests/mpi/mpi_timeout.c). */
+    unsigned hang_mask;
+    const char *hang_name;
     enum ff_sys_fault sys_fault;
     unsigned sys_mask; /* syscall kinds counted (bits of enum ff_sys) */
     uint64_t sys_at;   /* 1-based index among those; 0: none */
