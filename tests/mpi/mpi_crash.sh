@@ -23,7 +23,8 @@ failed=0
 for kind in 0 1 2; do
     for victim in 0 1; do
         "$TEST_CRASH" prepare "$dir" "$kind" || { echo "prepare failed"; exit 1; }
-        line=$($MPIEXEC $np "$MPI_FAULT" count "$dir" "$victim" | grep '^ops ')
+        line=$(timeout 60 $MPIEXEC $np "$MPI_FAULT" count "$dir" "$victim" |
+            grep '^ops ')
         ops=$(echo "$line" | awk '{print $2}')
         before=$(echo "$line" | awk '{print $4}')
         if [ -z "$ops" ] || [ "$ops" -lt 3 ]; then
@@ -35,9 +36,16 @@ for kind in 0 1 2; do
                 continue
             fi
             "$TEST_CRASH" prepare "$dir" "$kind" || exit 1
-            $MPIEXEC $np "$MPI_FAULT" crash "$dir" "$victim" "$k" \
+            # A job that outlives its victim by a minute hangs: (c) fails
+            # (timeout's SIGTERM makes mpiexec end the job).
+            timeout 60 $MPIEXEC $np "$MPI_FAULT" crash "$dir" "$victim" "$k" \
                 >/dev/null 2>&1
             st=$?
+            if [ $st = 124 ]; then
+                echo "FAIL kind $kind victim $victim op $k: the job hung"
+                failed=$((failed + 1))
+                continue
+            fi
             committed=0
             [ "$k" -gt "$before" ] && committed=1
             points=$((points + 1))
