@@ -337,7 +337,9 @@ def srcfiles():
 
 def hostile_seeds(targets):
     """The hostile set (make_hostile.py) as seeds: each .metadata for the
-    pickle target, each case as a whole checkpoint for the metadata one."""
+    pickle target, each case as a whole checkpoint for the metadata one,
+    each single-file case for safetensors (safetensors files) and srcfile
+    (safetensors and torch.save files); only for the targets asked for."""
     hdir = os.path.join(HERE, "hostile")
     if not os.path.isdir(hdir):
         return
