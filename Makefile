@@ -136,7 +136,7 @@ fuzz-build: deps
 	  -DDCP_BUILD_FUZZERS=ON -DDCP_WITH_MPI=OFF -DDCP_BUILD_EXAMPLES=OFF \
 	  $(CONFIGURE_COMMON)
 	$(CMAKE) --build build-fuzz -j$(NPROC) --target fuzz_pickle \
-	  fuzz_torchzip fuzz_metadata
+	  fuzz_torchzip fuzz_metadata fuzz_safetensors fuzz_srcfile
 
 fuzz: fuzz-build
 	bash tests/fuzz/run_fuzz.sh build-fuzz $(FUZZ_TIME)

@@ -55,6 +55,28 @@ run crash "$build/tests/test_crash"
 [ $have_mpi = 1 ] && run crash_mpi env MPIEXEC="$mpiexec" \
     MPI_FAULT="$build/tests/mpi/mpi_fault" TEST_CRASH="$build/tests/test_crash" \
     bash tests/mpi/mpi_crash.sh
+# T5: a rank that hangs, in each phase of a save and a load (one mpiexec
+# per phase; the survivors time out).
+if [ $have_mpi = 1 ]; then
+    timeouts() {
+        local ph d n=0 bad=0
+        for ph in $("$build/tests/mpi/mpi_timeout" list | awk '{print $1}'); do
+            n=$((n + 1))
+            d=$(mktemp -d /tmp/dcp-timeout-XXXXXX)
+            if timeout 120 $mpiexec 3 "$build/tests/mpi/mpi_timeout" \
+                "$d/ckpt" "$ph"; then
+                echo "hang phase $ph: ok"
+            else
+                echo "hang phase $ph: FAILED"
+                bad=$((bad + 1))
+            fi
+            rm -rf "$d"
+        done
+        echo "hung-rank phases: $((n - bad)) of $n passed (3 ranks)"
+        [ $bad = 0 ]
+    }
+    run timeouts timeouts
+fi
 # T4: I/O faults (and allocation failures on one rank under MPI).
 run faults "$build/tests/test_fault_io"
 if [ $have_mpi = 1 ]; then
@@ -78,6 +100,7 @@ fig strace '^ok|FAIL'
 [ $have_mpi = 1 ] && fig trace_mpi 'passed'
 fig crash 'crash points'
 [ $have_mpi = 1 ] && fig crash_mpi 'MPI crash points|victim'
+[ $have_mpi = 1 ] && fig timeouts 'hung-rank phases|FAILED'
 fig faults 'fault cases'
 [ $have_mpi = 1 ] && fig faults_mpi2 'fault cases'
 [ $have_mpi = 1 ] && fig faults_mpi3 'fault cases'

@@ -91,6 +91,7 @@ static int parse_tensor(const struct json_node *key, const struct json_node *v,
                         struct sf_tensor *t, struct dcp_err *err)
 {
     const struct json_node *shape, *offs;
+    const char *dup;
     uint64_t numel = 1, nbytes;
     size_t d;
     int rc;
@@ -98,6 +99,13 @@ static int parse_tensor(const struct json_node *key, const struct json_node *v,
         return dcp__err(err, DCP_EFORMAT,
                         "safetensors: entry '%s' at byte %zu is not an object",
                         key->s, v->off);
+    /* The safetensors library refuses a field given twice; taking the
+     * first (or the last) would read the file differently from it. */
+    dup = json_dup_key(v);
+    if (dup)
+        return dcp__err(err, DCP_EFORMAT,
+                        "safetensors: tensor '%s' has field '%.32s' twice",
+                        key->s, dup);
     rc = parse_dtype(json_get(v, "dtype"), key->s, &t->dtype, err);
     if (rc != DCP_OK)
         return rc;
@@ -136,24 +144,32 @@ static int parse_tensor(const struct json_node *key, const struct json_node *v,
                         key->s);
     t->begin = (uint64_t)offs->v[0]->i;
     t->end = (uint64_t)offs->v[1]->i;
-    if (dcp__mul_overflow_u64(numel, dcp_dtype_size(t->dtype), &nbytes) ||
-        nbytes != t->end - t->begin)
+    if (dcp__mul_overflow_u64(numel, dcp_dtype_size(t->dtype), &nbytes))
+        return dcp__err(err, DCP_EFORMAT,
+                        "safetensors: tensor '%s': its dtype and shape need "
+                        "more than 2^64 bytes",
+                        key->s);
+    if (nbytes != t->end - t->begin)
         return dcp__err(err, DCP_EFORMAT,
                         "safetensors: tensor '%s': data_offsets [%" PRIu64
                         ", %" PRIu64 ") hold %" PRIu64
                         " bytes, its dtype and shape need %" PRIu64,
-                        key->s, t->begin, t->end, t->end - t->begin,
-                        numel * dcp_dtype_size(t->dtype));
+                        key->s, t->begin, t->end, t->end - t->begin, nbytes);
     return DCP_OK;
 }
 
 static int parse_meta(const struct json_node *m, struct sf_file *f,
                       struct dcp_err *err)
 {
+    const char *dup;
     size_t i;
     if (m->kind != JSON_OBJ)
         return dcp__err(err, DCP_EFORMAT,
                         "safetensors: __metadata__ is not an object");
+    dup = json_dup_key(m);
+    if (dup)
+        return dcp__err(err, DCP_EFORMAT,
+                        "safetensors: __metadata__ has key '%.64s' twice", dup);
     f->meta = dcp__calloc(2 * m->len + 1, sizeof(char *));
     if (!f->meta)
         return dcp__err(err, DCP_ENOMEM, "out of memory");

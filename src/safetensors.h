@@ -9,7 +9,8 @@
  * Checks, beyond the JSON grammar (json.h): N at most SF_MAX_HEADER (the
  * limit of the safetensors library) and inside the file; at most 2^22
  * JSON values and nesting 8; a JSON object at
- * the top, no duplicate names, no empty name or NUL in a name; every
+ * the top, no duplicate names (nor a tensor's field or a __metadata__
+ * key given twice), no empty name or NUL in a name; every
  * tensor has a known dtype, a shape of at most DCP_MAX_NDIM non-negative
  * integers, data_offsets of two integers with begin <= end, and end - begin
  * equal to the element count times the element size (overflow-checked);

@@ -794,14 +794,17 @@ void dcp__save_write(void *arg)
     (void)dcp__save_fail(job, rc, &err);
 }
 
-/* Tells every rank whether rank 0's failed commit got past the rename. */
+/* Tells every rank whether rank 0's failed commit got past the rename:
+ * *renamed 0 or 1 as rank 0 says, RENAMED_UNKNOWN when rank 0 did not
+ * answer (a timeout: it may still be committing). */
+#define RENAMED_UNKNOWN 2
 static void share_renamed(const dcp_comm *c, int *renamed)
 {
     int64_t v = *renamed;
     if (dcp__comm_bcast(c, &v, sizeof(v), 0, NULL) == DCP_OK)
         *renamed = (int)v;
     else
-        *renamed = 1; /* unsure: keep the files */
+        *renamed = RENAMED_UNKNOWN; /* keep the files */
 }
 
 int dcp__save_finish(dcp_ctx *ctx, struct sv_job *job)
@@ -842,7 +845,14 @@ out:
     if (rc != DCP_OK && job->wrote && !renamed)
         (void)dcp__fs_unlink(job->dirfd, job->file, NULL);
     job->finished = 1;
-    if (rc != DCP_OK && renamed)
+    if (rc != DCP_OK && renamed == RENAMED_UNKNOWN)
+        (void)dcp__err_prefix(&ctx->err,
+                              "save to '%s' failed: rank 0 did not say "
+                              "whether it committed the checkpoint (the "
+                              "directory holds the previous checkpoint or "
+                              "this one, never a mix)",
+                              job->path);
+    else if (rc != DCP_OK && renamed)
         (void)dcp__err_prefix(&ctx->err,
                               "save to '%s' failed after .metadata was "
                               "renamed into place; the new checkpoint may "

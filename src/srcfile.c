@@ -43,6 +43,10 @@
  * once per reference, so the walk and the entries are bounded. */
 #define MAX_WALK_STEPS ((size_t)1 << 24)
 #define MAX_ENTRIES    ((size_t)1 << 20)
+/* Memory the entries of a torch.save file may take: 16 MiB plus 64 bytes
+ * per byte of its data.pkl (real state dicts take 2 to 5 per byte). */
+#define WALK_MEM_BASE     ((size_t)16 << 20)
+#define WALK_MEM_PER_BYTE ((size_t)64)
 
 #define RETURN_IF(call)    \
     do {                   \
@@ -55,8 +59,11 @@ typedef unsigned long long ull;
 
 /* ------------------------------------------------------------ files */
 
+/* Opens path as file *idx. A path that is not a regular file is refused
+ * with nonreg (DCP_EINVAL for the caller's own path, DCP_EUNSAFE for a
+ * shard an index names); O_NONBLOCK keeps a FIFO from blocking the open. */
 static int add_file(struct src_index *ix, const char *path, uint32_t *idx,
-                    struct dcp_err *err)
+                    int nonreg, struct dcp_err *err)
 {
     size_t n = ix->nfiles;
     char **f = dcp__realloc(ix->files, (n + 1) * sizeof(*f));
@@ -77,7 +84,7 @@ static int add_file(struct src_index *ix, const char *path, uint32_t *idx,
     ix->fds[n] = -1;
     ix->sizes[n] = 0;
     ix->nfiles = n + 1;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return dcp__err(err, errno == ENOENT ? DCP_ENOENT : DCP_EIO,
                         "cannot open '%s': %s", path, strerror(errno));
@@ -86,7 +93,7 @@ static int add_file(struct src_index *ix, const char *path, uint32_t *idx,
         return dcp__err(err, DCP_EIO, "cannot stat '%s': %s", path,
                         strerror(errno));
     if (!S_ISREG(sb.st_mode))
-        return dcp__err(err, DCP_EINVAL, "'%s' is not a regular file", path);
+        return dcp__err(err, nonreg, "'%s' is not a regular file", path);
     ix->sizes[n] = (uint64_t)sb.st_size;
     *idx = (uint32_t)n;
     return DCP_OK;
@@ -187,7 +194,7 @@ static int open_safetensors(struct src_index *ix, const char *path, size_t *cap,
 {
     struct sf_file sf;
     uint32_t f;
-    int rc = add_file(ix, path, &f, err);
+    int rc = add_file(ix, path, &f, DCP_EINVAL, err);
     if (rc != DCP_OK)
         return rc;
     rc = sf_read(ix->fds[f], path, ix->sizes[f], &sf, err);
@@ -198,28 +205,62 @@ static int open_safetensors(struct src_index *ix, const char *path, size_t *cap,
     return rc;
 }
 
+/* A member of an index's weight_map. Sorted by shard, then by tensor
+ * name, each shard's members are one run that is binary-searched: a
+ * linear lookup per tensor made an index of 100,000 tensors take
+ * minutes. */
+struct map_ent {
+    const struct json_node *key, *shard;
+};
+
+static int cmp_name(const char *a, size_t alen, const char *b, size_t blen)
+{
+    int c = memcmp(a, b, alen < blen ? alen : blen);
+    if (c)
+        return c;
+    return alen < blen ? -1 : alen > blen;
+}
+
+static int cmp_map_ent(const void *a, const void *b)
+{
+    const struct map_ent *x = a, *y = b;
+    int c = strcmp(x->shard->s, y->shard->s);
+    if (c)
+        return c;
+    return cmp_name(x->key->s, x->key->len, y->key->s, y->key->len);
+}
+
 /* A shard named by the index: its tensors must be exactly the index's
- * entries that name it. */
-static int check_shard(const struct json_node *map, const char *shard,
+ * entries that name it, ents[0..n) (sorted by name). */
+static int check_shard(const struct map_ent *ents, size_t n, const char *shard,
                        const struct sf_file *sf, struct dcp_err *err)
 {
-    size_t i, listed = 0;
-    for (i = 0; i < map->len; i++)
-        if (strcmp(json_val(map, i)->s, shard) == 0)
-            listed++;
+    size_t i;
     for (i = 0; i < sf->n; i++) {
-        const struct json_node *v = json_get(map, sf->t[i].name);
-        if (!v || strcmp(v->s, shard) != 0)
+        const char *name = sf->t[i].name;
+        size_t len = strlen(name), lo = 0, hi = n;
+        int found = 0;
+        while (lo < hi && !found) {
+            size_t mid = lo + (hi - lo) / 2;
+            int c = cmp_name(ents[mid].key->s, ents[mid].key->len, name, len);
+            if (c == 0)
+                found = 1;
+            else if (c < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (!found)
             return dcp__err(err, DCP_EFORMAT,
                             "tensor '%s' of shard '%s' is not mapped to "
                             "that shard by the index",
-                            sf->t[i].name, shard);
+                            name, shard);
     }
-    if (listed != sf->n)
+    if (n != sf->n)
         return dcp__err(err, DCP_EFORMAT,
                         "the index maps %zu tensors to shard '%s', which "
                         "holds %zu",
-                        listed, shard, sf->n);
+                        n, shard, sf->n);
     return DCP_OK;
 }
 
@@ -255,10 +296,11 @@ static int open_index(struct src_index *ix, const char *path, size_t *cap,
     struct json_doc *doc = NULL;
     struct json_node *root = NULL;
     const struct json_node *map;
+    struct map_ent *ents = NULL;
     const char *slash = strrchr(path, '/'), *dup;
     size_t dlen = slash ? (size_t)(slash - path) + 1 : 0, i, j;
     uint32_t f;
-    int rc = add_file(ix, path, &f, err);
+    int rc = add_file(ix, path, &f, DCP_EINVAL, err);
     if (rc == DCP_OK)
         rc = read_json_file(ix->fds[f], path, ix->sizes[f], &doc, &root, err);
     if (rc != DCP_OK)
@@ -276,22 +318,36 @@ static int open_index(struct src_index *ix, const char *path, size_t *cap,
     }
     for (i = 0; rc == DCP_OK && i < map->len; i++) {
         const struct json_node *v = json_val(map, i);
-        if (v->kind != JSON_STR || !dcp__safe_name(v->s))
+        if (v->kind != JSON_STR)
+            rc = dcp__err(err, DCP_EFORMAT,
+                          "'%s': tensor '%s' maps to a JSON value that is "
+                          "not a file name string",
+                          path, json_key(map, i)->s);
+        else if (!dcp__safe_name(v->s) || strlen(v->s) != v->len)
             rc = dcp__err(err, DCP_EUNSAFE,
                           "'%s': tensor '%s' maps to '%.64s', not a plain "
                           "file name beside the index",
-                          path, json_key(map, i)->s,
-                          v->kind == JSON_STR ? v->s : "(not a string)");
+                          path, json_key(map, i)->s, v->s);
+    }
+    if (rc == DCP_OK) {
+        ents = dcp__malloc((map->len ? map->len : 1) * sizeof(*ents));
+        if (!ents)
+            rc = dcp__err(err, DCP_ENOMEM, "out of memory");
     }
     for (i = 0; rc == DCP_OK && i < map->len; i++) {
-        const char *shard = json_val(map, i)->s;
+        ents[i].key = json_key(map, i);
+        ents[i].shard = json_val(map, i);
+    }
+    if (rc == DCP_OK)
+        qsort(ents, map->len, sizeof(*ents), cmp_map_ent);
+    /* One shard per run of ents. */
+    for (i = 0; rc == DCP_OK && i < map->len; i = j) {
+        const char *shard = ents[i].shard->s;
         struct sf_file sf;
         char *full;
-        for (j = 0; j < i; j++)
-            if (strcmp(json_val(map, j)->s, shard) == 0)
-                break;
-        if (j < i)
-            continue; /* shard seen */
+        for (j = i + 1; j < map->len && strcmp(ents[j].shard->s, shard) == 0;
+             j++)
+            ;
         full = dcp__malloc(dlen + strlen(shard) + 1);
         if (!full) {
             rc = dcp__err(err, DCP_ENOMEM, "out of memory");
@@ -299,18 +355,19 @@ static int open_index(struct src_index *ix, const char *path, size_t *cap,
         }
         memcpy(full, path, dlen);
         memcpy(full + dlen, shard, strlen(shard) + 1);
-        rc = add_file(ix, full, &f, err);
+        rc = add_file(ix, full, &f, DCP_EUNSAFE, err);
         dcp__free(full);
         if (rc != DCP_OK)
             break;
         rc = sf_read(ix->fds[f], ix->files[f], ix->sizes[f], &sf, err);
         if (rc != DCP_OK)
             break;
-        rc = check_shard(map, shard, &sf, err);
+        rc = check_shard(ents + i, j - i, shard, &sf, err);
         if (rc == DCP_OK)
             rc = add_sf_tensors(ix, f, &sf, cap, err);
         sf_release(&sf);
     }
+    dcp__free(ents);
 out:
     json_free(doc);
     return rc;
@@ -335,6 +392,9 @@ struct walk {
     size_t depth;
     size_t steps;      /* visits and is_terminal calls, bounded */
     size_t vbudget[2]; /* dcp__value_from_node's, for all values */
+    size_t mem_left;   /* bytes the entries may still take (charge) */
+    size_t mem_budget; /* mem_left at the start */
+    size_t pkl_len;
     struct dcp_err *err;
 };
 
@@ -449,6 +509,29 @@ static void count_nodes(const struct pk_node *n, size_t depth, size_t *left)
         count_nodes(n->u.seq.v[i], depth + 1, left);
 }
 
+/*
+ * Charges an entry at the current path against the walk's memory budget,
+ * which is tied to the size of data.pkl (WALK_MEM_BASE + WALK_MEM_PER_BYTE
+ * per byte): memo references let a pickle of a few hundred bytes name a
+ * dict shared at every level, whose 2^30 paths would each become an entry
+ * with its own key (a 1.3 KB file took 2 GB and 5 s to refuse).
+ */
+static int charge(struct walk *w)
+{
+    size_t cost = sizeof(struct src_entry), i;
+    for (i = 0; i < w->depth; i++)
+        cost += sizeof(struct st_pathel) + 24 +
+                (w->path[i].s ? 2 * (strlen(w->path[i].s) + 1) : 0);
+    if (cost > w->mem_left)
+        return dcp__err(w->err, DCP_ELIMIT,
+                        "the state dict's entries take more than %zu bytes "
+                        "for a data.pkl of %zu bytes (shared references "
+                        "expand)",
+                        w->mem_budget, w->pkl_len);
+    w->mem_left -= cost;
+    return DCP_OK;
+}
+
 static int leaf(struct walk *w, const struct pk_node *n)
 {
     struct src_entry *e;
@@ -456,6 +539,9 @@ static int leaf(struct walk *w, const struct pk_node *n)
     if (w->ix->n >= MAX_ENTRIES)
         return dcp__err(w->err, DCP_ELIMIT, "more than %zu entries",
                         MAX_ENTRIES);
+    rc = charge(w);
+    if (rc != DCP_OK)
+        return rc;
     e = new_entry(w->ix, w->cap);
     if (!e)
         return dcp__err(w->err, DCP_ENOMEM, "out of memory");
@@ -568,7 +654,7 @@ static int open_torch(struct src_index *ix, const char *path,
     uint8_t *pkl = NULL;
     struct walk w;
     uint32_t f;
-    int rc = add_file(ix, path, &f, err);
+    int rc = add_file(ix, path, &f, DCP_EINVAL, err);
     if (rc != DCP_OK)
         return rc;
     r.fd = ix->fds[f];
@@ -596,6 +682,11 @@ static int open_torch(struct src_index *ix, const char *path,
     w.tf = &tf;
     w.file = f;
     w.err = err;
+    w.pkl_len = (size_t)pe->size;
+    w.mem_budget = w.pkl_len > (SIZE_MAX - WALK_MEM_BASE) / WALK_MEM_PER_BYTE
+                       ? SIZE_MAX
+                       : WALK_MEM_BASE + WALK_MEM_PER_BYTE * w.pkl_len;
+    w.mem_left = w.mem_budget;
     if (root->kind != PK_DICT)
         rc = dcp__err(err, DCP_EFORMAT,
                       "'%s' holds no state dict (the pickle's top object is "
@@ -630,7 +721,7 @@ static int sniff(const char *path, int *format, struct dcp_err *err)
         *format = DCP_FORMAT_SAFETENSORS_INDEX;
         return DCP_OK;
     }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return dcp__err(err, errno == ENOENT ? DCP_ENOENT : DCP_EIO,
                         "cannot open '%s': %s", path, strerror(errno));

@@ -53,6 +53,7 @@ static void record(struct faultfs *f, enum ff_op op, const char *name,
     e->len = len;
     e->rc = rc;
     e->t_ns = now_ns();
+    e->worker = !pthread_equal(pthread_self(), f->owner);
 }
 
 /*
@@ -64,11 +65,16 @@ static int before(struct faultfs *f, enum ff_op op, const char *name,
 {
     unsigned mask = f->fail_mask ? f->fail_mask : ~0u;
     f->op_count[op]++;
+    if (((f->hang_mask >> op) & 1) &&
+        (!f->hang_name || (name && strstr(name, f->hang_name))))
+        for (;;)
+            (void)sleep(1);
     if (!(mask & (1u << op)))
         return DCP_OK;
     f->nops++;
     if (f->crash_at && f->nops == f->crash_at)
         (void)kill(getpid(), SIGKILL);
+
     if (f->fail_at && (f->nops == f->fail_at ||
                        (f->fail_persistent && f->nops > f->fail_at))) {
         if (!f->injected++)
@@ -387,6 +393,7 @@ void ff_init(struct faultfs *f)
     memset(f, 0, sizeof(*f));
     f->sys = hooks;
     f->first_op = f->first_sys = -1;
+    f->owner = pthread_self();
     active = f;
 }
 
@@ -396,8 +403,10 @@ void ff_reset(struct faultfs *f)
     struct ff_event *trace = f->trace;
     size_t cap = f->captrace;
     struct dcp__posix_sys sys = f->sys;
+    pthread_t owner = f->owner;
     memset(f, 0, sizeof(*f));
     f->sys = sys;
+    f->owner = owner;
     f->first_op = f->first_sys = -1;
     f->tracing = tracing;
     f->trace = trace;

@@ -14,7 +14,11 @@
  * sync retried on a file whose sync failed.
  *
  * One faultfs is active per process at a time (the syscall hooks find it
- * through a global); tests run single-threaded.
+ * through a global). dcp calls it from the caller's thread and from the
+ * context's writer thread, never from both at once (the writer runs
+ * between the save's collective steps, handed over through the worker's
+ * queue), so its counters need no lock; each event records which thread
+ * ran it.
  */
 #ifndef DCP_FAULTFS_H
 #define DCP_FAULTFS_H
@@ -22,6 +26,7 @@
 #include <dcp/dcp.h>
 #include <dcp/dcp_storage.h>
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -81,6 +86,7 @@ struct ff_event {
     uint64_t off, len; /* write/read */
     int rc;
     int64_t t_ns; /* CLOCK_MONOTONIC */
+    int worker;   /* not on the thread that called ff_init (dcp's writer) */
 };
 
 struct faultfs {
@@ -90,6 +96,11 @@ struct faultfs {
     int fail_code;       /* e.g. DCP_EIO, DCP_ENOSPC */
     unsigned fail_mask;  /* ops counted for fail_at/crash_at (0: all) */
     uint64_t crash_at;   /* SIGKILL before this operation; 0: none */
+    /* Hang (sleep until killed) before the first operation of a kind in
+     * hang_mask (bits of enum ff_op) whose name contains hang_name (NULL:
+     * any): a rank that stops answering (tests/mpi/mpi_timeout.c). */
+    unsigned hang_mask;
+    const char *hang_name;
     enum ff_sys_fault sys_fault;
     unsigned sys_mask; /* syscall kinds counted (bits of enum ff_sys) */
     uint64_t sys_at;   /* 1-based index among those; 0: none */
@@ -110,6 +121,7 @@ struct faultfs {
     struct dcp__posix_sys sys;
     int failed_sync_fd[64];
     size_t nfailed_sync;
+    pthread_t owner; /* the thread that called ff_init */
 };
 
 /* Initialises f (no faults, no tracing) and makes it the active faultfs. */

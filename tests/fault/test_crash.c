@@ -4,7 +4,12 @@
  * and across 2 and 3 forked ranks joined by forkcomm.h (the other ranks
  * see the victim vanish and must give up cleanly). Scenarios: a save into
  * a new directory, over a committed checkpoint with the same file names,
- * and over one whose files carry a tag.
+ * and over one whose files carry a tag. The async series run the same
+ * with dcp_save_async and a 64 KiB staging budget below each rank's
+ * tensor bytes, so the writer thread drains pieces while the caller's
+ * thread still stages: the crash points there fall in the writer thread,
+ * at every operation it makes; each rank scrambles its buffers and frees
+ * its state as soon as dcp_save_async returns, then waits.
  *
  * After each crash, invariant (I) of the reliability plan:
  *  (a) the directory loads the previous checkpoint bit-exact; or the new
@@ -43,7 +48,7 @@
 
 static char root[256];
 static int quick;
-static long npoints, nmutating;
+static long npoints, nmutating, nwriter, nasync;
 
 static const char *dirpath(const char *name)
 {
@@ -65,14 +70,38 @@ struct rank_result {
     uint64_t nops;
     uint64_t rename_op;   /* rank 0: index of the rename operation */
     uint64_t mut_mask[4]; /* bit per op index < 256: a mutating op */
+    uint64_t wrk_mask[4]; /* bit per op index < 256: on the writer thread */
+    uint64_t staged;      /* dcp_ctx_staging_bytes after the save */
 };
 
 struct job {
     const char *dir;
     int victim;
     uint64_t crash_at;
+    int async; /* dcp_save_async with a staging budget, then wait */
     struct rank_result *res; /* FC_MAX entries */
 };
+
+/* The async series: each rank's tensor bytes (big has 640 rows: 200 KiB,
+ * 67 KiB on each of 3 ranks) above the staging budget. */
+#define ASYNC_BUDGET   ((uint64_t)64 << 10)
+#define ASYNC_BIG_ROWS 640
+
+/* dcp_save_async, the sources scrambled and freed at once, then wait. */
+static int save_async(dcp_ctx *ctx, struct refstate *r, const char *dir)
+{
+    dcp_request *req = NULL;
+    int rc = dcp_save_async(ctx, r->st, dir, NULL, &req);
+    if (rc != DCP_OK)
+        return rc;
+    rs_fill(r->big, sizeof(r->big), 77);
+    rs_fill(r->mat, sizeof(r->mat), 78);
+    rs_fill(r->vec, sizeof(r->vec), 79);
+    rs_free(r);
+    rc = dcp_request_wait(req);
+    dcp_request_free(req);
+    return rc;
+}
 
 static int rank_main(int rank, dcp_comm *comm, void *arg)
 {
@@ -91,13 +120,19 @@ static int rank_main(int rank, dcp_comm *comm, void *arg)
     o.struct_size = sizeof(o);
     o.storage = ff_ops();
     o.storage_impl = &ff;
+    if (j->async)
+        o.staging_budget = ASYNC_BUDGET;
     if (dcp_ctx_create(&ctx, comm, &o))
         return 101;
     if (rs_build_part(&r, RS_SEED_NEW, rank, dcp_ctx_size(ctx)))
         return 102;
-    me->rc = dcp_save(ctx, r.st, j->dir, NULL);
+    if (j->async)
+        me->rc = save_async(ctx, &r, j->dir);
+    else
+        me->rc = dcp_save(ctx, r.st, j->dir, NULL);
     me->done = 1;
     me->nops = ff.nops;
+    me->staged = dcp_ctx_staging_bytes(ctx);
     for (i = 0; i < ff.ntrace; i++) {
         const struct ff_event *e = &ff.trace[i];
         if (e->op == FF_RENAME && e->rc == 0 &&
@@ -107,6 +142,8 @@ static int rank_main(int rank, dcp_comm *comm, void *arg)
         }
         if (i < 256 && ((FF_MUTATING >> e->op) & 1))
             me->mut_mask[i / 64] |= (uint64_t)1 << (i % 64);
+        if (i < 256 && e->worker)
+            me->wrk_mask[i / 64] |= (uint64_t)1 << (i % 64);
     }
     rs_free(&r);
     dcp_ctx_free(ctx);
@@ -164,17 +201,17 @@ static int prepare(const char *dir, int kind)
 static const char *const kind_names[3] = {"new dir", "overwrite",
                                           "overwrite tagged"};
 
-/* All crash points of one (scenario, ranks, victim); returns a failure
- * description or NULL. */
-static const char *crash_series(int kind, int n, int victim, char *why,
-                                size_t whylen)
+/* All crash points of one (scenario, ranks, victim, sync or async);
+ * returns a failure description or NULL. */
+static const char *crash_series(int kind, int n, int victim, int async,
+                                char *why, size_t whylen)
 {
     const char *dir = dirpath("ckpt");
     struct rank_result *res;
     struct job j;
     int status[FC_MAX], r;
     uint64_t m, rename_op, k;
-    uint64_t mut[4];
+    uint64_t mut[4], wrk[4];
     res = mmap(NULL, FC_MAX * sizeof(*res), PROT_READ | PROT_WRITE,
                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (res == MAP_FAILED)
@@ -183,6 +220,7 @@ static const char *crash_series(int kind, int n, int victim, char *why,
     j.res = res;
     j.victim = victim;
     j.crash_at = 0;
+    j.async = async;
     /* A clean run counts the victim's operations. */
     if (prepare(dir, kind) || run_job(&j, n, status))
         return "clean run failed";
@@ -192,9 +230,22 @@ static const char *crash_series(int kind, int n, int victim, char *why,
                      res[r].rc, status[r]);
             return why;
         }
+    if (rs_check(dir, NULL, 0) != RS_SEED_NEW)
+        return "clean run: the checkpoint does not load bit-exact";
+    /* Staging in pieces: the arena stayed within the budget, below the
+     * rank's tensor bytes (more than 64 KiB on every rank). */
+    for (r = 0; async && r < n; r++)
+        if (res[r].staged == 0 || res[r].staged > ASYNC_BUDGET) {
+            snprintf(why, whylen, "async clean run: rank %d staged %llu bytes",
+                     r, (unsigned long long)res[r].staged);
+            return why;
+        }
     m = res[victim].nops;
     rename_op = res[0].rename_op;
     memcpy(mut, res[victim].mut_mask, sizeof(mut));
+    memcpy(wrk, res[victim].wrk_mask, sizeof(wrk));
+    if (async && !(wrk[0] | wrk[1] | wrk[2] | wrk[3]))
+        return "async clean run: no operation on the writer thread";
     for (k = 1; k <= m; k++) {
         int committed, got, anyok = 0, survivors_ok = 1;
         char lmsg[1024];
@@ -205,14 +256,18 @@ static const char *crash_series(int kind, int n, int victim, char *why,
             return "prepare failed";
         if (run_job(&j, n, status)) {
             snprintf(why, whylen,
-                     "%s, %d ranks, crash of rank %d at op %llu: "
+                     "%s%s, %d ranks, crash of rank %d at op %llu: "
                      "a rank hung",
-                     kind_names[kind], n, victim, (unsigned long long)k);
+                     kind_names[kind], async ? " (async)" : "", n, victim,
+                     (unsigned long long)k);
             return why;
         }
         npoints++;
+        nasync += async;
         if (k - 1 < 256 && ((mut[(k - 1) / 64] >> ((k - 1) % 64)) & 1))
             nmutating++;
+        if (k - 1 < 256 && ((wrk[(k - 1) / 64] >> ((k - 1) % 64)) & 1))
+            nwriter++;
         if (!WIFSIGNALED(status[victim]) ||
             WTERMSIG(status[victim]) != SIGKILL) {
             snprintf(why, whylen, "op %llu: victim not killed",
@@ -231,9 +286,10 @@ static const char *crash_series(int kind, int n, int victim, char *why,
         got = rs_check(dir, lmsg, sizeof(lmsg));
         if (!survivors_ok) {
             snprintf(why, whylen,
-                     "%s, %d ranks, rank %d killed at op %llu: a survivor "
-                     "failed (status/rc)",
-                     kind_names[kind], n, victim, (unsigned long long)k);
+                     "%s%s, %d ranks, rank %d killed at op %llu: a "
+                     "survivor failed (status/rc)",
+                     kind_names[kind], async ? " (async)" : "", n, victim,
+                     (unsigned long long)k);
             return why;
         }
         if ((anyok && !committed) || (committed && got != RS_SEED_NEW) ||
@@ -242,12 +298,12 @@ static const char *crash_series(int kind, int n, int victim, char *why,
              (got != DCP_ENOENT || (!strstr(lmsg, "no checkpoint") &&
                                     !strstr(lmsg, "does not exist"))))) {
             snprintf(why, whylen,
-                     "%s, %d ranks, rank %d killed at op %llu (rename at "
+                     "%s%s, %d ranks, rank %d killed at op %llu (rename at "
                      "%llu, committed %d, success reported %d): load gives "
                      "%d (%.300s)",
-                     kind_names[kind], n, victim, (unsigned long long)k,
-                     (unsigned long long)rename_op, committed, anyok, got,
-                     lmsg);
+                     kind_names[kind], async ? " (async)" : "", n, victim,
+                     (unsigned long long)k, (unsigned long long)rename_op,
+                     committed, anyok, got, lmsg);
             return why;
         }
         /* (d) a new save over the debris. */
@@ -262,13 +318,16 @@ static const char *crash_series(int kind, int n, int victim, char *why,
     return NULL;
 }
 
-#define SERIES(kind, n, victim)                                               \
-    do {                                                                      \
-        char why_[1024];                                                      \
-        const char *bad_ = crash_series(kind, n, victim, why_, sizeof(why_)); \
-        if (bad_)                                                             \
-            FAIL_AT_("%s", bad_);                                             \
+#define SERIES_(kind, n, victim, async)                               \
+    do {                                                              \
+        char why_[1024];                                              \
+        const char *bad_ =                                            \
+            crash_series(kind, n, victim, async, why_, sizeof(why_)); \
+        if (bad_)                                                     \
+            FAIL_AT_("%s", bad_);                                     \
     } while (0)
+#define SERIES(kind, n, victim)       SERIES_(kind, n, victim, 0)
+#define ASYNC_SERIES(kind, n, victim) SERIES_(kind, n, victim, 1)
 
 TEST(single_process)
 {
@@ -304,6 +363,25 @@ TEST(two_ranks)
     SERIES(2, 2, 1);
 }
 
+/* The async writer: one process, and 3 ranks with the victim rank 0 and
+ * rank 2, in every scenario (rs_big_rows raised so that each rank's
+ * tensors exceed the staging budget). */
+TEST(async_writer)
+{
+    int rows = rs_big_rows;
+    rs_big_rows = ASYNC_BIG_ROWS;
+    ASYNC_SERIES(0, 1, 0);
+    ASYNC_SERIES(1, 1, 0);
+    ASYNC_SERIES(2, 1, 0);
+    ASYNC_SERIES(0, 3, 0);
+    ASYNC_SERIES(1, 3, 0);
+    ASYNC_SERIES(2, 3, 0);
+    ASYNC_SERIES(0, 3, 2);
+    ASYNC_SERIES(1, 3, 2);
+    ASYNC_SERIES(2, 3, 2);
+    rs_big_rows = rows;
+}
+
 /* test_crash check: exit status 0 when the invariant holds. */
 static int check_main(const char *dir, int kind, int committed)
 {
@@ -333,7 +411,7 @@ int main(int argc, char **argv)
     if (argc == 4 && !strcmp(argv[1], "prepare"))
         return prepare(argv[2], atoi(argv[3])) ? 1 : 0;
     if (argc == 4 && !strcmp(argv[1], "save")) { /* durable, for strace */
-        rs_io_flags = DCP_IO_NO_URING; /* writes strace can see */
+        rs_io_flags = DCP_IO_NO_URING;           /* writes strace can see */
         return rs_save(argv[2], (unsigned)atoi(argv[3]), 1) ? 1 : 0;
     }
     if (argc == 5 && !strcmp(argv[1], "check"))
@@ -344,8 +422,10 @@ int main(int argc, char **argv)
     RUN(three_ranks_rank0);
     RUN(three_ranks_other);
     RUN(two_ranks);
-    printf("crash points: %ld run (%ld before a mutating operation)%s\n",
-           npoints, nmutating, quick ? ", quick mode" : "");
+    RUN(async_writer);
+    printf("crash points: %ld run (%ld before a mutating operation; %ld in "
+           "async saves, %ld of them on the writer thread)%s\n",
+           npoints, nmutating, nasync, nwriter, quick ? ", quick mode" : "");
     if (root[0])
         rs_rmtree(root);
     rc = TEST_SUMMARY();

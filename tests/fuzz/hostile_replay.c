@@ -4,10 +4,15 @@
  * (symbolic links, FIFOs), dcp_verify and a strict dcp_load of every entry
  * (or of nothing, when the metadata cannot be opened) must both fail with
  * exactly the expected code and a message that names its subject (a
- * quoted file, key or path). Prints one line per case with the message
- * (-v), then "hostile files: N refused with the expected code of N".
+ * quoted file, key or path). A single-file case (setup "file:NAME", a
+ * safetensors file, an index or a torch.save file) is given to dcp_import
+ * and to dcp_load_file instead, which must both fail so; the import must
+ * leave no checkpoint behind. Setup directives are separated by commas.
+ * Prints one line per case with the message (-v), then "hostile files: N
+ * refused with the expected code of N".
  *   hostile_replay HOSTILE_DIR [-v]
  */
+#include <dcp/dcp_convert.h>
 #include <dcp/dcp.h>
 
 #include <errno.h>
@@ -17,15 +22,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Copies the case into a scratch directory (the source tree stays
- * untouched) and applies its setup. */
-static int stage(const char *src, const char *dst, const char *setup)
+/* Applies one setup directive to the staged case dst. */
+static int apply(const char *dst, const char *setup)
 {
-    char cmd[4096];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -r '%s' '%s'", dst, src, dst);
-    if (system(cmd) != 0)
-        return -1;
-    if (!strcmp(setup, "-"))
+    if (!strcmp(setup, "-") || !strncmp(setup, "file:", 5))
         return 0;
     if (!strncmp(setup, "symlink:", 8)) {
         char name[256], target[512], path[2048];
@@ -45,6 +45,61 @@ static int stage(const char *src, const char *dst, const char *setup)
         return mkfifo(path, 0644);
     }
     return -1;
+}
+
+/* Copies the case into a scratch directory (the source tree stays
+ * untouched) and applies its setup directives (comma-separated). */
+static int stage(const char *src, const char *dst, const char *setup)
+{
+    char cmd[4096], one[512];
+    const char *p = setup;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -r '%s' '%s'", dst, src, dst);
+    if (system(cmd) != 0)
+        return -1;
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        snprintf(one, sizeof(one), "%.*s", (int)n, p);
+        if (apply(dst, one) != 0)
+            return -1;
+        p += n + (p[n] == ',');
+    }
+    return 0;
+}
+
+/* The NAME of a "file:NAME" directive in setup, into out; 0 if none. */
+static int file_case(const char *setup, char *out, size_t cap)
+{
+    const char *f = strstr(setup, "file:");
+    if (!f || (f != setup && f[-1] != ','))
+        return 0;
+    snprintf(out, cap, "%.*s", (int)strcspn(f + 5, ","), f + 5);
+    return 1;
+}
+
+/* dcp_import of file into a fresh directory, which must not end up
+ * holding a checkpoint; *committed is set when it does. */
+static int import_file(dcp_ctx *ctx, const char *file, const char *out,
+                       int *committed)
+{
+    char meta[1300];
+    int rc = dcp_import(ctx, file, out, NULL, NULL);
+    snprintf(meta, sizeof(meta), "%s/.metadata", out);
+    *committed = access(meta, F_OK) == 0;
+    return rc;
+}
+
+/* dcp_load_file into an empty state (the file is parsed before any key is
+ * matched). */
+static int load_file(dcp_ctx *ctx, const char *file)
+{
+    dcp_load_options lo = {sizeof(lo), DCP_LOAD_PARTIAL};
+    dcp_state *st = NULL;
+    int rc;
+    if (dcp_state_create(&st) != DCP_OK)
+        return DCP_ENOMEM;
+    rc = dcp_load_file(ctx, st, file, &lo);
+    dcp_state_free(st);
+    return rc;
 }
 
 /* A strict load of every entry the metadata lists (tensors whole). */
@@ -110,8 +165,8 @@ int main(int argc, char **argv)
     if (!mkdtemp(scratch))
         return 1;
     while (fgets(line, sizeof(line), f)) {
-        char name[256], code[64], setup[512];
-        int rcv, rcl, ok;
+        char name[256], code[64], setup[512], fname[256];
+        int rcv, rcl, ok, committed;
         char msg[1024];
         if (line[0] == '#' ||
             sscanf(line, "%255s %63s %511s", name, code, setup) != 3)
@@ -123,17 +178,29 @@ int main(int argc, char **argv)
             printf("FAIL %-32s setup failed (%s)\n", name, strerror(errno));
             continue;
         }
-        rcv = dcp_verify(ctx, dst);
-        snprintf(msg, sizeof(msg), "%s", dcp_errmsg(ctx));
-        rcl = load_everything(ctx, dst);
-        ok = !strcmp(dcp_err_name(rcv), code) &&
+        committed = 0;
+        fname[0] = '\0';
+        if (file_case(setup, fname, sizeof(fname))) {
+            char file[1200], out[1200];
+            snprintf(file, sizeof(file), "%s/%s", dst, fname);
+            snprintf(out, sizeof(out), "%s.import", dst);
+            rcv = import_file(ctx, file, out, &committed);
+            snprintf(msg, sizeof(msg), "%s", dcp_errmsg(ctx));
+            rcl = load_file(ctx, file);
+        } else {
+            rcv = dcp_verify(ctx, dst);
+            snprintf(msg, sizeof(msg), "%s", dcp_errmsg(ctx));
+            rcl = load_everything(ctx, dst);
+        }
+        ok = !committed && !strcmp(dcp_err_name(rcv), code) &&
              !strcmp(dcp_err_name(rcl), code) && strchr(msg, '\'') &&
              strchr(dcp_errmsg(ctx), '\'');
         nok += ok;
         if (!ok || verbose)
-            printf("%s %-32s %-12s verify %s, load %s: %s\n",
-                   ok ? "ok  " : "FAIL", name, code, dcp_err_name(rcv),
-                   dcp_err_name(rcl), msg);
+            printf("%s %-32s %-12s %s %s, load %s%s: %s\n",
+                   ok ? "ok  " : "FAIL", name, code,
+                   fname[0] ? "import" : "verify", dcp_err_name(rcv),
+                   dcp_err_name(rcl), committed ? " (committed!)" : "", msg);
     }
     fclose(f);
     dcp_ctx_free(ctx);

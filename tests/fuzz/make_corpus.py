@@ -1,6 +1,6 @@
 """Writes the seed corpora of the fuzz targets (tests/fuzz/corpus/<target>/).
 
-    .venv/bin/python tests/fuzz/make_corpus.py [DCPTOOL_BUILD_DIR]
+    .venv/bin/python tests/fuzz/make_corpus.py [DCPTOOL_BUILD_DIR] [--targets T,...]
 
 Needs torch 2.13 (CPU) for real torch.save records and DCP checkpoints;
 everything else is the standard library. The corpora are committed; rerun
@@ -17,7 +17,14 @@ about 200 KB.
             checkpoints, cut out at their storage offsets
   metadata  whole checkpoints in memfs.h's format: .metadata, then each
             data file, joined by the memfs separator
-  (both)    the hostile set of make_hostile.py (run that first)
+  safetensors  files written by the safetensors package (torch and numpy
+            flavours: every dtype, scalars, empty tensors, __metadata__,
+            names that need escaping, many tensors) and by dcp's export
+  srcfile   whole torch.save files of state dicts (nested dicts and lists,
+            OrderedDict, nn.Parameter, tied weights, views, values) and
+            safetensors files, as dcp_import and dcp_load_file read them
+  (all)     the hostile set of make_hostile.py (run that first)
+--targets picks some of them (default: all).
 """
 
 import collections
@@ -249,9 +256,90 @@ def metadatas():
         shutil.rmtree(tmp)
 
 
-def hostile_seeds():
+def st_states():
+    g = torch.Generator().manual_seed(1)
+    states = {
+        "f32": {"w": torch.randn(4, 3, generator=g), "b": torch.randn(3, generator=g)},
+        "dtypes": {k: torch.arange(4).to(getattr(torch, k)) for k in (
+            "float64", "float32", "float16", "bfloat16", "int64", "int32",
+            "int16", "int8", "uint8", "bool", "float8_e4m3fn", "float8_e5m2")},
+        "unsupported": {"u16": torch.zeros(2, dtype=torch.uint16),
+                        "c64": torch.zeros(1, dtype=torch.complex64)},
+        "scalar-empty": {"s": torch.tensor(2.5), "e": torch.zeros(0, 4),
+                         "z": torch.zeros(3, 0, 2, dtype=torch.int8)},
+        "names": {'quote"back\\slash': torch.ones(1),
+                  "tab\tnew\nline": torch.ones(2),
+                  "unicode-\u00e9\u2603\U0001f680": torch.ones(1, 1),
+                  "model.layers.0.attn.q_proj.weight": torch.ones(2, 2)},
+        "many": {"t%03d" % i: torch.full((i % 5 + 1,), float(i))
+                 for i in range(40)},
+        "rank8": {"r": torch.zeros(*([1] * 7 + [2]))},
+    }
+    return states
+
+
+def safetensorses():
+    """Seeds for the safetensors target: real files from the safetensors
+    package, and the ones make_hostile.py wrote (added by hostile_seeds)."""
+    from safetensors.torch import save as st_save
+    from safetensors.numpy import save as np_save
+    import numpy as np
+    d = out_dir("safetensors")
+    for name, sd in st_states().items():
+        write(d, "torch-" + name, st_save(sd))
+        if name == "f32":
+            write(d, "torch-meta-" + name,
+                  st_save(sd, metadata={"format": "pt", "note": "x\"y\u00e9"}))
+    write(d, "numpy-mixed", np_save({
+        "a": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "b": np.array([1, 2], dtype=np.uint64),
+        "c": np.array([True]), "d": np.zeros((0,), dtype=np.int16)}))
+    write(d, "empty", st_save({}))
+
+
+def srcfiles():
+    """Seeds for the srcfile target: torch.save files of state dicts as
+    users write them, and safetensors files."""
+    from safetensors.torch import save as st_save
+    d = out_dir("srcfile")
+    g = torch.Generator().manual_seed(2)
+    lin = torch.nn.Linear(3, 2)
+    emb = torch.randn(5, 3, generator=g)
+    base = torch.arange(24.0).reshape(4, 6)
+    states = {
+        "module": lin.state_dict(),
+        "nested": {"model": {"w": torch.ones(2, 3), "b": torch.zeros(3)},
+                   "optim": {"state": {0: {"step": torch.tensor(3.0),
+                                           "exp_avg": torch.ones(2, 3)}},
+                             "param_groups": [{"lr": 0.1, "params": [0]}]},
+                   "step": 7, "name": "run", "ok": True, "none": None},
+        "lists": {"layers": [torch.ones(2), torch.zeros(3)],
+                  "mixed": [1, "a", 2.5], "tup": (torch.ones(1), 3)},
+        "ordered": collections.OrderedDict([("b", torch.ones(2)),
+                                            ("a", torch.zeros(1))]),
+        "parameter": {"p": torch.nn.Parameter(torch.ones(2, 2))},
+        "tied": {"emb": emb, "head": emb},
+        "views": {"t": base.t(), "row": base[1], "col": base[:, 2],
+                  "slice": base[1:3, ::2], "base": base},
+        "dtypes": {k: torch.arange(3).to(getattr(torch, k)) for k in (
+            "float64", "float16", "bfloat16", "int32", "int8", "uint8",
+            "bool", "float8_e4m3fn")},
+        "scalar-empty": {"s": torch.tensor(1.5), "e": torch.zeros(0, 2)},
+        "bytes": {"blob": b"\x00\x01", "w": torch.ones(1)},
+    }
+    for name, sd in states.items():
+        b = io.BytesIO()
+        torch.save(sd, b)
+        write(d, "torch-" + name, b.getvalue())
+    for name in ("f32", "names", "scalar-empty"):
+        write(d, "st-" + name, st_save(st_states()[name]))
+
+
+def hostile_seeds(targets):
     """The hostile set (make_hostile.py) as seeds: each .metadata for the
-    pickle target, each case as a whole checkpoint for the metadata one."""
+    pickle target, each case as a whole checkpoint for the metadata one,
+    each single-file case for safetensors (safetensors files) and srcfile
+    (safetensors and torch.save files); only for the targets asked for."""
     hdir = os.path.join(HERE, "hostile")
     if not os.path.isdir(hdir):
         return
@@ -261,23 +349,52 @@ def hostile_seeds():
         if not os.path.isfile(m) or os.path.islink(m):
             continue
         raw = open(m, "rb").read()
-        if len(raw) <= 8192:
+        if len(raw) <= 8192 and "pickle" in targets:
             write(os.path.join(HERE, "corpus", "pickle"), "hostile-" + case,
                   raw)
         parts = [raw]
         data = os.path.join(d, "__0_0.distcp")
         if os.path.isfile(data):
             parts.append(open(data, "rb").read())
-        write(os.path.join(HERE, "corpus", "metadata"), "hostile-" + case,
-              SEP.join(parts))
+        if "metadata" in targets:
+            write(os.path.join(HERE, "corpus", "metadata"), "hostile-" + case,
+                  SEP.join(parts))
+    # Single-file cases (setup file:NAME): safetensors files for both file
+    # targets, torch.save files for srcfile.
+    for line in open(os.path.join(hdir, "manifest.txt")):
+        if line.startswith("#") or len(line.split()) < 3:
+            continue
+        case, _, setup = line.split()[:3]
+        for item in setup.split(","):
+            if not item.startswith("file:"):
+                continue
+            f = os.path.join(hdir, case, item[5:])
+            if not os.path.isfile(f) or os.path.getsize(f) > 65536:
+                continue
+            raw = open(f, "rb").read()
+            if (not raw.startswith(b"PK") and not f.endswith(".json") and
+                    "safetensors" in targets):
+                write(os.path.join(HERE, "corpus", "safetensors"),
+                      "hostile-" + case, raw)
+            if not f.endswith(".json") and "srcfile" in targets:
+                write(os.path.join(HERE, "corpus", "srcfile"),
+                      "hostile-" + case, raw)
 
 
 if __name__ == "__main__":
-    pickles()
-    torchzips()
-    metadatas()
-    hostile_seeds()
-    for t in ("pickle", "torchzip", "metadata"):
+    ALL = ("pickle", "torchzip", "metadata", "safetensors", "srcfile")
+    targets = ALL
+    if "--targets" in sys.argv:
+        i = sys.argv.index("--targets")
+        targets = tuple(sys.argv[i + 1].split(","))
+        del sys.argv[i:i + 2]
+    makers = {"pickle": pickles, "torchzip": torchzips,
+              "metadata": metadatas, "safetensors": safetensorses,
+              "srcfile": srcfiles}
+    for t in targets:
+        makers[t]()
+    hostile_seeds(targets)
+    for t in targets:
         d = os.path.join(HERE, "corpus", t)
         n = len(os.listdir(d))
         size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))

@@ -24,6 +24,7 @@ INST/OBJ, memo and protocol-5 buffer abuse (fickling, PyTorch issue #52596).
 
 import copy
 import io
+import json
 import os
 import shutil
 import struct
@@ -175,6 +176,18 @@ def w_entries(replace=None, drop=(), extra=()):
 
 def pkl_of(entries):
     return [c for n, c in entries if n.endswith("data.pkl")][0]
+
+
+def add_file(name, code, desc, files, setup):
+    """A single-file case: a directory holding the files (name -> bytes);
+    setup names the file to import and load ("file:NAME"), and maybe
+    more directives after commas."""
+    d = os.path.join(OUT, name)
+    os.makedirs(d)
+    for fname, content in files.items():
+        with open(os.path.join(d, fname), "wb") as f:
+            f.write(content)
+    cases.append((name, code, setup, desc))
 
 
 # ------------------------------------------------------------------ cases
@@ -537,6 +550,358 @@ def record_cases():
         "a record cut before its end of central directory", md, files)
 
 
+# ------------------------------------------------------- safetensors
+
+ST = "model.safetensors"
+W_HDR = {"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+         "b": {"dtype": "I64", "shape": [3], "data_offsets": [16, 40]}}
+W_DATA = struct.pack("<4f", 1, 2, 3, 4) + struct.pack("<3q", 1, -2, 3)
+
+
+def st_bytes(header, data=W_DATA, length=None, pad=True):
+    """A safetensors file: header (a dict, str or bytes), data; length
+    overrides the length prefix."""
+    if isinstance(header, dict):
+        header = json.dumps(header, separators=(",", ":"))
+    h = header.encode() if isinstance(header, str) else header
+    if pad:
+        h += b" " * ((8 - len(h) % 8) % 8)
+    return struct.pack("<Q", len(h) if length is None else length) + h + data
+
+
+def st_case(name, code, desc, content, setup=""):
+    add_file(name, code, desc, {ST: content},
+             "file:" + ST + ("," + setup if setup else ""))
+
+
+def st_with(name, field, value):
+    """W_HDR with tensor name's field set to value (raw JSON text)."""
+    h = json.dumps(W_HDR, separators=(",", ":"))
+    key = '"%s":{' % name
+    start = h.index(key) + len(key)
+    end = h.index("}", start)
+    fields = dict(f.split(":", 1) for f in
+                  [x for x in h[start:end].replace(',"', '\n"').split("\n")])
+    fields['"%s"' % field] = value
+    body = ",".join("%s:%s" % kv for kv in fields.items())
+    return h[:start] + body + h[end:]
+
+
+def safetensors_cases():
+    from safetensors.torch import save as st_save
+    good = st_bytes(W_HDR)
+    hdr = json.dumps(W_HDR, separators=(",", ":"))
+    n = struct.unpack("<Q", good[:8])[0]
+    st_case("st-header-length-past-eof", "DCP_EFORMAT",
+            "header length 100 bytes beyond the file (length prefix lie)",
+            st_bytes(W_HDR, length=n + 100))
+    st_case("st-header-length-2-63", "DCP_EFORMAT",
+            "header length 2^63 (allocate what the prefix says)",
+            st_bytes(W_HDR, length=1 << 63))
+    st_case("st-header-length-zero", "DCP_EFORMAT",
+            "header length 0", st_bytes(b"", data=b"", pad=False))
+    st_case("st-file-too-short", "DCP_EFORMAT",
+            "a 5-byte file (no room for the length prefix)", b"\x10\0\0\0\0")
+    st_case("st-not-json", "DCP_EFORMAT",
+            "the header is HTML, not JSON (a download error page)",
+            st_bytes("<html><body>404</body></html>", data=b""))
+    st_case("st-header-is-array", "DCP_EFORMAT",
+            "the header is a JSON array", st_bytes("[]", data=b""))
+    st_case("st-name-invalid-utf8", "DCP_EFORMAT",
+            "a tensor name with the byte 0xff (invalid UTF-8)",
+            st_bytes(hdr.replace('"w"', '"w\xff"').encode("latin-1")))
+    st_case("st-name-overlong-utf8", "DCP_EFORMAT",
+            "a tensor name with an overlong UTF-8 '/' (0xc0 0xaf)",
+            st_bytes(hdr.replace('"w"', '"..\xc0\xafw"').encode("latin-1")))
+    st_case("st-name-lone-surrogate", "DCP_EFORMAT",
+            "a tensor name with a lone \\ud800 escape",
+            st_bytes(hdr.replace('"w"', '"w\\ud800"')))
+    st_case("st-name-nul", "DCP_EFORMAT",
+            "a tensor name with an escaped NUL (a\\u0000b: C strings would "
+            "cut it; the safetensors library accepts it)",
+            st_bytes(hdr.replace('"w"', '"a\\u0000b"')))
+    st_case("st-name-empty", "DCP_EFORMAT", "a tensor named \"\"",
+            st_bytes(hdr.replace('"w"', '""')))
+    st_case("st-duplicate-name", "DCP_EFORMAT",
+            "a tensor named twice (the safetensors library keeps the last: "
+            "two readers, two models; Trail of Bits audit)",
+            st_bytes(hdr[:-1] + ',"w":{"dtype":"F32","shape":[2,2],'
+                     '"data_offsets":[0,16]}}'))
+    st_case("st-duplicate-field", "DCP_EFORMAT",
+            "a tensor entry giving dtype twice (F32 then I32; the "
+            "safetensors library refuses it, dcp took the first)",
+            st_bytes(hdr.replace('{"dtype":"F32",',
+                                 '{"dtype":"F32","dtype":"I32",')))
+    st_case("st-duplicate-metadata-key", "DCP_EFORMAT",
+            "__metadata__ with the key 'format' twice",
+            st_bytes('{"__metadata__":{"format":"pt","format":"np"},' +
+                     hdr[1:]))
+    st_case("st-overlapping-offsets", "DCP_EFORMAT",
+            "two tensors sharing bytes (data_offsets overlap; Trail of "
+            "Bits audit)",
+            st_bytes(st_with("b", "data_offsets", "[8,32]"), data=W_DATA[:32]))
+    st_case("st-gap-between-tensors", "DCP_EFORMAT",
+            "8 unreferenced bytes between the tensors (hidden payload)",
+            st_bytes(st_with("b", "data_offsets", "[24,48]"),
+                     data=W_DATA[:16] + b"\xcc" * 8 + W_DATA[16:]))
+    st_case("st-offsets-past-eof", "DCP_ECORRUPT",
+            "data_offsets ending 64 bytes past the end of the file",
+            st_bytes(st_with("b", "data_offsets", "[16,104]").replace(
+                '"shape":[3]', '"shape":[11]')))
+    st_case("st-offsets-reversed", "DCP_EFORMAT", "data_offsets [40, 16]",
+            st_bytes(st_with("b", "data_offsets", "[40,16]")))
+    st_case("st-offsets-negative", "DCP_EFORMAT", "data_offsets [-24, 0]",
+            st_bytes(st_with("b", "data_offsets", "[-24,0]")))
+    st_case("st-offsets-three", "DCP_EFORMAT",
+            "data_offsets with three numbers",
+            st_bytes(st_with("b", "data_offsets", "[16,40,40]")))
+    st_case("st-offsets-float", "DCP_EFORMAT", "data_offsets [16, 40.0]",
+            st_bytes(st_with("b", "data_offsets", "[16,40.0]")))
+    st_case("st-offsets-beyond-int64", "DCP_EFORMAT",
+            "data_offsets end 2^64 (wraps a 64-bit parser)",
+            st_bytes(st_with("b", "data_offsets",
+                             "[16,18446744073709551656]")))
+    st_case("st-offsets-exponent", "DCP_EFORMAT",
+            "data_offsets written 4e1", st_bytes(
+                st_with("b", "data_offsets", "[16,4e1]")))
+    st_case("st-offsets-leading-zero", "DCP_EFORMAT",
+            "data_offsets written 016 (not JSON)",
+            st_bytes(st_with("b", "data_offsets", "[016,40]")))
+    st_case("st-zero-size-inside-tensor", "DCP_EFORMAT",
+            "an empty tensor whose offsets [8, 8] fall inside another "
+            "tensor (the safetensors library refuses it)",
+            st_bytes(hdr[:-1] + ',"z":{"dtype":"F32","shape":[0],'
+                     '"data_offsets":[8,8]}}'))
+    st_case("st-dtype-shape-mismatch", "DCP_EFORMAT",
+            "F32 [2,2] in 12 bytes (dtype x shape against the byte range)",
+            st_bytes(st_with("w", "data_offsets", "[0,12]").replace(
+                "[16,40]", "[12,36]"), data=W_DATA[4:]))
+    st_case("st-numel-overflow", "DCP_EFORMAT",
+            "shape [2^32, 2^32, 16]: the element count overflows 64 bits "
+            "(GGUF CVE-2024-25664 class)",
+            st_bytes(st_with("w", "shape", "[4294967296,4294967296,16]")))
+    st_case("st-nbytes-overflow", "DCP_EFORMAT",
+            "F64 [2^62]: element count x 8 overflows 64 bits",
+            st_bytes(st_with("w", "shape", "[4611686018427387904]").replace(
+                '"F32"', '"F64"', 1)))
+    st_case("st-rank-64", "DCP_ELIMIT", "a tensor of 64 dimensions",
+            st_bytes(st_with("w", "shape", "[" + ",".join(["1"] * 62) +
+                             ",2,2]")))
+    st_case("st-negative-dim", "DCP_EFORMAT", "shape [-2, -2]",
+            st_bytes(st_with("w", "shape", "[-2,-2]")))
+    st_case("st-shape-not-array", "DCP_EFORMAT", 'shape "2x2"',
+            st_bytes(st_with("w", "shape", '"2x2"')))
+    st_case("st-shape-nan", "DCP_EFORMAT", "shape [NaN, 4] (not JSON)",
+            st_bytes(st_with("w", "shape", "[NaN,4]")))
+    st_case("st-unknown-dtype", "DCP_EFORMAT", 'dtype "F128"',
+            st_bytes(hdr.replace('"F32"', '"F128"')))
+    st_case("st-unsupported-dtype", "DCP_ENOTSUP",
+            "a complex64 tensor written by the safetensors package (C64: "
+            "a dtype dcp does not hold)",
+            st_save({"c": torch.zeros(2, dtype=torch.complex64)}))
+    st_case("st-trailing-bytes", "DCP_EFORMAT",
+            "a zip archive appended after the data (polyglot file; Trail of "
+            "Bits audit)", good + zip_record([("x/data.pkl", b"\x80\x02N.")]))
+    st_case("st-nul-padding", "DCP_EFORMAT",
+            "the header padded with NUL bytes instead of spaces",
+            st_bytes(hdr.encode() + b"\0" * 6, pad=False))
+    st_case("st-trailing-comma", "DCP_EFORMAT",
+            "a trailing comma in the header (JSON5, not JSON)",
+            st_bytes(hdr[:-1] + ",}"))
+    st_case("st-comment", "DCP_EFORMAT", "a /* comment */ in the header",
+            st_bytes("/* x */" + hdr))
+    st_case("st-single-quotes", "DCP_EFORMAT", "keys in single quotes",
+            st_bytes(hdr.replace('"', "'")))
+    st_case("st-tensor-not-object", "DCP_EFORMAT", 'an entry "w": [0, 16]',
+            st_bytes('{"w":[0,16],' + hdr[hdr.index('"b"'):], data=W_DATA))
+    st_case("st-missing-dtype", "DCP_EFORMAT", "a tensor without dtype",
+            st_bytes(hdr.replace('"dtype":"F32",', "")))
+    st_case("st-missing-offsets", "DCP_EFORMAT",
+            "a tensor without data_offsets",
+            st_bytes(hdr.replace(',"data_offsets":[0,16]', ""),
+                     data=W_DATA[16:]).replace(b"[16,40]", b"[0,24]  "))
+    st_case("st-metadata-not-string", "DCP_EFORMAT",
+            "a __metadata__ value that is a number",
+            st_bytes('{"__metadata__":{"format":1},' + hdr[1:]))
+    st_case("st-metadata-not-object", "DCP_EFORMAT",
+            "__metadata__ that is a list",
+            st_bytes('{"__metadata__":["pt"],' + hdr[1:]))
+    st_case("st-metadata-deep-nesting", "DCP_ELIMIT",
+            "__metadata__ holding lists nested 10 deep (limit 8)",
+            st_bytes('{"__metadata__":{"a":' + "[" * 10 + "]" * 10 + "}," +
+                     hdr[1:]))
+    st_case("st-nesting-5000", "DCP_ELIMIT",
+            "5000 nested arrays (stack exhaustion in recursive parsers)",
+            st_bytes("[" * 5000 + "]" * 5000, data=b""))
+    st_case("st-file-is-fifo", "DCP_EINVAL",
+            "the file to import is a FIFO (the open blocked forever)",
+            b"", "fifo:" + ST)
+    # An index (model.safetensors.index.json) and its shards.
+    a = st_bytes({"w": W_HDR["w"]}, data=W_DATA[:16])
+    b = st_bytes({"b": {"dtype": "I64", "shape": [3],
+                        "data_offsets": [0, 24]}}, data=W_DATA[16:])
+    IX = "model.safetensors.index.json"
+
+    def index_case(name, code, desc, wmap, files=None, setup="", raw=None):
+        doc = raw if raw is not None else json.dumps(
+            {"metadata": {"total_size": 40}, "weight_map": wmap}).encode()
+        fs = {IX: doc}
+        fs.update(files if files is not None else {"a.safetensors": a,
+                                                   "b.safetensors": b})
+        add_file(name, code, desc, fs,
+                 "file:" + IX + ("," + setup if setup else ""))
+    index_case("st-index-dotdot-shard", "DCP_EUNSAFE",
+               "an index mapping a tensor to ../b.safetensors (path "
+               "traversal, ONNX CVE-2022-25882 class)",
+               {"w": "a.safetensors", "b": "../b.safetensors"})
+    index_case("st-index-absolute-shard", "DCP_EUNSAFE",
+               "an index mapping a tensor to /etc/passwd",
+               {"w": "a.safetensors", "b": "/etc/passwd"})
+    index_case("st-index-subdir-shard", "DCP_EUNSAFE",
+               "an index mapping a tensor to sub/b.safetensors",
+               {"w": "a.safetensors", "b": "sub/b.safetensors"})
+    index_case("st-index-nul-in-shard", "DCP_EUNSAFE",
+               "a shard name with an escaped NUL (b.safetensors\\u0000/x: "
+               "C strings would cut it)",
+               {"w": "a.safetensors", "b": "b.safetensors\0/../x"})
+    index_case("st-index-shard-not-string", "DCP_EFORMAT",
+               "an index mapping a tensor to a number",
+               {"w": "a.safetensors", "b": 7})
+    index_case("st-index-missing-shard", "DCP_ENOENT",
+               "an index naming a shard that is not there",
+               {"w": "a.safetensors", "b": "c.safetensors"})
+    index_case("st-index-unmapped-tensor", "DCP_EFORMAT",
+               "a shard holding a tensor the index does not map to it "
+               "(hidden tensor)",
+               {"w": "a.safetensors"}, files={"a.safetensors": good})
+    index_case("st-index-extra-entry", "DCP_EFORMAT",
+               "an index mapping a tensor to a shard that lacks it",
+               {"w": "a.safetensors", "b": "b.safetensors",
+                "c": "b.safetensors"})
+    index_case("st-index-tensor-in-other-shard", "DCP_EFORMAT",
+               "an index mapping both tensors to the shard that holds one",
+               {"w": "a.safetensors", "b": "a.safetensors"})
+    index_case("st-index-duplicate-key", "DCP_EFORMAT",
+               "an index mapping one tensor twice", None,
+               raw=b'{"weight_map":{"w":"a.safetensors","b":"b.safetensors",'
+                   b'"w":"b.safetensors"}}')
+    index_case("st-index-no-weight-map", "DCP_EFORMAT",
+               "an index without weight_map", None,
+               raw=b'{"metadata":{}}')
+    index_case("st-index-deep-nesting", "DCP_ELIMIT",
+               "an index with lists nested 20 deep (limit 16)", None,
+               raw=b'{"metadata":' + b"[" * 20 + b"]" * 20 +
+                   b',"weight_map":{}}')
+    index_case("st-index-shard-fifo", "DCP_EUNSAFE",
+               "a shard that is a FIFO (the open blocked forever)",
+               {"w": "a.safetensors", "b": "b.safetensors"},
+               files={"a.safetensors": a}, setup="fifo:b.safetensors")
+    index_case("st-index-bad-shard", "DCP_ECORRUPT",
+               "an index whose second shard is truncated",
+               {"w": "a.safetensors", "b": "b.safetensors"},
+               files={"a.safetensors": a, "b.safetensors": b[:-8]})
+
+
+# ------------------------------------------------------ torch.save files
+
+PT = "model.pt"
+
+
+def pt_bytes(obj):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def pt_edit(obj, fn):
+    """torch.save(obj) with its entries rewritten by fn(short, bytes)
+    (None drops an entry)."""
+    out = []
+    for n, c in entries_of(pt_bytes(obj)):
+        short = n.split("/", 1)[1]
+        c = fn(short, c)
+        if c is not None:
+            out.append((n, c))
+    return zip_record(out)
+
+
+def pt_case(name, code, desc, content):
+    add_file(name, code, desc, {PT: content}, "file:" + PT)
+
+
+def torch_file_cases():
+    sd = {"w": torch.arange(16.0).reshape(4, 4), "step": 5}
+    evil = P2 + g("os", "system") + uni("id") + b"\x85R" + STOP
+    pt_case("pt-os-system", "DCP_EUNSAFE",
+            "a torch.save file whose data.pkl calls os.system "
+            "(CVE-2025-32434 class)",
+            pt_edit(sd, lambda s, c: evil if s == "data.pkl" else c))
+    ev = (b"\x80\x04" + uni("builtins") + uni("eval") + b"\x93" +
+          uni("__import__('os').system('id')") + b"\x85R" + STOP)
+    pt_case("pt-stack-global-eval", "DCP_EUNSAFE",
+            "data.pkl calling builtins.eval through STACK_GLOBAL",
+            pt_edit(sd, lambda s, c: ev if s == "data.pkl" else c))
+    pt_case("pt-key-collision", "DCP_EFORMAT",
+            "keys 'a.b' and ('a', 'b') flatten to the same key",
+            pt_bytes({"a.b": torch.ones(1), "a": {"b": torch.zeros(1)}}))
+    pkl = [c for n, c in entries_of(pt_bytes({"w": sd["w"]}))
+           if n.endswith("data.pkl")][0]
+    bad = pkl.replace(b"K\x04K\x01\x86", b"M\x90\x01K\x01\x86", 1)
+    assert bad != pkl
+    pt_case("pt-view-outside-storage", "DCP_EFORMAT",
+            "tensor strides reaching past the storage (out-of-bounds view)",
+            pt_edit({"w": sd["w"]},
+                    lambda s, c: bad if s == "data.pkl" else c))
+    pt_case("pt-storage-missing", "DCP_EFORMAT",
+            "the tensor's storage record removed from the archive",
+            pt_edit(sd, lambda s, c: None if s == "data/0" else c))
+    pt_case("pt-storage-short", "DCP_EFORMAT",
+            "a storage record of 32 bytes for 64 bytes of tensor",
+            pt_edit(sd, lambda s, c: c[:32] if s == "data/0" else c))
+    pt_case("pt-big-endian", "DCP_ENOTSUP",
+            "byteorder 'big' (the bytes would be misread)",
+            pt_edit(sd, lambda s, c: b"big" if s == "byteorder" else c))
+    pt_case("pt-no-datapkl", "DCP_EFORMAT", "an archive without data.pkl",
+            pt_edit(sd, lambda s, c: None if s == "data.pkl" else c))
+    pt_case("pt-zip-slip", "DCP_EFORMAT",
+            "entries named archive/../data.pkl (zip slip)",
+            zip_record([(n.replace("archive/", "archive/../"), c)
+                        for n, c in entries_of(pt_bytes(sd))]))
+    pt_case("pt-compressed", "DCP_EFORMAT",
+            "deflated entries (torch.save never compresses; a bomb vector)",
+            zip_record(entries_of(pt_bytes(sd)), zipfile.ZIP_DEFLATED))
+    pt_case("pt-not-a-zip", "DCP_EFORMAT",
+            "a zip signature followed by zeros",
+            b"PK\x03\x04" + b"\0" * 200)
+    deep = {}
+    cur = deep
+    for i in range(100):
+        cur["d"] = {}
+        cur = cur["d"]
+    cur["w"] = torch.ones(1)
+    pt_case("pt-deep-nesting", "DCP_ELIMIT",
+            "a state dict nested 100 dicts deep (walk depth bound)",
+            pt_bytes(deep))
+    # {"a": d, "b": d} with d the same 30 levels down: 2^30 paths (the
+    # pickler's memo shares d).
+    d = {"t": True}
+    for i in range(30):
+        d = {"a": d, "b": d}
+    laughs = __import__("pickle").dumps(d, protocol=2)
+    pt_case("pt-shared-dict-laughs", "DCP_ELIMIT",
+            "a dict referencing the same dict twice, 30 levels deep "
+            "through the memo: 2^30 entries from a 300-byte pickle",
+            pt_edit(sd, lambda s, c: laughs if s == "data.pkl" else c))
+    loop = P2 + b"]q\x00h\x00a" + STOP  # l = []; l.append(l)
+    pt_case("pt-self-referencing-list", "DCP_ELIMIT",
+            "a list that contains itself (a cycle through the memo)",
+            pt_edit(sd, lambda s, c: (P2 + b"}q\x00" + uni("l") + loop[2:-1] +
+                                      b"s" + STOP) if s == "data.pkl" else c))
+    pt_case("pt-complex-tensor", "DCP_ENOTSUP",
+            "a complex64 tensor (a dtype dcp does not hold)",
+            pt_bytes({"c": torch.zeros(2, dtype=torch.complex64)}))
+
+
 if __name__ == "__main__":
     if os.path.exists(OUT):
         shutil.rmtree(OUT)
@@ -544,6 +909,8 @@ if __name__ == "__main__":
     pickle_cases()
     metadata_cases()
     record_cases()
+    safetensors_cases()
+    torch_file_cases()
     with open(os.path.join(OUT, "manifest.txt"), "w") as f:
         f.write("# case  expected-code  setup  # description (generated by "
                 "tests/fuzz/make_hostile.py)\n")

@@ -20,7 +20,7 @@ if [ "${1:-}" = --merge ]; then
     merge=1
     shift
 fi
-targets=${*:-pickle torchzip metadata}
+targets=${*:-pickle torchzip metadata safetensors srcfile}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=$build/fuzz-runs
 mkdir -p "$out"
@@ -57,7 +57,7 @@ for t in $targets; do
             "$log" | head -5
         status=1
     fi
-    line=$(printf 'fuzz %-9s %10s execs in %4ss, %7s exec/s, %4s edges, %5s new inputs: %s' \
+    line=$(printf 'fuzz %-11s %10s execs in %4ss, %7s exec/s, %4s edges, %5s new inputs: %s' \
         "$t" "${execs:-0}" "$secs" "${rate:-0}" "${cov:-?}" "${newu:-0}" "$result")
     echo "$line"
     echo "$line" >> "$summary"

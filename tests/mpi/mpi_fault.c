@@ -22,6 +22,7 @@
  *   mpi_fault crash DIR VICTIM K
  *                      saves, the victim killing itself (SIGKILL) before
  *                      its K-th storage operation; mpiexec ends the job.
+ *                      Each rank whose save returns writes DIR.done.RANK.
  */
 #include <dcp/dcp.h>
 #include <dcp/dcp_mpi.h>
@@ -348,9 +349,20 @@ int main(int argc, char **argv)
     }
     if (argc >= 5 && !strcmp(argv[1], "crash")) {
         dcp_ctx *ctx = fault_ctx();
+        char mark[600];
+        FILE *f;
         if (mt_rank == atoi(argv[3]))
             ff.crash_at = (uint64_t)atoll(argv[4]);
         rc = collective_save(ctx, argv[2]);
+        /* DIR.done.RANK: this rank's save returned (mpi_crash.sh tells a
+         * rank that hangs from an mpiexec that does not notice the
+         * victim's death). */
+        (void)snprintf(mark, sizeof(mark), "%s.done.%d", argv[2], mt_rank);
+        f = fopen(mark, "w");
+        if (f) {
+            fprintf(f, "%d\n", rc);
+            fclose(f);
+        }
         dcp_ctx_free(ctx);
         dcp_comm_free(comm);
         ff_release(&ff);

@@ -205,6 +205,29 @@ TEST(header_hostile)
     ASSERT_RC(rc_of("{\"__metadata__\":{\"k\":1}}", 0, "not a string"),
               DCP_EFORMAT);
     ASSERT_RC(rc_of("{\"__metadata__\":[]}", 0, "not an object"), DCP_EFORMAT);
+    /* A field given twice: the safetensors library refuses it ("duplicate
+     * field"); taking either copy would read the file differently. */
+    ASSERT_RC(rc_of("{\"a\":{\"dtype\":\"F32\",\"dtype\":\"I32\",\"shape\":"
+                    "[2],\"data_offsets\":[0,8]}}",
+                    8, "field 'dtype' twice"),
+              DCP_EFORMAT);
+    ASSERT_RC(rc_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":"
+                    "[0,8],\"data_offsets\":[0,4]}}",
+                    8, "field 'data_offsets' twice"),
+              DCP_EFORMAT);
+    ASSERT_RC(rc_of("{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0,
+                    "key 'k' twice"),
+              DCP_EFORMAT);
+    /* dtype x shape overflows 2^64 bytes (the element count does not) */
+    ASSERT_RC(rc_of("{\"a\":{\"dtype\":\"F64\",\"shape\":[4611686018427387904]"
+                    ",\"data_offsets\":[0,8]}}",
+                    8, "more than 2^64 bytes"),
+              DCP_EFORMAT);
+    /* unknown fields are ignored, as by the safetensors library */
+    ASSERT_RC(rc_of("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":"
+                    "[0,8],\"x\":[1]}}",
+                    8, NULL),
+              DCP_OK);
 }
 
 TEST(header_length_prefix)
