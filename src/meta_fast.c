@@ -709,49 +709,14 @@ static int rd_props(struct fd *f, struct md_entry *e)
                                                               : DECLINE;
 }
 
-/*
- * Makes room for need elements of elem bytes in *p (n in use, capacity
- * *cap), at least doubling. Large arrays move to fresh memory advised for
- * huge pages before the copy touches it: realloc would copy into small
- * pages (the advice splits the mapping, so the kernel cannot move it).
- */
-static int grow_arr(void **p, size_t *cap, size_t n, size_t need, size_t elem)
-{
-    size_t nc = *cap ? *cap : 1024;
-    void *np;
-    if (need <= *cap)
-        return DCP_OK;
-    while (nc < need) {
-        if (nc > SIZE_MAX / 2 / elem)
-            return DCP_ENOMEM;
-        nc *= 2;
-    }
-    if (nc * elem < ((size_t)4 << 20)) {
-        np = dcp__realloc(*p, nc * elem);
-        if (!np)
-            return DCP_ENOMEM;
-    } else {
-        np = dcp__malloc(nc * elem);
-        if (!np)
-            return DCP_ENOMEM;
-        dcp__advise_huge(np, nc * elem);
-        if (n)
-            memcpy(np, *p, n * elem);
-        dcp__free(*p);
-    }
-    *p = np;
-    *cap = nc;
-    return DCP_OK;
-}
-
 /* The next chunk, zeroed (f->nchunks counts them); NULL when out of
  * memory. Each takes a few input bytes at least, which bounds them. */
 static struct md_chunk *chunk_new(struct fd *f)
 {
     struct md_chunk *c;
     if (f->nchunks == f->capchunks &&
-        grow_arr((void **)&f->chunks, &f->capchunks, f->nchunks, f->nchunks + 1,
-                 sizeof(*c)) != DCP_OK)
+        dcp__grow_huge((void **)&f->chunks, &f->capchunks, f->nchunks,
+                       f->nchunks + 1, sizeof(*c), 1024) != DCP_OK)
         return NULL;
     c = &f->chunks[f->nchunks++];
     c->off = c->size = NULL; /* not memset: rep stos is slow */
@@ -766,8 +731,8 @@ static int64_t *ints_room(struct fd *f, size_t n)
 {
     if (f->capints - f->nints < n &&
         (f->nints > SIZE_MAX - n ||
-         grow_arr((void **)&f->ints, &f->capints, f->nints, f->nints + n,
-                  sizeof(*f->ints)) != DCP_OK))
+         dcp__grow_huge((void **)&f->ints, &f->capints, f->nints, f->nints + n,
+                        sizeof(*f->ints), 1024) != DCP_OK))
         return NULL;
     return f->ints + f->nints;
 }

@@ -311,36 +311,10 @@ struct gp {
     struct dcp_err *err;
 };
 
+/* Room for need elements (all in use are kept), on huge pages when large. */
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
 {
-    size_t nc;
-    void *np;
-    if (need <= *cap)
-        return DCP_OK;
-    nc = *cap ? *cap : 64;
-    while (nc < need) {
-        if (nc > SIZE_MAX / 2 / elem)
-            return DCP_ENOMEM;
-        nc *= 2;
-    }
-    if (nc * elem < ((size_t)4 << 20)) {
-        np = dcp__realloc(*p, nc * elem);
-        if (!np)
-            return DCP_ENOMEM;
-    } else {
-        /* Not realloc: the copy would be touched before the advice and
-         * stay on small pages. */
-        np = dcp__malloc(nc * elem);
-        if (!np)
-            return DCP_ENOMEM;
-        dcp__advise_huge(np, nc * elem);
-        if (*p)
-            memcpy(np, *p, *cap * elem);
-        dcp__free(*p);
-    }
-    *p = np;
-    *cap = nc;
-    return DCP_OK;
+    return dcp__grow_huge(p, cap, *cap, need, elem, 64);
 }
 
 /* An array of n elements on huge pages where it is large; NULL when out

@@ -162,38 +162,46 @@ void dcp__advise_huge(void *p, size_t n)
 #endif
 }
 
-int dcp__buf_reserve(struct dcp_buf *b, size_t extra)
+int dcp__grow_huge(void **p, size_t *cap, size_t used, size_t need,
+                   size_t elem, size_t first)
 {
-    size_t need, cap;
-    uint8_t *p;
-    if (__builtin_add_overflow(b->len, extra, &need))
-        return DCP_ENOMEM;
-    if (need <= b->cap)
+    size_t nc = *cap ? *cap : first;
+    void *np;
+    if (need <= *cap)
         return DCP_OK;
-    cap = b->cap ? b->cap : 256;
-    while (cap < need) {
-        if (cap > SIZE_MAX / 2) {
-            cap = need;
-            break;
-        }
-        cap *= 2;
+    while (nc < need) {
+        if (nc > SIZE_MAX / 2 / elem)
+            return DCP_ENOMEM;
+        nc *= 2;
     }
-    if (cap < ((size_t)4 << 20)) {
-        p = dcp__realloc(b->p, cap);
-        if (!p)
+    if (nc * elem < ((size_t)4 << 20)) {
+        np = dcp__realloc(*p, nc * elem);
+        if (!np)
             return DCP_ENOMEM;
     } else { /* advised before the copy touches it (dcp__advise_huge) */
-        p = dcp__malloc(cap);
-        if (!p)
+        np = dcp__malloc(nc * elem);
+        if (!np)
             return DCP_ENOMEM;
-        dcp__advise_huge(p, cap);
-        if (b->len)
-            memcpy(p, b->p, b->len);
-        dcp__free(b->p);
+        dcp__advise_huge(np, nc * elem);
+        if (used)
+            memcpy(np, *p, used * elem);
+        dcp__free(*p);
     }
-    b->p = p;
-    b->cap = cap;
+    *p = np;
+    *cap = nc;
     return DCP_OK;
+}
+
+int dcp__buf_reserve(struct dcp_buf *b, size_t extra)
+{
+    size_t need;
+    void *p = b->p;
+    int rc;
+    if (__builtin_add_overflow(b->len, extra, &need))
+        return DCP_ENOMEM;
+    rc = dcp__grow_huge(&p, &b->cap, b->len, need, 1, 256);
+    b->p = p;
+    return rc;
 }
 
 int dcp__buf_put(struct dcp_buf *b, const void *p, size_t n)

@@ -60,6 +60,17 @@ void dcp__err_clear(struct dcp_err *err);
  */
 void dcp__advise_huge(void *p, size_t n);
 
+/*
+ * Makes room for need elements of elem bytes in the array *p of capacity
+ * *cap (used of them in use, kept), at least doubling from first. Arrays
+ * of 4 MiB and more move to fresh memory advised for huge pages before the
+ * copy touches it (realloc would copy into small pages: the advice splits
+ * the mapping, so the kernel cannot move it). DCP_OK or DCP_ENOMEM (*p
+ * unchanged).
+ */
+int dcp__grow_huge(void **p, size_t *cap, size_t used, size_t need,
+                   size_t elem, size_t first);
+
 /* Growable byte buffer. Zero-initialise; free with dcp__buf_free. */
 struct dcp_buf {
     uint8_t *p;
