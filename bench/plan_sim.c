@@ -19,15 +19,12 @@
  * {"value": median, "unit", "min", "max"}.
  *
  * It uses the library's internals (plan.h, meta.h), so it links the static
- * library. Build and run (from the repository root):
+ * library (CMake target plan_sim, with every layer's include folder). Build
+ * and run (from the repository root):
  *   cmake -S . -B build-rel -DCMAKE_BUILD_TYPE=Release
- *   cmake --build build-rel -j2 --target dcp_static
- *   cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iinclude \
- *      -Isrc bench/plan_sim.c build-rel/libdcp.a -luring -ldl -lm -lpthread \
- *      -o plan_sim
- *   PLAN_SIM_CLOCK=cpu ./plan_sim [ranks=4096] [tensors=2000] [reps=3] \
- *      > plan_sim.json
- * (-luring: the library's I/O engine, when liburing was found.)
+ *   cmake --build build-rel -j2 --target plan_sim
+ *   PLAN_SIM_CLOCK=cpu build-rel/plan_sim [ranks=4096] [tensors=2000] \
+ *      [reps=3] > plan_sim.json
  * Environment:
  * PLAN_SIM_CLOCK=cpu (see sim_clock), PLAN_SIM_DUMP=FILE writes the first
  * repetition's .metadata (to compare bytes across versions),
@@ -45,6 +42,7 @@
 #include <time.h>
 
 #include "meta.h"
+#include "reshard.h"
 #include "plan.h"
 #include "read.h"
 #include "state.h"

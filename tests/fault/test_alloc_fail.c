@@ -224,8 +224,8 @@ static int run_pickle(void)
     struct pk_node *root_node = NULL;
     struct dcp_err err;
     int rc =
-        pk_decode(md_bytes, md_len, allow, 1, NULL, 0, &a, &root_node, &err);
-    pk_arena_free(a);
+        dcp__pk_decode(md_bytes, md_len, allow, 1, NULL, 0, &a, &root_node, &err);
+    dcp__pk_arena_free(a);
     /* The metadata names classes beyond this one-entry list. */
     return rc == DCP_EUNSAFE ? DCP_OK : rc;
 }
@@ -253,15 +253,15 @@ static int run_record(void)
     struct tz_tensor t;
     struct dcp_err err;
     uint8_t *pkl = NULL;
-    int rc = tz_open(&a, rec_len, mem_read, &m, &err);
+    int rc = dcp__tz_open(&a, rec_len, mem_read, &m, &err);
     if (rc != DCP_OK)
         return rc;
-    e = tz_find(&a, "data.pkl");
+    e = dcp__tz_find(&a, "data.pkl");
     if (!e)
         return DCP_EFORMAT;
-    rc = tz_read_entry(&a, e, 1 << 20, 1, mem_read, &m, &pkl, &err);
+    rc = dcp__tz_read_entry(&a, e, 1 << 20, 1, mem_read, &m, &pkl, &err);
     if (rc == DCP_OK)
-        rc = tz_parse_tensor_pickle(pkl, (size_t)e->size, &t, &err);
+        rc = dcp__tz_parse_tensor_pickle(pkl, (size_t)e->size, &t, &err);
     dcp__free(pkl);
     return rc;
 }

@@ -19,6 +19,7 @@
 
 #include "memfs.h"
 #include "meta.h"
+#include "reshard.h"
 
 #define CAP ((uint64_t)1 << 16)
 

@@ -1,6 +1,6 @@
 /*
  * Fuzz target: the restricted pickle decoder, through its three users of
- * untrusted pickles: the raw decoder (pk_decode, tight limits, an
+ * untrusted pickles: the raw decoder (dcp__pk_decode, tight limits, an
  * allow-list mixing the metadata, tensor and value globals), the value
  * decoder (a torch.save'd Python object, with a round-trip property: what
  * decodes must pickle again and decode to an equal value) and the tensor
@@ -37,17 +37,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     dcp_value *v = NULL;
     if (size > (1u << 20))
         return 0;
-    pk_limits_default(&lim);
+    dcp__pk_limits_default(&lim);
     lim.max_nodes = 1u << 16;
     lim.max_str = 1u << 20;
     lim.max_memo = 1u << 16;
     lim.max_stack = 1u << 16;
-    if (pk_decode(data, size, allow, sizeof(allow) / sizeof(allow[0]), &lim,
+    if (dcp__pk_decode(data, size, allow, sizeof(allow) / sizeof(allow[0]), &lim,
                   (size & 1) != 0, &arena, &root, &err) == DCP_OK) {
-        (void)pk_obj_attr(root, "x");
-        (void)pk_dict_get(root, "x");
+        (void)dcp__pk_obj_attr(root, "x");
+        (void)dcp__pk_dict_get(root, "x");
     }
-    pk_arena_free(arena);
+    dcp__pk_arena_free(arena);
 
     if (dcp__value_unpickle(data, size, &v, &err) == DCP_OK) {
         struct dcp_buf b = {0};
@@ -64,6 +64,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     dcp_value_free(v);
 
-    (void)tz_parse_tensor_pickle(data, size, &t, &err);
+    (void)dcp__tz_parse_tensor_pickle(data, size, &t, &err);
     return 0;
 }

@@ -2,7 +2,7 @@
  * Fuzz target: the safetensors header parser (src/safetensors.c) and the
  * JSON parser under it. The input is a whole .safetensors file: an 8-byte
  * little-endian header length N, N bytes of JSON, the data buffer.
- *  1. sf_parse_header on the header the length prefix gives, as sf_read
+ *  1. dcp__sf_parse_header on the header the length prefix gives, as dcp__sf_read
  *     does; when the prefix does not fit the file, on the rest of the
  *     input as the header (so mutations of the JSON are not wasted on a
  *     wrong length).
@@ -12,7 +12,7 @@
  *     ranges tile the data buffer exactly (sorted, no gap, no overlap, up
  *     to the end of the file).
  *  3. Round trip: the tensors, in data order, and __metadata__ go through
- *     sf_header_build and parse again to the same names, dtypes, shapes,
+ *     dcp__sf_header_build and parse again to the same names, dtypes, shapes,
  *     offsets and metadata. A violation aborts (a finding).
  */
 #include <dcp/dcp.h>
@@ -97,7 +97,7 @@ static void round_trip(const struct sf_file *f, const struct sf_tensor **o)
         out[i].ndim = o[i]->ndim;
         out[i].shape = o[i]->shape;
     }
-    if (sf_header_build(out, f->n, (const char *const *)f->meta, f->nmeta, &b,
+    if (dcp__sf_header_build(out, f->n, (const char *const *)f->meta, f->nmeta, &b,
                         &data_len) != DCP_OK) {
         free(out); /* out of memory only */
         dcp__buf_free(&b);
@@ -108,7 +108,7 @@ static void round_trip(const struct sf_file *f, const struct sf_tensor **o)
     n = dcp__le64(b.p);
     if (n != b.len - 8)
         abort();
-    if (sf_parse_header(b.p + 8, (size_t)n, b.len + data_len, &g, &err) !=
+    if (dcp__sf_parse_header(b.p + 8, (size_t)n, b.len + data_len, &g, &err) !=
         DCP_OK)
         abort(); /* what dcp writes, dcp must read */
     if (g.n != f->n || g.nmeta != f->nmeta)
@@ -123,7 +123,7 @@ static void round_trip(const struct sf_file *f, const struct sf_tensor **o)
     for (i = 0; i < 2 * g.nmeta; i++)
         if (strcmp(f->meta[i], g.meta[i]) != 0)
             abort();
-    sf_release(&g);
+    dcp__sf_release(&g);
     dcp__buf_free(&b);
     free(out);
 }
@@ -139,7 +139,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     n = dcp__le64(data);
     if (n > size - 8 || n > SF_MAX_HEADER)
         n = size - 8; /* the header is the rest; no data */
-    if (sf_parse_header(data + 8, (size_t)n, size, &f, &err) != DCP_OK)
+    if (dcp__sf_parse_header(data + 8, (size_t)n, size, &f, &err) != DCP_OK)
         return 0;
     o = malloc((f.n + 1) * sizeof(*o));
     if (o) {
@@ -147,6 +147,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         round_trip(&f, o);
         free((void *)o);
     }
-    sf_release(&f);
+    dcp__sf_release(&f);
     return 0;
 }

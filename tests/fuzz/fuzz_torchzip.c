@@ -36,26 +36,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct mem m = {data, size};
     struct dcp_err err;
     size_t i;
-    if (tz_open(&a, size, mem_read, &m, &err) != DCP_OK)
+    if (dcp__tz_open(&a, size, mem_read, &m, &err) != DCP_OK)
         return 0;
     for (i = 0; i < a.n; i++) {
         uint8_t *out = NULL;
         struct tz_tensor t;
         if (a.ent[i].size > (1u << 20))
             continue;
-        if (tz_read_entry(&a, &a.ent[i], 1u << 20, 1, mem_read, &m, &out,
+        if (dcp__tz_read_entry(&a, &a.ent[i], 1u << 20, 1, mem_read, &m, &out,
                           &err) == DCP_OK &&
             strcmp(a.ent[i].name, "data.pkl") == 0 &&
-            tz_parse_tensor_pickle(out, (size_t)a.ent[i].size, &t, &err) ==
+            dcp__tz_parse_tensor_pickle(out, (size_t)a.ent[i].size, &t, &err) ==
                 DCP_OK) {
             char name[TZ_MAX_NAME + 8];
             const struct tz_entry *d;
             (void)snprintf(name, sizeof(name), "data/%s", t.key);
-            d = tz_find(&a, name);
+            d = dcp__tz_find(&a, name);
             if (d && d->size == t.storage_numel * dcp_dtype_size(t.dtype) &&
                 d->size <= (1u << 20)) {
                 uint8_t *bytes = NULL;
-                (void)tz_read_entry(&a, d, 1u << 20, 1, mem_read, &m, &bytes,
+                (void)dcp__tz_read_entry(&a, d, 1u << 20, 1, mem_read, &m, &bytes,
                                     &err);
                 dcp__free(bytes);
             }

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "convert.h"
+#include "dtype.h"
 #include "test.h"
 
 static const double cv_in[] = {0.0, -0.0, 1.0, -2.0, 0.1, 0.3333333333333333, 65504.0, 65520.0, 1e-07, 6e-08, 3e-05, 448.0, 464.0, 480.0, 1000000000.0, -1e-40, 1e-45, INFINITY, -INFINITY, 57344.0, 61440.0, 0.0009765625, 2.5, -1.75, 300.7, 0.007};

@@ -511,11 +511,11 @@ static int check_alignment(dcp_ctx *ctx, const char *dirp)
             continue;
         r.fd = open(path_in(dir, ci.file), O_RDONLY);
         r.base = ci.offset;
-        if (r.fd < 0 || tz_open(&a, ci.length, recsrc_read, &r, &err)) {
+        if (r.fd < 0 || dcp__tz_open(&a, ci.length, recsrc_read, &r, &err)) {
             fprintf(stderr, "'%s': cannot parse: %s\n", ei.key, err.msg);
             ok = 0;
         }
-        d = ok ? tz_find(&a, "data/0") : NULL;
+        d = ok ? dcp__tz_find(&a, "data/0") : NULL;
         if (ci.offset % 64 || (d && (ci.offset + d->data_off) % 4096)) {
             fprintf(stderr, "'%s': record at %llu, data at +%llu\n", ei.key,
                     (unsigned long long)ci.offset,

@@ -489,13 +489,13 @@ static int decode_rc_lim(const void *p, size_t n, const struct pk_limits *l,
     struct pk_node *root = &poison;
     int rc;
     dcp__err_clear(&last_err);
-    rc = pk_decode(p, n, allow_test, DCP_ARRAY_LEN(allow_test), l, trailing, &a,
+    rc = dcp__pk_decode(p, n, allow_test, DCP_ARRAY_LEN(allow_test), l, trailing, &a,
                    &root, &last_err);
     if (rc != DCP_OK && (a || root || last_err.code != rc))
         return 1000; /* no DCP code: makes the caller's ASSERT_RC fail */
     if (rc == DCP_OK && (!a || !root))
         return 1001;
-    pk_arena_free(a);
+    dcp__pk_arena_free(a);
     return rc;
 }
 
@@ -514,7 +514,7 @@ static int dec_run(struct dec *d, const void *p, size_t n,
                    const struct pk_global *allow, size_t nallow)
 {
     memset(d, 0, sizeof(*d));
-    return pk_decode(p, n, allow, nallow, NULL, 0, &d->a, &d->root, &d->err);
+    return dcp__pk_decode(p, n, allow, nallow, NULL, 0, &d->a, &d->root, &d->err);
 }
 
 static int dec(struct dec *d, const void *p, size_t n)
@@ -524,7 +524,7 @@ static int dec(struct dec *d, const void *p, size_t n)
 
 static void dec_free(struct dec *d)
 {
-    pk_arena_free(d->a);
+    dcp__pk_arena_free(d->a);
     d->a = NULL;
     d->root = NULL;
 }
@@ -599,7 +599,7 @@ static const int64_t INTS[] = {0,
 TEST(limits_default)
 {
     struct pk_limits l;
-    pk_limits_default(&l);
+    dcp__pk_limits_default(&l);
     ASSERT_EQ(l.max_depth, 64);
     ASSERT_U64_EQ(l.max_nodes, (uint64_t)1 << 26);
     ASSERT_U64_EQ(l.max_str, (uint64_t)1 << 26);
@@ -770,7 +770,7 @@ TEST(bytes)
     ASSERT(strstr(d.err.msg, "'_codecs.encode'") != NULL);
     /* b'' in protocol 2 is __builtin__.bytes(): kept as an object */
     ASSERT_OK(dec(&d, V(bytes_empty_p2)));
-    ASSERT(pk_obj_is(d.root, "__builtin__", "bytes"));
+    ASSERT(dcp__pk_obj_is(d.root, "__builtin__", "bytes"));
     ASSERT_EQ(d.root->newobj, 0);
     ASSERT_EQ(len_of(d.root->u.obj.args), 0);
     dec_free(&d);
@@ -803,12 +803,12 @@ TEST(codecs_encode)
     /* "latin1\0" is another encoding: an ordinary call */
     ASSERT_OK(dec(&d, V("\200\002c_codecs\nencode\nX\001\000\000\000aX\007"
                         "\000\000\000latin1\000\206R.")));
-    ASSERT(pk_obj_is(d.root, "_codecs", "encode"));
+    ASSERT(dcp__pk_obj_is(d.root, "_codecs", "encode"));
     dec_free(&d);
     /* another encoding: an ordinary call */
     ASSERT_OK(dec(&d, V("\200\002c_codecs\nencode\nX\001\000\000\000aX\004"
                         "\000\000\000utf8\206R.")));
-    ASSERT(pk_obj_is(d.root, "_codecs", "encode"));
+    ASSERT(dcp__pk_obj_is(d.root, "_codecs", "encode"));
     ASSERT_EQ(len_of(d.root->u.obj.args), 2);
     dec_free(&d);
 }
@@ -825,24 +825,24 @@ TEST(nested_containers)
         ASSERT_EQ(d.root->kind, PK_DICT);
         ASSERT_EQ(len_of(d.root), 10);
         ASSERT(is_str(at(d.root, 0), "a"));
-        a = pk_dict_get(d.root, "a");
+        a = dcp__pk_dict_get(d.root, "a");
         ASSERT(a && a->kind == PK_LIST && len_of(a) == 3);
         ASSERT(is_int(at(a, 0), 1));
         ASSERT(at(a, 1)->kind == PK_TUPLE && len_of(at(a, 1)) == 2);
         ASSERT(is_int(at(at(a, 1), 0), 2) && is_int(at(at(a, 1), 1), 3));
         ASSERT(at(a, 2)->kind == PK_DICT);
-        ASSERT(pk_dict_get(at(a, 2), "b")->kind == PK_NONE);
-        c = pk_dict_get(d.root, "c");
+        ASSERT(dcp__pk_dict_get(at(a, 2), "b")->kind == PK_NONE);
+        c = dcp__pk_dict_get(d.root, "c");
         ASSERT(c && c->kind == PK_TUPLE && len_of(c) == 2);
         ASSERT(at(c, 0)->kind == PK_BOOL && at(c, 0)->u.b == 1);
         ASSERT(at(c, 1)->kind == PK_BOOL && at(c, 1)->u.b == 0);
-        ASSERT(pk_dict_get(d.root, "d")->kind == PK_TUPLE);
-        ASSERT_EQ(len_of(pk_dict_get(d.root, "d")), 0);
-        e = pk_dict_get(d.root, "e");
+        ASSERT(dcp__pk_dict_get(d.root, "d")->kind == PK_TUPLE);
+        ASSERT_EQ(len_of(dcp__pk_dict_get(d.root, "d")), 0);
+        e = dcp__pk_dict_get(d.root, "e");
         ASSERT(e && len_of(e) == 4 && is_int(at(e, 3), 4));
-        ASSERT(pk_dict_get(d.root, "f")->kind == PK_LIST);
-        ASSERT_EQ(len_of(pk_dict_get(d.root, "f")), 0);
-        ASSERT(pk_dict_get(d.root, "zz") == NULL);
+        ASSERT(dcp__pk_dict_get(d.root, "f")->kind == PK_LIST);
+        ASSERT_EQ(len_of(dcp__pk_dict_get(d.root, "f")), 0);
+        ASSERT(dcp__pk_dict_get(d.root, "zz") == NULL);
         ASSERT_EQ(d.root->depth, 3);
         ASSERT_EQ(a->depth, 2);
         ASSERT_EQ(c->depth, 1);
@@ -861,8 +861,8 @@ TEST(ordered_dict)
         ASSERT_OK(dec(&d, v[k], sz[k] - 1));
         ASSERT_EQ(d.root->kind, PK_DICT);
         ASSERT_EQ(len_of(d.root), 4);
-        ASSERT(is_int(pk_dict_get(d.root, "x"), 1));
-        y = pk_dict_get(d.root, "y");
+        ASSERT(is_int(dcp__pk_dict_get(d.root, "x"), 1));
+        y = dcp__pk_dict_get(d.root, "y");
         ASSERT(y && y->kind == PK_LIST && is_int(at(y, 0), 2));
         dec_free(&d);
     }
@@ -870,7 +870,7 @@ TEST(ordered_dict)
     ASSERT(strstr(d.err.msg, "'collections.OrderedDict' at byte 2") != NULL);
     /* OrderedDict with arguments stays a call */
     ASSERT_OK(dec(&d, V("\200\002ccollections\nOrderedDict\n]\205R.")));
-    ASSERT(pk_obj_is(d.root, "collections", "OrderedDict"));
+    ASSERT(dcp__pk_obj_is(d.root, "collections", "OrderedDict"));
     dec_free(&d);
 }
 
@@ -929,49 +929,49 @@ TEST(objects)
         ASSERT_OK(dec(&d, v[k], sz[k] - 1));
         ASSERT_EQ(d.root->kind, PK_OBJ);
         ASSERT_EQ(d.root->newobj, 1);
-        ASSERT(pk_obj_is(d.root, "mymod", "Foo"));
-        ASSERT(!pk_obj_is(d.root, "mymod", "Ex"));
-        ASSERT(!pk_obj_is(d.root, "mymo", "Foo"));
+        ASSERT(dcp__pk_obj_is(d.root, "mymod", "Foo"));
+        ASSERT(!dcp__pk_obj_is(d.root, "mymod", "Ex"));
+        ASSERT(!dcp__pk_obj_is(d.root, "mymo", "Foo"));
         ASSERT_EQ(d.root->u.obj.callable->kind, PK_GLOBAL);
         ASSERT_STR_EQ(d.root->u.obj.callable->u.g.module, "mymod");
         ASSERT_STR_EQ(d.root->u.obj.callable->u.g.name, "Foo");
         ASSERT_EQ(d.root->u.obj.callable->u.g.id, 2);
         ASSERT_EQ(len_of(d.root->u.obj.args), 0);
-        ASSERT(is_int(pk_obj_attr(d.root, "a"), 1));
-        ASSERT(is_str(pk_obj_attr(d.root, "b"), "x"));
-        ASSERT(pk_obj_attr(d.root, "c") == NULL);
-        ASSERT(pk_obj_attr(d.root->u.obj.state, "a") == NULL);
-        ASSERT(!pk_obj_is(d.root->u.obj.state, "mymod", "Foo"));
+        ASSERT(is_int(dcp__pk_obj_attr(d.root, "a"), 1));
+        ASSERT(is_str(dcp__pk_obj_attr(d.root, "b"), "x"));
+        ASSERT(dcp__pk_obj_attr(d.root, "c") == NULL);
+        ASSERT(dcp__pk_obj_attr(d.root->u.obj.state, "a") == NULL);
+        ASSERT(!dcp__pk_obj_is(d.root->u.obj.state, "mymod", "Foo"));
         dec_free(&d);
     }
     ASSERT_OK(dec(&d, V(newobj_args_p4)));
-    ASSERT(pk_obj_is(d.root, "mymod", "Ex") && d.root->newobj == 1);
+    ASSERT(dcp__pk_obj_is(d.root, "mymod", "Ex") && d.root->newobj == 1);
     ASSERT(is_int(at(d.root->u.obj.args, 0), 1));
-    kw = pk_obj_attr(d.root, "kw");
+    kw = dcp__pk_obj_attr(d.root, "kw");
     ASSERT(kw && kw->kind == PK_DICT && len_of(kw) == 0);
     dec_free(&d);
     ASSERT_RC(decode_rc(V(newobj_ex_kw_p4)), DCP_ENOTSUP);
     /* NEWOBJ_EX with empty keywords */
     ASSERT_OK(dec(&d, V("\200\004cmymod\nEx\nK\001\205}\222.")));
-    ASSERT(pk_obj_is(d.root, "mymod", "Ex") && d.root->newobj == 1);
+    ASSERT(dcp__pk_obj_is(d.root, "mymod", "Ex") && d.root->newobj == 1);
     ASSERT(is_int(at(d.root->u.obj.args, 0), 1));
     ASSERT(d.root->u.obj.state == NULL);
     dec_free(&d);
     ASSERT_RC(decode_rc(V("\200\004cmymod\nEx\n)N\222.")), DCP_EFORMAT);
     /* REDUCE, then BUILD twice: the last state wins */
     ASSERT_OK(dec(&d, V("\200\002cmymod\nFoo\nK\005\205RK\001bK\002b.")));
-    ASSERT(pk_obj_is(d.root, "mymod", "Foo") && d.root->newobj == 0);
+    ASSERT(dcp__pk_obj_is(d.root, "mymod", "Foo") && d.root->newobj == 0);
     ASSERT(is_int(at(d.root->u.obj.args, 0), 5));
     ASSERT(is_int(d.root->u.obj.state, 2));
-    ASSERT(pk_obj_attr(d.root, "a") == NULL);
+    ASSERT(dcp__pk_obj_attr(d.root, "a") == NULL);
     dec_free(&d);
     /* call arguments must be a tuple */
     ASSERT_RC(decode_rc(V("\200\002cmymod\nFoo\nK\001R.")), DCP_EFORMAT);
     ASSERT_RC(decode_rc(V("\200\002cmymod\nFoo\n]\201.")), DCP_EFORMAT);
     /* helpers on other kinds */
-    ASSERT(pk_dict_get(NULL, "a") == NULL);
-    ASSERT(pk_obj_attr(NULL, "a") == NULL);
-    ASSERT(!pk_obj_is(NULL, "a", "b"));
+    ASSERT(dcp__pk_dict_get(NULL, "a") == NULL);
+    ASSERT(dcp__pk_obj_attr(NULL, "a") == NULL);
+    ASSERT(!dcp__pk_obj_is(NULL, "a", "b"));
 }
 
 TEST(dict_duplicate_keys)
@@ -980,7 +980,7 @@ TEST(dict_duplicate_keys)
     ASSERT_OK(dec(&d, V("\200\002}(X\001\000\000\000kK\001X\001\000\000\000k"
                         "K\002K\003K\004u.")));
     ASSERT_EQ(len_of(d.root), 6);
-    ASSERT(is_int(pk_dict_get(d.root, "k"), 2));
+    ASSERT(is_int(dcp__pk_dict_get(d.root, "k"), 2));
     dec_free(&d);
 }
 
@@ -1017,7 +1017,7 @@ TEST(text_protocols)
         ASSERT(at(d.root, 2)->kind == PK_BOOL && at(d.root, 2)->u.b == 1);
         ASSERT(at(d.root, 3)->kind == PK_BOOL && at(d.root, 3)->u.b == 0);
         ASSERT(is_int(at(d.root, 4), 12345678901LL));
-        ASSERT(is_str(pk_dict_get(at(d.root, 5), "k"), "v"));
+        ASSERT(is_str(dcp__pk_dict_get(at(d.root, 5), "k"), "v"));
         t = at(d.root, 6);
         ASSERT(t->kind == PK_TUPLE && is_int(at(t, 1), 2));
         ASSERT(at(d.root, 7)->kind == PK_NONE);
@@ -1150,7 +1150,7 @@ TEST(real_metadata)
     ASSERT(buf);
     ASSERT_OK(dec_run(&d, buf, n, allow_dcp, DCP_ARRAY_LEN(allow_dcp)));
     md = d.root;
-    ASSERT(pk_obj_is(md, "torch.distributed.checkpoint.metadata", "Metadata"));
+    ASSERT(dcp__pk_obj_is(md, "torch.distributed.checkpoint.metadata", "Metadata"));
     ASSERT_EQ(md->newobj, 1);
     ASSERT_EQ(md->u.obj.state->kind, PK_DICT);
     ASSERT_EQ(len_of(md->u.obj.state), 10);
@@ -1159,45 +1159,45 @@ TEST(real_metadata)
     ASSERT(is_str(at(md->u.obj.state, 4), "storage_data"));
     ASSERT(is_str(at(md->u.obj.state, 6), "storage_meta"));
     ASSERT(is_str(at(md->u.obj.state, 8), "version"));
-    ASSERT(is_str(pk_obj_attr(md, "version"), "1.0.0"));
+    ASSERT(is_str(dcp__pk_obj_attr(md, "version"), "1.0.0"));
 
-    sdm = pk_obj_attr(md, "state_dict_metadata");
+    sdm = dcp__pk_obj_attr(md, "state_dict_metadata");
     ASSERT(sdm && sdm->kind == PK_DICT && len_of(sdm) == 16);
-    w = pk_dict_get(sdm, "w");
-    ASSERT(pk_obj_is(w, "torch.distributed.checkpoint.metadata",
+    w = dcp__pk_dict_get(sdm, "w");
+    ASSERT(dcp__pk_obj_is(w, "torch.distributed.checkpoint.metadata",
                      "TensorStorageMetadata"));
-    props = pk_obj_attr(w, "properties");
-    ASSERT(pk_obj_is(props, "torch.distributed.checkpoint.metadata",
+    props = dcp__pk_obj_attr(w, "properties");
+    ASSERT(dcp__pk_obj_is(props, "torch.distributed.checkpoint.metadata",
                      "TensorProperties"));
     ASSERT(props->u.obj.state->kind == PK_TUPLE);
     ASSERT_EQ(len_of(props->u.obj.state), 5);
     ASSERT(at(props->u.obj.state, 0)->kind == PK_GLOBAL);
     ASSERT_STR_EQ(at(props->u.obj.state, 0)->u.g.name, "float32");
-    ASSERT(pk_obj_is(at(props->u.obj.state, 1), "torch.serialization",
+    ASSERT(dcp__pk_obj_is(at(props->u.obj.state, 1), "torch.serialization",
                      "_get_layout"));
     ASSERT(
         is_str(at(at(props->u.obj.state, 1)->u.obj.args, 0), "torch.strided"));
-    ASSERT(pk_obj_is(at(props->u.obj.state, 3),
+    ASSERT(dcp__pk_obj_is(at(props->u.obj.state, 3),
                      "torch.distributed.checkpoint.metadata",
                      "_MEM_FORMAT_ENCODING"));
-    size = pk_obj_attr(w, "size");
-    ASSERT(pk_obj_is(size, "torch", "Size") && size->newobj == 0);
+    size = dcp__pk_obj_attr(w, "size");
+    ASSERT(dcp__pk_obj_is(size, "torch", "Size") && size->newobj == 0);
     ASSERT(is_int(at(at(size->u.obj.args, 0), 0), 2));
     ASSERT(is_int(at(at(size->u.obj.args, 0), 1), 3));
-    chunks = pk_obj_attr(w, "chunks");
+    chunks = dcp__pk_obj_attr(w, "chunks");
     ASSERT(chunks && chunks->kind == PK_LIST && len_of(chunks) == 1);
     chunk = at(chunks, 0);
-    off = pk_obj_attr(chunk, "offsets");
-    ASSERT(pk_obj_is(off, "torch", "Size"));
+    off = dcp__pk_obj_attr(chunk, "offsets");
+    ASSERT(dcp__pk_obj_is(off, "torch", "Size"));
     ASSERT_EQ(len_of(at(off->u.obj.args, 0)), 2);
-    ASSERT(pk_obj_is(pk_dict_get(sdm, "step"),
+    ASSERT(dcp__pk_obj_is(dcp__pk_dict_get(sdm, "step"),
                      "torch.distributed.checkpoint.metadata",
                      "BytesStorageMetadata"));
-    ASSERT(pk_dict_get(sdm, "step")->u.obj.state == NULL);
+    ASSERT(dcp__pk_dict_get(sdm, "step")->u.obj.state == NULL);
     /* the global node is shared by every use of the class */
-    ASSERT(pk_dict_get(sdm, "f8")->u.obj.callable == w->u.obj.callable);
+    ASSERT(dcp__pk_dict_get(sdm, "f8")->u.obj.callable == w->u.obj.callable);
 
-    ASSERT_EQ(len_of(pk_obj_attr(md, "planner_data")), 16);
+    ASSERT_EQ(len_of(dcp__pk_obj_attr(md, "planner_data")), 16);
     dec_free(&d);
     free(buf);
 }
@@ -1211,33 +1211,33 @@ TEST(real_metadata_storage)
     ASSERT(buf);
     ASSERT_OK(dec_run(&d, buf, n, allow_dcp, DCP_ARRAY_LEN(allow_dcp)));
     md = d.root;
-    sd = pk_obj_attr(md, "storage_data");
+    sd = dcp__pk_obj_attr(md, "storage_data");
     ASSERT(sd && sd->kind == PK_DICT && len_of(sd) == 16);
     for (i = 0; i < 8; i++) {
         key = at(sd, 2 * i);
         val = at(sd, 2 * i + 1);
-        ASSERT(pk_obj_is(key, "torch.distributed.checkpoint.metadata",
+        ASSERT(dcp__pk_obj_is(key, "torch.distributed.checkpoint.metadata",
                          "MetadataIndex"));
-        ASSERT(pk_obj_attr(key, "fqn")->kind == PK_STR);
-        ASSERT(pk_obj_is(val, "torch.distributed.checkpoint.filesystem",
+        ASSERT(dcp__pk_obj_attr(key, "fqn")->kind == PK_STR);
+        ASSERT(dcp__pk_obj_is(val, "torch.distributed.checkpoint.filesystem",
                          "_StorageInfo"));
-        ASSERT(is_str(pk_obj_attr(val, "relative_path"), "__0_0.distcp"));
-        ASSERT(pk_obj_attr(val, "offset")->kind == PK_INT);
-        ASSERT(pk_obj_attr(val, "length")->kind == PK_INT);
+        ASSERT(is_str(dcp__pk_obj_attr(val, "relative_path"), "__0_0.distcp"));
+        ASSERT(dcp__pk_obj_attr(val, "offset")->kind == PK_INT);
+        ASSERT(dcp__pk_obj_attr(val, "length")->kind == PK_INT);
     }
-    ASSERT(is_str(pk_obj_attr(at(sd, 0), "fqn"), "step"));
-    ASSERT(is_int(pk_obj_attr(at(sd, 1), "length"), 1261));
+    ASSERT(is_str(dcp__pk_obj_attr(at(sd, 0), "fqn"), "step"));
+    ASSERT(is_int(dcp__pk_obj_attr(at(sd, 1), "length"), 1261));
 
-    sm = pk_obj_attr(md, "storage_meta");
+    sm = dcp__pk_obj_attr(md, "storage_meta");
     ASSERT(
-        pk_obj_is(sm, "torch.distributed.checkpoint.metadata", "StorageMeta"));
-    cid = pk_obj_attr(sm, "checkpoint_id");
-    ASSERT(pk_obj_is(cid, "pathlib", "PosixPath"));
+        dcp__pk_obj_is(sm, "torch.distributed.checkpoint.metadata", "StorageMeta"));
+    cid = dcp__pk_obj_attr(sm, "checkpoint_id");
+    ASSERT(dcp__pk_obj_is(cid, "pathlib", "PosixPath"));
     ASSERT_EQ(len_of(cid->u.obj.args), 4);
     ASSERT(is_str(at(cid->u.obj.args, 3), "ck"));
-    ASSERT(pk_obj_attr(sm, "load_id")->kind == PK_NONE);
-    ASSERT(pk_obj_attr(sm, "modules")->kind == PK_LIST);
-    ASSERT(is_str(pk_obj_attr(sm, "save_id"),
+    ASSERT(dcp__pk_obj_attr(sm, "load_id")->kind == PK_NONE);
+    ASSERT(dcp__pk_obj_attr(sm, "modules")->kind == PK_LIST);
+    ASSERT(is_str(dcp__pk_obj_attr(sm, "save_id"),
                   "d598eefc-db57-4721-ad3b-d1b7dd19ea75"));
     ASSERT(md->depth > 5 && md->depth < 20);
     dec_free(&d);
@@ -1294,7 +1294,7 @@ TEST(hostile_globals)
     {
         struct pk_arena *a;
         struct pk_node *r;
-        ASSERT_RC(pk_decode(V("\200\002cmymod\nFoo\n."), NULL, 0, NULL, 0, &a,
+        ASSERT_RC(dcp__pk_decode(V("\200\002cmymod\nFoo\n."), NULL, 0, NULL, 0, &a,
                             &r, NULL),
                   DCP_EUNSAFE);
     }
@@ -1556,11 +1556,11 @@ TEST(limits)
     uint8_t *p;
     size_t len;
     memset(&zero, 0, sizeof(zero));
-    pk_limits_default(&l);
+    dcp__pk_limits_default(&l);
     l.max_nodes = 10;
     ASSERT_RC(decode_rc_lim(V(memo300_p2), &l, 0), DCP_ELIMIT);
     ASSERT(strstr(last_err.msg, "more than 10 nodes") != NULL);
-    pk_limits_default(&l);
+    dcp__pk_limits_default(&l);
     l.max_str = 299;
     ASSERT_RC(decode_rc_lim(V(strs_p2), &l, 0), DCP_ELIMIT);
     l.max_str = 300;
@@ -1571,18 +1571,18 @@ TEST(limits)
                             &l, 0),
               DCP_ELIMIT);
     ASSERT_RC(decode_rc_lim(V("I123456\n."), &l, 0), DCP_ELIMIT);
-    pk_limits_default(&l);
+    dcp__pk_limits_default(&l);
     l.max_memo = 100;
     ASSERT_RC(decode_rc_lim(V(memo300_p2), &l, 0), DCP_ELIMIT);
     ASSERT_RC(decode_rc_lim(V(memo300_p4), &l, 0), DCP_ELIMIT);
-    pk_limits_default(&l);
+    dcp__pk_limits_default(&l);
     l.max_depth = 2;
     ASSERT_RC(decode_rc_lim(V(nested_p2), &l, 0), DCP_ELIMIT);
     l.max_depth = 3;
     ASSERT_OK(decode_rc_lim(V(nested_p2), &l, 0));
     l.max_depth = 1000000; /* capped by the 16-bit depth field */
     ASSERT_OK(decode_rc_lim(V(nested_p2), &l, 0));
-    pk_limits_default(&l);
+    dcp__pk_limits_default(&l);
     l.max_stack = 10;
     p = repeat("\200\002", "(", 20, ".", &len);
     ASSERT(p);
@@ -1607,16 +1607,16 @@ TEST(bad_arguments)
     struct pk_arena *a;
     struct pk_node *r;
     struct dcp_err err;
-    ASSERT_RC(pk_decode("N.", 2, NULL, 0, NULL, 0, NULL, &r, &err), DCP_EINVAL);
-    ASSERT_RC(pk_decode("N.", 2, NULL, 0, NULL, 0, &a, NULL, &err), DCP_EINVAL);
+    ASSERT_RC(dcp__pk_decode("N.", 2, NULL, 0, NULL, 0, NULL, &r, &err), DCP_EINVAL);
+    ASSERT_RC(dcp__pk_decode("N.", 2, NULL, 0, NULL, 0, &a, NULL, &err), DCP_EINVAL);
     ASSERT(a == NULL);
-    ASSERT_RC(pk_decode(NULL, 2, NULL, 0, NULL, 0, &a, &r, &err), DCP_EINVAL);
-    ASSERT_RC(pk_decode("N.", 2, NULL, 1, NULL, 0, &a, &r, NULL), DCP_EINVAL);
+    ASSERT_RC(dcp__pk_decode(NULL, 2, NULL, 0, NULL, 0, &a, &r, &err), DCP_EINVAL);
+    ASSERT_RC(dcp__pk_decode("N.", 2, NULL, 1, NULL, 0, &a, &r, NULL), DCP_EINVAL);
     ASSERT(a == NULL && r == NULL);
-    ASSERT_OK(pk_decode("N.", 2, NULL, 0, NULL, 0, &a, &r, NULL));
+    ASSERT_OK(dcp__pk_decode("N.", 2, NULL, 0, NULL, 0, &a, &r, NULL));
     ASSERT(r->kind == PK_NONE);
-    pk_arena_free(a);
-    pk_arena_free(NULL);
+    dcp__pk_arena_free(a);
+    dcp__pk_arena_free(NULL);
 }
 
 /* ------------------------------------------------------------ big input */
@@ -1677,7 +1677,7 @@ TEST(decode_alloc_failures)
         size_t n = k < DCP_ARRAY_LEN(v) ? sz[k] - 1 : len;
         for (fail = 1;; fail++) {
             (void)dcp__alloc_fail_after(fail);
-            rc = pk_decode(p, n, allow_test, DCP_ARRAY_LEN(allow_test), NULL, 0,
+            rc = dcp__pk_decode(p, n, allow_test, DCP_ARRAY_LEN(allow_test), NULL, 0,
                            &a, &r, NULL);
             (void)dcp__alloc_fail_after(0);
             if (rc == DCP_OK)
@@ -1687,7 +1687,7 @@ TEST(decode_alloc_failures)
                          fail, rc);
         }
         ASSERT(fail > 2);
-        pk_arena_free(a);
+        dcp__pk_arena_free(a);
     }
     free(big);
 }
@@ -1725,10 +1725,10 @@ TEST(fuzz_flips)
             else
                 mut[at_] = (uint8_t)rng();
         }
-        rc = pk_decode(mut, n - (i % 7 == 0 ? rng() % n : 0), allow_dcp,
+        rc = dcp__pk_decode(mut, n - (i % 7 == 0 ? rng() % n : 0), allow_dcp,
                        DCP_ARRAY_LEN(allow_dcp), NULL, (int)(i & 1), &a, &r,
                        NULL);
-        pk_arena_free(a);
+        dcp__pk_arena_free(a);
         if (rc == DCP_OK ? !a || !r : a || r || rc > 0 || rc < DCP_EPLAN)
             break; /* a result on failure, none on success, or a bad code */
         counts[rc == DCP_OK ? 0 : rc == DCP_EFORMAT ? 1 : 2]++;
@@ -1793,11 +1793,11 @@ TEST(fuzz_opcodes)
                 break;
         }
         buf[n++] = '.';
-        rc = pk_decode(buf, n, allow_test, DCP_ARRAY_LEN(allow_test), NULL, 0,
+        rc = dcp__pk_decode(buf, n, allow_test, DCP_ARRAY_LEN(allow_test), NULL, 0,
                        &a, &r, NULL);
         if (rc == DCP_OK) {
             ok++;
-            pk_arena_free(a);
+            dcp__pk_arena_free(a);
         } else if (a || r) {
             FAIL_AT_("soup %zu: rc %d with a result", i, rc);
         }
@@ -1887,44 +1887,44 @@ TEST(emit_tensor_data_pkl)
     struct pk_node *r;
     const struct pk_node *args, *pid;
     uint32_t idx = 99;
-    pk_writer_init(&w, &b);
-    ASSERT_OK(pkw_proto(&w));
-    ASSERT_OK(pkw_global_memo(&w, "torch._utils", "_rebuild_tensor_v2", NULL));
-    ASSERT_OK(pkw_mark(&w));
-    ASSERT_OK(pkw_mark(&w));
-    ASSERT_OK(pkw_str_memo(&w, "storage", 7, NULL));
-    ASSERT_OK(pkw_global_memo(&w, "torch", "FloatStorage", NULL));
-    ASSERT_OK(pkw_str_memo(&w, "0", 1, NULL));
-    ASSERT_OK(pkw_str_memo(&w, "cpu", 3, NULL));
-    ASSERT_OK(pkw_int(&w, 6));
-    ASSERT_OK(pkw_tuple(&w, 5));
-    ASSERT_OK(pkw_put(&w, &idx));
+    dcp__pk_writer_init(&w, &b);
+    ASSERT_OK(dcp__pkw_proto(&w));
+    ASSERT_OK(dcp__pkw_global_memo(&w, "torch._utils", "_rebuild_tensor_v2", NULL));
+    ASSERT_OK(dcp__pkw_mark(&w));
+    ASSERT_OK(dcp__pkw_mark(&w));
+    ASSERT_OK(dcp__pkw_str_memo(&w, "storage", 7, NULL));
+    ASSERT_OK(dcp__pkw_global_memo(&w, "torch", "FloatStorage", NULL));
+    ASSERT_OK(dcp__pkw_str_memo(&w, "0", 1, NULL));
+    ASSERT_OK(dcp__pkw_str_memo(&w, "cpu", 3, NULL));
+    ASSERT_OK(dcp__pkw_int(&w, 6));
+    ASSERT_OK(dcp__pkw_tuple(&w, 5));
+    ASSERT_OK(dcp__pkw_put(&w, &idx));
     ASSERT_EQ(idx, 5);
-    ASSERT_OK(pkw_op(&w, PK_OP_BINPERSID));
-    ASSERT_OK(pkw_int(&w, 0));
-    ASSERT_OK(pkw_int(&w, 2));
-    ASSERT_OK(pkw_int(&w, 3));
-    ASSERT_OK(pkw_tuple(&w, 2));
-    ASSERT_OK(pkw_put(&w, NULL));
-    ASSERT_OK(pkw_int(&w, 3));
-    ASSERT_OK(pkw_int(&w, 1));
-    ASSERT_OK(pkw_tuple(&w, 2));
-    ASSERT_OK(pkw_put(&w, NULL));
-    ASSERT_OK(pkw_bool(&w, 0));
-    ASSERT_OK(pkw_global_memo(&w, "collections", "OrderedDict", NULL));
-    ASSERT_OK(pkw_empty_tuple(&w));
-    ASSERT_OK(pkw_op(&w, PK_OP_REDUCE));
-    ASSERT_OK(pkw_put(&w, NULL));
-    ASSERT_OK(pkw_op(&w, PK_OP_TUPLE));
-    ASSERT_OK(pkw_put(&w, NULL));
-    ASSERT_OK(pkw_op(&w, PK_OP_REDUCE));
-    ASSERT_OK(pkw_put(&w, &idx));
+    ASSERT_OK(dcp__pkw_op(&w, PK_OP_BINPERSID));
+    ASSERT_OK(dcp__pkw_int(&w, 0));
+    ASSERT_OK(dcp__pkw_int(&w, 2));
+    ASSERT_OK(dcp__pkw_int(&w, 3));
+    ASSERT_OK(dcp__pkw_tuple(&w, 2));
+    ASSERT_OK(dcp__pkw_put(&w, NULL));
+    ASSERT_OK(dcp__pkw_int(&w, 3));
+    ASSERT_OK(dcp__pkw_int(&w, 1));
+    ASSERT_OK(dcp__pkw_tuple(&w, 2));
+    ASSERT_OK(dcp__pkw_put(&w, NULL));
+    ASSERT_OK(dcp__pkw_bool(&w, 0));
+    ASSERT_OK(dcp__pkw_global_memo(&w, "collections", "OrderedDict", NULL));
+    ASSERT_OK(dcp__pkw_empty_tuple(&w));
+    ASSERT_OK(dcp__pkw_op(&w, PK_OP_REDUCE));
+    ASSERT_OK(dcp__pkw_put(&w, NULL));
+    ASSERT_OK(dcp__pkw_op(&w, PK_OP_TUPLE));
+    ASSERT_OK(dcp__pkw_put(&w, NULL));
+    ASSERT_OK(dcp__pkw_op(&w, PK_OP_REDUCE));
+    ASSERT_OK(dcp__pkw_put(&w, &idx));
     ASSERT_EQ(idx, 11);
-    ASSERT_OK(pkw_stop(&w));
+    ASSERT_OK(dcp__pkw_stop(&w));
     ASSERT_EQ(w.next_memo, 12);
 
-    ASSERT_OK(pk_decode(b.p, b.len, allow, 3, NULL, 0, &a, &r, NULL));
-    ASSERT(pk_obj_is(r, "torch._utils", "_rebuild_tensor_v2"));
+    ASSERT_OK(dcp__pk_decode(b.p, b.len, allow, 3, NULL, 0, &a, &r, NULL));
+    ASSERT(dcp__pk_obj_is(r, "torch._utils", "_rebuild_tensor_v2"));
     args = r->u.obj.args;
     ASSERT_EQ(len_of(args), 6);
     ASSERT(at(args, 0)->kind == PK_PERSID);
@@ -1934,11 +1934,11 @@ TEST(emit_tensor_data_pkl)
     ASSERT(is_int(at(at(args, 2), 1), 3) && is_int(at(at(args, 3), 0), 3));
     ASSERT(at(args, 4)->kind == PK_BOOL && at(args, 4)->u.b == 0);
     ASSERT(at(args, 5)->kind == PK_DICT && len_of(at(args, 5)) == 0);
-    pk_arena_free(a);
+    dcp__pk_arena_free(a);
 
     ASSERT(out_is(&b, tensor_data_pkl_hex));
-    pk_writer_release(&w);
-    pk_writer_release(&w);
+    dcp__pk_writer_release(&w);
+    dcp__pk_writer_release(&w);
     dcp__buf_free(&b);
 }
 
@@ -1947,44 +1947,44 @@ TEST(emit_scalars)
     struct dcp_buf b = {0};
     struct pk_writer w;
     size_t i;
-    pk_writer_init(&w, &b);
+    dcp__pk_writer_init(&w, &b);
     for (i = 0; i < DCP_ARRAY_LEN(emit_ints); i++) {
-        ASSERT_OK(pkw_proto(&w));
-        ASSERT_OK(pkw_int(&w, emit_ints[i].v));
-        ASSERT_OK(pkw_stop(&w));
+        ASSERT_OK(dcp__pkw_proto(&w));
+        ASSERT_OK(dcp__pkw_int(&w, emit_ints[i].v));
+        ASSERT_OK(dcp__pkw_stop(&w));
         if (!out_is(&b, emit_ints[i].hex))
             FAIL_AT_("int %" PRId64, emit_ints[i].v);
     }
     for (i = 0; i < DCP_ARRAY_LEN(emit_floats); i++) {
-        ASSERT_OK(pkw_proto(&w));
-        ASSERT_OK(pkw_float(&w, emit_floats[i].v));
-        ASSERT_OK(pkw_stop(&w));
+        ASSERT_OK(dcp__pkw_proto(&w));
+        ASSERT_OK(dcp__pkw_float(&w, emit_floats[i].v));
+        ASSERT_OK(dcp__pkw_stop(&w));
         if (!out_is(&b, emit_floats[i].hex))
             FAIL_AT_("float %g", emit_floats[i].v);
     }
     /* pickle.dumps(s, 2) memoizes the str */
-    ASSERT_OK(pkw_proto(&w));
-    ASSERT_OK(pkw_str(&w, "abc", 3));
-    ASSERT_OK(pkw_put(&w, NULL));
-    ASSERT_OK(pkw_stop(&w));
+    ASSERT_OK(dcp__pkw_proto(&w));
+    ASSERT_OK(dcp__pkw_str(&w, "abc", 3));
+    ASSERT_OK(dcp__pkw_put(&w, NULL));
+    ASSERT_OK(dcp__pkw_stop(&w));
     ASSERT(out_is(&b, "8002580300000061626371002e"));
-    pk_writer_init(&w, &b);
-    ASSERT_OK(pkw_proto(&w));
-    ASSERT_OK(pkw_str(&w, "", 0));
-    ASSERT_OK(pkw_put(&w, NULL));
-    ASSERT_OK(pkw_stop(&w));
+    dcp__pk_writer_init(&w, &b);
+    ASSERT_OK(dcp__pkw_proto(&w));
+    ASSERT_OK(dcp__pkw_str(&w, "", 0));
+    ASSERT_OK(dcp__pkw_put(&w, NULL));
+    ASSERT_OK(dcp__pkw_stop(&w));
     ASSERT(out_is(&b, "8002580000000071002e"));
-    pk_writer_init(&w, &b);
-    ASSERT_OK(pkw_proto(&w));
-    ASSERT_OK(pkw_str(&w, "h\303\251llo", 6));
-    ASSERT_OK(pkw_put(&w, NULL));
-    ASSERT_OK(pkw_stop(&w));
+    dcp__pk_writer_init(&w, &b);
+    ASSERT_OK(dcp__pkw_proto(&w));
+    ASSERT_OK(dcp__pkw_str(&w, "h\303\251llo", 6));
+    ASSERT_OK(dcp__pkw_put(&w, NULL));
+    ASSERT_OK(dcp__pkw_stop(&w));
     ASSERT(out_is(&b, "8002580600000068c3a96c6c6f71002e"));
-    pk_writer_init(&w, &b);
-    ASSERT_OK(pkw_proto(&w));
-    ASSERT_OK(pkw_str(&w, "\360\237\230\200", 4));
-    ASSERT_OK(pkw_put(&w, NULL));
-    ASSERT_OK(pkw_stop(&w));
+    dcp__pk_writer_init(&w, &b);
+    ASSERT_OK(dcp__pkw_proto(&w));
+    ASSERT_OK(dcp__pkw_str(&w, "\360\237\230\200", 4));
+    ASSERT_OK(dcp__pkw_put(&w, NULL));
+    ASSERT_OK(dcp__pkw_stop(&w));
     ASSERT(out_is(&b, "80025804000000f09f988071002e"));
     dcp__buf_free(&b);
 }
@@ -1995,39 +1995,39 @@ TEST(emit_containers)
 {
     struct dcp_buf b = {0};
     struct pk_writer w;
-    pk_writer_init(&w, &b);
-    ASSERT_OK(pkw_proto(&w));
-    ASSERT_OK(pkw_mark(&w));
-    ASSERT_OK(pkw_none(&w));
-    ASSERT_OK(pkw_bool(&w, 1));
-    ASSERT_OK(pkw_bool(&w, 0));
-    ASSERT_OK(pkw_empty_list(&w));
-    ASSERT_OK(pkw_put(&w, NULL));
-    ASSERT_OK(pkw_empty_dict(&w));
-    ASSERT_OK(pkw_put(&w, NULL));
-    ASSERT_OK(pkw_tuple(&w, 0));
-    ASSERT_OK(pkw_int(&w, 1));
-    ASSERT_OK(pkw_tuple(&w, 1));
-    ASSERT_OK(pkw_put(&w, NULL));
-    ASSERT_OK(pkw_int(&w, 1));
-    ASSERT_OK(pkw_int(&w, 2));
-    ASSERT_OK(pkw_tuple(&w, 2));
-    ASSERT_OK(pkw_put(&w, NULL));
-    ASSERT_OK(pkw_int(&w, 1));
-    ASSERT_OK(pkw_int(&w, 2));
-    ASSERT_OK(pkw_int(&w, 3));
-    ASSERT_OK(pkw_tuple(&w, 3));
-    ASSERT_OK(pkw_put(&w, NULL));
-    ASSERT_OK(pkw_mark(&w));
-    ASSERT_OK(pkw_int(&w, 1));
-    ASSERT_OK(pkw_int(&w, 2));
-    ASSERT_OK(pkw_int(&w, 3));
-    ASSERT_OK(pkw_int(&w, 4));
-    ASSERT_OK(pkw_tuple(&w, 4));
-    ASSERT_OK(pkw_put(&w, NULL));
-    ASSERT_OK(pkw_tuple(&w, 10));
-    ASSERT_OK(pkw_put(&w, NULL));
-    ASSERT_OK(pkw_stop(&w));
+    dcp__pk_writer_init(&w, &b);
+    ASSERT_OK(dcp__pkw_proto(&w));
+    ASSERT_OK(dcp__pkw_mark(&w));
+    ASSERT_OK(dcp__pkw_none(&w));
+    ASSERT_OK(dcp__pkw_bool(&w, 1));
+    ASSERT_OK(dcp__pkw_bool(&w, 0));
+    ASSERT_OK(dcp__pkw_empty_list(&w));
+    ASSERT_OK(dcp__pkw_put(&w, NULL));
+    ASSERT_OK(dcp__pkw_empty_dict(&w));
+    ASSERT_OK(dcp__pkw_put(&w, NULL));
+    ASSERT_OK(dcp__pkw_tuple(&w, 0));
+    ASSERT_OK(dcp__pkw_int(&w, 1));
+    ASSERT_OK(dcp__pkw_tuple(&w, 1));
+    ASSERT_OK(dcp__pkw_put(&w, NULL));
+    ASSERT_OK(dcp__pkw_int(&w, 1));
+    ASSERT_OK(dcp__pkw_int(&w, 2));
+    ASSERT_OK(dcp__pkw_tuple(&w, 2));
+    ASSERT_OK(dcp__pkw_put(&w, NULL));
+    ASSERT_OK(dcp__pkw_int(&w, 1));
+    ASSERT_OK(dcp__pkw_int(&w, 2));
+    ASSERT_OK(dcp__pkw_int(&w, 3));
+    ASSERT_OK(dcp__pkw_tuple(&w, 3));
+    ASSERT_OK(dcp__pkw_put(&w, NULL));
+    ASSERT_OK(dcp__pkw_mark(&w));
+    ASSERT_OK(dcp__pkw_int(&w, 1));
+    ASSERT_OK(dcp__pkw_int(&w, 2));
+    ASSERT_OK(dcp__pkw_int(&w, 3));
+    ASSERT_OK(dcp__pkw_int(&w, 4));
+    ASSERT_OK(dcp__pkw_tuple(&w, 4));
+    ASSERT_OK(dcp__pkw_put(&w, NULL));
+    ASSERT_OK(dcp__pkw_tuple(&w, 10));
+    ASSERT_OK(dcp__pkw_put(&w, NULL));
+    ASSERT_OK(dcp__pkw_stop(&w));
     ASSERT(out_is(&b, "8002284e88895d71007d7101294b018571024b014b02867103"
                       "4b014b024b03877104284b014b024b034b047471057471062e"));
     dcp__buf_free(&b);
@@ -2040,44 +2040,44 @@ TEST(emit_memo_matches_python)
     struct pk_writer w;
     char s[32];
     int i, n;
-    pk_writer_init(&w, &b);
-    ASSERT_OK(pkw_proto(&w));
-    ASSERT_OK(pkw_empty_list(&w));
-    ASSERT_OK(pkw_put(&w, NULL));
-    ASSERT_OK(pkw_mark(&w));
+    dcp__pk_writer_init(&w, &b);
+    ASSERT_OK(dcp__pkw_proto(&w));
+    ASSERT_OK(dcp__pkw_empty_list(&w));
+    ASSERT_OK(dcp__pkw_put(&w, NULL));
+    ASSERT_OK(dcp__pkw_mark(&w));
     for (i = 0; i < 600; i++) {
         n = snprintf(s, sizeof(s), "%d", i % 300);
-        ASSERT_OK(pkw_str_memo(&w, s, (size_t)n, NULL));
+        ASSERT_OK(dcp__pkw_str_memo(&w, s, (size_t)n, NULL));
     }
-    ASSERT_OK(pkw_op(&w, PK_OP_APPENDS));
-    ASSERT_OK(pkw_stop(&w));
+    ASSERT_OK(dcp__pkw_op(&w, PK_OP_APPENDS));
+    ASSERT_OK(dcp__pkw_stop(&w));
     ASSERT_EQ(b.len, sizeof(memo300_p2) - 1);
     ASSERT_MEM_EQ(b.p, memo300_p2, b.len);
     ASSERT_EQ(w.next_memo, 301);
     b.len = 0;
     /* dumps([OrderedDict, OrderedDict], 2) */
-    pk_writer_release(&w);
-    pk_writer_init(&w, &b);
-    ASSERT_OK(pkw_proto(&w));
-    ASSERT_OK(pkw_empty_list(&w));
-    ASSERT_OK(pkw_put(&w, NULL));
-    ASSERT_OK(pkw_mark(&w));
-    ASSERT_OK(pkw_global_memo(&w, "collections", "OrderedDict", NULL));
-    ASSERT_OK(pkw_global_memo(&w, "collections", "OrderedDict", NULL));
-    ASSERT_OK(pkw_op(&w, PK_OP_APPENDS));
-    ASSERT_OK(pkw_stop(&w));
+    dcp__pk_writer_release(&w);
+    dcp__pk_writer_init(&w, &b);
+    ASSERT_OK(dcp__pkw_proto(&w));
+    ASSERT_OK(dcp__pkw_empty_list(&w));
+    ASSERT_OK(dcp__pkw_put(&w, NULL));
+    ASSERT_OK(dcp__pkw_mark(&w));
+    ASSERT_OK(dcp__pkw_global_memo(&w, "collections", "OrderedDict", NULL));
+    ASSERT_OK(dcp__pkw_global_memo(&w, "collections", "OrderedDict", NULL));
+    ASSERT_OK(dcp__pkw_op(&w, PK_OP_APPENDS));
+    ASSERT_OK(dcp__pkw_stop(&w));
     ASSERT(out_is(&b, "80025d71002863636f6c6c656374696f6e730a4f726465726564"
                       "446963740a71016801652e"));
     /* strings and globals with the same text are interned apart */
-    ASSERT_OK(pkw_str_memo(&w, "collections\nOrderedDict", 23, NULL));
+    ASSERT_OK(dcp__pkw_str_memo(&w, "collections\nOrderedDict", 23, NULL));
     ASSERT_EQ(b.p[0], 'X');
     ASSERT_EQ(w.next_memo, 3);
     b.len = 0;
-    ASSERT_OK(pkw_global_memo(&w, "collections", "OrderedDic", NULL));
+    ASSERT_OK(dcp__pkw_global_memo(&w, "collections", "OrderedDic", NULL));
     ASSERT_EQ(b.p[0], 'c');
-    ASSERT_OK(pkw_global_memo(&w, "collection", "sOrderedDict", NULL));
+    ASSERT_OK(dcp__pkw_global_memo(&w, "collection", "sOrderedDict", NULL));
     ASSERT_EQ(w.next_memo, 5);
-    pk_writer_release(&w);
+    dcp__pk_writer_release(&w);
     dcp__buf_free(&b);
 }
 
@@ -2087,25 +2087,25 @@ TEST(emit_memo_indices)
     struct pk_writer w;
     uint32_t idx;
     int i;
-    pk_writer_init(&w, &b);
+    dcp__pk_writer_init(&w, &b);
     for (i = 0; i < 256; i++)
-        ASSERT_OK(pkw_put(&w, &idx));
+        ASSERT_OK(dcp__pkw_put(&w, &idx));
     ASSERT_EQ(idx, 255);
     ASSERT_EQ(b.len, 512);
     ASSERT(b.p[510] == 'q' && b.p[511] == 0xff);
     b.len = 0;
-    ASSERT_OK(pkw_put(&w, &idx));
+    ASSERT_OK(dcp__pkw_put(&w, &idx));
     ASSERT_EQ(idx, 256);
     ASSERT(out_is(&b, "7200010000"));
-    ASSERT_OK(pkw_get(&w, 255));
-    ASSERT_OK(pkw_get(&w, 256));
-    ASSERT_OK(pkw_get(&w, 0x01020304));
+    ASSERT_OK(dcp__pkw_get(&w, 255));
+    ASSERT_OK(dcp__pkw_get(&w, 256));
+    ASSERT_OK(dcp__pkw_get(&w, 0x01020304));
     ASSERT(out_is(&b, "68ff6a000100006a04030201"));
     w.next_memo = UINT32_MAX;
-    ASSERT_RC(pkw_put(&w, &idx), DCP_ELIMIT);
-    ASSERT_RC(pkw_str_memo(&w, "x", 1, NULL), DCP_ELIMIT);
+    ASSERT_RC(dcp__pkw_put(&w, &idx), DCP_ELIMIT);
+    ASSERT_RC(dcp__pkw_str_memo(&w, "x", 1, NULL), DCP_ELIMIT);
     ASSERT_EQ(b.len, 0);
-    pk_writer_release(&w);
+    dcp__pk_writer_release(&w);
     dcp__buf_free(&b);
 }
 
@@ -2123,66 +2123,66 @@ static int emit_sample(struct pk_writer *w)
     char key[32];
     size_t i;
     int n;
-    E(pkw_proto(w));
-    E(pkw_empty_dict(w));
-    E(pkw_put(w, NULL));
-    E(pkw_mark(w));
+    E(dcp__pkw_proto(w));
+    E(dcp__pkw_empty_dict(w));
+    E(dcp__pkw_put(w, NULL));
+    E(dcp__pkw_mark(w));
     /* "ints": every width */
-    E(pkw_str_memo(w, "ints", 4, NULL));
-    E(pkw_empty_list(w));
-    E(pkw_put(w, NULL));
-    E(pkw_mark(w));
+    E(dcp__pkw_str_memo(w, "ints", 4, NULL));
+    E(dcp__pkw_empty_list(w));
+    E(dcp__pkw_put(w, NULL));
+    E(dcp__pkw_mark(w));
     for (i = 0; i < DCP_ARRAY_LEN(emit_ints); i++)
-        E(pkw_int(w, emit_ints[i].v));
-    E(pkw_op(w, PK_OP_APPENDS));
+        E(dcp__pkw_int(w, emit_ints[i].v));
+    E(dcp__pkw_op(w, PK_OP_APPENDS));
     /* "floats" */
-    E(pkw_str_memo(w, "floats", 6, NULL));
-    E(pkw_empty_list(w));
+    E(dcp__pkw_str_memo(w, "floats", 6, NULL));
+    E(dcp__pkw_empty_list(w));
     for (i = 0; i < DCP_ARRAY_LEN(emit_floats); i++) {
-        E(pkw_float(w, emit_floats[i].v));
-        E(pkw_op(w, PK_OP_APPEND));
+        E(dcp__pkw_float(w, emit_floats[i].v));
+        E(dcp__pkw_op(w, PK_OP_APPEND));
     }
     /* "obj": mymod.Foo() with state {'a': 1} */
-    E(pkw_str_memo(w, "obj", 3, NULL));
-    E(pkw_global_memo(w, "mymod", "Foo", NULL));
-    E(pkw_empty_tuple(w));
-    E(pkw_op(w, PK_OP_NEWOBJ));
-    E(pkw_empty_dict(w));
-    E(pkw_str_memo(w, "a", 1, NULL));
-    E(pkw_int(w, 1));
-    E(pkw_op(w, PK_OP_SETITEM));
-    E(pkw_op(w, PK_OP_BUILD));
+    E(dcp__pkw_str_memo(w, "obj", 3, NULL));
+    E(dcp__pkw_global_memo(w, "mymod", "Foo", NULL));
+    E(dcp__pkw_empty_tuple(w));
+    E(dcp__pkw_op(w, PK_OP_NEWOBJ));
+    E(dcp__pkw_empty_dict(w));
+    E(dcp__pkw_str_memo(w, "a", 1, NULL));
+    E(dcp__pkw_int(w, 1));
+    E(dcp__pkw_op(w, PK_OP_SETITEM));
+    E(dcp__pkw_op(w, PK_OP_BUILD));
     /* "od": OrderedDict() filled later; "raw": b'\xff\x00' */
-    E(pkw_str_memo(w, "od", 2, NULL));
-    E(pkw_global_memo(w, "collections", "OrderedDict", NULL));
-    E(pkw_empty_tuple(w));
-    E(pkw_op(w, PK_OP_REDUCE));
-    E(pkw_str_memo(w, "a", 1, NULL));
-    E(pkw_none(w));
-    E(pkw_op(w, PK_OP_SETITEM));
-    E(pkw_str_memo(w, "raw", 3, NULL));
-    E(pkw_global_memo(w, "_codecs", "encode", NULL));
-    E(pkw_str(w, "\303\277\000", 3));
-    E(pkw_str_memo(w, "latin1", 6, NULL));
-    E(pkw_tuple(w, 2));
-    E(pkw_op(w, PK_OP_REDUCE));
+    E(dcp__pkw_str_memo(w, "od", 2, NULL));
+    E(dcp__pkw_global_memo(w, "collections", "OrderedDict", NULL));
+    E(dcp__pkw_empty_tuple(w));
+    E(dcp__pkw_op(w, PK_OP_REDUCE));
+    E(dcp__pkw_str_memo(w, "a", 1, NULL));
+    E(dcp__pkw_none(w));
+    E(dcp__pkw_op(w, PK_OP_SETITEM));
+    E(dcp__pkw_str_memo(w, "raw", 3, NULL));
+    E(dcp__pkw_global_memo(w, "_codecs", "encode", NULL));
+    E(dcp__pkw_str(w, "\303\277\000", 3));
+    E(dcp__pkw_str_memo(w, "latin1", 6, NULL));
+    E(dcp__pkw_tuple(w, 2));
+    E(dcp__pkw_op(w, PK_OP_REDUCE));
     /* "t": (True, False, None, 'a', obj) with obj by BINGET */
-    E(pkw_str_memo(w, "t", 1, NULL));
-    E(pkw_mark(w));
-    E(pkw_bool(w, 1));
-    E(pkw_bool(w, 0));
-    E(pkw_none(w));
-    E(pkw_str_memo(w, "a", 1, NULL));
-    E(pkw_get(w, 0));
-    E(pkw_tuple(w, 5));
+    E(dcp__pkw_str_memo(w, "t", 1, NULL));
+    E(dcp__pkw_mark(w));
+    E(dcp__pkw_bool(w, 1));
+    E(dcp__pkw_bool(w, 0));
+    E(dcp__pkw_none(w));
+    E(dcp__pkw_str_memo(w, "a", 1, NULL));
+    E(dcp__pkw_get(w, 0));
+    E(dcp__pkw_tuple(w, 5));
     /* 2000 more keys, interned twice over */
     for (i = 0; i < 2000; i++) {
         n = snprintf(key, sizeof(key), "key.%zu", i);
-        E(pkw_str_memo(w, key, (size_t)n, NULL));
-        E(pkw_str_memo(w, key, (size_t)n, NULL));
+        E(dcp__pkw_str_memo(w, key, (size_t)n, NULL));
+        E(dcp__pkw_str_memo(w, key, (size_t)n, NULL));
     }
-    E(pkw_op(w, PK_OP_SETITEMS));
-    E(pkw_stop(w));
+    E(dcp__pkw_op(w, PK_OP_SETITEMS));
+    E(dcp__pkw_stop(w));
     return DCP_OK;
 }
 #undef E
@@ -2200,33 +2200,33 @@ TEST(emit_round_trip)
     struct pk_node *r;
     const struct pk_node *ints, *floats, *obj, *t;
     size_t i;
-    pk_writer_init(&w, &b);
+    dcp__pk_writer_init(&w, &b);
     ASSERT_OK(emit_sample(&w));
-    ASSERT_OK(pk_decode(b.p, b.len, allow, DCP_ARRAY_LEN(allow), NULL, 0, &a,
+    ASSERT_OK(dcp__pk_decode(b.p, b.len, allow, DCP_ARRAY_LEN(allow), NULL, 0, &a,
                         &r, NULL));
     ASSERT_EQ(r->kind, PK_DICT);
     ASSERT_EQ(len_of(r), 2 * 2006);
-    ints = pk_dict_get(r, "ints");
+    ints = dcp__pk_dict_get(r, "ints");
     ASSERT_EQ(len_of(ints), DCP_ARRAY_LEN(emit_ints));
     for (i = 0; i < DCP_ARRAY_LEN(emit_ints); i++)
         ASSERT(is_int(at(ints, i), emit_ints[i].v));
-    floats = pk_dict_get(r, "floats");
+    floats = dcp__pk_dict_get(r, "floats");
     ASSERT_EQ(len_of(floats), DCP_ARRAY_LEN(emit_floats));
     for (i = 0; i < DCP_ARRAY_LEN(emit_floats); i++)
         ASSERT_MEM_EQ(&at(floats, i)->u.f, &emit_floats[i].v, 8);
-    obj = pk_dict_get(r, "obj");
-    ASSERT(pk_obj_is(obj, "mymod", "Foo") && obj->newobj == 1);
-    ASSERT(is_int(pk_obj_attr(obj, "a"), 1));
-    ASSERT(pk_dict_get(pk_dict_get(r, "od"), "a")->kind == PK_NONE);
-    ASSERT(is_bytes(pk_dict_get(r, "raw"), "\377\000", 2));
-    t = pk_dict_get(r, "t");
+    obj = dcp__pk_dict_get(r, "obj");
+    ASSERT(dcp__pk_obj_is(obj, "mymod", "Foo") && obj->newobj == 1);
+    ASSERT(is_int(dcp__pk_obj_attr(obj, "a"), 1));
+    ASSERT(dcp__pk_dict_get(dcp__pk_dict_get(r, "od"), "a")->kind == PK_NONE);
+    ASSERT(is_bytes(dcp__pk_dict_get(r, "raw"), "\377\000", 2));
+    t = dcp__pk_dict_get(r, "t");
     ASSERT_EQ(len_of(t), 5);
     ASSERT(at(t, 4) == r);                       /* memo 0 is the outer dict */
     ASSERT(at(t, 3) == at(obj->u.obj.state, 0)); /* 'a' is shared */
     ASSERT(at(r, 2 * 2005) == at(r, 2 * 2005 + 1));
     ASSERT(is_str(at(r, 2 * 2005), "key.1999"));
-    pk_arena_free(a);
-    pk_writer_release(&w);
+    dcp__pk_arena_free(a);
+    dcp__pk_writer_release(&w);
     dcp__buf_free(&b);
 }
 
@@ -2238,12 +2238,12 @@ TEST(emit_errors)
     int rc;
     char s[32];
     int i, n;
-    pk_writer_init(&w, &b);
+    dcp__pk_writer_init(&w, &b);
     /* every allocation failure is ENOMEM and leaves the output as it was */
     for (k = 1;; k++) {
         size_t before = b.len;
         (void)dcp__alloc_fail_after(k);
-        rc = pkw_str_memo(&w, "first", 5, NULL);
+        rc = dcp__pkw_str_memo(&w, "first", 5, NULL);
         (void)dcp__alloc_fail_after(0);
         if (rc == DCP_OK)
             break;
@@ -2252,17 +2252,17 @@ TEST(emit_errors)
         ASSERT_EQ(w.next_memo, 0);
     }
     ASSERT(out_is(&b, "580500000066697273747100"));
-    ASSERT_OK(pkw_str_memo(&w, "first", 5, NULL));
+    ASSERT_OK(dcp__pkw_str_memo(&w, "first", 5, NULL));
     ASSERT(out_is(&b, "6800"));
     /* the same when the intern table has to grow */
     for (i = 1; i < 192; i++) {
         n = snprintf(s, sizeof(s), "s%d", i);
-        ASSERT_OK(pkw_str_memo(&w, s, (size_t)n, NULL));
+        ASSERT_OK(dcp__pkw_str_memo(&w, s, (size_t)n, NULL));
     }
     b.len = 0;
     for (k = 1;; k++) {
         (void)dcp__alloc_fail_after(k);
-        rc = pkw_global_memo(&w, "mymod", "Foo", NULL);
+        rc = dcp__pkw_global_memo(&w, "mymod", "Foo", NULL);
         (void)dcp__alloc_fail_after(0);
         if (rc == DCP_OK)
             break;
@@ -2272,24 +2272,24 @@ TEST(emit_errors)
     }
     ASSERT(k > 1);
     ASSERT(out_is(&b, "636d796d6f640a466f6f0a71c0"));
-    ASSERT_OK(pkw_str_memo(&w, "s191", 4, NULL));
+    ASSERT_OK(dcp__pkw_str_memo(&w, "s191", 4, NULL));
     ASSERT(out_is(&b, "68bf"));
-    ASSERT_RC(pkw_global(&w, "a\nb", "c"), DCP_EINVAL);
-    ASSERT_RC(pkw_global(&w, "a", "c\n"), DCP_EINVAL);
-    ASSERT_RC(pkw_global_memo(&w, "a", "c\n", NULL), DCP_EINVAL);
+    ASSERT_RC(dcp__pkw_global(&w, "a\nb", "c"), DCP_EINVAL);
+    ASSERT_RC(dcp__pkw_global(&w, "a", "c\n"), DCP_EINVAL);
+    ASSERT_RC(dcp__pkw_global_memo(&w, "a", "c\n", NULL), DCP_EINVAL);
     ASSERT_EQ(b.len, 0);
     ASSERT_EQ(w.next_memo, 193);
     dcp__buf_free(&b);
     (void)dcp__alloc_fail_after(1);
-    rc = pkw_int(&w, 5);
+    rc = dcp__pkw_int(&w, 5);
     (void)dcp__alloc_fail_after(0);
     ASSERT_RC(rc, DCP_ENOMEM);
     (void)dcp__alloc_fail_after(1);
-    rc = pkw_str(&w, "abc", 3);
+    rc = dcp__pkw_str(&w, "abc", 3);
     (void)dcp__alloc_fail_after(0);
     ASSERT_RC(rc, DCP_ENOMEM);
     ASSERT_EQ(b.len, 0);
-    pk_writer_release(&w);
+    dcp__pk_writer_release(&w);
     dcp__buf_free(&b);
 }
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "meta.h"
+#include "reshard.h"
 #include "plan.h"
 #include "test.h"
 

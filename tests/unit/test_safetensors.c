@@ -13,7 +13,7 @@ static int parse(const char *hdr, uint64_t data_len, struct sf_file *f,
                  struct dcp_err *err)
 {
     size_t n = strlen(hdr);
-    return sf_parse_header(hdr, n, 8 + n + data_len, f, err);
+    return dcp__sf_parse_header(hdr, n, 8 + n + data_len, f, err);
 }
 
 static int rc_of(const char *hdr, uint64_t data_len, const char *needle)
@@ -22,7 +22,7 @@ static int rc_of(const char *hdr, uint64_t data_len, const char *needle)
     struct dcp_err err = {0, ""};
     int rc = parse(hdr, data_len, &f, &err);
     if (rc == DCP_OK)
-        sf_release(&f);
+        dcp__sf_release(&f);
     else if (needle && !strstr(err.msg, needle))
         fprintf(stderr, "message \"%s\" lacks \"%s\"\n", err.msg, needle);
     return needle && rc != DCP_OK && !strstr(err.msg, needle) ? 999 : rc;
@@ -67,26 +67,26 @@ TEST(json_grammar)
     struct dcp_err err;
     size_t i;
     for (i = 0; i < DCP_ARRAY_LEN(bad); i++) {
-        int rc = json_parse(bad[i], strlen(bad[i]), 16, 100, &doc, &root, &err);
+        int rc = dcp__json_parse(bad[i], strlen(bad[i]), 16, 100, &doc, &root, &err);
         if (rc != DCP_EFORMAT)
             fprintf(stderr, "bad[%zu] = '%s'\n", i, bad[i]);
         ASSERT_RC(rc, DCP_EFORMAT);
     }
     for (i = 0; i < DCP_ARRAY_LEN(good); i++) {
         ASSERT_OK(
-            json_parse(good[i], strlen(good[i]), 16, 100, &doc, &root, &err));
-        json_free(doc);
+            dcp__json_parse(good[i], strlen(good[i]), 16, 100, &doc, &root, &err));
+        dcp__json_free(doc);
     }
-    ASSERT_OK(json_parse(good[3], strlen(good[3]), 16, 100, &doc, &root, &err));
-    ASSERT_STR_EQ(json_get(json_get(root, "a"), "b")->v[0]->s,
+    ASSERT_OK(dcp__json_parse(good[3], strlen(good[3]), 16, 100, &doc, &root, &err));
+    ASSERT_STR_EQ(dcp__json_get(dcp__json_get(root, "a"), "b")->v[0]->s,
                   "\xc3\xa9\xf0\x9f\x9a\x80\n\"");
-    json_free(doc);
+    dcp__json_free(doc);
     /* integers: int64 range exactly */
-    ASSERT_OK(json_parse(ints, strlen(ints), 4, 10, &doc, &root, &err));
+    ASSERT_OK(dcp__json_parse(ints, strlen(ints), 4, 10, &doc, &root, &err));
     ASSERT(root->v[0]->is_int && root->v[0]->i == INT64_MAX);
     ASSERT(root->v[1]->is_int && root->v[1]->i == INT64_MIN);
     ASSERT(!root->v[2]->is_int);
-    json_free(doc);
+    dcp__json_free(doc);
 }
 
 TEST(json_limits)
@@ -97,13 +97,13 @@ TEST(json_limits)
     struct dcp_err err;
     memset(deep, '[', 200);
     memset(deep + 200, ']', 200);
-    ASSERT_RC(json_parse(deep, 400, 64, 1000, &doc, &root, &err), DCP_ELIMIT);
-    ASSERT_RC(json_parse("[1,2,3,4,5]", 11, 4, 3, &doc, &root, &err),
+    ASSERT_RC(dcp__json_parse(deep, 400, 64, 1000, &doc, &root, &err), DCP_ELIMIT);
+    ASSERT_RC(dcp__json_parse("[1,2,3,4,5]", 11, 4, 3, &doc, &root, &err),
               DCP_ELIMIT);
     ASSERT_OK(
-        json_parse("{\"a\":1,\"b\":2,\"a\":3}", 19, 4, 10, &doc, &root, &err));
-    ASSERT_STR_EQ(json_dup_key(root), "a");
-    json_free(doc);
+        dcp__json_parse("{\"a\":1,\"b\":2,\"a\":3}", 19, 4, 10, &doc, &root, &err));
+    ASSERT_STR_EQ(dcp__json_dup_key(root), "a");
+    dcp__json_free(doc);
 }
 
 TEST(header_good)
@@ -126,7 +126,7 @@ TEST(header_good)
     ASSERT_EQ(f.nmeta, 1);
     ASSERT_STR_EQ(f.meta[1], "pt");
     ASSERT_U64_EQ(f.data_off, 8 + strlen(h));
-    sf_release(&f);
+    dcp__sf_release(&f);
 }
 
 TEST(header_hostile)
@@ -236,10 +236,10 @@ TEST(header_length_prefix)
     struct dcp_err err;
     const char *h = "{}";
     /* the header claims more bytes than the file has, or than the limit */
-    ASSERT_RC(sf_parse_header(h, 2, 9, &f, &err), DCP_EFORMAT);
-    ASSERT_RC(sf_parse_header(h, 2, 4, &f, &err), DCP_EFORMAT);
-    ASSERT_OK(sf_parse_header(h, 2, 10, &f, &err));
-    sf_release(&f);
+    ASSERT_RC(dcp__sf_parse_header(h, 2, 9, &f, &err), DCP_EFORMAT);
+    ASSERT_RC(dcp__sf_parse_header(h, 2, 4, &f, &err), DCP_EFORMAT);
+    ASSERT_OK(dcp__sf_parse_header(h, 2, 10, &f, &err));
+    dcp__sf_release(&f);
 }
 
 TEST(build_then_parse)
@@ -253,16 +253,16 @@ TEST(build_then_parse)
     struct sf_file f;
     struct dcp_err err;
     uint64_t dl = 0;
-    ASSERT_OK(sf_header_build(t, 3, meta, 1, &b, &dl));
+    ASSERT_OK(dcp__sf_header_build(t, 3, meta, 1, &b, &dl));
     ASSERT_U64_EQ(dl, 3 * 5 * 8 + 7 * 2 + 1);
     ASSERT_EQ(b.len % 8, 0);
     ASSERT_U64_EQ(dcp__le64(b.p), b.len - 8);
-    ASSERT_OK(sf_parse_header(b.p + 8, b.len - 8, b.len + dl, &f, &err));
+    ASSERT_OK(dcp__sf_parse_header(b.p + 8, b.len - 8, b.len + dl, &f, &err));
     ASSERT_EQ(f.n, 3);
     ASSERT_STR_EQ(f.t[0].name, "w\"q");
     ASSERT_U64_EQ(f.t[1].begin, 120);
     ASSERT_U64_EQ(f.t[2].end, dl);
-    sf_release(&f);
+    dcp__sf_release(&f);
     dcp__buf_free(&b);
 }
 
@@ -287,10 +287,10 @@ TEST(mutations)
             x = x * 1103515245u + 12345u;
             buf[(x >> 8) % n] = (char)(x >> 20);
         }
-        rc = sf_parse_header(buf, n, 8 + n + 28, &f, &err);
+        rc = dcp__sf_parse_header(buf, n, 8 + n + 28, &f, &err);
         if (rc == DCP_OK) {
             ok++;
-            sf_release(&f);
+            dcp__sf_release(&f);
         } else {
             ASSERT(err.msg[0] != '\0');
         }

@@ -493,7 +493,7 @@ static int open_mem(struct tz_archive *a, const uint8_t *p, size_t len,
                     struct dcp_err *err)
 {
     struct mem m = {p, len, 0, 0, 0};
-    int rc = tz_open(a, len, mem_read, &m, err);
+    int rc = dcp__tz_open(a, len, mem_read, &m, err);
     return m.oob ? -1000 : rc;
 }
 
@@ -507,25 +507,25 @@ static int drain(struct tz_writer *w, struct dcp_buf *img)
     return rc;
 }
 
-/* A whole tensor item through tz_tensor_item_begin/end. */
+/* A whole tensor item through dcp__tz_tensor_item_begin/end. */
 static int write_tensor_item(struct dcp_buf *img, uint64_t item_off,
                              uint32_t align, dcp_dtype dt, int ndim,
                              const int64_t *sizes, const void *data,
                              size_t nbytes, uint64_t *data_off)
 {
     struct tz_writer w;
-    int rc = tz_writer_init(&w, item_off, align);
+    int rc = dcp__tz_writer_init(&w, item_off, align);
     if (rc == DCP_OK)
-        rc = tz_tensor_item_begin(&w, dt, ndim, sizes, nbytes, data_off);
+        rc = dcp__tz_tensor_item_begin(&w, dt, ndim, sizes, nbytes, data_off);
     if (rc == DCP_OK)
         rc = drain(&w, img);
     if (rc == DCP_OK)
         rc = dcp__buf_put(img, data, nbytes);
     if (rc == DCP_OK)
-        rc = tz_tensor_item_end(&w, dcp__crc32(0, data, nbytes));
+        rc = dcp__tz_tensor_item_end(&w, dcp__crc32(0, data, nbytes));
     if (rc == DCP_OK)
         rc = drain(&w, img);
-    tz_writer_release(&w);
+    dcp__tz_writer_release(&w);
     return rc;
 }
 
@@ -635,11 +635,11 @@ static struct pspec default_spec(void)
 
 static int ints(struct pk_writer *w, int n, const int64_t *v)
 {
-    int rc = pkw_mark(w);
+    int rc = dcp__pkw_mark(w);
     for (int i = 0; rc == DCP_OK && i < n; i++)
-        rc = pkw_int(w, v[i]);
+        rc = dcp__pkw_int(w, v[i]);
     if (rc == DCP_OK)
-        rc = pkw_op(w, PK_OP_TUPLE);
+        rc = dcp__pkw_op(w, PK_OP_TUPLE);
     return rc;
 }
 
@@ -648,70 +648,70 @@ static int build_pickle(const struct pspec *s, struct dcp_buf *out)
     struct pk_writer w;
     int nargs = 6 + (s->dtype != NULL) + (s->meta != 0) - s->drop, rc;
 
-    pk_writer_init(&w, out);
-    rc = pkw_proto(&w);
+    dcp__pk_writer_init(&w, out);
+    rc = dcp__pkw_proto(&w);
     if (rc == DCP_OK)
-        rc = pkw_global(&w, "torch._utils", s->rebuild);
+        rc = dcp__pkw_global(&w, "torch._utils", s->rebuild);
     if (rc == DCP_OK)
-        rc = pkw_mark(&w);
+        rc = dcp__pkw_mark(&w);
     if (rc == DCP_OK)
-        rc = pkw_mark(&w);
+        rc = dcp__pkw_mark(&w);
     if (rc == DCP_OK)
-        rc = pkw_str(&w, s->tag, strlen(s->tag));
+        rc = dcp__pkw_str(&w, s->tag, strlen(s->tag));
     if (rc == DCP_OK)
-        rc = pkw_global(&w, s->smod, s->sname);
+        rc = dcp__pkw_global(&w, s->smod, s->sname);
     if (rc == DCP_OK)
-        rc = pkw_str(&w, s->key, strlen(s->key));
+        rc = dcp__pkw_str(&w, s->key, strlen(s->key));
     if (rc == DCP_OK)
-        rc = pkw_str(&w, "cpu", 3);
+        rc = dcp__pkw_str(&w, "cpu", 3);
     if (rc == DCP_OK)
-        rc = pkw_int(&w, s->numel);
+        rc = dcp__pkw_int(&w, s->numel);
     if (rc == DCP_OK)
-        rc = pkw_op(&w, PK_OP_TUPLE);
+        rc = dcp__pkw_op(&w, PK_OP_TUPLE);
     if (rc == DCP_OK)
-        rc = pkw_op(&w, PK_OP_BINPERSID);
+        rc = dcp__pkw_op(&w, PK_OP_BINPERSID);
     if (rc == DCP_OK && nargs >= 2)
-        rc = pkw_int(&w, s->offset);
+        rc = dcp__pkw_int(&w, s->offset);
     if (rc == DCP_OK && nargs >= 3) {
         if (s->size_wrap)
-            rc = pkw_global(&w, "torch", "Size");
+            rc = dcp__pkw_global(&w, "torch", "Size");
         if (rc == DCP_OK)
             rc = ints(&w, s->nsize, s->size);
         if (rc == DCP_OK && s->size_wrap)
-            rc = pkw_tuple(&w, 1);
+            rc = dcp__pkw_tuple(&w, 1);
         if (rc == DCP_OK && s->size_wrap)
-            rc = pkw_op(&w, PK_OP_REDUCE);
+            rc = dcp__pkw_op(&w, PK_OP_REDUCE);
     }
     if (rc == DCP_OK && nargs >= 4)
         rc = ints(&w, s->nstride, s->stride);
     if (rc == DCP_OK && nargs >= 5)
-        rc = pkw_bool(&w, 0);
+        rc = dcp__pkw_bool(&w, 0);
     if (rc == DCP_OK && nargs >= 6) {
-        rc = pkw_global(&w, "collections", "OrderedDict");
+        rc = dcp__pkw_global(&w, "collections", "OrderedDict");
         if (rc == DCP_OK)
-            rc = pkw_empty_tuple(&w);
+            rc = dcp__pkw_empty_tuple(&w);
         if (rc == DCP_OK)
-            rc = pkw_op(&w, PK_OP_REDUCE);
+            rc = dcp__pkw_op(&w, PK_OP_REDUCE);
     }
     if (rc == DCP_OK && s->dtype && nargs >= 7)
-        rc = pkw_global(&w, "torch", s->dtype);
+        rc = dcp__pkw_global(&w, "torch", s->dtype);
     if (rc == DCP_OK && s->meta && !s->drop) {
-        rc = pkw_empty_dict(&w);
+        rc = dcp__pkw_empty_dict(&w);
         if (rc == DCP_OK && s->meta == 2) {
-            rc = pkw_str(&w, "conj", 4);
+            rc = dcp__pkw_str(&w, "conj", 4);
             if (rc == DCP_OK)
-                rc = pkw_bool(&w, 1);
+                rc = dcp__pkw_bool(&w, 1);
             if (rc == DCP_OK)
-                rc = pkw_op(&w, PK_OP_SETITEM);
+                rc = dcp__pkw_op(&w, PK_OP_SETITEM);
         }
     }
     if (rc == DCP_OK)
-        rc = pkw_op(&w, PK_OP_TUPLE);
+        rc = dcp__pkw_op(&w, PK_OP_TUPLE);
     if (rc == DCP_OK)
-        rc = pkw_op(&w, PK_OP_REDUCE);
+        rc = dcp__pkw_op(&w, PK_OP_REDUCE);
     if (rc == DCP_OK)
-        rc = pkw_stop(&w);
-    pk_writer_release(&w);
+        rc = dcp__pkw_stop(&w);
+    dcp__pk_writer_release(&w);
     return rc;
 }
 
@@ -721,7 +721,7 @@ static int parse_spec(const struct pspec *s, struct tz_tensor *t,
     struct dcp_buf b = {0};
     int rc = build_pickle(s, &b);
     if (rc == DCP_OK)
-        rc = tz_parse_tensor_pickle(b.p, b.len, t, err);
+        rc = dcp__tz_parse_tensor_pickle(b.p, b.len, t, err);
     dcp__buf_free(&b);
     return rc;
 }
@@ -744,7 +744,7 @@ TEST(tensor_pickle_matches_torch)
         ASSERT_EQ(n, c->len);
         b.len = 0;
         ASSERT_OK(dcp__buf_put(&b, "xy", 2)); /* appends after content */
-        rc = tz_tensor_pickle(&b, c->dt, c->ndim, c->sizes);
+        rc = dcp__tz_tensor_pickle(&b, c->dt, c->ndim, c->sizes);
         if (rc != DCP_OK || b.len != n + 2 || memcmp(b.p + 2, want, n) != 0)
             fprintf(stderr, "case %zu (dtype %d, ndim %d) differs\n", i,
                     (int)c->dt, c->ndim);
@@ -767,20 +767,20 @@ TEST(tensor_pickle_rejects_bad_arguments)
     int64_t zero_big[3] = {0, INT64_MAX / 2, 3};
     int64_t f8_ovf[1] = {INT64_MAX};
 
-    ASSERT_RC(tz_tensor_pickle(&b, (dcp_dtype)0, 1, s), DCP_EINVAL);
-    ASSERT_RC(tz_tensor_pickle(&b, (dcp_dtype)99, 1, s), DCP_EINVAL);
-    ASSERT_RC(tz_tensor_pickle(&b, DCP_F32, DCP_MAX_NDIM + 1, s), DCP_EINVAL);
-    ASSERT_RC(tz_tensor_pickle(&b, DCP_F32, -1, s), DCP_EINVAL);
-    ASSERT_RC(tz_tensor_pickle(&b, DCP_F32, 1, neg), DCP_EINVAL);
-    ASSERT_RC(tz_tensor_pickle(&b, DCP_F32, 2, huge), DCP_EINVAL);
-    ASSERT_RC(tz_tensor_pickle(&b, DCP_F32, 3, ovf_stride), DCP_EINVAL);
+    ASSERT_RC(dcp__tz_tensor_pickle(&b, (dcp_dtype)0, 1, s), DCP_EINVAL);
+    ASSERT_RC(dcp__tz_tensor_pickle(&b, (dcp_dtype)99, 1, s), DCP_EINVAL);
+    ASSERT_RC(dcp__tz_tensor_pickle(&b, DCP_F32, DCP_MAX_NDIM + 1, s), DCP_EINVAL);
+    ASSERT_RC(dcp__tz_tensor_pickle(&b, DCP_F32, -1, s), DCP_EINVAL);
+    ASSERT_RC(dcp__tz_tensor_pickle(&b, DCP_F32, 1, neg), DCP_EINVAL);
+    ASSERT_RC(dcp__tz_tensor_pickle(&b, DCP_F32, 2, huge), DCP_EINVAL);
+    ASSERT_RC(dcp__tz_tensor_pickle(&b, DCP_F32, 3, ovf_stride), DCP_EINVAL);
     /* numel 0, but the contiguous strides overflow */
-    ASSERT_RC(tz_tensor_pickle(&b, DCP_F32, 3, zero_big), DCP_EINVAL);
+    ASSERT_RC(dcp__tz_tensor_pickle(&b, DCP_F32, 3, zero_big), DCP_EINVAL);
     /* float8: the storage counts bytes; INT64_MAX elements of 1 byte fit */
-    ASSERT_OK(tz_tensor_pickle(&b, DCP_F8_E4M3FN, 1, f8_ovf));
+    ASSERT_OK(dcp__tz_tensor_pickle(&b, DCP_F8_E4M3FN, 1, f8_ovf));
     b.len = 0;
-    ASSERT_RC(tz_tensor_pickle(NULL, DCP_F32, 0, NULL), DCP_EINVAL);
-    ASSERT_OK(tz_tensor_pickle(&b, DCP_F32, DCP_MAX_NDIM, s));
+    ASSERT_RC(dcp__tz_tensor_pickle(NULL, DCP_F32, 0, NULL), DCP_EINVAL);
+    ASSERT_OK(dcp__tz_tensor_pickle(&b, DCP_F32, DCP_MAX_NDIM, s));
     dcp__buf_free(&b);
 }
 
@@ -862,11 +862,11 @@ TEST(value_item_matches_torch)
     ASSERT(real != NULL);
     want = strip_last_record(real, 0, real_len, &want_len, last, sizeof last);
     ASSERT_STR_EQ(last, "archive/.data/serialization_id");
-    ASSERT_OK(tz_writer_init(&w, 0, 64));
-    ASSERT_OK(tz_value_item(&w, "\x80\x02K\x07.", 5));
+    ASSERT_OK(dcp__tz_writer_init(&w, 0, 64));
+    ASSERT_OK(dcp__tz_value_item(&w, "\x80\x02K\x07.", 5));
     ASSERT_OK(drain(&w, &img));
     ASSERT_EQ(w.n, 5);
-    tz_writer_release(&w);
+    dcp__tz_writer_release(&w);
     ASSERT_EQ(img.len, want_len);
     ASSERT_MEM_EQ(img.p, want, want_len);
     free(want);
@@ -878,15 +878,15 @@ TEST(value_item_matches_torch)
 static int big_leading(struct tz_writer *w, struct dcp_buf *pkl)
 {
     int64_t size = 0x100000010;
-    int rc = tz_tensor_pickle(pkl, DCP_U8, 1, &size);
+    int rc = dcp__tz_tensor_pickle(pkl, DCP_U8, 1, &size);
     if (rc == DCP_OK)
-        rc = tz_add(w, "big/data.pkl", pkl->p, pkl->len);
+        rc = dcp__tz_add(w, "big/data.pkl", pkl->p, pkl->len);
     if (rc == DCP_OK)
-        rc = tz_add(w, "big/.format_version", "1", 1);
+        rc = dcp__tz_add(w, "big/.format_version", "1", 1);
     if (rc == DCP_OK)
-        rc = tz_add(w, "big/.storage_alignment", "64", 2);
+        rc = dcp__tz_add(w, "big/.storage_alignment", "64", 2);
     if (rc == DCP_OK)
-        rc = tz_add(w, "big/byteorder", "little", 6);
+        rc = dcp__tz_add(w, "big/byteorder", "little", 6);
     return rc;
 }
 
@@ -907,17 +907,17 @@ TEST(zip64_item_matches_torch)
     want = strip_last_record(tail, 0x100000000ull, tail_len, &want_len, last,
                              sizeof last);
     ASSERT_STR_EQ(last, "big/.data/serialization_id");
-    ASSERT_OK(tz_writer_init(&w, 0, 64));
+    ASSERT_OK(dcp__tz_writer_init(&w, 0, 64));
     ASSERT_OK(big_leading(&w, &pkl));
-    ASSERT_OK(tz_stream_begin(&w, "big/data/0", 0x100000010ull, &off));
+    ASSERT_OK(dcp__tz_stream_begin(&w, "big/data/0", 0x100000010ull, &off));
     ASSERT_U64_EQ(off, 0x2c0);
     ASSERT_EQ(w.out.len, head_len);
     ASSERT_MEM_EQ(w.out.p, head, head_len);
     w.out.len = 0; /* the 4 GiB of data are not written */
-    ASSERT_OK(tz_stream_end(&w, 0xc9eff1bdu));
+    ASSERT_OK(dcp__tz_stream_end(&w, 0xc9eff1bdu));
     ASSERT_U64_EQ(w.pos, tail_start + 24);
-    ASSERT_OK(tz_add(&w, "big/version", "3\n", 2));
-    ASSERT_OK(tz_finish(&w));
+    ASSERT_OK(dcp__tz_add(&w, "big/version", "3\n", 2));
+    ASSERT_OK(dcp__tz_finish(&w));
     ASSERT_OK(dcp__buf_put(&img, w.out.p, w.out.len));
     ASSERT_U64_EQ(w.pos, tail_start + img.len);
     ASSERT_EQ(want_len, (size_t)(tail_start - 0x100000000ull) + img.len);
@@ -942,34 +942,34 @@ TEST(zip64_item_matches_torch)
             v.seg[1].len = img.len;
             v.len = tail_start + img.len;
         }
-        ASSERT_OK(tz_open(&a, v.len, vimg_read, &v, &err));
+        ASSERT_OK(dcp__tz_open(&a, v.len, vimg_read, &v, &err));
         ASSERT_EQ(v.oob, 0);
         ASSERT_EQ(a.n, pass == 0 ? 7 : 6);
         ASSERT_STR_EQ(a.prefix, "big");
-        e = tz_find(&a, "data/0");
+        e = dcp__tz_find(&a, "data/0");
         ASSERT(e != NULL);
         ASSERT_U64_EQ(e->header_off, 598);
         ASSERT_U64_EQ(e->data_off, 0x2c0);
         ASSERT_U64_EQ(e->size, 0x100000010ull);
         ASSERT_EQ(e->crc, 0xc9eff1bdu);
-        e = tz_find(&a, "version");
+        e = dcp__tz_find(&a, "version");
         ASSERT(e != NULL);
         ASSERT_U64_EQ(e->header_off, 4294968040ull);
-        ASSERT_OK(tz_read_entry(&a, e, 16, 1, vimg_read, &v, &buf, &err));
+        ASSERT_OK(dcp__tz_read_entry(&a, e, 16, 1, vimg_read, &v, &buf, &err));
         ASSERT_MEM_EQ(buf, "3\n", 2);
         dcp__free(buf);
-        e = tz_find(&a, "data.pkl");
+        e = dcp__tz_find(&a, "data.pkl");
         ASSERT(e != NULL);
-        ASSERT_OK(tz_read_entry(&a, e, 4096, 1, vimg_read, &v, &buf, &err));
+        ASSERT_OK(dcp__tz_read_entry(&a, e, 4096, 1, vimg_read, &v, &buf, &err));
         ASSERT_EQ(e->size, pkl.len);
         ASSERT_MEM_EQ(buf, pkl.p, pkl.len);
         dcp__free(buf);
-        ASSERT_RC(tz_read_entry(&a, tz_find(&a, "data/0"), 1 << 20, 1,
+        ASSERT_RC(dcp__tz_read_entry(&a, dcp__tz_find(&a, "data/0"), 1 << 20, 1,
                                 vimg_read, &v, &buf, &err),
                   DCP_ELIMIT);
         ASSERT(buf == NULL);
     }
-    tz_writer_release(&w);
+    dcp__tz_writer_release(&w);
     dcp__buf_free(&pkl);
     dcp__buf_free(&img);
     free(want);
@@ -991,14 +991,14 @@ TEST(zip64_header_matches_torch)
     size_t n;
     uint8_t *want = unhex(want_hex, &n);
 
-    ASSERT_OK(tz_writer_init(&w, 0, 64));
+    ASSERT_OK(dcp__tz_writer_init(&w, 0, 64));
     w.pos = 0x100000328ull; /* as if the records before it were written */
-    ASSERT_OK(tz_stream_begin(&w, "big2/data/1", 0x100000020ull, &off));
+    ASSERT_OK(dcp__tz_stream_begin(&w, "big2/data/1", 0x100000020ull, &off));
     ASSERT_U64_EQ(off, 0x100000328ull + n);
     ASSERT_U64_EQ(off % 64, 0);
     ASSERT_EQ(w.out.len, n);
     ASSERT_MEM_EQ(w.out.p, want, n);
-    tz_writer_release(&w);
+    dcp__tz_writer_release(&w);
     free(want);
 }
 
@@ -1014,8 +1014,8 @@ TEST(zip64_both_size_and_offset)
     uint8_t want[128];
     size_t n;
 
-    ASSERT_OK(tz_writer_init(&w, 0, 64));
-    ASSERT_OK(tz_stream_begin(&w, "archive/a", big, &off1));
+    ASSERT_OK(dcp__tz_writer_init(&w, 0, 64));
+    ASSERT_OK(dcp__tz_stream_begin(&w, "archive/a", big, &off1));
     ASSERT_OK(dcp__buf_put(&h1, w.out.p, w.out.len));
     w.out.len = 0;
     /* local header: 30 + 9 + zip64 (4 + 16) + FB (4 + pad) */
@@ -1035,7 +1035,7 @@ TEST(zip64_both_size_and_offset)
     ASSERT_MEM_EQ(h1.p + 59, "FB", 2);
     ASSERT_EQ(dcp__le16(h1.p + 61), 1);
     ASSERT_EQ(h1.p[63], 'Z');
-    ASSERT_OK(tz_stream_end(&w, 0x11223344u));
+    ASSERT_OK(dcp__tz_stream_end(&w, 0x11223344u));
     n = w.out.len;
     ASSERT_EQ(n, 24);
     put32(want, 0x08074b50u);
@@ -1047,7 +1047,7 @@ TEST(zip64_both_size_and_offset)
     w.out.len = 0;
     hdr2 = w.pos;
     ASSERT_U64_EQ(hdr2, 64 + big + 24);
-    ASSERT_OK(tz_stream_begin(&w, "archive/b", big, &off2));
+    ASSERT_OK(dcp__tz_stream_begin(&w, "archive/b", big, &off2));
     /* 30 + 9 + zip64 (4 + 24) + FB 4 = 71 bytes, padded to the next 64 */
     ASSERT_U64_EQ(off2 % 64, 0);
     ASSERT_U64_EQ(off2, hdr2 + 71 + ((64 - (hdr2 + 71) % 64) % 64));
@@ -1060,9 +1060,9 @@ TEST(zip64_both_size_and_offset)
     ASSERT_MEM_EQ(w.out.p + 67, "FB", 2);
     ASSERT_OK(dcp__buf_put(&h2, w.out.p, w.out.len));
     w.out.len = 0;
-    ASSERT_OK(tz_stream_end(&w, 0x55667788u));
-    ASSERT_OK(tz_add(&w, "archive/c", "x", 1));
-    ASSERT_OK(tz_finish(&w));
+    ASSERT_OK(dcp__tz_stream_end(&w, 0x55667788u));
+    ASSERT_OK(dcp__tz_add(&w, "archive/c", "x", 1));
+    ASSERT_OK(dcp__tz_finish(&w));
     ASSERT_OK(dcp__buf_put(&tail, w.out.p, w.out.len));
     {
         /* directory entry of b: placeholders and [size, size, offset] */
@@ -1095,7 +1095,7 @@ TEST(zip64_both_size_and_offset)
                          0};
         struct tz_archive a;
         struct dcp_err err = {0};
-        ASSERT_OK(tz_open(&a, v.len, vimg_read, &v, &err));
+        ASSERT_OK(dcp__tz_open(&a, v.len, vimg_read, &v, &err));
         ASSERT_EQ(v.oob, 0);
         ASSERT_EQ(a.n, 3);
         ASSERT_U64_EQ(a.ent[1].header_off, hdr2);
@@ -1104,7 +1104,7 @@ TEST(zip64_both_size_and_offset)
         ASSERT_EQ(a.ent[1].crc, 0x55667788u);
         ASSERT_U64_EQ(a.ent[2].header_off, off2 + big + 24);
     }
-    tz_writer_release(&w);
+    dcp__tz_writer_release(&w);
     dcp__buf_free(&h1);
     dcp__buf_free(&h2);
     dcp__buf_free(&tail);
@@ -1131,10 +1131,10 @@ TEST(alignment_is_absolute)
         ASSERT_EQ(a.n, 6);
         for (size_t i = 0; i < a.n; i++)
             ASSERT_U64_EQ((5044 + a.ent[i].data_off) % aligns[k], 0);
-        ASSERT_U64_EQ(tz_find(&a, "data/0")->data_off, off);
+        ASSERT_U64_EQ(dcp__tz_find(&a, "data/0")->data_off, off);
         {
             struct mem m = {img.p, img.len, 0, 0, 0};
-            ASSERT_OK(tz_read_entry(&a, tz_find(&a, "data/0"), 24, 1, mem_read,
+            ASSERT_OK(dcp__tz_read_entry(&a, dcp__tz_find(&a, "data/0"), 24, 1, mem_read,
                                     &m, &buf, &err));
             ASSERT_MEM_EQ(buf, arange6, 24);
             dcp__free(buf);
@@ -1143,10 +1143,10 @@ TEST(alignment_is_absolute)
     }
     {
         struct tz_writer w;
-        ASSERT_RC(tz_writer_init(&w, 0, 0), DCP_EINVAL);
-        ASSERT_RC(tz_writer_init(&w, 0, 3), DCP_EINVAL);
-        ASSERT_RC(tz_writer_init(&w, 0, 65536), DCP_EINVAL);
-        ASSERT_RC(tz_writer_init(NULL, 0, 64), DCP_EINVAL);
+        ASSERT_RC(dcp__tz_writer_init(&w, 0, 0), DCP_EINVAL);
+        ASSERT_RC(dcp__tz_writer_init(&w, 0, 3), DCP_EINVAL);
+        ASSERT_RC(dcp__tz_writer_init(&w, 0, 65536), DCP_EINVAL);
+        ASSERT_RC(dcp__tz_writer_init(NULL, 0, 64), DCP_EINVAL);
     }
 }
 
@@ -1191,9 +1191,9 @@ TEST(random_items_round_trip)
             ASSERT_U64_EQ((item_off + a.ent[i].data_off) % align, 0);
         {
             struct mem m = {img.p, img.len, 0, 0, 0};
-            ASSERT_OK(tz_read_entry(&a, tz_find(&a, "data.pkl"), 4096, 1,
+            ASSERT_OK(dcp__tz_read_entry(&a, dcp__tz_find(&a, "data.pkl"), 4096, 1,
                                     mem_read, &m, &buf, &err));
-            ASSERT_OK(tz_parse_tensor_pickle(buf, tz_find(&a, "data.pkl")->size,
+            ASSERT_OK(dcp__tz_parse_tensor_pickle(buf, dcp__tz_find(&a, "data.pkl")->size,
                                              &t, &err));
             dcp__free(buf);
             ASSERT_EQ(t.dtype, dts[k]);
@@ -1202,7 +1202,7 @@ TEST(random_items_round_trip)
                 ASSERT_EQ(t.size[i], sizes[i]);
             ASSERT_U64_EQ(t.storage_numel, numel);
             ASSERT_STR_EQ(t.key, "0");
-            ASSERT_OK(tz_read_entry(&a, tz_find(&a, "data/0"), numel * esz[k],
+            ASSERT_OK(dcp__tz_read_entry(&a, dcp__tz_find(&a, "data/0"), numel * esz[k],
                                     1, mem_read, &m, &buf, &err));
             ASSERT_MEM_EQ(buf, data, numel * esz[k]);
             dcp__free(buf);
@@ -1221,38 +1221,38 @@ TEST(writer_misuse)
 
     memset(name, 'a', sizeof(name) - 1);
     name[sizeof(name) - 1] = '\0';
-    ASSERT_OK(tz_writer_init(&w, 0, 64));
-    ASSERT_RC(tz_add(&w, name, "x", 1), DCP_EINVAL);
+    ASSERT_OK(dcp__tz_writer_init(&w, 0, 64));
+    ASSERT_RC(dcp__tz_add(&w, name, "x", 1), DCP_EINVAL);
     name[TZ_MAX_NAME] = '\0';
-    ASSERT_OK(tz_add(&w, name, "x", 1));
-    ASSERT_RC(tz_add(&w, "", "x", 1), DCP_EINVAL);
-    ASSERT_RC(tz_add(&w, NULL, "x", 1), DCP_EINVAL);
-    ASSERT_RC(tz_add(&w, "archive/x", NULL, 1), DCP_EINVAL);
-    ASSERT_RC(tz_stream_end(&w, 0), DCP_EINVAL);
-    ASSERT_OK(tz_stream_begin(&w, "archive/s", 10, &off));
-    ASSERT_RC(tz_add(&w, "archive/x", "x", 1), DCP_EINVAL);
-    ASSERT_RC(tz_stream_begin(&w, "archive/t", 1, &off), DCP_EINVAL);
-    ASSERT_RC(tz_finish(&w), DCP_EINVAL);
-    ASSERT_OK(tz_stream_end(&w, 0));
+    ASSERT_OK(dcp__tz_add(&w, name, "x", 1));
+    ASSERT_RC(dcp__tz_add(&w, "", "x", 1), DCP_EINVAL);
+    ASSERT_RC(dcp__tz_add(&w, NULL, "x", 1), DCP_EINVAL);
+    ASSERT_RC(dcp__tz_add(&w, "archive/x", NULL, 1), DCP_EINVAL);
+    ASSERT_RC(dcp__tz_stream_end(&w, 0), DCP_EINVAL);
+    ASSERT_OK(dcp__tz_stream_begin(&w, "archive/s", 10, &off));
+    ASSERT_RC(dcp__tz_add(&w, "archive/x", "x", 1), DCP_EINVAL);
+    ASSERT_RC(dcp__tz_stream_begin(&w, "archive/t", 1, &off), DCP_EINVAL);
+    ASSERT_RC(dcp__tz_finish(&w), DCP_EINVAL);
+    ASSERT_OK(dcp__tz_stream_end(&w, 0));
     while (w.n < TZ_MAX_ENTRIES)
-        ASSERT_OK(tz_add(&w, "archive/x", "x", 1));
-    ASSERT_RC(tz_add(&w, "archive/x", "x", 1), DCP_ELIMIT);
-    ASSERT_OK(tz_finish(&w));
-    tz_writer_release(&w);
-    tz_writer_release(NULL);
+        ASSERT_OK(dcp__tz_add(&w, "archive/x", "x", 1));
+    ASSERT_RC(dcp__tz_add(&w, "archive/x", "x", 1), DCP_ELIMIT);
+    ASSERT_OK(dcp__tz_finish(&w));
+    dcp__tz_writer_release(&w);
+    dcp__tz_writer_release(NULL);
 
-    ASSERT_OK(tz_writer_init(&w, 0, 64));
-    ASSERT_RC(tz_tensor_item_begin(&w, DCP_F32, 2, sizes, 23, &off),
+    ASSERT_OK(dcp__tz_writer_init(&w, 0, 64));
+    ASSERT_RC(dcp__tz_tensor_item_begin(&w, DCP_F32, 2, sizes, 23, &off),
               DCP_EINVAL);
-    ASSERT_RC(tz_tensor_item_begin(&w, (dcp_dtype)0, 2, sizes, 24, &off),
+    ASSERT_RC(dcp__tz_tensor_item_begin(&w, (dcp_dtype)0, 2, sizes, 24, &off),
               DCP_EINVAL);
-    ASSERT_RC(tz_tensor_item_begin(&w, DCP_F32, 9, sizes, 24, &off),
+    ASSERT_RC(dcp__tz_tensor_item_begin(&w, DCP_F32, 9, sizes, 24, &off),
               DCP_EINVAL);
     ASSERT_EQ(w.n, 0);
     ASSERT_EQ(w.out.len, 0);
-    ASSERT_RC(tz_tensor_item_end(&w, 0), DCP_EINVAL);
-    ASSERT_RC(tz_value_item(&w, NULL, 3), DCP_EINVAL);
-    tz_writer_release(&w);
+    ASSERT_RC(dcp__tz_tensor_item_end(&w, 0), DCP_EINVAL);
+    ASSERT_RC(dcp__tz_value_item(&w, NULL, 3), DCP_EINVAL);
+    dcp__tz_writer_release(&w);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1277,7 +1277,7 @@ TEST(open_real_items)
 
         ASSERT(item != NULL);
         m = (struct mem){item, len, 0, 0, 0};
-        ASSERT_OK(tz_open(&a, len, mem_read, &m, &err));
+        ASSERT_OK(dcp__tz_open(&a, len, mem_read, &m, &err));
         ASSERT_EQ(m.oob, 0);
         ASSERT_EQ(a.n, want_n);
         ASSERT_STR_EQ(a.prefix, "archive");
@@ -1287,23 +1287,23 @@ TEST(open_real_items)
                 j++; /* a value item has no data/0 */
             ASSERT_STR_EQ(a.ent[i].name, names[j]);
             ASSERT_U64_EQ(a.ent[i].data_off % 64, 0);
-            ASSERT_OK(tz_read_entry(&a, &a.ent[i], 1024, 1, mem_read, &m, &buf,
+            ASSERT_OK(dcp__tz_read_entry(&a, &a.ent[i], 1024, 1, mem_read, &m, &buf,
                                     &err));
             ASSERT_EQ(dcp__crc32(0, buf, (size_t)a.ent[i].size), a.ent[i].crc);
             dcp__free(buf);
         }
         ASSERT_U64_EQ(a.ent[0].header_off, 0);
         ASSERT_U64_EQ(a.ent[0].data_off, 64);
-        ASSERT(tz_find(&a, "archive/data.pkl") == NULL);
-        ASSERT(tz_find(&a, "nope") == NULL);
-        ASSERT(tz_find(&a, "version") == &a.ent[want_n - 2]);
-        ASSERT(tz_find(NULL, "version") == NULL);
+        ASSERT(dcp__tz_find(&a, "archive/data.pkl") == NULL);
+        ASSERT(dcp__tz_find(&a, "nope") == NULL);
+        ASSERT(dcp__tz_find(&a, "version") == &a.ent[want_n - 2]);
+        ASSERT(dcp__tz_find(NULL, "version") == NULL);
         if (f == 2) {
-            ASSERT_OK(tz_read_entry(&a, tz_find(&a, "data.pkl"), 5, 1, mem_read,
+            ASSERT_OK(dcp__tz_read_entry(&a, dcp__tz_find(&a, "data.pkl"), 5, 1, mem_read,
                                     &m, &buf, &err));
             ASSERT_MEM_EQ(buf, "\x80\x02K\x07.", 5);
             dcp__free(buf);
-            ASSERT_RC(tz_read_entry(&a, tz_find(&a, "data.pkl"), 4, 1, mem_read,
+            ASSERT_RC(dcp__tz_read_entry(&a, dcp__tz_find(&a, "data.pkl"), 4, 1, mem_read,
                                     &m, &buf, &err),
                       DCP_ELIMIT);
         }
@@ -1320,11 +1320,11 @@ static void parse_real(const char *file, struct tz_tensor *t)
     struct mem m = {item, len, 0, 0, 0};
 
     ASSERT(item != NULL);
-    ASSERT_OK(tz_open(&a, len, mem_read, &m, &err));
-    ASSERT_OK(tz_read_entry(&a, tz_find(&a, "data.pkl"), 4096, 1, mem_read, &m,
+    ASSERT_OK(dcp__tz_open(&a, len, mem_read, &m, &err));
+    ASSERT_OK(dcp__tz_read_entry(&a, dcp__tz_find(&a, "data.pkl"), 4096, 1, mem_read, &m,
                             &buf, &err));
     ASSERT_OK(
-        tz_parse_tensor_pickle(buf, tz_find(&a, "data.pkl")->size, t, &err));
+        dcp__tz_parse_tensor_pickle(buf, dcp__tz_find(&a, "data.pkl")->size, t, &err));
     dcp__free(buf);
     free(item);
 }
@@ -1371,7 +1371,7 @@ TEST(parse_torch_pickles)
         const struct pkl_case *c = &pkl_cases[i];
         int64_t stride = 1, numel = 1;
         p = unhex(c->hex, &n);
-        ASSERT_OK(tz_parse_tensor_pickle(p, n, &t, &err));
+        ASSERT_OK(dcp__tz_parse_tensor_pickle(p, n, &t, &err));
         free(p);
         ASSERT_EQ(t.dtype, c->dt);
         ASSERT_EQ(t.ndim, c->ndim);
@@ -1387,7 +1387,7 @@ TEST(parse_torch_pickles)
     }
 
     p = unhex(view_pkl_hex, &n); /* arange(20.).reshape(4,5)[1:3,1:4] */
-    ASSERT_OK(tz_parse_tensor_pickle(p, n, &t, &err));
+    ASSERT_OK(dcp__tz_parse_tensor_pickle(p, n, &t, &err));
     free(p);
     ASSERT_EQ(t.dtype, DCP_F32);
     ASSERT_EQ(t.storage_offset, 6);
@@ -1398,7 +1398,7 @@ TEST(parse_torch_pickles)
     ASSERT_U64_EQ(t.storage_numel, 20);
 
     p = unhex(transposed_pkl_hex, &n);
-    ASSERT_OK(tz_parse_tensor_pickle(p, n, &t, &err));
+    ASSERT_OK(dcp__tz_parse_tensor_pickle(p, n, &t, &err));
     free(p);
     ASSERT_EQ(t.dtype, DCP_F16);
     ASSERT_EQ(t.size[0], 3);
@@ -1407,15 +1407,15 @@ TEST(parse_torch_pickles)
     ASSERT_EQ(t.stride[1], 3);
 
     p = unhex(complex_pkl_hex, &n);
-    ASSERT_RC(tz_parse_tensor_pickle(p, n, &t, &err), DCP_ENOTSUP);
+    ASSERT_RC(dcp__tz_parse_tensor_pickle(p, n, &t, &err), DCP_ENOTSUP);
     ASSERT(contains(err.msg, "torch.ComplexFloatStorage"));
     free(p);
     p = unhex(uint16_pkl_hex, &n);
-    ASSERT_RC(tz_parse_tensor_pickle(p, n, &t, &err), DCP_ENOTSUP);
+    ASSERT_RC(dcp__tz_parse_tensor_pickle(p, n, &t, &err), DCP_ENOTSUP);
     ASSERT(contains(err.msg, "torch.uint16"));
     free(p);
     p = unhex(qint8_pkl_hex, &n);
-    ASSERT_RC(tz_parse_tensor_pickle(p, n, &t, &err), DCP_ENOTSUP);
+    ASSERT_RC(dcp__tz_parse_tensor_pickle(p, n, &t, &err), DCP_ENOTSUP);
     ASSERT(contains(err.msg, "quantized"));
     free(p);
 }
@@ -1592,27 +1592,27 @@ TEST(parse_hostile_pickles)
     uint8_t *p;
 
     ASSERT_RC(
-        tz_parse_tensor_pickle(os_system, sizeof(os_system) - 1, &t, &err),
+        dcp__tz_parse_tensor_pickle(os_system, sizeof(os_system) - 1, &t, &err),
         DCP_EUNSAFE);
     ASSERT(contains(err.msg, "data.pkl: "));
     ASSERT_RC(
-        tz_parse_tensor_pickle(not_tensor, sizeof(not_tensor) - 1, &t, &err),
+        dcp__tz_parse_tensor_pickle(not_tensor, sizeof(not_tensor) - 1, &t, &err),
         DCP_EFORMAT);
-    ASSERT_RC(tz_parse_tensor_pickle(list_pkl, sizeof(list_pkl) - 1, &t, &err),
+    ASSERT_RC(dcp__tz_parse_tensor_pickle(list_pkl, sizeof(list_pkl) - 1, &t, &err),
               DCP_EFORMAT);
-    ASSERT_RC(tz_parse_tensor_pickle("", 0, &t, &err), DCP_EFORMAT);
-    ASSERT_RC(tz_parse_tensor_pickle(NULL, 3, &t, &err), DCP_EINVAL);
+    ASSERT_RC(dcp__tz_parse_tensor_pickle("", 0, &t, &err), DCP_EFORMAT);
+    ASSERT_RC(dcp__tz_parse_tensor_pickle(NULL, 3, &t, &err), DCP_EINVAL);
 
     /* the real f32 pickle with stride (4, 1): runs outside the storage */
     p = unhex(pkl_cases[0].hex, &n);
     for (size_t i = 0; i + 5 <= n; i++)
         if (memcmp(p + i, "\x4b\x03\x4b\x01\x86", 5) == 0)
             p[i + 1] = 4;
-    ASSERT_RC(tz_parse_tensor_pickle(p, n, &t, &err), DCP_EFORMAT);
+    ASSERT_RC(dcp__tz_parse_tensor_pickle(p, n, &t, &err), DCP_EFORMAT);
     ASSERT_EQ(t.ndim, 0); /* cleared on failure */
     /* every truncation of a real pickle fails cleanly */
     for (size_t k = 0; k < n; k++)
-        ASSERT(tz_parse_tensor_pickle(p, k, &t, &err) != DCP_OK);
+        ASSERT(dcp__tz_parse_tensor_pickle(p, k, &t, &err) != DCP_OK);
     free(p);
 }
 
@@ -1830,16 +1830,16 @@ static int open_written(const char *const *names, size_t n, struct dcp_err *err)
 {
     struct tz_writer w;
     struct dcp_buf img = {0};
-    int rc = tz_writer_init(&w, 0, 64);
+    int rc = dcp__tz_writer_init(&w, 0, 64);
     for (size_t i = 0; rc == DCP_OK && i < n; i++)
-        rc = tz_add(&w, names[i], "abc", 3);
+        rc = dcp__tz_add(&w, names[i], "abc", 3);
     if (rc == DCP_OK)
-        rc = tz_finish(&w);
+        rc = dcp__tz_finish(&w);
     if (rc == DCP_OK)
         rc = drain(&w, &img);
     if (rc == DCP_OK)
         rc = open_patched(img.p, img.len, err);
-    tz_writer_release(&w);
+    dcp__tz_writer_release(&w);
     dcp__buf_free(&img);
     return rc;
 }
@@ -1882,13 +1882,13 @@ TEST(crc_and_read_errors)
     ASSERT(item != NULL);
     item[0x2c0 + 5] ^= 1; /* a byte of data/0 */
     m = (struct mem){item, len, 0, 0, 0};
-    ASSERT_OK(tz_open(&a, len, mem_read, &m, &err));
-    ASSERT_RC(tz_read_entry(&a, tz_find(&a, "data/0"), 24, 1, mem_read, &m,
+    ASSERT_OK(dcp__tz_open(&a, len, mem_read, &m, &err));
+    ASSERT_RC(dcp__tz_read_entry(&a, dcp__tz_find(&a, "data/0"), 24, 1, mem_read, &m,
                             &buf, &err),
               DCP_ECORRUPT);
     ASSERT(buf == NULL);
     ASSERT(contains(err.msg, "crc mismatch in 'archive/data/0'"));
-    ASSERT_OK(tz_read_entry(&a, tz_find(&a, "data/0"), 24, 0, mem_read, &m,
+    ASSERT_OK(dcp__tz_read_entry(&a, dcp__tz_find(&a, "data/0"), 24, 0, mem_read, &m,
                             &buf, &err));
     dcp__free(buf);
     item[0x2c0 + 5] ^= 1;
@@ -1896,7 +1896,7 @@ TEST(crc_and_read_errors)
     for (int k = 1;; k++) {
         int rc;
         m = (struct mem){item, len, 0, 0, k};
-        rc = tz_open(&a, len, mem_read, &m, &err);
+        rc = dcp__tz_open(&a, len, mem_read, &m, &err);
         if (m.calls < k) {
             ASSERT_OK(rc);
             break;
@@ -1906,14 +1906,14 @@ TEST(crc_and_read_errors)
         ASSERT_EQ(a.n, 0);
     }
     m = (struct mem){item, len, 0, 0, 0};
-    ASSERT_OK(tz_open(&a, len, mem_read, &m, &err));
+    ASSERT_OK(dcp__tz_open(&a, len, mem_read, &m, &err));
     m.fail_at = m.calls + 1;
-    ASSERT_RC(tz_read_entry(&a, tz_find(&a, "data/0"), 24, 1, mem_read, &m,
+    ASSERT_RC(dcp__tz_read_entry(&a, dcp__tz_find(&a, "data/0"), 24, 1, mem_read, &m,
                             &buf, &err),
               DCP_EIO);
     ASSERT(buf == NULL);
-    ASSERT_RC(tz_open(NULL, len, mem_read, &m, &err), DCP_EINVAL);
-    ASSERT_RC(tz_open(&a, len, NULL, &m, &err), DCP_EINVAL);
+    ASSERT_RC(dcp__tz_open(NULL, len, mem_read, &m, &err), DCP_EINVAL);
+    ASSERT_RC(dcp__tz_open(&a, len, NULL, &m, &err), DCP_EINVAL);
     free(item);
 }
 
@@ -1935,12 +1935,12 @@ TEST(allocation_failures)
         int rc;
 
         (void)dcp__alloc_fail_after(k);
-        rc = tz_open(&a, len, mem_read, &m, &err);
+        rc = dcp__tz_open(&a, len, mem_read, &m, &err);
         if (rc == DCP_OK)
-            rc = tz_read_entry(&a, tz_find(&a, "data.pkl"), 4096, 1, mem_read,
+            rc = dcp__tz_read_entry(&a, dcp__tz_find(&a, "data.pkl"), 4096, 1, mem_read,
                                &m, &buf, &err);
         if (rc == DCP_OK) {
-            rc = tz_parse_tensor_pickle(buf, tz_find(&a, "data.pkl")->size, &t,
+            rc = dcp__tz_parse_tensor_pickle(buf, dcp__tz_find(&a, "data.pkl")->size, &t,
                                         &err);
             dcp__free(buf);
         }
@@ -1985,7 +1985,7 @@ TEST(random_byte_flips)
                            : 64 + (size_t)(seed >> 33) % 0x9a;
             p[at] = (uint8_t)(seed >> 20);
         }
-        rc = tz_open(&a, len, mem_read, &m, &err);
+        rc = dcp__tz_open(&a, len, mem_read, &m, &err);
         ASSERT_EQ(m.oob, 0);
         if (rc != DCP_OK) {
             ASSERT(rc == DCP_EFORMAT || rc == DCP_ECORRUPT);
@@ -1995,12 +1995,12 @@ TEST(random_byte_flips)
         for (size_t i = 0; i < a.n; i++) {
             uint8_t *buf = NULL;
             int verify = strcmp(a.ent[i].name, "data.pkl") != 0;
-            rc = tz_read_entry(&a, &a.ent[i], 1 << 16, verify, mem_read, &m,
+            rc = dcp__tz_read_entry(&a, &a.ent[i], 1 << 16, verify, mem_read, &m,
                                &buf, &err);
             ASSERT_EQ(m.oob, 0);
             if (rc == DCP_OK && !verify) {
                 struct tz_tensor t;
-                rc = tz_parse_tensor_pickle(buf, (size_t)a.ent[i].size, &t,
+                rc = dcp__tz_parse_tensor_pickle(buf, (size_t)a.ent[i].size, &t,
                                             &err);
                 if (rc == DCP_OK) {
                     parsed++;

@@ -1,0 +1,14 @@
+/*
+ * Loading (load.c): dcp_load completes a save in flight, expands stateful
+ * entries and loads the plain state with dcp__load_state.
+ */
+#ifndef DCP_LOAD_H
+#define DCP_LOAD_H
+
+#include "ctx.h"
+
+/* dcp_load on a state without stateful entries. Collective. */
+int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
+                    const dcp_load_options *opts);
+
+#endif /* DCP_LOAD_H */

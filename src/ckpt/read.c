@@ -1,0 +1,618 @@
+/*
+ * Reading stored records. A tensor chunk's archive is parsed through a read
+ * callback bounded to the record's byte range, so a hostile offset inside
+ * the archive can never reach outside it. Data is read once per chunk: when
+ * the chunk lands contiguously in one destination with the same dtype (the
+ * common case of loading with the sharding it was saved with, or rows of a
+ * row-sharded tensor), straight into the caller's buffer; otherwise into a
+ * reused scratch buffer and copied (strided) into every overlapping box.
+ */
+#include "read.h"
+
+#include <fcntl.h> /* posix_fadvise */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h> /* qsort */
+#include <string.h>
+#include <unistd.h>
+
+#include "dtype.h"
+#include "crc32.h"
+#include "storage.h"
+#include "torchzip.h"
+#include "value.h"
+
+#define PKL_MAX ((size_t)1 << 20) /* a tensor's data.pkl is ~200 bytes */
+/* Parsing windows (struct rec): the zip end-record search reads the last
+ * 64 KiB + 22 bytes of a record. */
+#define HEAD_WIN ((size_t)16 << 10)
+#define TAIL_WIN (((size_t)64 << 10) + 64)
+
+int dcp__rd_open(struct rd_files *f, const char *path,
+                 const struct dcp_metadata *md, struct dcp_err *err)
+{
+    size_t i;
+    int rc;
+    memset(f, 0, sizeof(*f));
+    f->path = path;
+    f->md = md;
+    f->dirfd = -1;
+    f->fds = dcp__malloc((md->nfiles ? md->nfiles : 1) * sizeof(int));
+    f->sizes = dcp__calloc(md->nfiles ? md->nfiles : 1, sizeof(uint64_t));
+    if (!f->fds || !f->sizes) {
+        dcp__rd_close(f);
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    }
+    for (i = 0; i < md->nfiles; i++)
+        f->fds[i] = -1;
+    rc = dcp__fs_open_dir(path, &f->dirfd, err);
+    if (rc != DCP_OK)
+        dcp__rd_close(f);
+    return rc;
+}
+
+void dcp__rd_close(struct rd_files *f)
+{
+    size_t i;
+    if (f->fds)
+        for (i = 0; i < f->md->nfiles; i++)
+            if (f->fds[i] >= 0)
+                dcp__fs_release(f->fds[i]);
+    if (f->dirfd >= 0)
+        dcp__fs_release(f->dirfd);
+    dcp__free(f->fds);
+    dcp__free(f->sizes);
+    dcp__free(f->scratch);
+    dcp__free(f->win);
+    memset(f, 0, sizeof(*f));
+    f->dirfd = -1;
+}
+
+static int rd_file(struct rd_files *f, uint32_t idx, struct dcp_err *err)
+{
+    int rc;
+    if (f->fds[idx] >= 0)
+        return DCP_OK;
+    rc = dcp__fs_open_read(f->dirfd, f->md->files[idx], &f->fds[idx],
+                           &f->sizes[idx], err);
+    /* Reads through this descriptor are the windows below and whole
+     * chunks: the kernel's read-ahead would only fetch tensor bytes that
+     * the I/O engine then reads again. */
+    if (rc == DCP_OK && dcp__fs_raw_fd(f->fds[idx]) >= 0)
+        (void)posix_fadvise(dcp__fs_raw_fd(f->fds[idx]), 0, 0,
+                            POSIX_FADV_RANDOM);
+    return rc;
+}
+
+void dcp__rd_prefetch(struct rd_files *f, const struct md_entry *e, size_t ci)
+{
+    const struct md_chunk *c = &e->chunks[ci];
+    uint64_t n = c->length < TAIL_WIN ? c->length : TAIL_WIN;
+    int fd;
+    if (rd_file(f, c->file, NULL) != DCP_OK)
+        return; /* the read reports it */
+    fd = dcp__fs_raw_fd(f->fds[c->file]);
+    if (fd < 0)
+        return; /* another storage back end: no hints */
+    (void)posix_fadvise(fd, (off_t)(c->offset + c->length - n), (off_t)n,
+                        POSIX_FADV_WILLNEED);
+    if (c->length > TAIL_WIN)
+        (void)posix_fadvise(fd, (off_t)c->offset, (off_t)HEAD_WIN,
+                            POSIX_FADV_WILLNEED);
+}
+
+/*
+ * A record: a byte range of a data file, as tz_read_fn sees it. Parsing
+ * reads the end records and the central directory near the record's end
+ * and the local headers and data.pkl near its start: two windows, each
+ * read whole on first use (small records: one), serve those reads, instead
+ * of a dozen small preads per record.
+ */
+
+struct rec {
+    int fd;
+    uint64_t base;
+    uint64_t len;
+    const char *file;
+    uint8_t *win[2];  /* head, tail (rd_files' buffers), or NULL */
+    uint64_t woff[2]; /* record offset of each window */
+    size_t wlen[2];   /* bytes held; 0: not read yet */
+};
+
+static int rec_read(void *opaque, uint64_t off, void *buf, size_t len,
+                    struct dcp_err *err)
+{
+    struct rec *r = opaque;
+    uint64_t end;
+    int w, rc;
+    if (dcp__add_overflow_u64(off, len, &end) || end > r->len)
+        return dcp__err(err, DCP_EFORMAT,
+                        "read of %zu bytes at %llu outside the record", len,
+                        (unsigned long long)off);
+    if (len == 0)
+        return DCP_OK; /* buf may be NULL */
+    for (w = 0; r->win[0] && w < 2; w++) {
+        if (!r->wlen[w]) {
+            /* The tail window ends with the record, the head one starts
+             * with it; each is filled only by a read that it covers. */
+            size_t n = w ? TAIL_WIN : HEAD_WIN;
+            uint64_t at = w && r->len > n ? r->len - n : 0;
+            if (n > r->len)
+                n = (size_t)r->len;
+            if (off < at || end > at + n)
+                continue;
+            rc = dcp__fs_pread(r->fd, r->win[w], n, r->base + at, r->file, err);
+            if (rc != DCP_OK)
+                return rc;
+            r->woff[w] = at;
+            r->wlen[w] = n;
+        }
+        if (off >= r->woff[w] && end <= r->woff[w] + r->wlen[w]) {
+            memcpy(buf, r->win[w] + (off - r->woff[w]), len);
+            return DCP_OK;
+        }
+    }
+    return dcp__fs_pread(r->fd, buf, len, r->base + off, r->file, err);
+}
+
+/* Opens the record of chunk c and parses its archive. */
+static int open_record(struct rd_files *f, const struct md_entry *e,
+                       const struct md_chunk *c, struct rec *r,
+                       struct tz_archive *a, struct dcp_err *err)
+{
+    const char *file = f->md->files[c->file];
+    uint64_t end;
+    int rc = rd_file(f, c->file, err);
+    if (rc != DCP_OK)
+        return dcp__err_prefix(err, "'%s'", e->key);
+    end = c->offset + c->length; /* checked when the metadata was decoded */
+    if (end > f->sizes[c->file])
+        return dcp__err(err, DCP_ECORRUPT,
+                        "'%s': record at byte %" PRIu64 " of '%s' (%" PRIu64
+                        " bytes) runs past the end of the file (%" PRIu64
+                        " bytes): truncated",
+                        e->key, c->offset, file, c->length,
+                        f->sizes[c->file]);
+    memset(r, 0, sizeof(*r));
+    r->fd = f->fds[c->file];
+    r->base = c->offset;
+    r->len = c->length;
+    r->file = file;
+    if (!f->win)
+        f->win = dcp__malloc(HEAD_WIN + TAIL_WIN);
+    if (f->win) { /* else: no windows, plain reads */
+        r->win[0] = f->win;
+        r->win[1] = f->win + HEAD_WIN;
+    }
+    rc = dcp__tz_open(a, c->length, rec_read, r, err);
+    if (rc != DCP_OK)
+        return dcp__err_prefix(err, "'%s': record at byte %" PRIu64 " of '%s'",
+                               e->key, c->offset, file);
+    return DCP_OK;
+}
+
+/*
+ * Copies the intersection (global offsets ioff, sizes isize) from a stored
+ * chunk (global offset coff; elements at src with strides and
+ * storage_offset of t) into a destination box.
+ */
+static void copy_overlap(const struct rd_dest *dst, const struct tz_tensor *t,
+                         const uint8_t *src, const int64_t *coff,
+                         const int64_t *ioff, const int64_t *isize)
+{
+    size_t ss = dcp_dtype_size(t->dtype), ds = dcp_dtype_size(dst->dtype);
+    int64_t idx[DCP_MAX_NDIM] = {0}, dstride[DCP_MAX_NDIM];
+    int nd = t->ndim, d;
+    int64_t inner = nd ? isize[nd - 1] : 1;
+    int64_t sstep = nd ? t->stride[nd - 1] : 1;
+    if (nd)
+        dstride[nd - 1] = 1;
+    for (d = nd - 2; d >= 0; d--)
+        dstride[d] = dstride[d + 1] * dst->size[d + 1];
+    for (;;) {
+        int64_t so = t->storage_offset, dof = 0, k;
+        uint8_t *dp;
+        const uint8_t *sp;
+        for (d = 0; d < nd; d++) {
+            int64_t g = ioff[d] + (d == nd - 1 ? 0 : idx[d]);
+            so += (g - coff[d]) * t->stride[d];
+            dof += (g - dst->off[d]) * dstride[d];
+        }
+        dp = (uint8_t *)dst->buf + (size_t)dof * ds;
+        sp = src + (size_t)so * ss;
+        if (sstep == 1) {
+            dcp__convert(dp, dst->dtype, sp, t->dtype, (size_t)inner);
+        } else {
+            for (k = 0; k < inner; k++)
+                dcp__convert(dp + (size_t)k * ds, dst->dtype,
+                             sp + (size_t)(k * sstep) * ss, t->dtype, 1);
+        }
+        /* Advance the outer index (all dims but the last). */
+        for (d = nd - 2; d >= 0; d--) {
+            if (++idx[d] < isize[d])
+                break;
+            idx[d] = 0;
+        }
+        if (d < 0)
+            return;
+    }
+}
+
+static int is_contiguous(const struct tz_tensor *t)
+{
+    int64_t s = 1;
+    int d;
+    if (t->storage_offset != 0)
+        return 0;
+    for (d = t->ndim - 1; d >= 0; d--) {
+        if (t->size[d] != 1 && t->stride[d] != s)
+            return 0;
+        s *= t->size[d];
+    }
+    return 1;
+}
+
+/*
+ * When the whole chunk lands contiguously in dest with no cast: the byte
+ * offset in dest->buf, else -1.
+ */
+static int64_t direct_offset(const struct rd_dest *dest,
+                             const struct tz_tensor *t,
+                             const struct md_chunk *c, int ndim)
+{
+    int64_t row = (int64_t)dcp_dtype_size(t->dtype);
+    int d;
+    if (dest->dtype != t->dtype || !is_contiguous(t))
+        return -1;
+    for (d = 0; d < ndim; d++) {
+        if (c->off[d] < dest->off[d] ||
+            c->off[d] + c->size[d] > dest->off[d] + dest->size[d])
+            return -1;
+        if (d > 0 && (c->off[d] != dest->off[d] || c->size[d] != dest->size[d]))
+            return -1;
+        if (d > 0)
+            row *= c->size[d];
+    }
+    return ndim ? (c->off[0] - dest->off[0]) * row : 0;
+}
+
+static int check_archive(const struct tz_archive *a, const struct md_entry *e,
+                         const struct md_chunk *c, const char *file,
+                         const struct tz_tensor *t,
+                         const struct tz_entry **data, struct dcp_err *err)
+{
+    uint64_t want = dcp__box_numel(e->ndim, c->size) * dcp_dtype_size(e->dtype);
+    char name[TZ_MAX_NAME + 8];
+    int d;
+    if (t->dtype != e->dtype || t->ndim != e->ndim)
+        return dcp__err(err, DCP_EFORMAT,
+                        "'%s': record in '%s' holds a %s tensor of %d "
+                        "dimensions, the metadata says %s with %d",
+                        e->key, file, dcp_dtype_name(t->dtype), t->ndim,
+                        dcp_dtype_name(e->dtype), e->ndim);
+    for (d = 0; d < e->ndim; d++)
+        if (t->size[d] != c->size[d])
+            return dcp__err(err, DCP_EFORMAT,
+                            "'%s': record in '%s' has size %" PRId64
+                            " in dimension %d, the chunk has %" PRId64,
+                            e->key, file, t->size[d], d, c->size[d]);
+    (void)snprintf(name, sizeof(name), "data/%s", t->key);
+    *data = dcp__tz_find(a, name);
+    if (!*data && want == 0)
+        return DCP_OK;
+    if (!*data)
+        return dcp__err(err, DCP_EFORMAT,
+                        "'%s': record in '%s' has no storage '%s'", e->key,
+                        file, name);
+    if ((*data)->size != t->storage_numel * dcp_dtype_size(t->dtype))
+        return dcp__err(err, DCP_EFORMAT,
+                        "'%s': storage in '%s' is %" PRIu64
+                        " bytes, %" PRIu64 " expected",
+                        e->key, file, (*data)->size,
+                        t->storage_numel * dcp_dtype_size(t->dtype));
+    {
+        const struct tz_entry *bo = dcp__tz_find(a, "byteorder");
+        if (bo && bo->size != 6)
+            return dcp__err(err, DCP_ENOTSUP,
+                            "'%s': record in '%s' is not little-endian",
+                            e->key, file);
+    }
+    return DCP_OK;
+}
+
+static int ensure_scratch(struct rd_files *f, uint64_t n, struct dcp_err *err)
+{
+    uint8_t *p;
+    if (n <= f->scratch_cap)
+        return DCP_OK;
+    if (n > SIZE_MAX)
+        return dcp__err(err, DCP_ENOMEM, "record too large for memory");
+    p = dcp__realloc(f->scratch, (size_t)n);
+    if (!p)
+        return dcp__err(err, DCP_ENOMEM, "out of memory for a %" PRIu64
+                        "-byte record", n);
+    f->scratch = p;
+    f->scratch_cap = (size_t)n;
+    return DCP_OK;
+}
+
+/* Opens chunk ci's record and checks its archive against the metadata:
+ * *t is the stored tensor, *data its storage record (NULL for an empty
+ * chunk without one). */
+static int parse_chunk(struct rd_files *f, const struct md_entry *e,
+                       const struct md_chunk *c, int verify, struct rec *r,
+                       struct tz_tensor *t, const struct tz_entry **data,
+                       struct tz_archive *a, struct dcp_err *err)
+{
+    const char *file = f->md->files[c->file];
+    const struct tz_entry *pe;
+    uint8_t *pkl = NULL;
+    int rc = open_record(f, e, c, r, a, err);
+    if (rc != DCP_OK)
+        return rc;
+    pe = dcp__tz_find(a, "data.pkl");
+    if (!pe)
+        return dcp__err(err, DCP_EFORMAT, "'%s': record in '%s' has no "
+                        "data.pkl", e->key, file);
+    rc = dcp__tz_read_entry(a, pe, PKL_MAX, verify, rec_read, r, &pkl, err);
+    if (rc == DCP_OK)
+        rc = dcp__tz_parse_tensor_pickle(pkl, pe->size, t, err);
+    dcp__free(pkl);
+    if (rc != DCP_OK)
+        return dcp__err_prefix(err, "'%s': record in '%s'", e->key, file);
+    return check_archive(a, e, c, file, t, data, err);
+}
+
+int dcp__rd_chunk(struct rd_files *f, const struct md_entry *e, size_t ci,
+                  const struct rd_dest *dest, size_t ndest, int verify,
+                  uint64_t *bytes_checked, struct dcp_err *err)
+{
+    const struct md_chunk *c = &e->chunks[ci];
+    const char *file = f->md->files[c->file];
+    const struct tz_entry *data = NULL;
+    int64_t ioff[DCP_MAX_NDIM], isize[DCP_MAX_NDIM];
+    struct tz_archive a;
+    struct tz_tensor t;
+    struct rec r;
+    uint8_t *dst = NULL;
+    size_t i;
+    int rc = parse_chunk(f, e, c, verify, &r, &t, &data, &a, err);
+    if (rc != DCP_OK || !data)
+        return rc;
+    if (bytes_checked)
+        *bytes_checked += data->size;
+    /* One destination that takes the chunk whole and contiguous: read
+     * straight into it. */
+    if (ndest == 1 && data->size > 0) {
+        int64_t off = direct_offset(&dest[0], &t, c, e->ndim);
+        if (off >= 0)
+            dst = (uint8_t *)dest[0].buf + off;
+    }
+    if (!dst) {
+        rc = ensure_scratch(f, data->size, err);
+        if (rc != DCP_OK)
+            return rc;
+        dst = f->scratch;
+    }
+    rc = rec_read(&r, data->data_off, dst, (size_t)data->size, err);
+    if (rc != DCP_OK)
+        return dcp__err_prefix(err, "'%s'", e->key);
+    if (verify && dcp__crc32(0, dst, (size_t)data->size) != data->crc)
+        return dcp__err(err, DCP_ECORRUPT,
+                        "'%s': CRC mismatch in '%s' (record at byte %" PRIu64
+                        ", data at byte %" PRIu64 ", %" PRIu64 " bytes)",
+                        e->key, file, c->offset, c->offset + data->data_off,
+                        data->size);
+    if (dst != f->scratch)
+        return DCP_OK;
+    for (i = 0; i < ndest; i++)
+        if (dcp__box_intersect(e->ndim, c->off, c->size, dest[i].off,
+                               dest[i].size, ioff, isize))
+            copy_overlap(&dest[i], &t, dst, c->off, ioff, isize);
+    return DCP_OK;
+}
+
+int dcp__rd_value(struct rd_files *f, const struct md_entry *e, int verify,
+                  uint64_t max_bytes, dcp_value **out, struct dcp_err *err)
+{
+    const struct md_chunk *c = &e->chunks[0];
+    const struct tz_entry *pe;
+    struct tz_archive a;
+    struct rec r;
+    uint8_t *pkl = NULL;
+    int rc;
+    *out = NULL;
+    rc = open_record(f, e, c, &r, &a, err);
+    if (rc != DCP_OK)
+        return rc;
+    pe = dcp__tz_find(&a, "data.pkl");
+    if (!pe)
+        return dcp__err(err, DCP_EFORMAT, "'%s': record in '%s' has no "
+                        "data.pkl", e->key, f->md->files[c->file]);
+    rc = dcp__tz_read_entry(&a, pe, max_bytes > SIZE_MAX ? SIZE_MAX
+                                                    : (size_t)max_bytes,
+                       verify, rec_read, &r, &pkl, err);
+    if (rc == DCP_OK)
+        rc = dcp__value_unpickle(pkl, pe->size, out, err);
+    dcp__free(pkl);
+    if (rc != DCP_OK)
+        return dcp__err_prefix(err, "'%s': record in '%s'", e->key,
+                               f->md->files[c->file]);
+    return DCP_OK;
+}
+
+int dcp__rd_metadata(int dirfd, const char *path, uint64_t max_bytes,
+                     struct dcp_metadata **out, struct dcp_err *err)
+{
+    uint8_t *p = NULL;
+    size_t len = 0;
+    int rc = dcp__fs_read_all(dirfd, ".metadata", max_bytes, &p, &len, err);
+    *out = NULL;
+    if (rc == DCP_ENOENT)
+        return dcp__err(err, DCP_ENOENT,
+                        "no checkpoint in '%s': .metadata not found (an "
+                        "interrupted save leaves none)",
+                        path);
+    if (rc != DCP_OK)
+        return dcp__err_prefix(err, "'%s'", path);
+    rc = dcp__meta_decode(p, len, out, err);
+    dcp__free(p);
+    if (rc != DCP_OK)
+        return dcp__err_prefix(err, "'%s/.metadata'", path);
+    return DCP_OK;
+}
+
+int dcp__rd_chunk_locate(struct rd_files *f, const struct md_entry *e,
+                         size_t ci, struct rd_loc *loc, struct dcp_err *err)
+{
+    const struct md_chunk *c = &e->chunks[ci];
+    const struct tz_entry *pe, *data = NULL;
+    struct tz_archive a;
+    struct rec r;
+    uint8_t *pkl = NULL;
+    int rc;
+    memset(loc, 0, sizeof(*loc));
+    rc = open_record(f, e, c, &r, &a, err);
+    if (rc != DCP_OK)
+        return rc;
+    pe = dcp__tz_find(&a, "data.pkl");
+    if (!pe)
+        return dcp__err(err, DCP_EFORMAT, "'%s': record in '%s' has no "
+                        "data.pkl", e->key, r.file);
+    rc = dcp__tz_read_entry(&a, pe, PKL_MAX, 1, rec_read, &r, &pkl, err);
+    if (rc == DCP_OK)
+        rc = dcp__tz_parse_tensor_pickle(pkl, pe->size, &loc->t, err);
+    dcp__free(pkl);
+    if (rc != DCP_OK)
+        return dcp__err_prefix(err, "'%s': record in '%s'", e->key, r.file);
+    rc = check_archive(&a, e, c, r.file, &loc->t, &data, err);
+    if (rc != DCP_OK)
+        return rc;
+    loc->fd = r.fd;
+    loc->file = r.file;
+    if (data) {
+        loc->data = r.base + data->data_off;
+        loc->size = data->size;
+        loc->crc = data->crc;
+    }
+    return DCP_OK;
+}
+
+/* ------------------------------------------------------------ batched */
+
+/*
+ * The byte offset of sub-box (ioff, isize) inside the C-contiguous box
+ * (boff, bsize) when its elements form one contiguous run there (every
+ * dimension after the first one longer than 1 is whole), else -1.
+ */
+static int64_t run_offset(int ndim, const int64_t *boff, const int64_t *bsize,
+                          const int64_t *ioff, const int64_t *isize,
+                          size_t esize)
+{
+    int64_t off = 0, stride = (int64_t)esize;
+    int d, j = 0;
+    while (j < ndim - 1 && isize[j] == 1)
+        j++;
+    for (d = j + 1; d < ndim; d++)
+        if (isize[d] != bsize[d])
+            return -1;
+    for (d = ndim - 1; d >= 0; d--) {
+        off += (ioff[d] - boff[d]) * stride;
+        stride *= bsize[d];
+    }
+    return off;
+}
+
+struct target {
+    uint64_t off, len; /* in the stored chunk's data */
+    uint8_t *dst;
+};
+
+static int cmp_target(const void *pa, const void *pb)
+{
+    const struct target *a = pa, *b = pb;
+    return a->off < b->off ? -1 : a->off > b->off;
+}
+
+/*
+ * Where each destination overlapping chunk c takes its bytes from: one
+ * target per destination when each overlap is a single run in the chunk
+ * and in the destination, with no cast and no two overlaps sharing bytes.
+ * Returns the number of targets, or -1 when the chunk must be copied
+ * element-wise (dcp__rd_chunk).
+ */
+static long plan_targets(const struct md_entry *e, const struct md_chunk *c,
+                         const struct tz_tensor *t, const struct rd_dest *dest,
+                         size_t ndest, struct target *tg)
+{
+    int64_t ioff[DCP_MAX_NDIM], isize[DCP_MAX_NDIM];
+    size_t es = dcp_dtype_size(t->dtype), i, n = 0;
+    if (!is_contiguous(t))
+        return -1;
+    for (i = 0; i < ndest; i++) {
+        int64_t so, dof;
+        if (!dcp__box_intersect(e->ndim, c->off, c->size, dest[i].off,
+                                dest[i].size, ioff, isize))
+            continue;
+        if (dest[i].dtype != t->dtype)
+            return -1;
+        so = run_offset(e->ndim, c->off, c->size, ioff, isize, es);
+        dof = run_offset(e->ndim, dest[i].off, dest[i].size, ioff, isize, es);
+        if (so < 0 || dof < 0)
+            return -1;
+        tg[n].off = (uint64_t)so;
+        tg[n].len = dcp__box_numel(e->ndim, isize) * es;
+        tg[n].dst = (uint8_t *)dest[i].buf + dof;
+        n++;
+    }
+    if (n > 1)
+        qsort(tg, n, sizeof(*tg), cmp_target);
+    for (i = 1; i < n; i++)
+        if (tg[i].off < tg[i - 1].off + tg[i - 1].len)
+            return -1;
+    return (long)n;
+}
+
+int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e, size_t ci,
+                       const struct rd_dest *dest, size_t ndest, int verify,
+                       struct io_rbatch *batch, struct dcp_err *err)
+{
+    const struct md_chunk *c = &e->chunks[ci];
+    const struct tz_entry *data = NULL;
+    struct tz_archive a;
+    struct tz_tensor t;
+    struct target *tg;
+    struct rec r;
+    uint64_t at = 0;
+    uint32_t id;
+    long n, i;
+    int rc = parse_chunk(f, e, c, verify, &r, &t, &data, &a, err);
+    if (rc != DCP_OK || !data || data->size == 0)
+        return rc;
+    tg = dcp__malloc((ndest ? ndest : 1) * sizeof(*tg));
+    if (!tg)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    n = plan_targets(e, c, &t, dest, ndest, tg);
+    if (n < 0) {
+        dcp__free(tg);
+        return dcp__rd_chunk(f, e, ci, dest, ndest, verify, NULL, err);
+    }
+    dcp__io_rbatch_file(batch, c->file, r.file, r.fd, f->sizes[c->file]);
+    rc = dcp__io_rbatch_stream(batch, c->file, r.base + data->data_off,
+                               data->size, data->crc, verify, e->key, c->offset,
+                               &id, err);
+    /* Verifying reads the whole chunk: the bytes no destination takes are
+     * read for the CRC only. */
+    for (i = 0; rc == DCP_OK && i < n; i++) {
+        if (verify && tg[i].off > at)
+            rc = dcp__io_rbatch_part(batch, id, at, tg[i].off - at, NULL, err);
+        if (rc == DCP_OK)
+            rc = dcp__io_rbatch_part(batch, id, tg[i].off, tg[i].len, tg[i].dst,
+                                     err);
+        at = tg[i].off + tg[i].len;
+    }
+    if (rc == DCP_OK && verify && data->size > at)
+        rc = dcp__io_rbatch_part(batch, id, at, data->size - at, NULL, err);
+    dcp__free(tg);
+    return rc;
+}

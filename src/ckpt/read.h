@@ -1,0 +1,97 @@
+/*
+ * Reading stored records: open a checkpoint's data files on demand, parse a
+ * chunk's torch.save archive, verify CRCs, and copy the part of a stored
+ * chunk that overlaps each destination box (with an optional dtype cast).
+ * Shared by dcp_load, the inspection API and dcp_verify.
+ */
+#ifndef DCP_READ_H
+#define DCP_READ_H
+
+#include "util.h"
+#include "ioengine.h"
+#include "meta.h"
+#include "reshard.h"
+#include "torchzip.h"
+
+struct rd_files {
+    const char *path; /* checkpoint directory, for messages */
+    int dirfd;
+    const struct dcp_metadata *md;
+    int *fds;         /* per md->files, -1 until opened */
+    uint64_t *sizes;
+    uint8_t *scratch; /* reused staging buffer */
+    size_t scratch_cap;
+    uint8_t *win; /* the record-parsing windows (read.c) */
+};
+
+/* A destination: a box of the global tensor, with its own buffer. */
+struct rd_dest {
+    const int64_t *off;  /* global offsets of the box */
+    const int64_t *size; /* box sizes */
+    void *buf;           /* C-contiguous elements of the box */
+    dcp_dtype dtype;     /* may differ from the stored dtype (cast) */
+};
+
+int dcp__rd_open(struct rd_files *f, const char *path,
+                 const struct dcp_metadata *md, struct dcp_err *err);
+void dcp__rd_close(struct rd_files *f);
+
+/*
+ * Reads chunk ci of tensor entry e, checks that the archive describes the
+ * chunk (dtype, sizes), verifies CRCs when verify is nonzero, and copies the
+ * overlap into each destination that overlaps the chunk (ndest may be 0:
+ * check only). *bytes_checked (may be NULL) is increased by the record's
+ * data bytes. Returns DCP_OK, DCP_EFORMAT, DCP_ECORRUPT, DCP_EUNSAFE,
+ * DCP_ENOTSUP, DCP_EIO, DCP_ENOMEM; the message names the key and file.
+ */
+int dcp__rd_chunk(struct rd_files *f, const struct md_entry *e, size_t ci,
+                  const struct rd_dest *dest, size_t ndest, int verify,
+                  uint64_t *bytes_checked, struct dcp_err *err);
+
+/* Asks the kernel to start reading what parsing chunk ci's record will
+ * read (its first and last kilobytes), so that the records of many chunks
+ * are fetched in parallel before they are parsed one by one. Best effort:
+ * errors show up when the chunk is read. */
+void dcp__rd_prefetch(struct rd_files *f, const struct md_entry *e, size_t ci);
+
+/*
+ * As dcp__rd_chunk, but when the chunk is stored contiguously and its
+ * overlap with each destination is one run of bytes both in the chunk and
+ * in the destination (the same dtype, no two overlaps sharing bytes), its
+ * data is not read here: a stream is added to batch with one part per
+ * destination (with verify, also parts that read the rest of the chunk for
+ * its CRC only), which dcp__io_rbatch_run reads later, straight into the
+ * destinations where it can. Other chunks are read and copied at once.
+ * Same return codes as dcp__rd_chunk.
+ */
+int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e, size_t ci,
+                       const struct rd_dest *dest, size_t ndest, int verify,
+                       struct io_rbatch *batch, struct dcp_err *err);
+
+/* Reads value entry e; *out belongs to the caller. */
+int dcp__rd_value(struct rd_files *f, const struct md_entry *e, int verify,
+                  uint64_t max_bytes, dcp_value **out, struct dcp_err *err);
+
+/* Reads .metadata of an open directory and decodes it. */
+int dcp__rd_metadata(int dirfd, const char *path, uint64_t max_bytes,
+                     struct dcp_metadata **out, struct dcp_err *err);
+
+/* Where a tensor chunk's stored bytes are, for ranged reads (export). */
+struct rd_loc {
+    int fd;               /* owned by the rd_files */
+    const char *file;
+    uint64_t data;        /* absolute file offset of the storage bytes */
+    uint64_t size;        /* storage bytes (0: an empty chunk) */
+    uint32_t crc;         /* CRC-32 of the storage bytes, from the zip */
+    struct tz_tensor t;   /* the view: dtype, sizes, strides, offset */
+};
+
+/*
+ * Parses and checks the record of chunk ci of tensor entry e as
+ * dcp__rd_chunk does (data.pkl CRC verified), without reading its data.
+ * Same return codes.
+ */
+int dcp__rd_chunk_locate(struct rd_files *f, const struct md_entry *e,
+                         size_t ci, struct rd_loc *loc, struct dcp_err *err);
+
+#endif /* DCP_READ_H */

@@ -1,0 +1,869 @@
+/*
+ * dcp_save: the state of every rank into one checkpoint directory.
+ *
+ * The protocol, every step ending with all ranks agreeing on one outcome
+ * (comm.h), so that a failure anywhere fails the call everywhere, with the
+ * failing rank's message, and nothing is committed:
+ *  1. plan: each rank encodes what it holds (plan.c) and pickles its
+ *     values; agree.
+ *  2. gather the local plans on rank 0, which creates the directory, reads
+ *     the committed checkpoint there (if any), builds and checks the global
+ *     plan (dedup, writers), names the data files and encodes each rank's
+ *     assignment; its verdict is shared.
+ *  3. scatter the assignments; each rank writes its records into its data
+ *     file (values first, then tensors; a tensor's bytes go from the
+ *     caller's buffer straight to the file, with the CRC computed on the
+ *     way), fsyncs it; agree.
+ *  4. gather each rank's (offset, length) per record on rank 0, which
+ *     writes .metadata.tmp, fsyncs it, renames it to .metadata and fsyncs
+ *     the directory: the commit; its verdict is shared. On failure every
+ *     rank removes the data file it wrote; on success rank 0 removes the
+ *     old checkpoint's data files that the new one does not use.
+ * With no communicator (one process) the same code runs, each collective
+ * degenerating to a local copy.
+ *
+ * Threads (save.h): steps 1-2 and 4 run on the caller's thread; step 3's
+ * writing runs on the context's worker thread, from a self-contained
+ * description of the records (sv_rec) and, for the tensors an
+ * asynchronous save staged, from the staging pipe (stage.c), never from
+ * the caller's state. Step 3's agreement opens step 4, in
+ * dcp__save_finish.
+ *
+ * Overwriting: when the directory holds a committed checkpoint that uses
+ * any of the data file names this save would use, every rank's file gets
+ * the same fresh tag, so the old checkpoint stays loadable until the new
+ * .metadata replaces the old one.
+ */
+#include "save.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ioengine.h"
+#include "meta.h"
+#include "plan.h"
+#include "read.h"
+#include "stage.h"
+#include "state.h"
+#include "storage.h"
+#include "torchzip.h"
+
+#define ITEM_ALIGN 64 /* torch.save's record alignment */
+
+/* ----------------------------------------------------------- writer */
+
+/* One record this rank writes, described without the caller's state (which
+ * an asynchronous save no longer sees once the writing starts). */
+struct sv_rec {
+    char *key;
+    int is_tensor;
+    dcp_dtype dtype;
+    int ndim;
+    int64_t size[DCP_MAX_NDIM];
+    uint64_t nbytes;
+    const void *src; /* the caller's buffer: valid during dcp__save_begin
+                        and, for a dcp_save, until it returns */
+    dcp_mem mem;
+    size_t stage;  /* staging source index + 1; 0: written from src */
+    size_t pickle; /* values: index into lp.pickles */
+};
+
+/* Test hook: the k-th data file write from now on fails. */
+static _Atomic uint64_t wfail_count, wfail_at;
+
+uint64_t dcp__save_write_fail_after(uint64_t k)
+{
+    uint64_t n = atomic_exchange(&wfail_count, 0);
+    atomic_store(&wfail_at, k);
+    return n;
+}
+
+/*
+ * The hook's check before each write into the engine: on the k-th, the
+ * writer's sticky error is set (nothing in flight is abandoned).
+ */
+static int wf_hook(struct io_writer *w)
+{
+    uint64_t k = atomic_load(&wfail_at);
+    if (w->rc == DCP_OK && k && atomic_fetch_add(&wfail_count, 1) + 1 >= k)
+        w->rc = dcp__err(w->err, DCP_EIO,
+                         "cannot write '%s' at byte %llu: injected failure",
+                         w->name, (unsigned long long)w->off);
+    return w->rc;
+}
+
+/*
+ * The bytes go through the I/O engine (ioengine.h): records start on
+ * ITEM_ALIGN file offsets (zero bytes between them) and a tensor's data on
+ * an IO_DATA_ALIGN one (padding in the zip extra field), so the engine can
+ * write tensor data straight from the caller's buffer with O_DIRECT.
+ */
+
+/* Moves what the zip writer produced into the file. */
+static int wf_drain(struct io_writer *w, struct tz_writer *z)
+{
+    int rc = dcp__iow_put(w, z->out.p, z->out.len);
+    z->out.len = 0;
+    return rc;
+}
+
+/* Pads the file to the next record boundary and starts a record there. */
+static int wf_record(struct io_writer *w, struct tz_writer *z)
+{
+    int rc = dcp__iow_zero(
+        w, (size_t)((ITEM_ALIGN - w->off % ITEM_ALIGN) % ITEM_ALIGN));
+    if (rc == DCP_OK)
+        rc = dcp__tz_writer_init(z, w->off, ITEM_ALIGN);
+    if (rc == DCP_OK)
+        rc = dcp__tz_writer_stream_align(z, IO_DATA_ALIGN);
+    return rc;
+}
+
+/* Writes a value record from its pickle; *off and *len get its extent. */
+static int write_value(struct io_writer *w, const struct sv_rec *r,
+                       const struct dcp_buf *pkl, uint64_t *off, uint64_t *len)
+{
+    struct tz_writer z;
+    int rc = wf_record(w, &z);
+    *off = w->off;
+    if (rc == DCP_OK)
+        rc = dcp__tz_value_item(&z, pkl->p, pkl->len);
+    if (rc == DCP_OK)
+        rc = wf_drain(w, &z);
+    else if (rc != w->rc)
+        rc = dcp__err(w->err, rc, "cannot encode value '%s'", r->key);
+    *len = w->off - *off;
+    dcp__tz_writer_release(&z);
+    return rc;
+}
+
+/*
+ * A staged tensor's bytes, piece by piece from the staging pipe. A piece
+ * goes out without a copy when it can (dcp__iow_data), so it is released
+ * to the stager only once its writes have completed.
+ */
+static int put_staged(struct io_writer *w, struct stg_pipe *pipe,
+                      const struct sv_rec *r, uint32_t *crc)
+{
+    uint64_t done = 0, off;
+    int rc = DCP_OK;
+    while (rc == DCP_OK && done < r->nbytes) {
+        const void *p;
+        size_t n, src;
+        rc = dcp__stage_next(pipe, &p, &n, &src, &off, w->err);
+        if (rc != DCP_OK)
+            break;
+        if (src != r->stage - 1 || off != done || n > r->nbytes - done)
+            rc = dcp__err(w->err, DCP_EIO,
+                          "staging out of step at '%s' (internal)", r->key);
+        if (rc == DCP_OK)
+            rc = wf_hook(w);
+        if (rc == DCP_OK)
+            rc = dcp__iow_data(w, p, n, crc);
+        if (rc == DCP_OK)
+            rc = dcp__iow_wait(w);
+        dcp__stage_release(pipe);
+        done += n;
+    }
+    return rc;
+}
+
+static int write_box(struct io_writer *w, const struct sv_rec *r,
+                     struct stg_pipe *pipe, uint64_t *off, uint64_t *len)
+{
+    uint64_t nbytes = r->nbytes;
+    uint64_t data_off;
+    struct tz_writer z;
+    uint32_t crc = 0;
+    int rc = wf_record(w, &z);
+    *off = w->off;
+    if (rc == DCP_OK)
+        rc = dcp__tz_tensor_item_begin(&z, r->dtype, r->ndim, r->size, nbytes,
+                                  &data_off);
+    if (rc != DCP_OK) {
+        dcp__tz_writer_release(&z);
+        if (rc == w->rc)
+            return rc;
+        return dcp__err(w->err, rc, "cannot encode tensor '%s'", r->key);
+    }
+    rc = wf_drain(w, &z);
+    if (rc == DCP_OK && nbytes && r->stage) {
+        rc = put_staged(w, pipe, r, &crc);
+    } else if (rc == DCP_OK && nbytes) {
+        rc = wf_hook(w);
+        if (rc == DCP_OK)
+            rc = dcp__iow_data(w, r->src, (size_t)nbytes, &crc);
+    }
+    if (rc == DCP_OK) {
+        rc = dcp__tz_tensor_item_end(&z, crc);
+        if (rc == DCP_OK)
+            rc = wf_drain(w, &z);
+        else
+            rc = dcp__err(w->err, rc, "cannot encode tensor '%s'", r->key);
+    }
+    *len = w->off - *off;
+    dcp__tz_writer_release(&z);
+    return rc;
+}
+
+/* ----------------------------------------------------------- commit */
+
+/* Commits md. *renamed is set once .metadata is in place: from then on a
+ * failure (of the directory fsync) no longer means "nothing committed". */
+static int write_metadata(int dirfd, const char *path,
+                          const struct dcp_metadata *md, int sync, int *renamed,
+                          struct dcp_err *err)
+{
+    static const char tmp[] = ".metadata.tmp";
+    struct dcp_buf b = {0};
+    int fd = -1, rc;
+    rc = dcp__meta_encode(md, &b);
+    if (rc != DCP_OK) {
+        dcp__buf_free(&b);
+        return dcp__err(err, rc, "cannot encode the metadata");
+    }
+    rc = dcp__fs_create(dirfd, tmp, &fd, err);
+    if (rc == DCP_OK)
+        rc = dcp__fs_pwrite(fd, b.p, b.len, 0, tmp, err);
+    if (rc == DCP_OK && sync)
+        rc = dcp__fs_fsync(fd, tmp, err);
+    if (fd >= 0) {
+        if (rc == DCP_OK)
+            rc = dcp__fs_close(fd, tmp, err);
+        else
+            dcp__fs_release(fd);
+    }
+    dcp__buf_free(&b);
+    /* The commit point: after this rename the new checkpoint exists. */
+    if (rc == DCP_OK)
+        rc = dcp__fs_rename(dirfd, tmp, ".metadata", err);
+    if (rc == DCP_OK)
+        *renamed = 1;
+    if (rc == DCP_OK && sync)
+        rc = dcp__fs_fsync_dir(dirfd, path, err);
+    if (rc != DCP_OK)
+        (void)dcp__fs_unlink(dirfd, tmp, NULL);
+    return rc;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A sorted copy of a checkpoint's file names, for membership tests. */
+static const char **sorted_files(const struct dcp_metadata *md)
+{
+    const char **v;
+    size_t n = md ? md->nfiles : 0;
+    v = dcp__malloc((n ? n : 1) * sizeof(*v));
+    if (!v)
+        return NULL;
+    if (n)
+        memcpy(v, md->files, n * sizeof(*v));
+    if (n > 1)
+        qsort(v, n, sizeof(*v), cmp_name);
+    return v;
+}
+
+static int has_name(const char **v, size_t n, const char *name)
+{
+    return n && bsearch(&name, v, n, sizeof(*v), cmp_name) != NULL;
+}
+
+/* Removes the old checkpoint's data files that the new one does not use. */
+static void remove_old_files(int dirfd, const struct dcp_metadata *old,
+                             const struct dcp_metadata *md)
+{
+    const char **now;
+    size_t i;
+    if (!old || !old->nfiles)
+        return;
+    now = sorted_files(md);
+    if (!now)
+        return; /* leaves garbage, never removes a file in use */
+    for (i = 0; i < old->nfiles; i++)
+        if (!has_name(now, md->nfiles, old->files[i]))
+            (void)dcp__fs_unlink(dirfd, old->files[i], NULL);
+    dcp__free(now);
+}
+
+static void random_tag(char *out, size_t n)
+{
+    struct timespec ts;
+    uint64_t x;
+    (void)clock_gettime(CLOCK_REALTIME, &ts);
+    x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^
+        ((uint64_t)getpid() << 40);
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    (void)snprintf(out, n, "%016" PRIx64, x);
+}
+
+/* ------------------------------------------------------ coordinator */
+
+/* Rank 0's side of a save. */
+struct coord {
+    struct pl_global g;
+    struct dcp_metadata *old; /* the committed checkpoint there, if any */
+    int old_unknown;          /* there is one, but it could not be read */
+    int dirfd;
+    int *fidx;          /* per rank: its file's index in md->files, or -1 */
+    struct dcp_buf asg; /* every rank's assignment, back to back */
+    size_t *alens;
+    size_t *adispls;
+};
+
+static void coord_release(struct coord *co)
+{
+    dcp__plan_global_release(&co->g);
+    dcp__meta_free(co->old);
+    if (co->dirfd >= 0)
+        dcp__fs_release(co->dirfd);
+    dcp__free(co->fidx);
+    dcp__buf_free(&co->asg);
+    dcp__free(co->alens);
+    dcp__free(co->adispls);
+}
+
+/* Names the data file of every rank that writes: __<r>_0.distcp, or with
+ * one fresh tag for all when the committed checkpoint uses such a name. */
+static int name_files(struct coord *co, struct dcp_err *err)
+{
+    struct dcp_metadata *md = co->g.md;
+    const char **old = sorted_files(co->old);
+    size_t nold = co->old ? co->old->nfiles : 0;
+    char name[96], tag[24];
+    int r, n = co->g.nranks, need_tag = co->old_unknown, rc = DCP_OK;
+    co->fidx = dcp__malloc((size_t)n * sizeof(*co->fidx));
+    md->files = dcp__calloc((size_t)n, sizeof(*md->files));
+    if (!old || !co->fidx || !md->files) {
+        dcp__free(old);
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    }
+    for (r = 0; r < n && !need_tag; r++) {
+        (void)snprintf(name, sizeof(name), "__%d_0.distcp", r);
+        need_tag = co->g.recbase[r + 1] > co->g.recbase[r] &&
+                   has_name(old, nold, name);
+    }
+    dcp__free(old);
+    if (need_tag)
+        random_tag(tag, sizeof(tag));
+    for (r = 0; r < n && rc == DCP_OK; r++) {
+        co->fidx[r] = -1;
+        if (co->g.recbase[r + 1] == co->g.recbase[r])
+            continue;
+        if (need_tag)
+            (void)snprintf(name, sizeof(name), "__%d_0.%.8s.distcp", r, tag);
+        else
+            (void)snprintf(name, sizeof(name), "__%d_0.distcp", r);
+        md->files[md->nfiles] = dcp__strdup(name);
+        if (!md->files[md->nfiles])
+            rc = dcp__err(err, DCP_ENOMEM, "out of memory");
+        else
+            co->fidx[r] = (int)md->nfiles++;
+    }
+    return rc;
+}
+
+static int encode_assignments(struct coord *co, struct dcp_err *err)
+{
+    int r, n = co->g.nranks, rc = DCP_OK;
+    co->alens = dcp__malloc((size_t)n * sizeof(*co->alens));
+    co->adispls = dcp__malloc((size_t)n * sizeof(*co->adispls));
+    if (!co->alens || !co->adispls)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    for (r = 0; r < n && rc == DCP_OK; r++) {
+        const char *file = co->fidx[r] >= 0 ? co->g.md->files[co->fidx[r]] : "";
+        co->adispls[r] = co->asg.len;
+        rc = dcp__plan_assign_encode(&co->g, r, file, &co->asg);
+        co->alens[r] = co->asg.len - co->adispls[r];
+    }
+    return rc == DCP_OK ? DCP_OK
+                        : dcp__err(err, rc, "out of memory planning the save");
+}
+
+/* Step 2 on rank 0: plan, directory, file names, assignments. */
+static int coord_plan(dcp_ctx *ctx, struct coord *co, const char *path,
+                      const uint8_t *blobs, const size_t *lens,
+                      const size_t *displs)
+{
+    int rc =
+        dcp__plan_global(blobs, lens, displs, ctx->size, &co->g, &ctx->err);
+    if (rc == DCP_OK)
+        rc = dcp__fs_mkdirs(path, &ctx->err);
+    if (rc == DCP_OK)
+        rc = dcp__fs_open_dir(path, &co->dirfd, &ctx->err);
+    if (rc != DCP_OK)
+        return rc;
+    /* A committed checkpoint here stays loadable until ours commits. One
+     * whose .metadata cannot be read now (an I/O error, a limit) may still
+     * be loadable: its file names are unknown, so ours get a fresh tag. */
+    if (dcp__fs_exists(co->dirfd, ".metadata")) {
+        struct dcp_err ignore;
+        if (dcp__rd_metadata(co->dirfd, path, ctx->max_metadata_bytes, &co->old,
+                             &ignore) != DCP_OK) {
+            co->old = NULL;
+            co->old_unknown = 1;
+        }
+    }
+    rc = name_files(co, &ctx->err);
+    return rc == DCP_OK ? encode_assignments(co, &ctx->err) : rc;
+}
+
+/* Step 4 on rank 0: every rank's record extents into the plan, commit. */
+static int coord_commit(dcp_ctx *ctx, struct coord *co, const char *path,
+                        const uint8_t *blobs, const size_t *lens,
+                        const size_t *displs, int sync, int *renamed)
+{
+    struct dcp_metadata *md = co->g.md;
+    char save_id[40];
+    int r, rc = DCP_OK;
+    for (r = 0; r < ctx->size && rc == DCP_OK; r++)
+        rc = dcp__plan_results_apply(
+            &co->g, r, co->fidx[r] >= 0 ? (uint32_t)co->fidx[r] : 0,
+            blobs + displs[r], lens[r], &ctx->err);
+    if (rc != DCP_OK)
+        return rc;
+    random_tag(save_id, sizeof(save_id));
+    md->save_id = dcp__strdup(save_id);
+    md->checkpoint_id = dcp__strdup(path);
+    if (!md->save_id || !md->checkpoint_id)
+        return dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
+    return write_metadata(co->dirfd, path, md, sync, renamed, &ctx->err);
+}
+
+/* ------------------------------------------------------------ ranks */
+
+/*
+ * One save from begin to finish. The caller's thread owns it, except while
+ * the worker runs dcp__save_write: then the worker owns file, offlen and
+ * wrote, and both sides share only the pipe and the sticky error.
+ */
+struct sv_job {
+    char *path;
+    int sync;
+    struct pl_local lp;
+    struct coord co; /* rank 0 */
+    int dirfd;       /* co.dirfd on rank 0 */
+    char *file;      /* this rank's data file; NULL: nothing to write */
+    struct sv_rec *recs;
+    size_t nrecs;
+    uint64_t *offlen; /* (offset, length) per record */
+    struct stg_src *srcs;
+    size_t nsrcs;
+    struct stg_pipe *pipe;
+    int wrote;    /* the data file was created */
+    int finished; /* dcp__save_finish ran: files are settled */
+    /* The context's I/O engine (borrowed; set on the caller's thread, used
+     * by the worker only while it writes) and its figures for this save,
+     * copied to the context's report at the finish. */
+    struct io_eng *io;
+    struct io_stats iost;
+    int have_iost;
+    /* First error wins (c-style.md 4); msg written by the winner only,
+     * read once both sides are done. */
+    _Atomic int rc;
+    struct dcp_err err;
+};
+
+int dcp__save_fail(struct sv_job *job, int rc, const struct dcp_err *e)
+{
+    int expected = DCP_OK;
+    if (rc == DCP_OK)
+        return DCP_OK;
+    if (atomic_compare_exchange_strong(&job->rc, &expected, rc)) {
+        job->err.code = rc;
+        if (e && e->msg[0])
+            memcpy(job->err.msg, e->msg, sizeof(job->err.msg));
+        else
+            (void)snprintf(job->err.msg, sizeof(job->err.msg), "%s",
+                           dcp_strerror(rc));
+    }
+    if (job->pipe)
+        dcp__stage_stop(job->pipe);
+    return rc;
+}
+
+int dcp__save_failed(struct sv_job *job)
+{
+    return atomic_load(&job->rc);
+}
+
+const char *dcp__save_path(const struct sv_job *job)
+{
+    return job->path;
+}
+
+/* This rank's records, described from the state, for the writer. */
+static int build_recs(struct sv_job *job, const dcp_state *st,
+                      const struct pl_assign *a, struct dcp_err *err)
+{
+    size_t i;
+    job->recs = dcp__calloc(a->n ? a->n : 1, sizeof(*job->recs));
+    job->offlen = dcp__calloc(a->n ? 2 * a->n : 1, sizeof(*job->offlen));
+    if (!job->recs || !job->offlen)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    for (i = 0; i < a->n; i++) {
+        const struct st_entry *se = &st->e[a->recs[i].lent];
+        struct sv_rec *r = &job->recs[i];
+        r->key = dcp__strdup(se->key);
+        if (!r->key)
+            return dcp__err(err, DCP_ENOMEM, "out of memory");
+        job->nrecs = i + 1;
+        r->is_tensor = se->is_tensor;
+        if (se->is_tensor) {
+            const struct st_box *b = &se->boxes[a->recs[i].lbox];
+            r->dtype = se->dtype;
+            r->ndim = se->ndim;
+            memcpy(r->size, b->size, sizeof(r->size));
+            r->nbytes =
+                dcp__box_numel(se->ndim, b->size) * dcp_dtype_size(se->dtype);
+            r->src = b->buf;
+            r->mem = se->mem;
+        } else {
+            r->pickle = a->recs[i].lent;
+        }
+    }
+    return DCP_OK;
+}
+
+/* Local preparation after the assignment arrived: decode it, describe the
+ * records, open the directory, get the I/O engine ready. A failure here is
+ * the job's, agreed on in dcp__save_finish. */
+static int prepare(dcp_ctx *ctx, struct sv_job *job, const dcp_state *st,
+                   const uint8_t *mine, size_t len)
+{
+    struct pl_assign a;
+    int rc = dcp__plan_assign_decode(mine, len, st, &a, &ctx->err);
+    if (rc != DCP_OK)
+        return rc;
+    rc = build_recs(job, st, &a, &ctx->err);
+    if (rc == DCP_OK && a.n) {
+        job->file = a.file;
+        a.file = NULL;
+        if (job->dirfd < 0)
+            rc = dcp__fs_open_dir(job->path, &job->dirfd, &ctx->err);
+        if (rc == DCP_OK)
+            rc = dcp__ctx_io_begin(ctx, &job->io);
+    }
+    dcp__plan_assign_release(&a);
+    return rc;
+}
+
+void dcp__save_job_free(struct sv_job *job)
+{
+    size_t i;
+    if (!job)
+        return;
+    /* Abandoned before finish: nothing was committed, remove our file. */
+    if (!job->finished && job->wrote)
+        (void)dcp__fs_unlink(job->dirfd, job->file, NULL);
+    if (job->dirfd >= 0 && job->dirfd != job->co.dirfd)
+        dcp__fs_release(job->dirfd);
+    coord_release(&job->co);
+    dcp__plan_local_release(&job->lp);
+    for (i = 0; i < job->nrecs; i++)
+        dcp__free(job->recs[i].key);
+    dcp__free(job->recs);
+    dcp__free(job->offlen);
+    dcp__free(job->srcs);
+    if (job->pipe) {
+        dcp__stage_pipe_destroy(job->pipe);
+        dcp__free(job->pipe);
+    }
+    dcp__free(job->file);
+    dcp__free(job->path);
+    dcp__free(job);
+}
+
+int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
+                    const dcp_save_options *opts, int rc, struct sv_job **out)
+{
+    struct sv_job *job = dcp__calloc(1, sizeof(*job));
+    const dcp_comm *c = ctx->comm;
+    uint8_t *blobs = NULL, *mine = NULL;
+    size_t *lens = NULL, *displs = NULL, minelen = 0;
+    *out = NULL;
+    dcp__ctx_io_clear(ctx, DCP_IO_SAVE);
+    if (job) {
+        job->dirfd = job->co.dirfd = -1;
+        job->sync = 1;
+        atomic_init(&job->rc, DCP_OK);
+    }
+    if (rc == DCP_OK && !job)
+        rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
+    if (rc == DCP_OK && (!st || !path || !*path))
+        rc = dcp__err(&ctx->err, DCP_EINVAL, "save: state and path needed");
+    if (rc == DCP_OK && !(job->path = dcp__strdup(path)))
+        rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
+    if (job && opts && opts->struct_size >= sizeof(dcp_save_options))
+        job->sync = !opts->no_fsync;
+    /* 1. Local plans. */
+    if (rc == DCP_OK)
+        rc = dcp__plan_local(st, &job->lp, &ctx->err);
+    rc = dcp__comm_agree_err(c, rc, &ctx->err);
+    if (rc == DCP_OK)
+        rc = dcp__comm_same_string(c, path, "checkpoint path", &ctx->err);
+    if (rc == DCP_OK)
+        rc = dcp__comm_gather_blob(c, job->lp.blob.p, job->lp.blob.len, 0,
+                                   &blobs, &lens, &displs, &ctx->err);
+    if (rc != DCP_OK)
+        goto out;
+    /* 2. The global plan, on rank 0. */
+    if (ctx->rank == 0) {
+        rc = coord_plan(ctx, &job->co, path, blobs, lens, displs);
+        if (rc != DCP_OK && rc != DCP_EPLAN && ctx->size > 1)
+            (void)dcp__err_prefix(&ctx->err, "rank 0 failed");
+        job->dirfd = job->co.dirfd;
+        dcp__free(blobs);
+        dcp__free(lens);
+        dcp__free(displs);
+        blobs = NULL;
+        lens = displs = NULL;
+    }
+    rc = dcp__comm_share_err(c, rc, &ctx->err, 0);
+    if (rc == DCP_OK)
+        rc = dcp__comm_scatter_blob(c, job->co.asg.p, job->co.alens,
+                                    job->co.adispls, 0, &mine, &minelen,
+                                    &ctx->err);
+    if (rc != DCP_OK)
+        goto out;
+    /* 3a. What this rank writes: a local failure is kept for the finish. */
+    (void)dcp__save_fail(job, prepare(ctx, job, st, mine, minelen), &ctx->err);
+    dcp__err_clear(&ctx->err);
+    *out = job;
+    job = NULL;
+out:
+    if (rc != DCP_OK && path)
+        (void)dcp__err_prefix(&ctx->err,
+                              "save to '%s' failed, nothing committed", path);
+    else if (rc != DCP_OK)
+        (void)dcp__err_prefix(&ctx->err, "save failed, nothing committed");
+    dcp__save_job_free(job);
+    dcp__free(mine);
+    dcp__free(blobs);
+    dcp__free(lens);
+    dcp__free(displs);
+    return rc;
+}
+
+int dcp__save_prepare_staging(dcp_ctx *ctx, struct sv_job *job, int copy_all)
+{
+    struct dcp_err err;
+    uint64_t need, cap;
+    size_t i, n = 0;
+    int cuda = 0, rc;
+    if (atomic_load(&job->rc) != DCP_OK)
+        return DCP_OK;
+    for (i = 0; i < job->nrecs; i++) {
+        const struct sv_rec *r = &job->recs[i];
+        n += r->is_tensor && r->nbytes && (copy_all || r->mem == DCP_MEM_CUDA);
+    }
+    if (!n)
+        return DCP_OK;
+    dcp__err_clear(&err);
+    job->srcs = dcp__calloc(n, sizeof(*job->srcs));
+    job->pipe = dcp__calloc(1, sizeof(*job->pipe));
+    if (!job->srcs || !job->pipe) {
+        dcp__free(job->pipe);
+        job->pipe = NULL;
+        return dcp__save_fail(job, dcp__err(&err, DCP_ENOMEM, "out of memory"),
+                              &err);
+    }
+    for (i = 0; i < job->nrecs; i++) {
+        struct sv_rec *r = &job->recs[i];
+        if (!r->is_tensor || !r->nbytes ||
+            !(copy_all || r->mem == DCP_MEM_CUDA))
+            continue;
+        job->srcs[job->nsrcs].p = r->src;
+        job->srcs[job->nsrcs].n = r->nbytes;
+        job->srcs[job->nsrcs].cuda = r->mem == DCP_MEM_CUDA;
+        cuda |= r->mem == DCP_MEM_CUDA;
+        r->stage = ++job->nsrcs;
+    }
+    /* The arena is whole pages: with a budget, at most its last whole
+     * page, so the arena never exceeds it. */
+    need = dcp__stage_need(job->srcs, job->nsrcs);
+    cap = need;
+    if (ctx->staging_budget) {
+        uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+        uint64_t lim = ctx->staging_budget / page * page;
+        if (need > lim)
+            cap = lim;
+    }
+    rc = cap > SIZE_MAX
+             ? dcp__err(&err, DCP_ENOMEM, "staging too large")
+             : dcp__stage_arena_reserve(&ctx->arena, (size_t)cap, cuda, &err);
+    if (rc == DCP_OK)
+        rc = dcp__stage_pipe_init(job->pipe, job->srcs, job->nsrcs,
+                                  ctx->arena->p, cap, &err);
+    if (rc != DCP_OK) {
+        dcp__free(job->pipe);
+        job->pipe = NULL;
+        return dcp__save_fail(job, rc, &err);
+    }
+    return DCP_OK;
+}
+
+int dcp__save_stage_alone(const struct sv_job *job)
+{
+    return !job->pipe || !job->pipe->eager;
+}
+
+void dcp__save_stage(struct sv_job *job)
+{
+    struct dcp_err err;
+    int rc;
+    if (!job->pipe || atomic_load(&job->rc) != DCP_OK)
+        return;
+    dcp__err_clear(&err);
+    rc = dcp__stage_run(job->pipe, &err);
+    if (rc != DCP_OK)
+        (void)dcp__save_fail(job, rc, &err);
+}
+
+/* An upper bound of the data file's length: data, alignment and zip
+ * structures (under 12 KiB per record); the engine allocates it first. */
+static uint64_t file_hint(const struct sv_job *job)
+{
+    uint64_t hint = 0;
+    size_t i;
+    for (i = 0; i < job->nrecs; i++) {
+        const struct sv_rec *r = &job->recs[i];
+        hint += ((uint64_t)16 << 10) +
+                (r->is_tensor ? r->nbytes : job->lp.pickles[r->pickle].len);
+    }
+    return hint;
+}
+
+/* 3b, on the worker: this rank's records into its data file. */
+void dcp__save_write(void *arg)
+{
+    struct sv_job *job = arg;
+    struct io_writer w;
+    struct dcp_err err;
+    size_t i;
+    int fd, frc, rc = atomic_load(&job->rc);
+    if (rc != DCP_OK || !job->file)
+        return;
+    dcp__err_clear(&err);
+    rc = dcp__fs_create(job->dirfd, job->file, &fd, &err);
+    if (rc != DCP_OK) {
+        (void)dcp__save_fail(job, rc, &err);
+        return;
+    }
+    job->wrote = 1;
+    rc = dcp__iow_open(&w, job->io, job->dirfd, job->file, fd, file_hint(job),
+                       &err);
+    if (rc != DCP_OK) {
+        dcp__fs_release(fd);
+        (void)dcp__save_fail(job, rc, &err);
+        return;
+    }
+    for (i = 0; i < job->nrecs && rc == DCP_OK; i++) {
+        const struct sv_rec *r = &job->recs[i];
+        uint64_t *ol = &job->offlen[2 * i];
+        if (r->is_tensor)
+            rc = write_box(&w, r, job->pipe, &ol[0], &ol[1]);
+        else
+            rc =
+                write_value(&w, r, &job->lp.pickles[r->pickle], &ol[0], &ol[1]);
+        /* Another failure (staging, cancel) stops the writing too. */
+        if (rc == DCP_OK && atomic_load(&job->rc) != DCP_OK)
+            rc = atomic_load(&job->rc);
+    }
+    frc = dcp__iow_finish(&w); /* waits for every request, also on error */
+    if (rc == DCP_OK)
+        rc = frc;
+    if (rc == DCP_OK && job->sync)
+        rc = dcp__fs_fsync(fd, job->file, &err);
+    if (rc == DCP_OK)
+        rc = dcp__fs_close(fd, job->file, &err);
+    else
+        dcp__fs_release(fd);
+    dcp__io_stats_get(job->io, &job->iost);
+    job->have_iost = 1;
+    (void)dcp__save_fail(job, rc, &err);
+}
+
+/* Tells every rank whether rank 0's failed commit got past the rename:
+ * *renamed 0 or 1 as rank 0 says, RENAMED_UNKNOWN when rank 0 did not
+ * answer (a timeout: it may still be committing). */
+#define RENAMED_UNKNOWN 2
+static void share_renamed(const dcp_comm *c, int *renamed)
+{
+    int64_t v = *renamed;
+    if (dcp__comm_bcast(c, &v, sizeof(v), 0, NULL) == DCP_OK)
+        *renamed = (int)v;
+    else
+        *renamed = RENAMED_UNKNOWN; /* keep the files */
+}
+
+int dcp__save_finish(dcp_ctx *ctx, struct sv_job *job)
+{
+    const dcp_comm *c = ctx->comm;
+    struct dcp_buf res = {0};
+    uint8_t *blobs = NULL;
+    size_t *lens = NULL, *displs = NULL;
+    int rc = atomic_load(&job->rc), renamed = 0;
+    if (job->have_iost)
+        ctx->io_last[DCP_IO_SAVE] = job->iost;
+    if (rc != DCP_OK)
+        ctx->err = job->err;
+    if (rc == DCP_OK &&
+        dcp__plan_results_encode(job->offlen, job->nrecs, &res) != DCP_OK)
+        rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
+    rc = dcp__comm_agree_err(c, rc, &ctx->err);
+    if (rc == DCP_OK)
+        rc = dcp__comm_gather_blob(c, res.p, res.len, 0, &blobs, &lens, &displs,
+                                   &ctx->err);
+    if (rc != DCP_OK)
+        goto out;
+    /* 4. Commit, on rank 0, once every rank's data is durable. */
+    if (ctx->rank == 0) {
+        rc = coord_commit(ctx, &job->co, job->path, blobs, lens, displs,
+                          job->sync, &renamed);
+        /* Before anyone returns, so the directory holds exactly the new
+         * checkpoint when the call ends on any rank. */
+        if (rc == DCP_OK)
+            remove_old_files(job->co.dirfd, job->co.old, job->co.g.md);
+        else if (ctx->size > 1)
+            (void)dcp__err_prefix(&ctx->err, "rank 0 failed");
+    }
+    rc = dcp__comm_share_err(c, rc, &ctx->err, 0);
+    if (rc != DCP_OK && ctx->size > 1)
+        share_renamed(c, &renamed);
+out:
+    if (rc != DCP_OK && job->wrote && !renamed)
+        (void)dcp__fs_unlink(job->dirfd, job->file, NULL);
+    job->finished = 1;
+    if (rc != DCP_OK && renamed == RENAMED_UNKNOWN)
+        (void)dcp__err_prefix(&ctx->err,
+                              "save to '%s' failed: rank 0 did not say "
+                              "whether it committed the checkpoint (the "
+                              "directory holds the previous checkpoint or "
+                              "this one, never a mix)",
+                              job->path);
+    else if (rc != DCP_OK && renamed)
+        (void)dcp__err_prefix(&ctx->err,
+                              "save to '%s' failed after .metadata was "
+                              "renamed into place; the new checkpoint may "
+                              "not be durable",
+                              job->path);
+    else if (rc != DCP_OK)
+        (void)dcp__err_prefix(
+            &ctx->err, "save to '%s' failed, nothing committed", job->path);
+    dcp__buf_free(&res);
+    dcp__free(blobs);
+    dcp__free(lens);
+    dcp__free(displs);
+    return rc;
+}

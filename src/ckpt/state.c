@@ -1,0 +1,498 @@
+/*
+ * The state: entries added by the caller, the nesting cursor, and the
+ * flattening of dict values the way torch's flatten_state_dict does it.
+ */
+#include "state.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+int dcp_state_create(dcp_state **out)
+{
+    if (!out)
+        return DCP_EINVAL;
+    *out = dcp__calloc(1, sizeof(**out));
+    return *out ? DCP_OK : DCP_ENOMEM;
+}
+
+static void path_free(struct md_pathel *p, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        dcp__free(p[i].s);
+}
+
+void dcp_state_free(dcp_state *st)
+{
+    size_t i;
+    if (!st)
+        return;
+    for (i = 0; i < st->n; i++) {
+        struct st_entry *e = &st->e[i];
+        dcp__free(e->key);
+        path_free(e->path, e->npath);
+        dcp__free(e->path);
+        dcp__free(e->boxes);
+        dcp_value_free(e->value);
+    }
+    dcp__free(st->e);
+    dcp__free(st->index);
+    path_free(st->cur, st->ncur);
+    dcp__free(st->cur);
+    dcp__free(st);
+}
+
+/* ------------------------------------------------------------ nesting */
+
+static int cur_push(dcp_state *st, const char *s, int64_t i)
+{
+    if (st->ncur == st->capcur) {
+        size_t cap = st->capcur ? st->capcur * 2 : 8;
+        struct md_pathel *p = dcp__realloc(st->cur, cap * sizeof(*p));
+        if (!p)
+            return DCP_ENOMEM;
+        st->cur = p;
+        st->capcur = cap;
+    }
+    st->cur[st->ncur].s = NULL;
+    st->cur[st->ncur].i = i;
+    if (s) {
+        st->cur[st->ncur].s = dcp__strdup(s);
+        if (!st->cur[st->ncur].s)
+            return DCP_ENOMEM;
+    }
+    st->ncur++;
+    return DCP_OK;
+}
+
+int dcp_state_push(dcp_state *st, const char *name)
+{
+    if (!st || !name)
+        return DCP_EINVAL;
+    return cur_push(st, name, 0);
+}
+
+int dcp_state_push_rank(dcp_state *st, int rank)
+{
+    char name[24];
+    if (!st || rank < 0)
+        return DCP_EINVAL;
+    (void)snprintf(name, sizeof(name), "rank%d", rank);
+    return dcp_state_push(st, name);
+}
+
+int dcp_state_push_index(dcp_state *st, int64_t index)
+{
+    if (!st || index < 0)
+        return DCP_EINVAL;
+    return cur_push(st, NULL, index);
+}
+
+int dcp_state_pop(dcp_state *st)
+{
+    if (!st || st->ncur == 0)
+        return DCP_EINVAL;
+    st->ncur--;
+    dcp__free(st->cur[st->ncur].s);
+    st->cur[st->ncur].s = NULL;
+    return DCP_OK;
+}
+
+int dcp__state_set_cursor(dcp_state *st, const struct md_pathel *p, size_t n)
+{
+    size_t i;
+    int rc = DCP_OK;
+    while (st->ncur)
+        (void)dcp_state_pop(st);
+    for (i = 0; rc == DCP_OK && i < n; i++)
+        rc = cur_push(st, p[i].s, p[i].i);
+    return rc;
+}
+
+/* -------------------------------------------------------------- index */
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL;
+    while (*s) {
+        h ^= (unsigned char)*s++;
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static int index_rebuild(dcp_state *st, size_t cap)
+{
+    uint32_t *idx = dcp__calloc(cap, sizeof(*idx));
+    size_t i;
+    if (!idx)
+        return DCP_ENOMEM;
+    for (i = 0; i < st->n; i++) {
+        size_t h = (size_t)hash_str(st->e[i].key) & (cap - 1);
+        while (idx[h])
+            h = (h + 1) & (cap - 1);
+        idx[h] = (uint32_t)(i + 1);
+    }
+    dcp__free(st->index);
+    st->index = idx;
+    st->index_cap = cap;
+    return DCP_OK;
+}
+
+struct st_entry *dcp__state_find(const dcp_state *st, const char *key)
+{
+    size_t h;
+    if (!st->index_cap)
+        return NULL;
+    h = (size_t)hash_str(key) & (st->index_cap - 1);
+    while (st->index[h]) {
+        struct st_entry *e = &st->e[st->index[h] - 1];
+        if (strcmp(e->key, key) == 0)
+            return e;
+        h = (h + 1) & (st->index_cap - 1);
+    }
+    return NULL;
+}
+
+/* Joins the current path plus a last component into a key. */
+static int join_key(const dcp_state *st, const char *last, int64_t last_i,
+                    struct dcp_buf *b)
+{
+    size_t i;
+    int rc = DCP_OK;
+    for (i = 0; rc == DCP_OK && i <= st->ncur; i++) {
+        const char *s = i < st->ncur ? st->cur[i].s : last;
+        int64_t num = i < st->ncur ? st->cur[i].i : last_i;
+        if (i)
+            rc = dcp__buf_put_u8(b, '.');
+        if (rc != DCP_OK)
+            break;
+        rc = s ? dcp__buf_put(b, s, strlen(s))
+               : dcp__buf_printf(b, "%" PRId64, num);
+    }
+    return rc == DCP_OK ? dcp__buf_put_u8(b, '\0') : rc;
+}
+
+/* Appends a new entry for the current path + name; *out points into st. */
+static int entry_new(dcp_state *st, const char *name, int64_t name_i,
+                     struct st_entry **out)
+{
+    struct dcp_buf key = {0};
+    struct st_entry *e;
+    size_t i;
+    int rc;
+    rc = join_key(st, name, name_i, &key);
+    if (rc != DCP_OK)
+        goto out_free;
+    if (dcp__state_find(st, (const char *)key.p)) {
+        rc = DCP_EINVAL;
+        goto out_free;
+    }
+    if (st->n >= UINT32_MAX - 1) {
+        rc = DCP_ELIMIT;
+        goto out_free;
+    }
+    if (st->n == st->cap) {
+        size_t cap = st->cap ? st->cap * 2 : 16;
+        struct st_entry *ne = dcp__realloc(st->e, cap * sizeof(*ne));
+        if (!ne) {
+            rc = DCP_ENOMEM;
+            goto out_free;
+        }
+        st->e = ne;
+        st->cap = cap;
+    }
+    if ((st->n + 1) * 2 > st->index_cap) {
+        rc = index_rebuild(st, st->index_cap ? st->index_cap * 2 : 64);
+        if (rc != DCP_OK)
+            goto out_free;
+    }
+    e = &st->e[st->n];
+    memset(e, 0, sizeof(*e));
+    e->path = dcp__calloc(st->ncur + 1, sizeof(*e->path));
+    if (!e->path) {
+        rc = DCP_ENOMEM;
+        goto out_free;
+    }
+    for (i = 0; i <= st->ncur; i++) {
+        const char *s = i < st->ncur ? st->cur[i].s : name;
+        e->path[i].i = i < st->ncur ? st->cur[i].i : name_i;
+        if (s) {
+            e->path[i].s = dcp__strdup(s);
+            if (!e->path[i].s) {
+                path_free(e->path, i);
+                dcp__free(e->path);
+                rc = DCP_ENOMEM;
+                goto out_free;
+            }
+        }
+    }
+    e->npath = st->ncur + 1;
+    e->key = (char *)key.p;
+    {
+        size_t h = (size_t)hash_str(e->key) & (st->index_cap - 1);
+        while (st->index[h])
+            h = (h + 1) & (st->index_cap - 1);
+        st->index[h] = (uint32_t)(st->n + 1);
+    }
+    st->n++;
+    *out = e;
+    return DCP_OK;
+out_free:
+    dcp__buf_free(&key);
+    return rc;
+}
+
+/* ------------------------------------------------------------ tensors */
+
+static int box_check(dcp_dtype dtype, int ndim, const int64_t *shape,
+                     const int64_t *off, const int64_t *size)
+{
+    uint64_t n = dcp_dtype_size(dtype), t;
+    int d;
+    for (d = 0; d < ndim; d++) {
+        int64_t end;
+        if (shape[d] < 0 || off[d] < 0 || size[d] < 0)
+            return DCP_EINVAL;
+        if (dcp__add_overflow_i64(off[d], size[d], &end) || end > shape[d])
+            return DCP_EINVAL;
+        if (dcp__mul_overflow_u64(n, (uint64_t)shape[d], &t))
+            return DCP_EINVAL;
+        n = t;
+    }
+    return n > (uint64_t)INT64_MAX ? DCP_EINVAL : DCP_OK;
+}
+
+/*
+ * With name NULL the entry goes at the current path itself: its last
+ * component (a dict key or a list index pushed by the caller) is taken off
+ * the cursor for the duration of the call.
+ */
+static int take_last(dcp_state *st, const char **name, int64_t *name_i,
+                     struct md_pathel *saved)
+{
+    if (*name)
+        return 0;
+    if (st->ncur == 0)
+        return -1;
+    *saved = st->cur[--st->ncur];
+    *name = saved->s;
+    *name_i = saved->i;
+    return 1;
+}
+
+static int add_tensor_at(dcp_state *st, const char *name, int64_t name_i,
+                         dcp_dtype dtype, int ndim, const int64_t *shape,
+                         const int64_t *off, const int64_t *size, void *buf,
+                         dcp_mem mem)
+{
+    struct dcp_buf key = {0};
+    struct st_entry *e;
+    struct st_box *box;
+    int d, rc;
+    rc = join_key(st, name, name_i, &key);
+    if (rc != DCP_OK)
+        return rc;
+    e = dcp__state_find(st, (const char *)key.p);
+    dcp__buf_free(&key);
+    if (e) {
+        if (!e->is_tensor || e->dtype != dtype || e->ndim != ndim ||
+            e->mem != mem ||
+            (ndim && memcmp(e->shape, shape, (size_t)ndim * sizeof(int64_t))))
+            return DCP_EINVAL;
+    } else {
+        rc = entry_new(st, name, name_i, &e);
+        if (rc != DCP_OK)
+            return rc;
+        e->is_tensor = 1;
+        e->dtype = dtype;
+        e->ndim = ndim;
+        e->mem = mem;
+        for (d = 0; d < ndim; d++)
+            e->shape[d] = shape[d];
+    }
+    if (e->nboxes == e->capboxes) {
+        size_t cap = e->capboxes ? e->capboxes * 2 : 1;
+        struct st_box *nb = dcp__realloc(e->boxes, cap * sizeof(*nb));
+        if (!nb)
+            return DCP_ENOMEM;
+        e->boxes = nb;
+        e->capboxes = cap;
+    }
+    box = &e->boxes[e->nboxes++];
+    memset(box, 0, sizeof(*box));
+    for (d = 0; d < ndim; d++) {
+        box->off[d] = off[d];
+        box->size[d] = size[d];
+    }
+    box->buf = buf;
+    return DCP_OK;
+}
+
+int dcp_state_add_tensor(dcp_state *st, const char *name, dcp_dtype dtype,
+                         int ndim, const int64_t *global_shape,
+                         const int64_t *offsets, const int64_t *sizes,
+                         void *buf, dcp_mem mem)
+{
+    int64_t off[DCP_MAX_NDIM] = {0}, size[DCP_MAX_NDIM] = {0}, name_i = 0;
+    struct md_pathel saved;
+    int d, rc, took;
+    if (!st || dcp_dtype_size(dtype) == 0 || ndim < 0 || ndim > DCP_MAX_NDIM ||
+        (ndim > 0 && !global_shape) ||
+        (mem != DCP_MEM_HOST && mem != DCP_MEM_CUDA))
+        return DCP_EINVAL;
+    for (d = 0; d < ndim; d++) {
+        off[d] = offsets ? offsets[d] : 0;
+        size[d] = sizes ? sizes[d] : global_shape[d];
+    }
+    rc = box_check(dtype, ndim, global_shape, off, size);
+    if (rc != DCP_OK)
+        return rc;
+    if (!buf && dcp__box_numel(ndim, size) != 0)
+        return DCP_EINVAL;
+    took = take_last(st, &name, &name_i, &saved);
+    if (took < 0)
+        return DCP_EINVAL;
+    rc = add_tensor_at(st, name, name_i, dtype, ndim, global_shape, off,
+                       size, buf, mem);
+    if (took)
+        st->cur[st->ncur++] = saved;
+    return rc;
+}
+
+/* ------------------------------------------------------------- values */
+
+static int add_value_at(dcp_state *st, const char *name, int64_t name_i,
+                        dcp_value *value, int depth);
+
+/* Adds each child of a dict or expanding list one level down. The children
+ * move out of the container, which is freed. */
+static int add_children(dcp_state *st, dcp_value *v, int depth)
+{
+    size_t i, n = v->u.seq.n;
+    int rc = DCP_OK;
+    int is_dict = v->type == DCP_VALUE_DICT;
+    for (i = 0; i < n; i += is_dict ? 2 : 1) {
+        dcp_value *child = v->u.seq.v[i + (is_dict ? 1 : 0)];
+        v->u.seq.v[i + (is_dict ? 1 : 0)] = NULL;
+        if (rc != DCP_OK) {
+            dcp_value_free(child);
+            continue;
+        }
+        if (is_dict) {
+            const dcp_value *k = v->u.seq.v[i];
+            if (k->type == DCP_VALUE_STR) {
+                rc = add_value_at(st, k->u.s.p, 0, child, depth + 1);
+            } else if (k->type == DCP_VALUE_INT) {
+                /* torch uses str(k) for the key and keeps it a str. */
+                char num[32];
+                (void)snprintf(num, sizeof(num), "%" PRId64, k->u.i);
+                rc = add_value_at(st, num, 0, child, depth + 1);
+            } else {
+                dcp_value_free(child);
+                rc = DCP_EINVAL;
+            }
+        } else {
+            rc = add_value_at(st, NULL, (int64_t)i, child, depth + 1);
+        }
+    }
+    dcp_value_free(v);
+    return rc;
+}
+
+static int add_value_at(dcp_state *st, const char *name, int64_t name_i,
+                        dcp_value *value, int depth)
+{
+    struct st_entry *e;
+    int rc;
+    if (depth > 64) {
+        dcp_value_free(value);
+        return DCP_ELIMIT;
+    }
+    if (value->type == DCP_VALUE_DICT || dcp__value_list_expands(value)) {
+        rc = cur_push(st, name, name_i);
+        if (rc != DCP_OK) {
+            dcp_value_free(value);
+            return rc;
+        }
+        rc = add_children(st, value, depth);
+        (void)dcp_state_pop(st);
+        return rc;
+    }
+    rc = entry_new(st, name, name_i, &e);
+    if (rc != DCP_OK) {
+        dcp_value_free(value);
+        return rc;
+    }
+    e->value = value;
+    return DCP_OK;
+}
+
+int dcp_state_add_value(dcp_state *st, const char *name, dcp_value *value)
+{
+    struct md_pathel saved;
+    int64_t name_i = 0;
+    int rc, took;
+    if (!value)
+        return DCP_ENOMEM;
+    if (!st) {
+        dcp_value_free(value);
+        return DCP_EINVAL;
+    }
+    took = take_last(st, &name, &name_i, &saved);
+    if (took < 0) {
+        dcp_value_free(value);
+        return DCP_EINVAL;
+    }
+    rc = add_value_at(st, name, name_i, value, 0);
+    if (took)
+        st->cur[st->ncur++] = saved;
+    return rc;
+}
+
+int dcp_state_add_stateful(dcp_state *st, const char *name,
+                           const dcp_stateful_ops *ops, void *userdata)
+{
+    struct md_pathel saved;
+    struct st_entry *e;
+    int64_t name_i = 0;
+    int rc, took;
+    if (!st || !ops || ops->version < 1 || !ops->state_dict ||
+        !ops->load_state_dict)
+        return DCP_EINVAL;
+    took = take_last(st, &name, &name_i, &saved);
+    if (took < 0)
+        return DCP_EINVAL;
+    rc = entry_new(st, name, name_i, &e);
+    if (rc == DCP_OK) {
+        e->is_stateful = 1;
+        e->sops.version = 1;
+        e->sops.state_dict = ops->state_dict;
+        e->sops.load_state_dict = ops->load_state_dict;
+        e->userdata = userdata;
+    }
+    if (took)
+        st->cur[st->ncur++] = saved;
+    return rc;
+}
+
+size_t dcp_state_count(const dcp_state *st)
+{
+    return st ? st->n : 0;
+}
+
+const char *dcp_state_key(const dcp_state *st, size_t i)
+{
+    return st && i < st->n ? st->e[i].key : NULL;
+}
+
+const dcp_value *dcp_state_value(const dcp_state *st, const char *fqn)
+{
+    const struct st_entry *e;
+    if (!st || !fqn)
+        return NULL;
+    e = dcp__state_find(st, fqn);
+    return e && !e->is_tensor ? e->value : NULL;
+}
+

@@ -1,0 +1,182 @@
+/*
+ * .metadata: the model (struct dcp_metadata) shared by the encoder
+ * (meta_encode.c) and the decoders (meta_decode.c, meta_fast.c): sorting,
+ * lookup, the file table, freeing, the load-planning index and the
+ * repr of planner_data paths.
+ */
+#include "meta.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const struct md_entry *)a)->key,
+                  ((const struct md_entry *)b)->key);
+}
+
+int dcp__meta_sort(struct dcp_metadata *md, struct dcp_err *err)
+{
+    size_t i;
+    if (md->n > 1)
+        qsort(md->e, md->n, sizeof(*md->e), cmp_entry);
+    for (i = 1; i < md->n; i++)
+        if (strcmp(md->e[i - 1].key, md->e[i].key) == 0)
+            return dcp__err(err, DCP_EPLAN, "duplicate key '%s'",
+                            md->e[i].key);
+    return DCP_OK;
+}
+
+long dcp__meta_find(const struct dcp_metadata *md, const char *key)
+{
+    size_t lo = 0, hi = md->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(md->e[mid].key, key);
+        if (c == 0)
+            return (long)mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -1;
+}
+
+int dcp__safe_name(const char *name)
+{
+    const char *p;
+    if (!name || !*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return 0;
+    if (strlen(name) > 255)
+        return 0;
+    for (p = name; *p; p++)
+        if (*p == '/' || *p == '\\' || (unsigned char)*p < 0x20)
+            return 0;
+    return 1;
+}
+
+static size_t name_hash(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 1099511628211ULL;
+    }
+    return (size_t)h;
+}
+
+/* Index of a data file name in md->files, added if new. A hash table: a
+ * checkpoint has a file or more per rank, and every storage item names
+ * one (8 Mi items x 4096 files for 4096 ranks x 2000 tensors). */
+int dcp__meta_file_index(struct dcp_metadata *md, struct md_ftab *t,
+                         const char *name, size_t len, uint32_t *out)
+{
+    size_t h, i;
+    char **nf;
+    if ((md->nfiles + 1) * 2 > t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 64;
+        uint32_t *nt = dcp__calloc(cap, sizeof(*nt));
+        if (!nt)
+            return DCP_ENOMEM;
+        for (i = 0; i < md->nfiles; i++) {
+            h = name_hash(md->files[i], strlen(md->files[i])) & (cap - 1);
+            while (nt[h])
+                h = (h + 1) & (cap - 1);
+            nt[h] = (uint32_t)(i + 1);
+        }
+        dcp__free(t->tab);
+        t->tab = nt;
+        t->cap = cap;
+    }
+    h = name_hash(name, len) & (t->cap - 1);
+    while (t->tab[h]) {
+        const char *f = md->files[t->tab[h] - 1];
+        if (strncmp(f, name, len) == 0 && f[len] == '\0') {
+            *out = t->tab[h] - 1;
+            return DCP_OK;
+        }
+        h = (h + 1) & (t->cap - 1);
+    }
+    if (md->nfiles >= UINT32_MAX - 1)
+        return DCP_ELIMIT;
+    nf = dcp__realloc(md->files, (md->nfiles + 1) * sizeof(*nf));
+    if (!nf)
+        return DCP_ENOMEM;
+    md->files = nf;
+    md->files[md->nfiles] = dcp__strndup(name, len);
+    if (!md->files[md->nfiles])
+        return DCP_ENOMEM;
+    t->tab[h] = (uint32_t)(md->nfiles + 1);
+    *out = (uint32_t)md->nfiles++;
+    return DCP_OK;
+}
+
+/* Finds the chunk of e whose offsets equal off, trying the hint first. */
+void dcp__meta_free(struct dcp_metadata *md)
+{
+    size_t i, j;
+    if (!md)
+        return;
+    for (i = 0; i < md->n; i++) {
+        struct md_entry *e = &md->e[i];
+        /* With a pool (md->ints), chunks' offsets and sizes live in it. */
+        for (j = 0; !md->ints && e->chunks && j < e->nchunks; j++)
+            dcp__free(e->chunks[j].off);
+        if (!md->chunk_block)
+            dcp__free(e->chunks);
+        for (j = 0; j < e->npath; j++)
+            dcp__free(e->path[j].s);
+        dcp__free(e->path);
+        dcp__free(e->key);
+    }
+    dcp__free(md->e);
+    for (i = 0; i < md->nfiles; i++)
+        dcp__free(md->files[i]);
+    dcp__free(md->files);
+    dcp__free(md->version);
+    dcp__free(md->checkpoint_id);
+    dcp__free(md->save_id);
+    dcp__free(md->ints);
+    dcp__free(md->chunk_block);
+    dcp__free(md->dir);
+    dcp__free(md);
+}
+
+/* ------------------------------------------------------- load planning */
+
+void dcp__meta_index(struct dcp_metadata *md)
+{
+    size_t i, j;
+    for (i = 0; i < md->n; i++) {
+        struct md_entry *e = &md->e[i];
+        e->sorted0 = e->is_tensor && e->ndim > 0;
+        e->maxlen0 = 0;
+        for (j = 0; e->sorted0 && j < e->nchunks; j++) {
+            const struct md_chunk *c = &e->chunks[j];
+            if (j && c->off[0] < e->chunks[j - 1].off[0])
+                e->sorted0 = 0;
+            if (c->size[0] > e->maxlen0)
+                e->maxlen0 = c->size[0];
+        }
+    }
+}
+
+int dcp__path_repr(const struct md_pathel *p, size_t n, struct dcp_buf *out)
+{
+    size_t i;
+    int rc = dcp__buf_put_u8(out, '(');
+    for (i = 0; rc == DCP_OK && i < n; i++) {
+        if (i)
+            rc = dcp__buf_put(out, ", ", 2);
+        if (rc != DCP_OK)
+            break;
+        rc = p[i].s ? dcp__buf_printf(out, "'%s'", p[i].s)
+                    : dcp__buf_printf(out, "%" PRId64, p[i].i);
+    }
+    if (rc == DCP_OK && n == 1)
+        rc = dcp__buf_put_u8(out, ',');
+    return rc == DCP_OK ? dcp__buf_put_u8(out, ')') : rc;
+}

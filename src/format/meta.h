@@ -1,0 +1,121 @@
+/*
+ * The checkpoint's .metadata: PyTorch's Metadata object as dcp holds it.
+ * Decoded from the pickle tree (never executing anything), validated, and
+ * encoded back as a protocol-2 pickle that torch's pickle.load accepts.
+ */
+#ifndef DCP_META_H
+#define DCP_META_H
+
+#include "util.h"
+
+/* The Python modules of the classes .metadata pickles. */
+#define MD_MOD_DCP "torch.distributed.checkpoint.metadata"
+#define MD_MOD_OLD "torch.distributed._shard.sharded_tensor.metadata"
+#define MD_MOD_FS "torch.distributed.checkpoint.filesystem"
+
+/* One component of an entry's nested path (planner_data): a dict key
+ * (s != NULL, owned) or a list index. */
+struct md_pathel {
+    char *s;
+    int64_t i;
+};
+
+struct md_chunk {
+    int64_t *off; /* ndim elements (NULL for values) */
+    int64_t *size;
+    uint32_t file; /* index into md->files */
+    uint64_t offset;
+    uint64_t length;
+    int has_storage; /* storage_data entry seen (decode) */
+};
+
+struct md_entry {
+    char *key;
+    int is_tensor;
+    dcp_dtype dtype;
+    int ndim;
+    int64_t shape[DCP_MAX_NDIM];
+    int requires_grad;
+    struct md_chunk *chunks; /* values: exactly one, off/size NULL */
+    size_t nchunks;
+    struct md_pathel *path; /* planner_data; NULL when absent */
+    size_t npath;
+    /* Set by the decoders (dcp__meta_index) for dcp__meta_overlapping:
+     * chunks listed by ascending offset along dim 0 (as dcp and torch write
+     * them), and the largest chunk extent along dim 0. */
+    int sorted0;
+    int64_t maxlen0;
+};
+
+struct dcp_metadata {
+    struct md_entry *e; /* sorted by key (strcmp) */
+    size_t n;
+    char **files;
+    size_t nfiles;
+    char *version;       /* "" when absent */
+    char *checkpoint_id; /* storage_meta.checkpoint_id when a str/path */
+    char *save_id;
+    int64_t *ints;       /* backing store for chunk offsets/sizes */
+    /* When set, every entry's chunks lie in this one block (the save
+     * plan's), freed with it instead of one by one. */
+    struct md_chunk *chunk_block;
+    char *dir;           /* set by dcp_metadata_open: where it was read */
+};
+
+/*
+ * Decodes .metadata bytes. Validates: known classes only (allow-list),
+ * every tensor chunk inside its global shape, every chunk and value has
+ * exactly one storage entry, file names are single safe path components,
+ * byte ranges do not overflow. Tiling is not checked here
+ * (dcp__meta_check_tiling).
+ */
+int dcp__meta_decode(const void *p, size_t len, struct dcp_metadata **out,
+                     struct dcp_err *err);
+
+/* Encodes md as a protocol-2 pickle (PROTO ... STOP) appended to out. */
+int dcp__meta_encode(const struct dcp_metadata *md, struct dcp_buf *out);
+
+void dcp__meta_free(struct dcp_metadata *md);
+
+/* The general decoder alone (dcp__meta_decode tries the fast path first). */
+int dcp__meta_decode_general(const void *p, size_t len,
+                             struct dcp_metadata **out, struct dcp_err *err);
+
+/*
+ * The fast path (meta_fast.c): decodes the layout dcp__meta_encode writes
+ * straight into md, without a pickle tree. Returns DCP_OK, or
+ * META_FAST_DECLINE for anything else -- another writer's layout, or any
+ * input the general decoder would refuse -- so that the general decoder
+ * runs and reports. Whatever it accepts, it decodes exactly as the general
+ * decoder would.
+ */
+#define META_FAST_DECLINE 1
+int dcp__meta_decode_fast(const uint8_t *p, size_t len,
+                          struct dcp_metadata **out);
+
+/* md->files by name, for decoders: index + 1 per slot, 0 = empty. */
+struct md_ftab {
+    uint32_t *tab;
+    size_t cap;
+};
+/* Index of name[0..len) in md->files, appended if new. */
+int dcp__meta_file_index(struct dcp_metadata *md, struct md_ftab *t,
+                         const char *name, size_t len, uint32_t *out);
+
+/* Index of key in md (binary search), or -1. */
+long dcp__meta_find(const struct dcp_metadata *md, const char *key);
+
+/* Sorts entries by key and fails with DCP_EPLAN on a duplicate. */
+int dcp__meta_sort(struct dcp_metadata *md, struct dcp_err *err);
+
+/* Fills sorted0 and maxlen0 of every tensor entry: one pass over the
+ * chunks. */
+void dcp__meta_index(struct dcp_metadata *md);
+
+/* Renders a path component list as "('model', 'fc.weight', 0)". */
+int dcp__path_repr(const struct md_pathel *p, size_t n, struct dcp_buf *out);
+
+/* Checks that name is a plain file name inside the checkpoint directory. */
+int dcp__safe_name(const char *name);
+
+#endif /* DCP_META_H */
