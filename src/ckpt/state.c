@@ -37,7 +37,7 @@ void dcp_state_free(dcp_state *st)
         dcp_value_free(e->value);
     }
     dcp__free(st->e);
-    dcp__free(st->index);
+    dcp__htab_release(&st->index);
     path_free(st->cur, st->ncur);
     dcp__free(st->cur);
     dcp__free(st);
@@ -112,47 +112,18 @@ int dcp__state_set_cursor(dcp_state *st, const struct md_pathel *p, size_t n)
 
 /* -------------------------------------------------------------- index */
 
-static uint64_t hash_str(const char *s)
+/* The key of entry i, for the index. */
+static const void *entry_key(const void *arr, uint32_t i, size_t *len)
 {
-    uint64_t h = 1469598103934665603ULL;
-    while (*s) {
-        h ^= (unsigned char)*s++;
-        h *= 1099511628211ULL;
-    }
-    return h;
-}
-
-static int index_rebuild(dcp_state *st, size_t cap)
-{
-    uint32_t *idx = dcp__calloc(cap, sizeof(*idx));
-    size_t i;
-    if (!idx)
-        return DCP_ENOMEM;
-    for (i = 0; i < st->n; i++) {
-        size_t h = (size_t)hash_str(st->e[i].key) & (cap - 1);
-        while (idx[h])
-            h = (h + 1) & (cap - 1);
-        idx[h] = (uint32_t)(i + 1);
-    }
-    dcp__free(st->index);
-    st->index = idx;
-    st->index_cap = cap;
-    return DCP_OK;
+    const struct st_entry *e = arr;
+    *len = strlen(e[i].key);
+    return e[i].key;
 }
 
 struct st_entry *dcp__state_find(const dcp_state *st, const char *key)
 {
-    size_t h;
-    if (!st->index_cap)
-        return NULL;
-    h = (size_t)hash_str(key) & (st->index_cap - 1);
-    while (st->index[h]) {
-        struct st_entry *e = &st->e[st->index[h] - 1];
-        if (strcmp(e->key, key) == 0)
-            return e;
-        h = (h + 1) & (st->index_cap - 1);
-    }
-    return NULL;
+    uint32_t i = dcp__htab_get(&st->index, key, strlen(key), entry_key, st->e);
+    return i ? &st->e[i - 1] : NULL;
 }
 
 /* Joins the current path plus a last component into a key. */
@@ -203,11 +174,9 @@ static int entry_new(dcp_state *st, const char *name, int64_t name_i,
         st->e = ne;
         st->cap = cap;
     }
-    if ((st->n + 1) * 2 > st->index_cap) {
-        rc = index_rebuild(st, st->index_cap ? st->index_cap * 2 : 64);
-        if (rc != DCP_OK)
-            goto out_free;
-    }
+    rc = dcp__htab_reserve(&st->index, st->n + 1, entry_key, st->e);
+    if (rc != DCP_OK)
+        goto out_free;
     e = &st->e[st->n];
     memset(e, 0, sizeof(*e));
     e->path = dcp__calloc(st->ncur + 1, sizeof(*e->path));
@@ -230,12 +199,10 @@ static int entry_new(dcp_state *st, const char *name, int64_t name_i,
     }
     e->npath = st->ncur + 1;
     e->key = (char *)key.p;
-    {
-        size_t h = (size_t)hash_str(e->key) & (st->index_cap - 1);
-        while (st->index[h])
-            h = (h + 1) & (st->index_cap - 1);
-        st->index[h] = (uint32_t)(st->n + 1);
-    }
+    dcp__htab_set(&st->index,
+                  dcp__htab_slot(&st->index, e->key, strlen(e->key),
+                                 entry_key, st->e),
+                  (uint32_t)st->n);
     st->n++;
     *out = e;
     return DCP_OK;

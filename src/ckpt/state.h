@@ -7,6 +7,7 @@
 #define DCP_STATE_H
 
 #include "util.h"
+#include "hashtab.h"
 #include "value.h"
 #include "meta.h"
 #include "reshard.h"
@@ -41,8 +42,7 @@ struct dcp_state {
     struct st_entry *e;
     size_t n;
     size_t cap;
-    uint32_t *index; /* open addressing: entry index + 1, 0 = empty */
-    size_t index_cap;
+    struct dcp_htab index; /* entries by key */
     struct md_pathel *cur; /* current nesting */
     size_t ncur;
     size_t capcur;
