@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hashtab.h"
 #include "value.h"
 
 #define BLOB_VERSION 1
@@ -95,18 +96,6 @@ static uint8_t get_u8(struct rd *r)
     return p ? *p : 0;
 }
 
-static uint64_t fnv64(const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    uint64_t h = 1469598103934665603ULL;
-    size_t i;
-    for (i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
-}
-
 /* --------------------------------------------------------- local plan */
 
 /* Path components: a str as (length << 1), an int as 1 then its value. The
@@ -154,7 +143,7 @@ static int enc_entry(struct pl_local *lp, size_t i, const struct st_entry *se,
             return dcp__err(err, rc, "cannot encode value '%s'", se->key);
         rc = put_uv(b, pk->len);
         if (rc == DCP_OK)
-            rc = dcp__buf_put_le64(b, fnv64(pk->p, pk->len));
+            rc = dcp__buf_put_le64(b, dcp__fnv1a64(pk->p, pk->len));
         return rc == DCP_OK ? DCP_OK
                             : dcp__err(err, rc,
                                        "out of memory planning "
@@ -285,8 +274,7 @@ static inline int same_ints(const int64_t *a, const int64_t *b, int n)
 struct gp {
     struct gkey *keys;
     size_t nkeys, capkeys;
-    uint32_t *tab; /* key index + 1; 0 = empty */
-    size_t tabcap;
+    struct dcp_htab tab; /* keys by name */
     struct pent *ents; /* every rank's entries, rank-major */
     size_t nents, capents;
     size_t ncands;  /* boxes and values over all ranks */
@@ -320,47 +308,28 @@ static void *huge_array(size_t n, size_t elem, int zero)
     return p;
 }
 
-static uint64_t hash_key(const char *s)
+/* The name of key i, for p->tab. */
+static const void *gkey_name(const void *arr, uint32_t i, size_t *len)
 {
-    return fnv64(s, strlen(s));
-}
-
-static int tab_rebuild(struct gp *p, size_t cap)
-{
-    uint32_t *t = dcp__calloc(cap, sizeof(*t));
-    size_t i;
-    if (!t)
-        return DCP_ENOMEM;
-    for (i = 0; i < p->nkeys; i++) {
-        size_t h = (size_t)hash_key(p->keys[i].key) & (cap - 1);
-        while (t[h])
-            h = (h + 1) & (cap - 1);
-        t[h] = (uint32_t)(i + 1);
-    }
-    dcp__free(p->tab);
-    p->tab = t;
-    p->tabcap = cap;
-    return DCP_OK;
+    const struct gkey *k = arr;
+    *len = strlen(k[i].key);
+    return k[i].key;
 }
 
 /* Finds key, or adds a zeroed gkey for it (*added = 1). */
-static int key_lookup(struct gp *p, const char *key, uint32_t *gi, int *added)
+static int key_lookup(struct gp *p, const char *key, size_t len, uint32_t *gi,
+                      int *added)
 {
     size_t h;
     int rc;
     *added = 0;
-    if ((p->nkeys + 1) * 2 > p->tabcap) {
-        rc = tab_rebuild(p, p->tabcap ? p->tabcap * 2 : 1024);
-        if (rc != DCP_OK)
-            return rc;
-    }
-    h = (size_t)hash_key(key) & (p->tabcap - 1);
-    while (p->tab[h]) {
-        if (strcmp(p->keys[p->tab[h] - 1].key, key) == 0) {
-            *gi = p->tab[h] - 1;
-            return DCP_OK;
-        }
-        h = (h + 1) & (p->tabcap - 1);
+    rc = dcp__htab_reserve(&p->tab, p->nkeys + 1, gkey_name, p->keys);
+    if (rc != DCP_OK)
+        return rc;
+    h = dcp__htab_slot(&p->tab, key, len, gkey_name, p->keys);
+    if (p->tab.slot[h]) {
+        *gi = p->tab.slot[h] - 1;
+        return DCP_OK;
     }
     if (p->nkeys >= UINT32_MAX - 1)
         return DCP_ELIMIT;
@@ -370,7 +339,7 @@ static int key_lookup(struct gp *p, const char *key, uint32_t *gi, int *added)
     memset(&p->keys[p->nkeys], 0, sizeof(*p->keys));
     p->keys[p->nkeys].key = key;
     p->keys[p->nkeys].last_rank = -1;
-    p->tab[h] = (uint32_t)(p->nkeys + 1);
+    dcp__htab_set(&p->tab, h, (uint32_t)p->nkeys);
     *gi = (uint32_t)p->nkeys++;
     *added = 1;
     return DCP_OK;
@@ -519,7 +488,7 @@ static int parse_head(struct gp *p, struct rd *rd, int r, uint32_t lent,
         *gi = p->hint[lent];
         added = 0;
     } else {
-        rc = key_lookup(p, n.key, gi, &added);
+        rc = key_lookup(p, n.key, (size_t)klen, gi, &added);
         if (rc == DCP_OK && lent >= p->nhint) /* entries come in order */
             rc = grow((void **)&p->hint, &p->caphint, (size_t)lent + 1,
                       sizeof(*p->hint));
@@ -1219,7 +1188,7 @@ int dcp__plan_global(const uint8_t *blobs, const size_t *lens,
     if (rc == DCP_OK)
         rc = build_all(&p, blobs, lens, displs, g);
     dcp__free(p.keys);
-    dcp__free(p.tab);
+    dcp__htab_release(&p.tab);
     dcp__free(p.ents);
     dcp__free(p.rbase);
     dcp__free(p.hint);
