@@ -57,48 +57,29 @@ int dcp__safe_name(const char *name)
     return 1;
 }
 
-static size_t name_hash(const char *s, size_t n)
+/* Data file i's name, for the decoders' tables. */
+static const void *file_name(const void *arr, uint32_t i, size_t *len)
 {
-    uint64_t h = 1469598103934665603ULL;
-    size_t i;
-    for (i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ULL;
-    }
-    return (size_t)h;
+    char *const *files = arr;
+    *len = strlen(files[i]);
+    return files[i];
 }
 
 /* Index of a data file name in md->files, added if new. A hash table: a
  * checkpoint has a file or more per rank, and every storage item names
  * one (8 Mi items x 4096 files for 4096 ranks x 2000 tensors). */
-int dcp__meta_file_index(struct dcp_metadata *md, struct md_ftab *t,
+int dcp__meta_file_index(struct dcp_metadata *md, struct dcp_htab *t,
                          const char *name, size_t len, uint32_t *out)
 {
-    size_t h, i;
+    size_t h;
     char **nf;
-    if ((md->nfiles + 1) * 2 > t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 64;
-        uint32_t *nt = dcp__calloc(cap, sizeof(*nt));
-        if (!nt)
-            return DCP_ENOMEM;
-        for (i = 0; i < md->nfiles; i++) {
-            h = name_hash(md->files[i], strlen(md->files[i])) & (cap - 1);
-            while (nt[h])
-                h = (h + 1) & (cap - 1);
-            nt[h] = (uint32_t)(i + 1);
-        }
-        dcp__free(t->tab);
-        t->tab = nt;
-        t->cap = cap;
-    }
-    h = name_hash(name, len) & (t->cap - 1);
-    while (t->tab[h]) {
-        const char *f = md->files[t->tab[h] - 1];
-        if (strncmp(f, name, len) == 0 && f[len] == '\0') {
-            *out = t->tab[h] - 1;
-            return DCP_OK;
-        }
-        h = (h + 1) & (t->cap - 1);
+    int rc = dcp__htab_reserve(t, md->nfiles + 1, file_name, md->files);
+    if (rc != DCP_OK)
+        return rc;
+    h = dcp__htab_slot(t, name, len, file_name, md->files);
+    if (t->slot[h]) {
+        *out = t->slot[h] - 1;
+        return DCP_OK;
     }
     if (md->nfiles >= UINT32_MAX - 1)
         return DCP_ELIMIT;
@@ -109,7 +90,7 @@ int dcp__meta_file_index(struct dcp_metadata *md, struct md_ftab *t,
     md->files[md->nfiles] = dcp__strndup(name, len);
     if (!md->files[md->nfiles])
         return DCP_ENOMEM;
-    t->tab[h] = (uint32_t)(md->nfiles + 1);
+    dcp__htab_set(t, h, (uint32_t)md->nfiles);
     *out = (uint32_t)md->nfiles++;
     return DCP_OK;
 }

@@ -7,6 +7,7 @@
 #define DCP_META_H
 
 #include "util.h"
+#include "hashtab.h"
 
 /* The Python modules of the classes .metadata pickles. */
 #define MD_MOD_DCP "torch.distributed.checkpoint.metadata"
@@ -93,13 +94,10 @@ int dcp__meta_decode_general(const void *p, size_t len,
 int dcp__meta_decode_fast(const uint8_t *p, size_t len,
                           struct dcp_metadata **out);
 
-/* md->files by name, for decoders: index + 1 per slot, 0 = empty. */
-struct md_ftab {
-    uint32_t *tab;
-    size_t cap;
-};
-/* Index of name[0..len) in md->files, appended if new. */
-int dcp__meta_file_index(struct dcp_metadata *md, struct md_ftab *t,
+/* Index of name[0..len) in md->files, appended if new. t: md->files by
+ * name, the decoder's (from empty, and given every file md gets; freed
+ * with dcp__htab_release). Returns DCP_OK, DCP_ENOMEM or DCP_ELIMIT. */
+int dcp__meta_file_index(struct dcp_metadata *md, struct dcp_htab *t,
                          const char *name, size_t len, uint32_t *out);
 
 /* Index of key in md (binary search), or -1. */

@@ -126,7 +126,7 @@ static int get_u64(const struct pk_node *n, uint64_t *out)
 struct walk {
     struct dcp_metadata *md;
     struct dcp_err *err;
-    struct md_ftab ftab; /* md->files by name */
+    struct dcp_htab ftab; /* md->files by name */
     /* Memo references let a small pickle name one big list many times;
      * a real chunk costs at least this many bytes of pickle. */
     uint64_t chunks_left;
@@ -489,10 +489,9 @@ int dcp__meta_decode_general(const void *p, size_t len,
     w.md = md;
     w.err = err;
     w.chunks_left = len / 8 + 1;
-    w.ftab.tab = NULL;
-    w.ftab.cap = 0;
+    memset(&w.ftab, 0, sizeof(w.ftab));
     rc = walk_root(&w, root);
-    dcp__free(w.ftab.tab);
+    dcp__htab_release(&w.ftab);
     if (rc == DCP_OK)
         dcp__meta_index(md);
     if (rc == DCP_ENOMEM)

@@ -148,7 +148,7 @@ struct fd {
     struct md_chunk *chunks;
     size_t capchunks;
     size_t *cstart;
-    struct md_ftab ftab;
+    struct dcp_htab ftab;
     int have_sdm, have_pd, have_sd, have_sm, have_ver;
     size_t nchunks; /* in state_dict_metadata */
     size_t nstored; /* chunks given their storage entry */
@@ -1237,7 +1237,7 @@ int dcp__meta_decode_fast(const uint8_t *p, size_t len,
     reserve_arrays(&f, len);
     rc = rd_root(&f);
     dcp__free(f.memo);
-    dcp__free(f.ftab.tab);
+    dcp__htab_release(&f.ftab);
     dcp__free(f.cstart);
     dcp__free(f.chunks); /* unless md took it */
     if (rc == DCP_OK && !f.md->e && !(f.md->e = dcp__calloc(1, sizeof(*f.md->e))))
