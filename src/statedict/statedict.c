@@ -184,7 +184,7 @@ void dcp_sd_free(dcp_sd *sd)
     for (i = 0; i < sd->np; i++)
         dcp__free(sd->p[i].fqn);
     dcp__free(sd->p);
-    dcp__free(sd->index);
+    dcp__htab_release(&sd->index);
     dcp__free(sd->g);
     dcp__free(sd->steps);
     dcp__free(sd);
@@ -208,50 +208,18 @@ int dcp_sd_add_group(dcp_sd *sd, const dcp_adamw *hp)
     return DCP_OK;
 }
 
-static uint64_t fqn_hash(const char *s)
+/* The name of parameter i, for the index. */
+static const void *param_fqn(const void *arr, uint32_t i, size_t *len)
 {
-    uint64_t h = 1469598103934665603ULL;
-    while (*s) {
-        h ^= (unsigned char)*s++;
-        h *= 1099511628211ULL;
-    }
-    return h;
-}
-
-/* Slot of fqn in the index: its entry, or the empty slot where it goes. */
-static size_t index_slot(const dcp_sd *sd, const char *fqn)
-{
-    size_t m = sd->index_cap - 1, j = (size_t)fqn_hash(fqn) & m;
-    while (sd->index[j] && strcmp(sd->p[sd->index[j] - 1].fqn, fqn) != 0)
-        j = (j + 1) & m;
-    return j;
+    const struct sd_param *p = arr;
+    *len = strlen(p[i].fqn);
+    return p[i].fqn;
 }
 
 long dcp__sd_find(const dcp_sd *sd, const char *fqn)
 {
-    size_t j;
-    if (!sd->index_cap)
-        return -1;
-    j = index_slot(sd, fqn);
-    return sd->index[j] ? (long)sd->index[j] - 1 : -1;
-}
-
-static int index_grow(dcp_sd *sd)
-{
-    size_t cap = sd->index_cap ? sd->index_cap * 2 : 64, i;
-    uint32_t *old = sd->index;
-    size_t oldcap = sd->index_cap;
-    sd->index = dcp__calloc(cap, sizeof(*sd->index));
-    if (!sd->index) {
-        sd->index = old;
-        return DCP_ENOMEM;
-    }
-    sd->index_cap = cap;
-    for (i = 0; i < oldcap; i++)
-        if (old[i])
-            sd->index[index_slot(sd, sd->p[old[i] - 1].fqn)] = old[i];
-    dcp__free(old);
-    return DCP_OK;
+    uint32_t i = dcp__htab_get(&sd->index, fqn, strlen(fqn), param_fqn, sd->p);
+    return (long)i - 1;
 }
 
 int dcp_sd_add_param(dcp_sd *sd, size_t g, const char *fqn, int ndim,
@@ -269,10 +237,11 @@ int dcp_sd_add_param(dcp_sd *sd, size_t g, const char *fqn, int ndim,
     if (numel < 0 || dcp__add_overflow_i64(sd->numel, numel, &end) ||
         dcp__mul_overflow_i64(end, (int64_t)dcp_dtype_size(sd->dtype), &bytes))
         return DCP_EINVAL;
-    if (2 * (sd->np + 1) > sd->index_cap && (rc = index_grow(sd)) != DCP_OK)
+    rc = dcp__htab_reserve(&sd->index, sd->np + 1, param_fqn, sd->p);
+    if (rc != DCP_OK)
         return rc;
-    slot = index_slot(sd, fqn);
-    if (sd->index[slot])
+    slot = dcp__htab_slot(&sd->index, fqn, strlen(fqn), param_fqn, sd->p);
+    if (sd->index.slot[slot])
         return DCP_EINVAL;
     if (sd->np == sd->capp) {
         size_t cap = sd->capp ? sd->capp * 2 : 16;
@@ -294,7 +263,7 @@ int dcp_sd_add_param(dcp_sd *sd, size_t g, const char *fqn, int ndim,
     p->numel = numel;
     p->group = g;
     sd->numel = end;
-    sd->index[slot] = (uint32_t)++sd->np;
+    dcp__htab_set(&sd->index, slot, (uint32_t)sd->np++);
     return DCP_OK;
 }
 

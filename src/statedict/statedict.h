@@ -7,6 +7,7 @@
 
 #include "dcp/dcp_statedict.h"
 #include "util.h"
+#include "hashtab.h"
 
 struct sd_param {
     char *fqn;
@@ -21,8 +22,7 @@ struct dcp_sd {
     dcp_dtype dtype;
     struct sd_param *p;
     size_t np, capp;
-    uint32_t *index; /* fqn hash table: param index + 1, 0 = empty */
-    size_t index_cap;
+    struct dcp_htab index; /* parameters by fqn */
     dcp_adamw *g;
     size_t ng, capg;
     int64_t numel;
