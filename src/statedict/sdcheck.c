@@ -10,7 +10,7 @@
  * The message names the first of each (it must fit DCP_ERRMSG_MAX); the
  * missing and unexpected lists are complete, for dcp_load_report.
  */
-#include "statedict.h"
+#include "sdcheck.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -453,7 +453,7 @@ static int check_step(struct chk *c, long idx)
                             "of this dtype",
                             key);
     }
-    if (!(x >= 0 && x <= (double)((int64_t)1 << 24)) || x != floor(x)) {
+    if (!(x >= 0 && x <= (double)SD_MAX_STEP) || x != floor(x)) {
         c->nmism++;
         return dcp__sd_note(&c->mism, "'%s': saved %.9g, not a step count", key,
                             x);
