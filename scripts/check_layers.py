@@ -42,6 +42,12 @@ OBJ_RE = re.compile(r"src/([^/]+)/([^/]+)\.c\.(?:o|obj)$")
 # common, weak, small data) and GNU's unique global 'u'. Lowercase ones are
 # local (static) and never clash.
 DEF_TYPES = set("TDBRCVWGSu")
+# Symbols the compiler's instrumentation defines (sanitizer ODR indicators,
+# coverage counters), not the library's: the sanitizer and fuzzer builds run
+# unit.layout too.
+TOOL_PREFIXES = ("__odr_asan", "__asan", "___asan", "__sancov", "__ubsan",
+                 "__tsan", "__llvm", "__profc_", "__profd_", "__covrec_",
+                 "__start_", "__stop_")
 
 
 def die(msg):
@@ -298,7 +304,7 @@ def check_calls(args, layers, bad):
 def check_symbols(args, bad):
     n = 0
     for member, t, name in nm(args.nm, [args.lib])[args.lib]:
-        if t not in DEF_TYPES:
+        if t not in DEF_TYPES or name.startswith(TOOL_PREFIXES):
             continue
         n += 1
         if not name.startswith("dcp_"):
