@@ -18,10 +18,11 @@
 
     check_layers.py --src DIR --cc CC --incdirs LAYER=DIR|DIR... [...]
         (ctest unit.layout_enforced) proves the build's include paths refuse
-        what the rule forbids: for each layer, a one-line file including a
-        header of each folder it may not use must fail to preprocess with the
-        layer's own include directories (as the build passes them), and one
-        including a header of each folder it may use must succeed.
+        what the rule forbids: with each layer's own include directories (as
+        the build passes them), a header of each folder it may not use must
+        not be found, and one of each folder it may use must be; and a file
+        holding only #include "save.h" fails to preprocess with the format
+        layer's directories and passes with the ckpt layer's.
 
 Exit status: 0 clean, 1 violations, 2 usage or environment error.
 Standard library only.
@@ -315,7 +316,18 @@ def check_symbols(args, bad):
 
 # ------------------------------------------------- the build refuses it
 
+def preprocess(cc, flags, path):
+    r = subprocess.run([cc, "-E", "-o", os.devnull] + flags + [path],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True)
+    return r.returncode, r.stderr
+
+
 def check_enforced(args, layers):
+    """Per layer, one preprocessor run: __has_include (which searches the
+    include path exactly as #include does) of one header of every folder,
+    an #error for each answer the rule does not allow. Then the example
+    in full: format/ flags + #include "save.h" fails, ckpt/ flags pass."""
     allowed = {n: [n] + b for n, b in layers}
     files = src_files(args.src, allowed)
     headers = collections.defaultdict(list)  # folder -> header names
@@ -325,50 +337,60 @@ def check_enforced(args, layers):
         if base.endswith(".h"):
             headers[folder].append(base)
             owner[base].add(folder)
+    pick = {}  # folder -> one header named only there
+    for folder, _ in layers:
+        hs = [h for h in sorted(headers[folder]) if owner[h] == {folder}]
+        if hs:
+            pick[folder] = "save.h" if "save.h" in hs else hs[0]
     incdirs = {}
     for spec in args.incdirs:
         name, _, dirs = spec.partition("=")
-        incdirs[name] = [d for d in re.split(r"[;|]", dirs) if d]
-    bad, ok = [], 0
+        incdirs[name] = ["-I" + d for d in re.split(r"[;|]", dirs) if d]
+    bad, n = [], 0
     tmp = tempfile.mkdtemp(prefix="dcp-layout-")
     try:
         for name, _ in layers:
             if name not in incdirs:
                 die("no --incdirs for layer %s" % name)
-            flags = ["-I" + d for d in incdirs[name]]
-            for folder, _ in layers:
-                # One header per folder, named only there.
-                hs = [h for h in sorted(headers[folder]) if owner[h] == {folder}]
-                if not hs:
-                    continue
-                h = hs[0]
-                # The issue's example first: format including save.h.
-                if folder == "ckpt" and "save.h" in hs:
-                    h = "save.h"
-                want = folder in allowed[name]
-                c = os.path.join(tmp, "%s_%s.c" % (name, folder))
-                with open(c, "w") as fp:
-                    fp.write('#include "%s"\n' % h)
-                r = subprocess.run([args.cc, "-E", "-o", os.devnull] + flags +
-                                   [c], stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE,
-                                   universal_newlines=True)
-                if want and r.returncode != 0:
-                    bad.append("%s/ including %s (src/%s/, allowed) does not "
-                               "compile: %s" % (name, h, folder,
-                                                r.stderr.strip()[:300]))
-                elif not want and r.returncode == 0:
-                    bad.append("%s/ including %s (src/%s/, not allowed) "
-                               "compiles: the build does not enforce the "
-                               "rule" % (name, h, folder))
-                elif not want and h not in r.stderr:
-                    bad.append("%s/ including %s failed for another reason: "
-                               "%s" % (name, h, r.stderr.strip()[:300]))
+            lines = []
+            for folder, h in sorted(pick.items()):
+                n += 1
+                if folder in allowed[name]:
+                    lines += ['#if !__has_include("%s")' % h,
+                              "#error %s/ cannot include %s (src/%s/, "
+                              "allowed)" % (name, h, folder), "#endif"]
                 else:
-                    ok += 1
-                    if name == "format" and h == "save.h":
-                        print("format/ + #include \"save.h\": refused: %s" %
-                              r.stderr.strip().splitlines()[0])
+                    lines += ['#if __has_include("%s")' % h,
+                              "#error %s/ can include %s (src/%s/, not "
+                              "allowed): the build does not enforce the "
+                              "rule" % (name, h, folder), "#endif"]
+            c = os.path.join(tmp, "%s.c" % name)
+            with open(c, "w") as fp:
+                fp.write("\n".join(lines) + "\n")
+            rc, err = preprocess(args.cc, incdirs[name], c)
+            # gcc shows the message twice (diagnostic and source line).
+            msgs = list(dict.fromkeys(
+                m.strip() for m in re.findall(r"#error (.*)", err)))
+            bad += msgs
+            if rc != 0 and not msgs:
+                bad.append("%s/: the preprocessor failed: %s" %
+                           (name, err.strip()[:300]))
+        # The literal case of the issue: the build refuses it.
+        c = os.path.join(tmp, "upward.c")
+        with open(c, "w") as fp:
+            fp.write('#include "save.h"\n')
+        if "format" in incdirs and "ckpt" in incdirs:
+            rc, err = preprocess(args.cc, incdirs["format"], c)
+            if rc == 0 or "save.h" not in err:
+                bad.append("format/ + #include \"save.h\" was not refused "
+                           "for the missing header: %s" % err.strip()[:300])
+            else:
+                print("format/ + #include \"save.h\": refused: %s" %
+                      err.strip().splitlines()[0])
+            rc2, err2 = preprocess(args.cc, incdirs["ckpt"], c)
+            if rc2 != 0:
+                bad.append("ckpt/ + #include \"save.h\" fails: %s" %
+                           err2.strip()[:300])
     finally:
         for f in glob.glob(os.path.join(tmp, "*")):
             os.unlink(f)
@@ -377,8 +399,8 @@ def check_enforced(args, layers):
         print(line)
     if bad:
         return 1
-    print("layout enforced: %d include checks across %d layers" %
-          (ok, len(layers)))
+    print("layout enforced: %d layer/folder pairs, as the build's include "
+          "paths see them" % n)
     return 0
 
 
