@@ -13,7 +13,9 @@
            another) from one folder to a folder it may not use, and a cycle
            of references between files or between folders;
         d. an external symbol defined in the static library that is not
-           dcp_* or dcp__*.
+           dcp_* or dcp__*;
+        and on DCP_LAYERS itself: a folder of src/ not declared, or one that
+        may use a folder not declared before it (so the order has no cycle).
         On success it prints a one-line summary and exits 0.
 
     check_layers.py --src DIR --cc CC --incdirs LAYER=DIR|DIR... [...]
