@@ -311,8 +311,9 @@ int dcp_import(dcp_ctx *ctx, const char *in, const char *dir,
     dcp__ctx_begin(ctx);
     if (!in || !dir)
         return dcp__err(&ctx->err, DCP_EINVAL, "no input file or directory");
-    if (res && (res->struct_size == 0 || res->struct_size > sizeof(*res)))
-        return dcp__err(&ctx->err, DCP_EINVAL, "bad result struct_size");
+    rc = dcp__cv_result_check(res, &ctx->err);
+    if (rc != DCP_OK)
+        return rc;
     memset(&im, 0, sizeof(im));
     im.ctx = ctx;
     im.dirfd = -1;
@@ -335,10 +336,6 @@ int dcp_import(dcp_ctx *ctx, const char *in, const char *dir,
     dcp__meta_free(im.md);
     dcp__free(im.buf);
     dcp__free(im.cbuf);
-    if (res) {
-        uint32_t sz = res->struct_size;
-        im.res.struct_size = sz;
-        memcpy(res, &im.res, sz);
-    }
+    dcp__cv_result_put(res, &im.res);
     return rc;
 }
