@@ -178,7 +178,7 @@ static int fsync_parent(struct xp *xp, const char *path)
     rc = dcp__fs_open_dir(dir, &fd, xp->err);
     if (rc == DCP_OK) {
         rc = dcp__fs_fsync_dir(fd, dir, xp->err);
-        (void)close(fd);
+        dcp__fs_release(fd);
     }
     dcp__free(dir);
     return rc;

@@ -328,10 +328,8 @@ int dcp_import(dcp_ctx *ctx, const char *in, const char *dir,
         rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
     if (rc == DCP_OK)
         rc = run(&im, in, dir);
-    if (im.fd >= 0)
-        (void)close(im.fd);
-    if (im.dirfd >= 0)
-        (void)close(im.dirfd);
+    dcp__fs_release(im.fd);
+    dcp__fs_release(im.dirfd);
     dcp__src_close(&im.ix);
     dcp__meta_free(im.md);
     dcp__free(im.buf);
