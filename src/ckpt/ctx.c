@@ -128,6 +128,23 @@ void dcp__ctx_clear_report(dcp_ctx *ctx)
     ctx->nmissing = ctx->nunexpected = 0;
 }
 
+int dcp__ctx_report_add(dcp_ctx *ctx, int which, const char *key)
+{
+    char ***list = which == DCP__REPORT_MISSING ? &ctx->missing
+                                                : &ctx->unexpected;
+    size_t *n = which == DCP__REPORT_MISSING ? &ctx->nmissing
+                                             : &ctx->nunexpected;
+    char **nl = dcp__realloc(*list, (*n + 1) * sizeof(**list));
+    if (!nl)
+        return DCP_ENOMEM;
+    *list = nl;
+    nl[*n] = dcp__strdup(key);
+    if (!nl[*n])
+        return DCP_ENOMEM;
+    (*n)++;
+    return DCP_OK;
+}
+
 void dcp__ctx_begin(dcp_ctx *ctx)
 {
     dcp__err_clear(&ctx->err);

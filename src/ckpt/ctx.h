@@ -1,6 +1,7 @@
 /*
  * The context: error detail, limits, the communicator and the last load's
- * report. Shared by save.c, load.c and inspect.c.
+ * report. Shared by the checkpoint code (save, load, inspect, ...) and the
+ * layers above it.
  */
 #ifndef DCP_CTX_H
 #define DCP_CTX_H
@@ -54,6 +55,13 @@ int dcp__ctx_io_begin(dcp_ctx *ctx, struct io_eng **out);
 void dcp__ctx_io_end(dcp_ctx *ctx, int op);
 /* Resets the report of op to "no data file touched". */
 void dcp__ctx_io_clear(dcp_ctx *ctx, int op);
+/* Empties the last load's report (dcp_load_report). */
 void dcp__ctx_clear_report(dcp_ctx *ctx);
+/* The report's lists, numbered as dcp_load_report's which. */
+enum { DCP__REPORT_MISSING = 0, DCP__REPORT_UNEXPECTED = 1 };
+/* Appends a copy of key to the report's list which. DCP_OK or DCP_ENOMEM
+ * (no message set; the list stays valid, without key). Used by dcp_load
+ * (load.c) and dcp_load_file (loadfile.c). */
+int dcp__ctx_report_add(dcp_ctx *ctx, int which, const char *key);
 
 #endif /* DCP_CTX_H */

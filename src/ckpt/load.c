@@ -75,19 +75,6 @@ static int check_entry(dcp_ctx *ctx, const struct st_entry *se,
     return rc;
 }
 
-static int report_add(char ***list, size_t *n, const char *key)
-{
-    char **nl = dcp__realloc(*list, (*n + 1) * sizeof(**list));
-    if (!nl)
-        return DCP_ENOMEM;
-    *list = nl;
-    nl[*n] = dcp__strdup(key);
-    if (!nl[*n])
-        return DCP_ENOMEM;
-    (*n)++;
-    return DCP_OK;
-}
-
 /* Matches this rank's keys with the checkpoint's: kinds, shapes, dtypes;
  * missing keys go to ctx's report and fail a strict load. */
 static int match_keys(dcp_ctx *ctx, const dcp_state *st,
@@ -98,7 +85,8 @@ static int match_keys(dcp_ctx *ctx, const dcp_state *st,
     for (i = 0; rc == DCP_OK && i < st->n; i++) {
         long ei = dcp__meta_find(md, st->e[i].key);
         if (ei < 0)
-            rc = report_add(&ctx->missing, &ctx->nmissing, st->e[i].key);
+            rc = dcp__ctx_report_add(ctx, DCP__REPORT_MISSING,
+                                     st->e[i].key);
         else
             rc = check_entry(ctx, &st->e[i], &md->e[ei], flags);
     }
@@ -130,7 +118,8 @@ static int unexpected_keys(dcp_ctx *ctx, const dcp_state *st,
         rc = dcp__comm_allreduce_min(ctx->comm, nreq, md->n, &ctx->err);
     for (i = 0; rc == DCP_OK && i < md->n; i++)
         if (nreq[i])
-            rc = report_add(&ctx->unexpected, &ctx->nunexpected, md->e[i].key);
+            rc = dcp__ctx_report_add(ctx, DCP__REPORT_UNEXPECTED,
+                                     md->e[i].key);
     if (rc == DCP_ENOMEM)
         rc = dcp__err(&ctx->err, rc, "out of memory");
     dcp__free(nreq);

@@ -16,9 +16,10 @@
  *     way), fsyncs it; agree.
  *  4. gather each rank's (offset, length) per record on rank 0, which
  *     writes .metadata.tmp, fsyncs it, renames it to .metadata and fsyncs
- *     the directory: the commit; its verdict is shared. On failure every
- *     rank removes the data file it wrote; on success rank 0 removes the
- *     old checkpoint's data files that the new one does not use.
+ *     the directory: the commit (commit.c); its verdict is shared. On
+ *     failure every rank removes the data file it wrote; on success rank 0
+ *     removes the old checkpoint's data files that the new one does not
+ *     use.
  * With no communicator (one process) the same code runs, each collective
  * degenerating to a local copy.
  *
@@ -45,6 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "commit.h"
 #include "ioengine.h"
 #include "meta.h"
 #include "plan.h"
@@ -209,46 +211,6 @@ static int write_box(struct io_writer *w, const struct sv_rec *r,
     }
     *len = w->off - *off;
     dcp__tz_writer_release(&z);
-    return rc;
-}
-
-/* ----------------------------------------------------------- commit */
-
-/* Commits md. *renamed is set once .metadata is in place: from then on a
- * failure (of the directory fsync) no longer means "nothing committed". */
-static int write_metadata(int dirfd, const char *path,
-                          const struct dcp_metadata *md, int sync, int *renamed,
-                          struct dcp_err *err)
-{
-    static const char tmp[] = ".metadata.tmp";
-    struct dcp_buf b = {0};
-    int fd = -1, rc;
-    rc = dcp__meta_encode(md, &b);
-    if (rc != DCP_OK) {
-        dcp__buf_free(&b);
-        return dcp__err(err, rc, "cannot encode the metadata");
-    }
-    rc = dcp__fs_create(dirfd, tmp, &fd, err);
-    if (rc == DCP_OK)
-        rc = dcp__fs_pwrite(fd, b.p, b.len, 0, tmp, err);
-    if (rc == DCP_OK && sync)
-        rc = dcp__fs_fsync(fd, tmp, err);
-    if (fd >= 0) {
-        if (rc == DCP_OK)
-            rc = dcp__fs_close(fd, tmp, err);
-        else
-            dcp__fs_release(fd);
-    }
-    dcp__buf_free(&b);
-    /* The commit point: after this rename the new checkpoint exists. */
-    if (rc == DCP_OK)
-        rc = dcp__fs_rename(dirfd, tmp, ".metadata", err);
-    if (rc == DCP_OK)
-        *renamed = 1;
-    if (rc == DCP_OK && sync)
-        rc = dcp__fs_fsync_dir(dirfd, path, err);
-    if (rc != DCP_OK)
-        (void)dcp__fs_unlink(dirfd, tmp, NULL);
     return rc;
 }
 
@@ -437,7 +399,7 @@ static int coord_commit(dcp_ctx *ctx, struct coord *co, const char *path,
     md->checkpoint_id = dcp__strdup(path);
     if (!md->save_id || !md->checkpoint_id)
         return dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
-    return write_metadata(co->dirfd, path, md, sync, renamed, &ctx->err);
+    return dcp__commit_metadata(co->dirfd, path, md, sync, renamed, &ctx->err);
 }
 
 /* ------------------------------------------------------------ ranks */

@@ -48,6 +48,22 @@ int dcp__cv_options(const dcp_convert_options *in, dcp_convert_options *out,
     return DCP_OK;
 }
 
+int dcp__cv_result_check(const dcp_convert_result *res, struct dcp_err *err)
+{
+    if (res && (res->struct_size == 0 || res->struct_size > sizeof(*res)))
+        return dcp__err(err, DCP_EINVAL, "bad result struct_size");
+    return DCP_OK;
+}
+
+void dcp__cv_result_put(dcp_convert_result *res, dcp_convert_result *mine)
+{
+    if (res) {
+        uint32_t sz = res->struct_size;
+        mine->struct_size = sz;
+        memcpy(res, mine, sz);
+    }
+}
+
 int dcp__cv_selected(const dcp_convert_options *o, const char *key)
 {
     size_t i;

@@ -1,7 +1,7 @@
 /*
- * Selection and renaming of entries for export and import
- * (dcp_convert_options.keys, strip_prefix, add_prefix), on keys with their
- * nested paths.
+ * What export and import share: their options and result structs, the
+ * selection and renaming of entries (dcp_convert_options.keys,
+ * strip_prefix, add_prefix) on keys with their nested paths, the cast.
  */
 #ifndef DCP_CVNAME_H
 #define DCP_CVNAME_H
@@ -13,6 +13,13 @@
  * DCP_EINVAL for a bad struct_size or dtype. */
 int dcp__cv_options(const dcp_convert_options *in, dcp_convert_options *out,
                     struct dcp_err *err);
+
+/* DCP_EINVAL (message in err) when res, the caller's result struct, has a
+ * bad struct_size; DCP_OK for a good one or NULL (no result wanted). */
+int dcp__cv_result_check(const dcp_convert_result *res, struct dcp_err *err);
+/* Copies *mine into res (NULL: nothing), as many bytes as the struct_size
+ * res came with says (checked by dcp__cv_result_check), which it keeps. */
+void dcp__cv_result_put(dcp_convert_result *res, dcp_convert_result *mine);
 
 /* 1 when key passes the filter (no filter passes everything). */
 int dcp__cv_selected(const dcp_convert_options *o, const char *key);

@@ -178,7 +178,7 @@ static int fsync_parent(struct xp *xp, const char *path)
     rc = dcp__fs_open_dir(dir, &fd, xp->err);
     if (rc == DCP_OK) {
         rc = dcp__fs_fsync_dir(fd, dir, xp->err);
-        (void)close(fd);
+        dcp__fs_release(fd);
     }
     dcp__free(dir);
     return rc;
@@ -1059,8 +1059,9 @@ int dcp_export(dcp_ctx *ctx, const char *dir, const char *out,
             return dcp__err(&ctx->err, DCP_EINVAL,
                             "'%s' is a directory: name the output file", out);
     }
-    if (res && (res->struct_size == 0 || res->struct_size > sizeof(*res)))
-        return dcp__err(&ctx->err, DCP_EINVAL, "bad result struct_size");
+    rc = dcp__cv_result_check(res, &ctx->err);
+    if (rc != DCP_OK)
+        return rc;
     memset(&xp, 0, sizeof(xp));
     xp.ctx = ctx;
     xp.err = &ctx->err;
@@ -1095,10 +1096,6 @@ int dcp_export(dcp_ctx *ctx, const char *dir, const char *out,
     dcp__free(xp.piece);
     dcp__free(xp.cbuf);
     dcp__free(xp.cache);
-    if (res) {
-        uint32_t sz = res->struct_size;
-        xp.res.struct_size = sz;
-        memcpy(res, &xp.res, sz);
-    }
+    dcp__cv_result_put(res, &xp.res);
     return rc;
 }

@@ -6,8 +6,9 @@
  * values as torch.save value items, tensors as tensor items whose data is
  * copied from the source in pieces of at most mem_limit / 2 bytes (cast on
  * the way when asked), with the CRC computed as the bytes pass. Then the
- * data file is fsynced and .metadata is committed as dcp_save does
- * (.metadata.tmp, fsync, rename, fsync of the directory). On failure the
+ * data file is fsynced and .metadata is committed by the sequence dcp_save
+ * uses, dcp__commit_metadata (commit.h: .metadata.tmp, fsync, rename, fsync
+ * of the directory). On failure the
  * data file and the temporary metadata are removed, so the directory never
  * looks like a checkpoint.
  */
@@ -19,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "commit.h"
 #include "crc32.h"
 #include "cvname.h"
 #include "dcp/dcp_convert.h"
@@ -180,40 +182,6 @@ static int write_value(struct imp *im, const struct src_entry *s,
     return add_md_entry(im, s, nm, 0, start, im->off - start);
 }
 
-/* Commits md as dcp_save does; *renamed once .metadata is in place. */
-static int commit(struct imp *im, const char *dir, int *renamed)
-{
-    static const char tmp[] = ".metadata.tmp";
-    struct dcp_err *err = &im->ctx->err;
-    int sync = !(im->o.flags & DCP_CONVERT_NO_FSYNC);
-    struct dcp_buf b = {0};
-    int fd = -1, rc = dcp__meta_encode(im->md, &b);
-    if (rc != DCP_OK)
-        rc = dcp__err(err, rc, "cannot encode the metadata");
-    if (rc == DCP_OK)
-        rc = dcp__fs_create(im->dirfd, tmp, &fd, err);
-    if (rc == DCP_OK)
-        rc = dcp__fs_pwrite(fd, b.p, b.len, 0, tmp, err);
-    if (rc == DCP_OK && sync)
-        rc = dcp__fs_fsync(fd, tmp, err);
-    if (fd >= 0) {
-        if (rc == DCP_OK)
-            rc = dcp__fs_close(fd, tmp, err);
-        else
-            (void)close(fd);
-    }
-    dcp__buf_free(&b);
-    if (rc == DCP_OK)
-        rc = dcp__fs_rename(im->dirfd, tmp, ".metadata", err);
-    if (rc == DCP_OK)
-        *renamed = 1;
-    if (rc == DCP_OK && sync)
-        rc = dcp__fs_fsync_dir(im->dirfd, dir, err);
-    if (rc != DCP_OK)
-        (void)dcp__fs_unlink(im->dirfd, tmp, NULL);
-    return rc;
-}
-
 static int init_md(struct imp *im, const char *dir)
 {
     char id[17];
@@ -322,7 +290,7 @@ static int run(struct imp *im, const char *in, const char *dir)
         im->fd = -1;
     }
     if (rc == DCP_OK)
-        rc = commit(im, dir, &renamed);
+        rc = dcp__commit_metadata(im->dirfd, dir, im->md, sync, &renamed, err);
     if (rc != DCP_OK && !renamed && im->dirfd >= 0 && im->md)
         (void)dcp__fs_unlink(im->dirfd, DATA_FILE, NULL);
     if (rc == DCP_OK)
@@ -343,8 +311,9 @@ int dcp_import(dcp_ctx *ctx, const char *in, const char *dir,
     dcp__ctx_begin(ctx);
     if (!in || !dir)
         return dcp__err(&ctx->err, DCP_EINVAL, "no input file or directory");
-    if (res && (res->struct_size == 0 || res->struct_size > sizeof(*res)))
-        return dcp__err(&ctx->err, DCP_EINVAL, "bad result struct_size");
+    rc = dcp__cv_result_check(res, &ctx->err);
+    if (rc != DCP_OK)
+        return rc;
     memset(&im, 0, sizeof(im));
     im.ctx = ctx;
     im.dirfd = -1;
@@ -359,18 +328,12 @@ int dcp_import(dcp_ctx *ctx, const char *in, const char *dir,
         rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
     if (rc == DCP_OK)
         rc = run(&im, in, dir);
-    if (im.fd >= 0)
-        (void)close(im.fd);
-    if (im.dirfd >= 0)
-        (void)close(im.dirfd);
+    dcp__fs_release(im.fd);
+    dcp__fs_release(im.dirfd);
     dcp__src_close(&im.ix);
     dcp__meta_free(im.md);
     dcp__free(im.buf);
     dcp__free(im.cbuf);
-    if (res) {
-        uint32_t sz = res->struct_size;
-        im.res.struct_size = sz;
-        memcpy(res, &im.res, sz);
-    }
+    dcp__cv_result_put(res, &im.res);
     return rc;
 }

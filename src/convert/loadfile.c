@@ -288,19 +288,6 @@ static uint64_t fingerprint(const struct src_index *ix)
     return h ? h : 1;
 }
 
-static int report_add(char ***list, size_t *n, const char *key)
-{
-    char **nl = dcp__realloc(*list, (*n + 1) * sizeof(**list));
-    if (!nl)
-        return DCP_ENOMEM;
-    *list = nl;
-    nl[*n] = dcp__strdup(key);
-    if (!nl[*n])
-        return DCP_ENOMEM;
-    (*n)++;
-    return DCP_OK;
-}
-
 /* Rank 0: checks rank r's requests and writes its answer. */
 static int answer(struct lf *lf, int r, const struct req *q, size_t nq,
                   uint8_t *asked, uint64_t *slabs, struct dcp_buf *out)
@@ -445,7 +432,7 @@ static int apply(struct lf *lf, const uint8_t *p, size_t len)
         uint64_t bits = get_u64(&r);
         lf->found[i] = (uint8_t)(bits & 1);
         if (!lf->found[i]) {
-            rc = report_add(&ctx->missing, &ctx->nmissing, se->key);
+            rc = dcp__ctx_report_add(ctx, DCP__REPORT_MISSING, se->key);
         } else if (se->is_tensor) {
             lf->fdt[i] = (dcp_dtype)(bits >> 8);
         } else {
@@ -469,7 +456,7 @@ static int apply(struct lf *lf, const uint8_t *p, size_t len)
         if (!k)
             break;
         key = dcp__strndup((const char *)k, (size_t)kl);
-        rc = key ? report_add(&ctx->unexpected, &ctx->nunexpected, key)
+        rc = key ? dcp__ctx_report_add(ctx, DCP__REPORT_UNEXPECTED, key)
                  : DCP_ENOMEM;
         dcp__free(key);
     }
