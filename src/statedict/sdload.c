@@ -307,30 +307,20 @@ static int describe(const dcp_sd *sd, const char *mkey, const char *okey,
  * empty string, unexpected keys. */
 static int report_from(dcp_ctx *ctx, const uint8_t *p, size_t len)
 {
-    char ***list = &ctx->missing;
-    size_t *n = &ctx->nmissing, i = 0;
-    while (i < len) {
+    int which = DCP__REPORT_MISSING, rc = DCP_OK;
+    size_t i = 0;
+    while (rc == DCP_OK && i < len) {
         const char *s = (const char *)p + i;
         size_t l = strnlen(s, len - i);
-        char **nl;
         if (l == len - i)
             break; /* not terminated: cannot come from rank 0 */
         i += l + 1;
-        if (l == 0) {
-            list = &ctx->unexpected;
-            n = &ctx->nunexpected;
-            continue;
-        }
-        nl = dcp__realloc(*list, (*n + 1) * sizeof(*nl));
-        if (!nl)
-            return DCP_ENOMEM;
-        *list = nl;
-        nl[*n] = dcp__strdup(s);
-        if (!nl[*n])
-            return DCP_ENOMEM;
-        (*n)++;
+        if (l == 0)
+            which = DCP__REPORT_UNEXPECTED;
+        else
+            rc = dcp__ctx_report_add(ctx, which, s);
     }
-    return DCP_OK;
+    return rc;
 }
 
 /* Rank 0 checks path; every rank gets its verdict and the report. */
