@@ -262,26 +262,6 @@ struct cand {
 #define BOX_RANK(w)     ((uint32_t)((uint64_t)(w)[0] >> 32))
 #define BOX_CAND(w)     ((uint32_t)(w)[0])
 
-/* dcp__box_numel and memcmp/memcpy of a few int64s, inline: the build
- * pass runs them a few times per box, millions of times. */
-static inline uint64_t numel_of(int nd, const int64_t *size)
-{
-    uint64_t n = 1;
-    int d;
-    for (d = 0; d < nd; d++)
-        n *= (uint64_t)size[d];
-    return n;
-}
-
-static inline int same_ints(const int64_t *a, const int64_t *b, int n)
-{
-    int d;
-    for (d = 0; d < n; d++)
-        if (a[d] != b[d])
-            return 0;
-    return 1;
-}
-
 struct gp {
     struct gkey *keys;
     size_t nkeys, capkeys;
@@ -815,7 +795,7 @@ static int group_chunk(struct build *b, uint32_t k, size_t a, size_t z)
     uint64_t numel = 0;
     for (m = a; m < z; m++) {
         const int64_t *w = b->srt[m].w, *wf, *wp;
-        uint64_t vol = numel_of(nd, w + 1 + slot);
+        uint64_t vol = dcp__box_numel(nd, w + 1 + slot);
         if (!vol)
             continue;
         if (first == SIZE_MAX) {
@@ -825,7 +805,7 @@ static int group_chunk(struct build *b, uint32_t k, size_t a, size_t z)
         }
         wf = b->srt[first].w;
         wp = b->srt[prev].w;
-        if (!same_ints(w + 1 + slot, wf + 1 + slot, nd))
+        if (!dcp__same_ints(w + 1 + slot, wf + 1 + slot, nd))
             return dcp__err(p->err, DCP_EPLAN,
                             "'%s': boxes of ranks %u and %u overlap (same "
                             "offsets, different sizes)",
@@ -838,7 +818,7 @@ static int group_chunk(struct build *b, uint32_t k, size_t a, size_t z)
     }
     for (m = a; m < z; m++) {
         int64_t *w = b->srt[m].w;
-        if (first != SIZE_MAX && !numel_of(nd, w + 1 + slot))
+        if (first != SIZE_MAX && !dcp__box_numel(nd, w + 1 + slot))
             continue; /* empty beside a non-empty box: nothing to store */
         if (b->nhold > h0 && b->hold[b->nhold - 1].rank == BOX_RANK(w))
             continue;
@@ -862,7 +842,7 @@ static void one_chunk(struct build *b, uint32_t k, struct md_entry *e,
     add_chunk(e, w, slot);
     b->nchunk++;
     set_writer(b, k, (uint32_t)e->nchunks - 1, &h,
-               numel_of(e->ndim, w + 1 + slot) * b->dsize + 1);
+               dcp__box_numel(e->ndim, w + 1 + slot) * b->dsize + 1);
 }
 
 /*
@@ -938,7 +918,7 @@ static int build_tensor(struct build *b, uint32_t k, const struct gkey *gk)
     b->dsize = dcp_dtype_size(e->dtype);
     for (a = 0; a < n; a = z) {
         for (z = a + 1; z < n; z++)
-            if (!same_ints(b->srt[a].w + 1, b->srt[z].w + 1, nd))
+            if (!dcp__same_ints(b->srt[a].w + 1, b->srt[z].w + 1, nd))
                 break;
         if (z == a + 1) { /* the usual case: no replicas */
             one_chunk(b, k, e, b->srt[a].w, nd ? nd : 1);

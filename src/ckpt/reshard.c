@@ -1,5 +1,5 @@
 /*
- * Box geometry: element counts, the intersection of two boxes, the stored
+ * Box geometry: the intersection of two boxes, the stored
  * chunks a requested box overlaps (load planning) and the check that a
  * tensor's chunks tile its shape (save planning and decoded metadata).
  */
@@ -8,15 +8,6 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-
-uint64_t dcp__box_numel(int ndim, const int64_t *size)
-{
-    uint64_t n = 1;
-    int d;
-    for (d = 0; d < ndim; d++)
-        n *= (uint64_t)size[d];
-    return n;
-}
 
 int dcp__box_intersect(int ndim, const int64_t *aoff, const int64_t *asize,
                        const int64_t *boff, const int64_t *bsize,
@@ -154,16 +145,6 @@ static int grid_overlap(struct sweep *v, size_t n, int ndim, unsigned used)
     return 0;
 }
 
-/* dcp__box_numel, inline: the checks below run it per chunk and dim. */
-static inline uint64_t numel_of(int ndim, const int64_t *size)
-{
-    uint64_t n = 1;
-    int d;
-    for (d = 0; d < ndim; d++)
-        n *= (uint64_t)size[d];
-    return n;
-}
-
 static int boxes_overlap(const struct md_chunk *a, const struct md_chunk *b,
                          int ndim)
 {
@@ -215,7 +196,7 @@ static int sweep_dim(const struct md_entry *e)
      * sharding) are cheapest to sweep along that one. */
     for (d = 0; d < e->ndim && cut != -2; d++) {
         for (i = 0; i < e->nchunks; i++)
-            if (numel_of(e->ndim, e->chunks[i].size) &&
+            if (dcp__box_numel(e->ndim, e->chunks[i].size) &&
                 (e->chunks[i].off[d] || e->chunks[i].size[d] != e->shape[d]))
                 break;
         if (i < e->nchunks)
@@ -230,13 +211,13 @@ static int sweep_dim(const struct md_entry *e)
         uint64_t cost = 0;
         n = 0;
         for (i = 0; i < e->nchunks; i++)
-            if (numel_of(e->ndim, e->chunks[i].size))
+            if (dcp__box_numel(e->ndim, e->chunks[i].size))
                 s[n++] = e->chunks[i].off[d];
         qsort(s, n, sizeof(*s), cmp_i64);
         for (i = 0; i < e->nchunks; i++) {
             const int64_t lo = e->chunks[i].off[d];
             const int64_t hi = lo + e->chunks[i].size[d];
-            if (numel_of(e->ndim, e->chunks[i].size))
+            if (dcp__box_numel(e->ndim, e->chunks[i].size))
                 cost += count_below(s, n, hi) - count_below(s, n, lo);
         }
         if (cost < best_cost) {
@@ -251,13 +232,12 @@ static int sweep_dim(const struct md_entry *e)
 int dcp__meta_check_tiling(const struct md_entry *e, struct dcp_err *err)
 {
     struct sweep *v;
-    uint64_t total = 1, sum = 0;
+    uint64_t total, sum = 0;
     size_t i, j, n = 0;
-    int d, best, r;
+    int best, r;
     if (!e->is_tensor)
         return DCP_OK;
-    for (d = 0; d < e->ndim; d++)
-        total *= (uint64_t)e->shape[d];
+    total = dcp__box_numel(e->ndim, e->shape);
     if (e->ndim == 0)
         return e->nchunks == 1 ? DCP_OK
                                : dcp__err(err, DCP_EFORMAT,
@@ -267,7 +247,7 @@ int dcp__meta_check_tiling(const struct md_entry *e, struct dcp_err *err)
     if (!v)
         return DCP_ENOMEM;
     for (i = 0; i < e->nchunks; i++) {
-        uint64_t vol = numel_of(e->ndim, e->chunks[i].size);
+        uint64_t vol = dcp__box_numel(e->ndim, e->chunks[i].size);
         sum += vol;
         if (vol)
             v[n++].c = &e->chunks[i];

@@ -8,10 +8,6 @@
 #include "util.h"
 #include "meta.h"
 
-/* Element count of a box of ndim dimensions (1 for ndim 0). Boxes were
- * checked when added, so the product does not overflow. */
-uint64_t dcp__box_numel(int ndim, const int64_t *size);
-
 /* Overlap of two boxes: 1 and the intersection (global coordinates) when
  * they overlap with nonzero volume, else 0. 0-d boxes always overlap. */
 int dcp__box_intersect(int ndim, const int64_t *aoff, const int64_t *asize,

@@ -48,13 +48,6 @@
 #define WALK_MEM_BASE     ((size_t)16 << 20)
 #define WALK_MEM_PER_BYTE ((size_t)64)
 
-#define RETURN_IF(call)    \
-    do {                   \
-        int rc_ = (call);  \
-        if (rc_ != DCP_OK) \
-            return rc_;    \
-    } while (0)
-
 typedef unsigned long long ull;
 
 /* ------------------------------------------------------------ files */
@@ -809,9 +802,9 @@ static int load_cache(struct src_index *ix, const struct src_entry *e,
     }
     ix->cached = NULL;
     if (e->storage_bytes)
-        RETURN_IF(dcp__fs_pread(ix->fds[e->file], ix->cache,
-                                (size_t)e->storage_bytes, e->base,
-                                ix->files[e->file], err));
+        DCP_RETURN_IF(dcp__fs_pread(ix->fds[e->file], ix->cache,
+                                    (size_t)e->storage_bytes, e->base,
+                                    ix->files[e->file], err));
     ix->cached = e;
     return DCP_OK;
 }
@@ -854,7 +847,7 @@ int dcp__src_read_box(struct src_index *ix, const struct src_entry *e,
         if (size[d] == 0)
             return DCP_OK;
     if (!e->contiguous) {
-        RETURN_IF(load_cache(ix, e, cache_limit, err));
+        DCP_RETURN_IF(load_cache(ix, e, cache_limit, err));
         gather_box(ix, e, off, size, out);
         return DCP_OK;
     }
@@ -874,9 +867,9 @@ int dcp__src_read_box(struct src_index *ix, const struct src_entry *e,
         int64_t lin = e->storage_offset;
         for (d = 0; d <= j; d++)
             lin += (off[d] + idx[d]) * e->stride[d];
-        RETURN_IF(dcp__fs_pread(ix->fds[e->file], out, (size_t)run * es,
-                                e->base + (uint64_t)lin * es,
-                                ix->files[e->file], err));
+        DCP_RETURN_IF(dcp__fs_pread(ix->fds[e->file], out, (size_t)run * es,
+                                    e->base + (uint64_t)lin * es,
+                                    ix->files[e->file], err));
         out += (size_t)run * es;
         for (d = j - 1; d >= 0; d--) {
             if (++idx[d] < size[d])
@@ -903,7 +896,7 @@ int dcp__src_read(struct src_index *ix, const struct src_entry *e,
                              e->base +
                                  ((uint64_t)e->storage_offset + first) * es,
                              ix->files[e->file], err);
-    RETURN_IF(load_cache(ix, e, cache_limit, err));
+    DCP_RETURN_IF(load_cache(ix, e, cache_limit, err));
     /* Element by element through the view, in C order. */
     while (count > 0) {
         uint64_t rem = first;

@@ -355,7 +355,7 @@ int dcp__sf_header_build(const struct sf_out *t, size_t n, const char *const *me
                     size_t nmeta, struct dcp_buf *out, uint64_t *data_len)
 {
     struct dcp_buf j = {0};
-    uint64_t pos = 0, nbytes, numel;
+    uint64_t pos = 0, nbytes;
     size_t i, start = out->len;
     int d, rc;
     rc = dcp__buf_put_u8(&j, '{');
@@ -384,13 +384,11 @@ int dcp__sf_header_build(const struct sf_out *t, size_t n, const char *const *me
             rc = dcp__json_put_str(&j, t[i].name, strlen(t[i].name));
         if (rc == DCP_OK)
             rc = dcp__buf_printf(&j, ":{\"dtype\":\"%s\",\"shape\":[", dn);
-        numel = 1;
-        for (d = 0; rc == DCP_OK && d < t[i].ndim; d++) {
+        for (d = 0; rc == DCP_OK && d < t[i].ndim; d++)
             rc = dcp__buf_printf(&j, d ? ",%" PRId64 : "%" PRId64,
                                  t[i].shape[d]);
-            numel *= (uint64_t)t[i].shape[d];
-        }
-        nbytes = numel * dcp_dtype_size(t[i].dtype);
+        nbytes =
+            dcp__box_numel(t[i].ndim, t[i].shape) * dcp_dtype_size(t[i].dtype);
         if (rc == DCP_OK)
             rc = dcp__buf_printf(
                 &j, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", pos,
