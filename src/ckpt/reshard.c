@@ -1,5 +1,5 @@
 /*
- * Box geometry: the intersection of two boxes, the stored
+ * Box geometry: strided box copies, the intersection of two boxes, the stored
  * chunks a requested box overlaps (load planning) and the check that a
  * tensor's chunks tile its shape (save planning and decoded metadata).
  */
@@ -8,6 +8,75 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+
+void dcp__box_cstrides(int ndim, const int64_t *size, int64_t *stride)
+{
+    int64_t s = 1;
+    int d;
+    for (d = ndim - 1; d >= 0; d--) {
+        stride[d] = s;
+        s *= size[d];
+    }
+}
+
+int64_t dcp__box_at(int ndim, const int64_t *pos, const int64_t *origin,
+                    const int64_t *stride)
+{
+    int64_t at = 0;
+    int d;
+    for (d = 0; d < ndim; d++)
+        at += (pos[d] - (origin ? origin[d] : 0)) * stride[d];
+    return at;
+}
+
+void dcp__box_runs_init(struct box_runs *r, int ndim, const int64_t *size,
+                        int64_t soff, const int64_t *sstride, int64_t doff,
+                        const int64_t *dstride)
+{
+    int d, n = 0;
+    r->src = soff;
+    r->dst = doff;
+    r->run = 1;
+    r->state = 0;
+    /* Keep the dimensions longer than 1, merging each into the one before
+     * it when both layouts step over it whole. */
+    for (d = 0; d < ndim; d++) {
+        if (size[d] == 0) {
+            r->state = 2;
+            return;
+        }
+        if (size[d] == 1)
+            continue;
+        if (n && r->sstride[n - 1] == sstride[d] * size[d] &&
+            r->dstride[n - 1] == dstride[d] * size[d]) {
+            r->size[n - 1] *= size[d];
+            r->sstride[n - 1] = sstride[d];
+            r->dstride[n - 1] = dstride[d];
+            continue;
+        }
+        r->size[n] = size[d];
+        r->sstride[n] = sstride[d];
+        r->dstride[n] = dstride[d];
+        r->idx[n] = 0;
+        n++;
+    }
+    /* The last one, when unit-stride in both, is the run. */
+    if (n && r->sstride[n - 1] == 1 && r->dstride[n - 1] == 1)
+        r->run = r->size[--n];
+    r->nd = n;
+}
+
+void dcp__box_copy(int ndim, size_t esize, const int64_t *size, const void *src,
+                   int64_t soff, const int64_t *sstride, void *dst,
+                   int64_t doff, const int64_t *dstride)
+{
+    struct box_runs r;
+    dcp__box_runs_init(&r, ndim, size, soff, sstride, doff, dstride);
+    while (dcp__box_runs_next(&r))
+        memcpy((uint8_t *)dst + (size_t)r.dst * esize,
+               (const uint8_t *)src + (size_t)r.src * esize,
+               (size_t)r.run * esize);
+}
 
 int dcp__box_intersect(int ndim, const int64_t *aoff, const int64_t *asize,
                        const int64_t *boff, const int64_t *bsize,

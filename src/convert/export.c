@@ -40,6 +40,7 @@
 #include "meta.h"
 #include "pickle.h"
 #include "read.h"
+#include "reshard.h"
 #include "safetensors.h"
 #include "storage.h"
 #include "torchzip.h"
@@ -186,43 +187,6 @@ static void progress(struct xp *xp, uint64_t n)
         xp->o.progress(xp->o.progress_arg, xp->done, xp->total);
 }
 
-/* Copies src, a contiguous box of sizes isize, into the box dst of sizes
- * dsize at position at (element size es). */
-static void box_copy(uint8_t *dst, const int64_t *dsize, const int64_t *at,
-                     const uint8_t *src, const int64_t *isize, int nd,
-                     size_t es)
-{
-    int64_t dstride[DCP_MAX_NDIM], idx[DCP_MAX_NDIM] = {0}, run = 1;
-    int j = nd - 1, d;
-    while (j >= 0 && isize[j] == dsize[j]) {
-        run *= isize[j];
-        j--;
-    }
-    if (j < 0) {
-        memcpy(dst, src, (size_t)run * es);
-        return;
-    }
-    run *= isize[j];
-    if (nd)
-        dstride[nd - 1] = 1;
-    for (d = nd - 2; d >= 0; d--)
-        dstride[d] = dstride[d + 1] * dsize[d + 1];
-    for (;;) {
-        int64_t o = 0;
-        for (d = 0; d <= j; d++)
-            o += (at[d] + (d < j ? idx[d] : 0)) * dstride[d];
-        memcpy(dst + (size_t)o * es, src, (size_t)run * es);
-        src += (size_t)run * es;
-        for (d = j - 1; d >= 0; d--) {
-            if (++idx[d] < isize[d])
-                break;
-            idx[d] = 0;
-        }
-        if (d < 0)
-            return;
-    }
-}
-
 /* Per-chunk reading state of the tensor being streamed. */
 struct cstate {
     struct rd_loc loc;
@@ -293,7 +257,7 @@ static int read_part(struct xp *xp, const struct md_entry *e,
                      const int64_t *ioff, const int64_t *isize, uint8_t *dst)
 {
     size_t es = dcp_dtype_size(e->dtype);
-    int64_t lin = 0, cstride = 1;
+    int64_t lin = 0, cstride = 1, dstride[DCP_MAX_NDIM];
     uint64_t n = dcp__box_numel(e->ndim, isize);
     int d;
     if (is_c_contiguous(&c->loc.t)) {
@@ -321,23 +285,11 @@ static int read_part(struct xp *xp, const struct md_entry *e,
     }
     DCP_RETURN_IF(dcp__fs_pread(c->loc.fd, xp->cache, (size_t)c->loc.size,
                                 c->loc.data, c->loc.file, xp->err));
-    {
-        int64_t idx[DCP_MAX_NDIM] = {0};
-        for (;;) {
-            int64_t so = c->loc.t.storage_offset;
-            for (d = 0; d < e->ndim; d++)
-                so += (ioff[d] - mc->off[d] + idx[d]) * c->loc.t.stride[d];
-            memcpy(dst, xp->cache + (size_t)so * es, es);
-            dst += es;
-            for (d = e->ndim - 1; d >= 0; d--) {
-                if (++idx[d] < isize[d])
-                    break;
-                idx[d] = 0;
-            }
-            if (d < 0)
-                break;
-        }
-    }
+    dcp__box_cstrides(e->ndim, isize, dstride);
+    dcp__box_copy(e->ndim, es, isize, xp->cache,
+                  c->loc.t.storage_offset +
+                      dcp__box_at(e->ndim, ioff, mc->off, c->loc.t.stride),
+                  c->loc.t.stride, dst, 0, dstride);
     return DCP_OK;
 }
 
@@ -349,8 +301,8 @@ static int fill_slab(struct xp *xp, const struct md_entry *e, struct cstate *cs,
 {
     size_t es = dcp_dtype_size(e->dtype), i;
     uint64_t sn = dcp__box_numel(e->ndim, ssize);
-    int64_t ioff[DCP_MAX_NDIM], isize[DCP_MAX_NDIM], at[DCP_MAX_NDIM];
-    int d;
+    int64_t ioff[DCP_MAX_NDIM], isize[DCP_MAX_NDIM];
+    int64_t istride[DCP_MAX_NDIM], sstride[DCP_MAX_NDIM];
     for (i = 0; i < e->nchunks; i++) {
         const struct md_chunk *mc = &e->chunks[i];
         uint64_t in;
@@ -365,9 +317,10 @@ static int fill_slab(struct xp *xp, const struct md_entry *e, struct cstate *cs,
             continue;
         }
         DCP_RETURN_IF(read_part(xp, e, mc, &cs[i], ioff, isize, xp->piece));
-        for (d = 0; d < e->ndim; d++)
-            at[d] = ioff[d] - soff[d];
-        box_copy(xp->slab, ssize, at, xp->piece, isize, e->ndim, es);
+        dcp__box_cstrides(e->ndim, isize, istride);
+        dcp__box_cstrides(e->ndim, ssize, sstride);
+        dcp__box_copy(e->ndim, es, isize, xp->piece, 0, istride, xp->slab,
+                      dcp__box_at(e->ndim, ioff, soff, sstride), sstride);
     }
     return DCP_OK;
 }
