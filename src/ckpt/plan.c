@@ -356,19 +356,6 @@ static int key_lookup(struct gp *p, const char *key, uint32_t *gi, int *added)
     return DCP_OK;
 }
 
-static void shape_str(char *out, size_t cap, int ndim, const int64_t *s)
-{
-    size_t n = 0;
-    int d;
-    out[0] = '\0';
-    n += (size_t)snprintf(out, cap, "[");
-    for (d = 0; d < ndim && n < cap; d++)
-        n += (size_t)snprintf(out + n, cap - n, d ? ", %" PRId64 : "%" PRId64,
-                              s[d]);
-    if (n < cap)
-        (void)snprintf(out + n, cap - n, "]");
-}
-
 /* Checks a later rank's view of a key against the first rank's. */
 static int key_agree(struct gp *p, const struct gkey *k, const struct gkey *n,
                      int r)
@@ -388,8 +375,8 @@ static int key_agree(struct gp *p, const struct gkey *k, const struct gkey *n,
     if (k->is_tensor &&
         (k->ndim != n->ndim ||
          memcmp(k->shape, n->shape, (size_t)k->ndim * sizeof(int64_t)))) {
-        shape_str(a, sizeof(a), k->ndim, k->shape);
-        shape_str(b, sizeof(b), n->ndim, n->shape);
+        (void)dcp_shape_format(a, sizeof(a), k->ndim, k->shape);
+        (void)dcp_shape_format(b, sizeof(b), n->ndim, n->shape);
         return dcp__err(p->err, DCP_EPLAN,
                         "'%s': ranks %d and %d disagree on the global shape "
                         "(%s vs %s)",

@@ -5,7 +5,8 @@
  * (qsort), grids, bricks and irregular tilings in the tiling check (the
  * grid check and the pairwise sweep it falls back to), replicated boxes,
  * and ranks that agree with the first holder's bytes but for one field.
- * Also the box geometry beneath them: strided box copies.
+ * Also the box geometry helpers beneath them (strided box copies, element
+ * counts, the shape text).
  */
 #include <dcp/dcp.h>
 
@@ -330,6 +331,35 @@ TEST(box_copy_layouts)
     ASSERT_EQ(dcp__box_runs_next(&r), 0);
 }
 
+/* The shape text, the element counts. */
+TEST(shape_helpers)
+{
+    int64_t s[DCP_MAX_NDIM], big[2] = {INT64_MAX, 2}, neg[2] = {3, -1};
+    char text[DCP_SHAPE_TEXT_MAX], small[5];
+    int d;
+    for (d = 0; d < DCP_MAX_NDIM; d++)
+        s[d] = INT64_MIN;
+    ASSERT_OK(dcp_shape_format(text, sizeof(text), DCP_MAX_NDIM, s));
+    ASSERT_EQ(strlen(text), sizeof(text) - 1);
+    s[0] = 4;
+    s[1] = 1024;
+    ASSERT_OK(dcp_shape_format(text, sizeof(text), 2, s));
+    ASSERT_STR_EQ(text, "[4,1024]");
+    ASSERT_OK(dcp_shape_format(text, sizeof(text), 0, NULL));
+    ASSERT_STR_EQ(text, "[]");
+    ASSERT_RC(dcp_shape_format(small, sizeof(small), 2, s), DCP_ELIMIT);
+    ASSERT_STR_EQ(small, "[4,1");
+    ASSERT_RC(dcp_shape_format(text, sizeof(text), DCP_MAX_NDIM + 1, s),
+              DCP_EINVAL);
+    ASSERT_STR_EQ(text, "");
+    ASSERT_RC(dcp_shape_format(NULL, 4, 1, s), DCP_EINVAL);
+    ASSERT_U64_EQ(dcp__box_numel(2, s), 4096);
+    ASSERT_U64_EQ(dcp__box_numel(0, NULL), 1);
+    ASSERT_EQ(dcp__shape_numel(2, s), 4096);
+    ASSERT_EQ(dcp__shape_numel(2, big), -1);
+    ASSERT_EQ(dcp__shape_numel(2, neg), -1);
+}
+
 TEST(replicated_spread)
 {
     /* Three tensors held whole by all of three ranks: one record each,
@@ -411,6 +441,7 @@ int main(void)
     RUN(tiling_layouts);
     RUN(tiling_check_direct);
     RUN(box_copy_layouts);
+    RUN(shape_helpers);
     RUN(replicated_spread);
     RUN(disagreement_after_agreement);
     RUN(key_on_some_ranks);
