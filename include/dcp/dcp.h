@@ -120,6 +120,22 @@ DCP_API int dcp_dtype_from_name(const char *name, dcp_dtype *out);
 /* Largest number of tensor dimensions dcp accepts. */
 #define DCP_MAX_NDIM 8
 
+/* Bytes dcp_shape_format needs for any shape of up to DCP_MAX_NDIM
+ * dimensions, the terminating NUL included. */
+#define DCP_SHAPE_TEXT_MAX (2 + 21 * DCP_MAX_NDIM)
+
+/*
+ * Writes a shape as dcp prints it, "[4,1024]" ("[]" for 0 dimensions),
+ * into buf, cap bytes, always NUL-terminated when cap > 0.
+ *  - shape: ndim sizes (may be NULL when ndim is 0).
+ * Returns DCP_OK; DCP_ELIMIT when cap is too small (buf holds as much of
+ * the text as fits); DCP_EINVAL for a NULL buf or cap 0, ndim outside
+ * 0..DCP_MAX_NDIM, or a NULL shape (buf is then "" when it can be). Thread
+ * safe; not collective.
+ */
+DCP_API int dcp_shape_format(char *buf, size_t cap, int ndim,
+                             const int64_t *shape);
+
 /*
  * Where a tensor buffer lives.
  *  - DCP_MEM_HOST: ordinary host memory.

@@ -28,20 +28,10 @@
 #include "stateful.h"
 #include "storage.h"
 
-static int shape_repr(struct dcp_buf *b, int ndim, const int64_t *shape)
-{
-    int d, rc = dcp__buf_put_u8(b, '[');
-    for (d = 0; rc == DCP_OK && d < ndim; d++)
-        rc = dcp__buf_printf(b, d ? ",%" PRId64 : "%" PRId64, shape[d]);
-    if (rc == DCP_OK)
-        rc = dcp__buf_put_u8(b, ']');
-    return rc == DCP_OK ? dcp__buf_put_u8(b, '\0') : rc;
-}
-
 static int check_entry(dcp_ctx *ctx, const struct st_entry *se,
                        const struct md_entry *e, unsigned flags)
 {
-    struct dcp_buf a = {0}, b = {0};
+    char a[DCP_SHAPE_TEXT_MAX], b[DCP_SHAPE_TEXT_MAX];
     int rc = DCP_OK;
     if (se->is_tensor != e->is_tensor)
         return dcp__err(&ctx->err, DCP_EMISMATCH,
@@ -52,13 +42,11 @@ static int check_entry(dcp_ctx *ctx, const struct st_entry *se,
         return DCP_OK;
     if (se->ndim != e->ndim ||
         memcmp(se->shape, e->shape, (size_t)se->ndim * sizeof(int64_t))) {
-        if (shape_repr(&a, e->ndim, e->shape) == DCP_OK &&
-            shape_repr(&b, se->ndim, se->shape) == DCP_OK)
-            rc = dcp__err(&ctx->err, DCP_EMISMATCH,
-                          "'%s': shape mismatch: saved %s, requested %s",
-                          se->key, (char *)a.p, (char *)b.p);
-        else
-            rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
+        (void)dcp_shape_format(a, sizeof(a), e->ndim, e->shape);
+        (void)dcp_shape_format(b, sizeof(b), se->ndim, se->shape);
+        rc = dcp__err(&ctx->err, DCP_EMISMATCH,
+                      "'%s': shape mismatch: saved %s, requested %s", se->key,
+                      a, b);
     } else if (se->dtype != e->dtype && !(flags & DCP_LOAD_CAST)) {
         rc = dcp__err(&ctx->err, DCP_EMISMATCH,
                       "'%s': dtype mismatch: saved %s, requested %s "
@@ -70,8 +58,6 @@ static int check_entry(dcp_ctx *ctx, const struct st_entry *se,
      * unwritten, overlapping ones make it depend on read order. */
     if (rc == DCP_OK)
         rc = dcp__meta_check_tiling(e, &ctx->err);
-    dcp__buf_free(&a);
-    dcp__buf_free(&b);
     return rc;
 }
 

@@ -251,26 +251,6 @@ struct cand {
 #define BOX_RANK(w)     ((uint32_t)((uint64_t)(w)[0] >> 32))
 #define BOX_CAND(w)     ((uint32_t)(w)[0])
 
-/* dcp__box_numel and memcmp/memcpy of a few int64s, inline: the build
- * pass runs them a few times per box, millions of times. */
-static inline uint64_t numel_of(int nd, const int64_t *size)
-{
-    uint64_t n = 1;
-    int d;
-    for (d = 0; d < nd; d++)
-        n *= (uint64_t)size[d];
-    return n;
-}
-
-static inline int same_ints(const int64_t *a, const int64_t *b, int n)
-{
-    int d;
-    for (d = 0; d < n; d++)
-        if (a[d] != b[d])
-            return 0;
-    return 1;
-}
-
 struct gp {
     struct gkey *keys;
     size_t nkeys, capkeys;
@@ -345,19 +325,6 @@ static int key_lookup(struct gp *p, const char *key, size_t len, uint32_t *gi,
     return DCP_OK;
 }
 
-static void shape_str(char *out, size_t cap, int ndim, const int64_t *s)
-{
-    size_t n = 0;
-    int d;
-    out[0] = '\0';
-    n += (size_t)snprintf(out, cap, "[");
-    for (d = 0; d < ndim && n < cap; d++)
-        n += (size_t)snprintf(out + n, cap - n, d ? ", %" PRId64 : "%" PRId64,
-                              s[d]);
-    if (n < cap)
-        (void)snprintf(out + n, cap - n, "]");
-}
-
 /* Checks a later rank's view of a key against the first rank's. */
 static int key_agree(struct gp *p, const struct gkey *k, const struct gkey *n,
                      int r)
@@ -377,8 +344,8 @@ static int key_agree(struct gp *p, const struct gkey *k, const struct gkey *n,
     if (k->is_tensor &&
         (k->ndim != n->ndim ||
          memcmp(k->shape, n->shape, (size_t)k->ndim * sizeof(int64_t)))) {
-        shape_str(a, sizeof(a), k->ndim, k->shape);
-        shape_str(b, sizeof(b), n->ndim, n->shape);
+        (void)dcp_shape_format(a, sizeof(a), k->ndim, k->shape);
+        (void)dcp_shape_format(b, sizeof(b), n->ndim, n->shape);
         return dcp__err(p->err, DCP_EPLAN,
                         "'%s': ranks %d and %d disagree on the global shape "
                         "(%s vs %s)",
@@ -784,7 +751,7 @@ static int group_chunk(struct build *b, uint32_t k, size_t a, size_t z)
     uint64_t numel = 0;
     for (m = a; m < z; m++) {
         const int64_t *w = b->srt[m].w, *wf, *wp;
-        uint64_t vol = numel_of(nd, w + 1 + slot);
+        uint64_t vol = dcp__box_numel(nd, w + 1 + slot);
         if (!vol)
             continue;
         if (first == SIZE_MAX) {
@@ -794,7 +761,7 @@ static int group_chunk(struct build *b, uint32_t k, size_t a, size_t z)
         }
         wf = b->srt[first].w;
         wp = b->srt[prev].w;
-        if (!same_ints(w + 1 + slot, wf + 1 + slot, nd))
+        if (!dcp__same_ints(w + 1 + slot, wf + 1 + slot, nd))
             return dcp__err(p->err, DCP_EPLAN,
                             "'%s': boxes of ranks %u and %u overlap (same "
                             "offsets, different sizes)",
@@ -807,7 +774,7 @@ static int group_chunk(struct build *b, uint32_t k, size_t a, size_t z)
     }
     for (m = a; m < z; m++) {
         int64_t *w = b->srt[m].w;
-        if (first != SIZE_MAX && !numel_of(nd, w + 1 + slot))
+        if (first != SIZE_MAX && !dcp__box_numel(nd, w + 1 + slot))
             continue; /* empty beside a non-empty box: nothing to store */
         if (b->nhold > h0 && b->hold[b->nhold - 1].rank == BOX_RANK(w))
             continue;
@@ -831,7 +798,7 @@ static void one_chunk(struct build *b, uint32_t k, struct md_entry *e,
     add_chunk(e, w, slot);
     b->nchunk++;
     set_writer(b, k, (uint32_t)e->nchunks - 1, &h,
-               numel_of(e->ndim, w + 1 + slot) * b->dsize + 1);
+               dcp__box_numel(e->ndim, w + 1 + slot) * b->dsize + 1);
 }
 
 /*
@@ -907,7 +874,7 @@ static int build_tensor(struct build *b, uint32_t k, const struct gkey *gk)
     b->dsize = dcp_dtype_size(e->dtype);
     for (a = 0; a < n; a = z) {
         for (z = a + 1; z < n; z++)
-            if (!same_ints(b->srt[a].w + 1, b->srt[z].w + 1, nd))
+            if (!dcp__same_ints(b->srt[a].w + 1, b->srt[z].w + 1, nd))
                 break;
         if (z == a + 1) { /* the usual case: no replicas */
             one_chunk(b, k, e, b->srt[a].w, nd ? nd : 1);

@@ -194,48 +194,23 @@ static int open_record(struct rd_files *f, const struct md_entry *e,
 /*
  * Copies the intersection (global offsets ioff, sizes isize) from a stored
  * chunk (global offset coff; elements at src with strides and
- * storage_offset of t) into a destination box.
+ * storage_offset of t) into a destination box, converting the dtype.
  */
 static void copy_overlap(const struct rd_dest *dst, const struct tz_tensor *t,
                          const uint8_t *src, const int64_t *coff,
                          const int64_t *ioff, const int64_t *isize)
 {
     size_t ss = dcp_dtype_size(t->dtype), ds = dcp_dtype_size(dst->dtype);
-    int64_t idx[DCP_MAX_NDIM] = {0}, dstride[DCP_MAX_NDIM];
-    int nd = t->ndim, d;
-    int64_t inner = nd ? isize[nd - 1] : 1;
-    int64_t sstep = nd ? t->stride[nd - 1] : 1;
-    if (nd)
-        dstride[nd - 1] = 1;
-    for (d = nd - 2; d >= 0; d--)
-        dstride[d] = dstride[d + 1] * dst->size[d + 1];
-    for (;;) {
-        int64_t so = t->storage_offset, dof = 0, k;
-        uint8_t *dp;
-        const uint8_t *sp;
-        for (d = 0; d < nd; d++) {
-            int64_t g = ioff[d] + (d == nd - 1 ? 0 : idx[d]);
-            so += (g - coff[d]) * t->stride[d];
-            dof += (g - dst->off[d]) * dstride[d];
-        }
-        dp = (uint8_t *)dst->buf + (size_t)dof * ds;
-        sp = src + (size_t)so * ss;
-        if (sstep == 1) {
-            dcp__convert(dp, dst->dtype, sp, t->dtype, (size_t)inner);
-        } else {
-            for (k = 0; k < inner; k++)
-                dcp__convert(dp + (size_t)k * ds, dst->dtype,
-                             sp + (size_t)(k * sstep) * ss, t->dtype, 1);
-        }
-        /* Advance the outer index (all dims but the last). */
-        for (d = nd - 2; d >= 0; d--) {
-            if (++idx[d] < isize[d])
-                break;
-            idx[d] = 0;
-        }
-        if (d < 0)
-            return;
-    }
+    int64_t dstride[DCP_MAX_NDIM];
+    struct box_runs r;
+    dcp__box_cstrides(t->ndim, dst->size, dstride);
+    dcp__box_runs_init(
+        &r, t->ndim, isize,
+        t->storage_offset + dcp__box_at(t->ndim, ioff, coff, t->stride),
+        t->stride, dcp__box_at(t->ndim, ioff, dst->off, dstride), dstride);
+    while (dcp__box_runs_next(&r))
+        dcp__convert((uint8_t *)dst->buf + (size_t)r.dst * ds, dst->dtype,
+                     src + (size_t)r.src * ss, t->dtype, (size_t)r.run);
 }
 
 static int is_contiguous(const struct tz_tensor *t)

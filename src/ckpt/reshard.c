@@ -1,5 +1,5 @@
 /*
- * Box geometry: element counts, the intersection of two boxes, the stored
+ * Box geometry: strided box copies, the intersection of two boxes, the stored
  * chunks a requested box overlaps (load planning) and the check that a
  * tensor's chunks tile its shape (save planning and decoded metadata).
  */
@@ -9,13 +9,73 @@
 #include <stdlib.h>
 #include <string.h>
 
-uint64_t dcp__box_numel(int ndim, const int64_t *size)
+void dcp__box_cstrides(int ndim, const int64_t *size, int64_t *stride)
 {
-    uint64_t n = 1;
+    int64_t s = 1;
+    int d;
+    for (d = ndim - 1; d >= 0; d--) {
+        stride[d] = s;
+        s *= size[d];
+    }
+}
+
+int64_t dcp__box_at(int ndim, const int64_t *pos, const int64_t *origin,
+                    const int64_t *stride)
+{
+    int64_t at = 0;
     int d;
     for (d = 0; d < ndim; d++)
-        n *= (uint64_t)size[d];
-    return n;
+        at += (pos[d] - (origin ? origin[d] : 0)) * stride[d];
+    return at;
+}
+
+void dcp__box_runs_init(struct box_runs *r, int ndim, const int64_t *size,
+                        int64_t soff, const int64_t *sstride, int64_t doff,
+                        const int64_t *dstride)
+{
+    int d, n = 0;
+    r->src = soff;
+    r->dst = doff;
+    r->run = 1;
+    r->state = 0;
+    /* Keep the dimensions longer than 1, merging each into the one before
+     * it when both layouts step over it whole. */
+    for (d = 0; d < ndim; d++) {
+        if (size[d] == 0) {
+            r->state = 2;
+            return;
+        }
+        if (size[d] == 1)
+            continue;
+        if (n && r->sstride[n - 1] == sstride[d] * size[d] &&
+            r->dstride[n - 1] == dstride[d] * size[d]) {
+            r->size[n - 1] *= size[d];
+            r->sstride[n - 1] = sstride[d];
+            r->dstride[n - 1] = dstride[d];
+            continue;
+        }
+        r->size[n] = size[d];
+        r->sstride[n] = sstride[d];
+        r->dstride[n] = dstride[d];
+        r->idx[n] = 0;
+        n++;
+    }
+    /* The last one, when unit-stride in both, is the run. */
+    if (n && r->sstride[n - 1] == 1 && r->dstride[n - 1] == 1)
+        r->run = r->size[--n];
+    r->nd = n;
+}
+
+void dcp__box_copy(int ndim, size_t esize, const int64_t *size, const void *src,
+                   int64_t soff, const int64_t *sstride, void *dst,
+                   int64_t doff, const int64_t *dstride)
+{
+    struct box_runs r;
+    dcp__box_runs_init(&r, ndim, size, soff, sstride, doff, dstride);
+    while (dcp__box_runs_next(&r))
+        memcpy((uint8_t *)dst + (size_t)r.dst * esize,
+               (const uint8_t *)src + (size_t)r.src * esize,
+               (size_t)r.run * esize);
 }
 
 int dcp__box_intersect(int ndim, const int64_t *aoff, const int64_t *asize,
@@ -154,16 +214,6 @@ static int grid_overlap(struct sweep *v, size_t n, int ndim, unsigned used)
     return 0;
 }
 
-/* dcp__box_numel, inline: the checks below run it per chunk and dim. */
-static inline uint64_t numel_of(int ndim, const int64_t *size)
-{
-    uint64_t n = 1;
-    int d;
-    for (d = 0; d < ndim; d++)
-        n *= (uint64_t)size[d];
-    return n;
-}
-
 static int boxes_overlap(const struct md_chunk *a, const struct md_chunk *b,
                          int ndim)
 {
@@ -215,7 +265,7 @@ static int sweep_dim(const struct md_entry *e)
      * sharding) are cheapest to sweep along that one. */
     for (d = 0; d < e->ndim && cut != -2; d++) {
         for (i = 0; i < e->nchunks; i++)
-            if (numel_of(e->ndim, e->chunks[i].size) &&
+            if (dcp__box_numel(e->ndim, e->chunks[i].size) &&
                 (e->chunks[i].off[d] || e->chunks[i].size[d] != e->shape[d]))
                 break;
         if (i < e->nchunks)
@@ -230,13 +280,13 @@ static int sweep_dim(const struct md_entry *e)
         uint64_t cost = 0;
         n = 0;
         for (i = 0; i < e->nchunks; i++)
-            if (numel_of(e->ndim, e->chunks[i].size))
+            if (dcp__box_numel(e->ndim, e->chunks[i].size))
                 s[n++] = e->chunks[i].off[d];
         qsort(s, n, sizeof(*s), cmp_i64);
         for (i = 0; i < e->nchunks; i++) {
             const int64_t lo = e->chunks[i].off[d];
             const int64_t hi = lo + e->chunks[i].size[d];
-            if (numel_of(e->ndim, e->chunks[i].size))
+            if (dcp__box_numel(e->ndim, e->chunks[i].size))
                 cost += count_below(s, n, hi) - count_below(s, n, lo);
         }
         if (cost < best_cost) {
@@ -251,13 +301,12 @@ static int sweep_dim(const struct md_entry *e)
 int dcp__meta_check_tiling(const struct md_entry *e, struct dcp_err *err)
 {
     struct sweep *v;
-    uint64_t total = 1, sum = 0;
+    uint64_t total, sum = 0;
     size_t i, j, n = 0;
-    int d, best, r;
+    int best, r;
     if (!e->is_tensor)
         return DCP_OK;
-    for (d = 0; d < e->ndim; d++)
-        total *= (uint64_t)e->shape[d];
+    total = dcp__box_numel(e->ndim, e->shape);
     if (e->ndim == 0)
         return e->nchunks == 1 ? DCP_OK
                                : dcp__err(err, DCP_EFORMAT,
@@ -267,7 +316,7 @@ int dcp__meta_check_tiling(const struct md_entry *e, struct dcp_err *err)
     if (!v)
         return DCP_ENOMEM;
     for (i = 0; i < e->nchunks; i++) {
-        uint64_t vol = numel_of(e->ndim, e->chunks[i].size);
+        uint64_t vol = dcp__box_numel(e->ndim, e->chunks[i].size);
         sum += vol;
         if (vol)
             v[n++].c = &e->chunks[i];

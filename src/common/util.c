@@ -1,9 +1,11 @@
 /*
  * Shared internals: the allocation wrappers (with a fail-after-k hook for
- * the allocation-failure tests), error detail, and the growable buffer.
+ * the allocation-failure tests), error detail, the growable buffer, and
+ * the one shape printer (dcp_shape_format, public for dcptool's sake).
  */
 #include "util.h"
 
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -274,4 +276,22 @@ void dcp__buf_free(struct dcp_buf *b)
     dcp__free(b->p);
     b->p = NULL;
     b->len = b->cap = 0;
+}
+
+int dcp_shape_format(char *buf, size_t cap, int ndim, const int64_t *shape)
+{
+    size_t n = 1;
+    int d;
+    if (!buf || cap == 0)
+        return DCP_EINVAL;
+    buf[0] = '\0';
+    if (ndim < 0 || ndim > DCP_MAX_NDIM || (ndim && !shape))
+        return DCP_EINVAL;
+    (void)snprintf(buf, cap, "[");
+    for (d = 0; d < ndim && n < cap; d++)
+        n += (size_t)snprintf(buf + n, cap - n, d ? ",%" PRId64 : "%" PRId64,
+                              shape[d]);
+    if (n < cap)
+        n += (size_t)snprintf(buf + n, cap - n, "]");
+    return n < cap ? DCP_OK : DCP_ELIMIT;
 }

@@ -124,4 +124,46 @@ static inline int dcp__add_overflow_i64(int64_t a, int64_t b, int64_t *r)
 
 #define DCP_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* Returns from the calling function with call's result unless DCP_OK. */
+#define DCP_RETURN_IF(call) \
+    do {                    \
+        int rc_ = (call);   \
+        if (rc_ != DCP_OK)  \
+            return rc_;     \
+    } while (0)
+
+/*
+ * Element count of a shape or box (1 for ndim 0). dcp__box_numel is for
+ * sizes already checked (boxes are when added: the product fits);
+ * dcp__shape_numel checks them, for input that may be hostile: -1 when a
+ * size is negative or the count exceeds INT64_MAX.
+ */
+static inline uint64_t dcp__box_numel(int ndim, const int64_t *size)
+{
+    uint64_t n = 1;
+    int d;
+    for (d = 0; d < ndim; d++)
+        n *= (uint64_t)size[d];
+    return n;
+}
+static inline int64_t dcp__shape_numel(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    int d;
+    for (d = 0; d < ndim; d++)
+        if (shape[d] < 0 || dcp__mul_overflow_i64(n, shape[d], &n))
+            return -1;
+    return n;
+}
+
+/* Whether the n int64s at a and b are equal. */
+static inline int dcp__same_ints(const int64_t *a, const int64_t *b, int n)
+{
+    int d;
+    for (d = 0; d < n; d++)
+        if (a[d] != b[d])
+            return 0;
+    return 1;
+}
+
 #endif /* DCP_UTIL_H */

@@ -40,17 +40,11 @@
 #include "meta.h"
 #include "pickle.h"
 #include "read.h"
+#include "reshard.h"
 #include "safetensors.h"
 #include "storage.h"
 #include "torchzip.h"
 #include "value.h"
-
-#define RETURN_IF(call)    \
-    do {                   \
-        int rc_ = (call);  \
-        if (rc_ != DCP_OK) \
-            return rc_;    \
-    } while (0)
 
 /* One selected entry, renamed. */
 struct xent {
@@ -193,43 +187,6 @@ static void progress(struct xp *xp, uint64_t n)
         xp->o.progress(xp->o.progress_arg, xp->done, xp->total);
 }
 
-/* Copies src, a contiguous box of sizes isize, into the box dst of sizes
- * dsize at position at (element size es). */
-static void box_copy(uint8_t *dst, const int64_t *dsize, const int64_t *at,
-                     const uint8_t *src, const int64_t *isize, int nd,
-                     size_t es)
-{
-    int64_t dstride[DCP_MAX_NDIM], idx[DCP_MAX_NDIM] = {0}, run = 1;
-    int j = nd - 1, d;
-    while (j >= 0 && isize[j] == dsize[j]) {
-        run *= isize[j];
-        j--;
-    }
-    if (j < 0) {
-        memcpy(dst, src, (size_t)run * es);
-        return;
-    }
-    run *= isize[j];
-    if (nd)
-        dstride[nd - 1] = 1;
-    for (d = nd - 2; d >= 0; d--)
-        dstride[d] = dstride[d + 1] * dsize[d + 1];
-    for (;;) {
-        int64_t o = 0;
-        for (d = 0; d <= j; d++)
-            o += (at[d] + (d < j ? idx[d] : 0)) * dstride[d];
-        memcpy(dst + (size_t)o * es, src, (size_t)run * es);
-        src += (size_t)run * es;
-        for (d = j - 1; d >= 0; d--) {
-            if (++idx[d] < isize[d])
-                break;
-            idx[d] = 0;
-        }
-        if (d < 0)
-            return;
-    }
-}
-
 /* Per-chunk reading state of the tensor being streamed. */
 struct cstate {
     struct rd_loc loc;
@@ -259,8 +216,8 @@ static int crc_pass(struct xp *xp, const struct md_entry *e, struct cstate *c)
         size_t n = c->loc.size - pos < xp->slab_cap
                        ? (size_t)(c->loc.size - pos)
                        : xp->slab_cap;
-        RETURN_IF(dcp__fs_pread(c->loc.fd, xp->piece, n, c->loc.data + pos,
-                                c->loc.file, xp->err));
+        DCP_RETURN_IF(dcp__fs_pread(c->loc.fd, xp->piece, n, c->loc.data + pos,
+                                    c->loc.file, xp->err));
         crc = dcp__crc32(crc, xp->piece, n);
         pos += n;
     }
@@ -279,11 +236,11 @@ static int locate_chunks(struct xp *xp, const struct md_entry *e,
     for (i = 0; i < e->nchunks; i++) {
         struct cstate *c = &cs[i];
         uint64_t want = dcp__box_numel(e->ndim, e->chunks[i].size) * es;
-        RETURN_IF(dcp__rd_chunk_locate(&xp->f, e, i, &c->loc, xp->err));
+        DCP_RETURN_IF(dcp__rd_chunk_locate(&xp->f, e, i, &c->loc, xp->err));
         c->plain = c->loc.t.storage_offset == 0 && c->loc.size == want &&
                    is_c_contiguous(&c->loc.t);
         if (!c->plain && xp->verify && c->loc.size)
-            RETURN_IF(crc_pass(xp, e, c));
+            DCP_RETURN_IF(crc_pass(xp, e, c));
         if (!c->plain && !is_c_contiguous(&c->loc.t) &&
             c->loc.size > xp->o.mem_limit / 2)
             return dcp__err(xp->err, DCP_ENOTSUP,
@@ -300,7 +257,7 @@ static int read_part(struct xp *xp, const struct md_entry *e,
                      const int64_t *ioff, const int64_t *isize, uint8_t *dst)
 {
     size_t es = dcp_dtype_size(e->dtype);
-    int64_t lin = 0, cstride = 1;
+    int64_t lin = 0, cstride = 1, dstride[DCP_MAX_NDIM];
     uint64_t n = dcp__box_numel(e->ndim, isize);
     int d;
     if (is_c_contiguous(&c->loc.t)) {
@@ -310,8 +267,8 @@ static int read_part(struct xp *xp, const struct md_entry *e,
             cstride *= mc->size[d];
         }
         at = ((uint64_t)c->loc.t.storage_offset + (uint64_t)lin) * es;
-        RETURN_IF(dcp__fs_pread(c->loc.fd, dst, (size_t)(n * es),
-                                c->loc.data + at, c->loc.file, xp->err));
+        DCP_RETURN_IF(dcp__fs_pread(c->loc.fd, dst, (size_t)(n * es),
+                                    c->loc.data + at, c->loc.file, xp->err));
         if (c->plain && xp->verify && at == c->crc_len) {
             c->crc = dcp__crc32(c->crc, dst, (size_t)(n * es));
             c->crc_len += n * es;
@@ -326,25 +283,13 @@ static int read_part(struct xp *xp, const struct md_entry *e,
         xp->cache = p;
         xp->cache_cap = (size_t)c->loc.size;
     }
-    RETURN_IF(dcp__fs_pread(c->loc.fd, xp->cache, (size_t)c->loc.size,
-                            c->loc.data, c->loc.file, xp->err));
-    {
-        int64_t idx[DCP_MAX_NDIM] = {0};
-        for (;;) {
-            int64_t so = c->loc.t.storage_offset;
-            for (d = 0; d < e->ndim; d++)
-                so += (ioff[d] - mc->off[d] + idx[d]) * c->loc.t.stride[d];
-            memcpy(dst, xp->cache + (size_t)so * es, es);
-            dst += es;
-            for (d = e->ndim - 1; d >= 0; d--) {
-                if (++idx[d] < isize[d])
-                    break;
-                idx[d] = 0;
-            }
-            if (d < 0)
-                break;
-        }
-    }
+    DCP_RETURN_IF(dcp__fs_pread(c->loc.fd, xp->cache, (size_t)c->loc.size,
+                                c->loc.data, c->loc.file, xp->err));
+    dcp__box_cstrides(e->ndim, isize, dstride);
+    dcp__box_copy(e->ndim, es, isize, xp->cache,
+                  c->loc.t.storage_offset +
+                      dcp__box_at(e->ndim, ioff, mc->off, c->loc.t.stride),
+                  c->loc.t.stride, dst, 0, dstride);
     return DCP_OK;
 }
 
@@ -356,8 +301,8 @@ static int fill_slab(struct xp *xp, const struct md_entry *e, struct cstate *cs,
 {
     size_t es = dcp_dtype_size(e->dtype), i;
     uint64_t sn = dcp__box_numel(e->ndim, ssize);
-    int64_t ioff[DCP_MAX_NDIM], isize[DCP_MAX_NDIM], at[DCP_MAX_NDIM];
-    int d;
+    int64_t ioff[DCP_MAX_NDIM], isize[DCP_MAX_NDIM];
+    int64_t istride[DCP_MAX_NDIM], sstride[DCP_MAX_NDIM];
     for (i = 0; i < e->nchunks; i++) {
         const struct md_chunk *mc = &e->chunks[i];
         uint64_t in;
@@ -368,13 +313,14 @@ static int fill_slab(struct xp *xp, const struct md_entry *e, struct cstate *cs,
         if (in == 0)
             continue;
         if (in == sn) {
-            RETURN_IF(read_part(xp, e, mc, &cs[i], ioff, isize, xp->slab));
+            DCP_RETURN_IF(read_part(xp, e, mc, &cs[i], ioff, isize, xp->slab));
             continue;
         }
-        RETURN_IF(read_part(xp, e, mc, &cs[i], ioff, isize, xp->piece));
-        for (d = 0; d < e->ndim; d++)
-            at[d] = ioff[d] - soff[d];
-        box_copy(xp->slab, ssize, at, xp->piece, isize, e->ndim, es);
+        DCP_RETURN_IF(read_part(xp, e, mc, &cs[i], ioff, isize, xp->piece));
+        dcp__box_cstrides(e->ndim, isize, istride);
+        dcp__box_cstrides(e->ndim, ssize, sstride);
+        dcp__box_copy(e->ndim, es, isize, xp->piece, 0, istride, xp->slab,
+                      dcp__box_at(e->ndim, ioff, soff, sstride), sstride);
     }
     return DCP_OK;
 }
@@ -390,7 +336,7 @@ static int check_crcs(struct xp *xp, const struct md_entry *e,
         if (!c->plain || c->loc.size == 0)
             continue;
         if (c->crc_len != c->loc.size)
-            RETURN_IF(crc_pass(xp, e, c)); /* not read in order */
+            DCP_RETURN_IF(crc_pass(xp, e, c)); /* not read in order */
         else if (c->crc != c->loc.crc)
             return dcp__err(xp->err, DCP_ECORRUPT,
                             "'%s': CRC mismatch in '%s' (data at byte %" PRIu64
@@ -413,7 +359,7 @@ static int stream_tensor(struct xp *xp, const struct xent *x, sink_fn sink,
     int nd = e->ndim, k, d, rc;
     if (dcp__box_numel(nd, e->shape) == 0)
         return DCP_OK;
-    RETURN_IF(dcp__meta_check_tiling(e, xp->err));
+    DCP_RETURN_IF(dcp__meta_check_tiling(e, xp->err));
     /* Split dimension: the first k whose rows after it fit the slab. */
     for (k = 0; k < nd; k++) {
         row = 1;
@@ -502,7 +448,7 @@ static int select_entries(struct xp *xp, int with_values)
         }
         x = &xp->x[xp->nx];
         x->e = e;
-        RETURN_IF(
+        DCP_RETURN_IF(
             dcp__cv_rename(&xp->o, e->key, e->path, e->npath, &x->nm, xp->err));
         xp->nx++;
         if (!e->is_tensor)
@@ -642,7 +588,7 @@ static int export_safetensors(struct xp *xp, const char *out)
 {
     size_t i, nshards = 1, start;
     uint64_t cur = 0;
-    RETURN_IF(select_entries(xp, 0));
+    DCP_RETURN_IF(select_entries(xp, 0));
     qsort(xp->x, xp->nx, sizeof(*xp->x), cmp_sf);
     for (i = 0; i < xp->nx; i++) {
         if (xp->o.max_shard_bytes && cur > 0 &&
@@ -666,19 +612,19 @@ static int export_safetensors(struct xp *xp, const char *out)
         if (nshards > 1 && shard_name(out, i, nshards, &name) != DCP_OK)
             return dcp__err(xp->err, DCP_ENOMEM, "out of memory");
         xp->nout = i + 1;
-        RETURN_IF(ofile_create(xp, &xp->out[i], name ? name : out));
+        DCP_RETURN_IF(ofile_create(xp, &xp->out[i], name ? name : out));
         dcp__free(name);
-        RETURN_IF(write_shard(xp, &xp->out[i], start, end));
+        DCP_RETURN_IF(write_shard(xp, &xp->out[i], start, end));
         start = end;
     }
     if (nshards > 1) {
         /* the index names tensors in name order, as Hugging Face writes */
         qsort(xp->x, xp->nx, sizeof(*xp->x), cmp_xkey);
         xp->nout = nshards + 1;
-        RETURN_IF(write_index(xp, &xp->out[nshards], out));
+        DCP_RETURN_IF(write_index(xp, &xp->out[nshards], out));
     }
     for (i = 0; i < xp->nout; i++)
-        RETURN_IF(ofile_rename(xp, &xp->out[i]));
+        DCP_RETURN_IF(ofile_rename(xp, &xp->out[i]));
     xp->res.files = xp->nout;
     return fsync_parent(xp, out);
 }
@@ -1028,8 +974,8 @@ static int ends_with(const char *s, const char *suffix)
 static int xp_run(struct xp *xp, const char *dir, const char *out)
 {
     int format = xp->o.format;
-    RETURN_IF(dcp_metadata_open(xp->ctx, dir, &xp->md));
-    RETURN_IF(dcp__rd_open(&xp->f, dir, xp->md, xp->err));
+    DCP_RETURN_IF(dcp_metadata_open(xp->ctx, dir, &xp->md));
+    DCP_RETURN_IF(dcp__rd_open(&xp->f, dir, xp->md, xp->err));
     xp->f_open = 1;
     if (format == DCP_FORMAT_AUTO)
         format = ends_with(out, ".safetensors") ? DCP_FORMAT_SAFETENSORS

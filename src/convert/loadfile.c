@@ -184,14 +184,11 @@ struct slab_it {
 
 static void slab_fix(struct slab_it *it)
 {
-    int d;
-    it->n = 1;
     if (it->nd)
         it->sz[it->k] = it->size[it->k] - it->off[it->k] < it->m
                             ? it->size[it->k] - it->off[it->k]
                             : it->m;
-    for (d = 0; d < it->nd; d++)
-        it->n *= (uint64_t)it->sz[d];
+    it->n = dcp__box_numel(it->nd, it->sz);
 }
 
 static void slab_first(struct slab_it *it, int nd, const int64_t *size,

@@ -31,6 +31,7 @@
 #include "json.h"
 #include "meta.h"
 #include "pickle.h"
+#include "reshard.h"
 #include "safetensors.h"
 #include "storage.h"
 #include "torchzip.h"
@@ -47,13 +48,6 @@
  * per byte of its data.pkl (real state dicts take 2 to 5 per byte). */
 #define WALK_MEM_BASE     ((size_t)16 << 20)
 #define WALK_MEM_PER_BYTE ((size_t)64)
-
-#define RETURN_IF(call)    \
-    do {                   \
-        int rc_ = (call);  \
-        if (rc_ != DCP_OK) \
-            return rc_;    \
-    } while (0)
 
 typedef unsigned long long ull;
 
@@ -809,37 +803,23 @@ static int load_cache(struct src_index *ix, const struct src_entry *e,
     }
     ix->cached = NULL;
     if (e->storage_bytes)
-        RETURN_IF(dcp__fs_pread(ix->fds[e->file], ix->cache,
-                                (size_t)e->storage_bytes, e->base,
-                                ix->files[e->file], err));
+        DCP_RETURN_IF(dcp__fs_pread(ix->fds[e->file], ix->cache,
+                                    (size_t)e->storage_bytes, e->base,
+                                    ix->files[e->file], err));
     ix->cached = e;
     return DCP_OK;
 }
 
-/* Copies elements of the cached view: the box (off, size) of e into dst. */
+/* Copies the box (off, size) of the cached view e into dst, contiguous. */
 static void gather_box(const struct src_index *ix, const struct src_entry *e,
                        const int64_t *off, const int64_t *size, uint8_t *dst)
 {
-    size_t es = dcp_dtype_size(e->dtype);
-    int64_t idx[DCP_MAX_NDIM] = {0};
-    int nd = e->ndim, d;
-    for (d = 0; d < nd; d++)
-        if (size[d] == 0)
-            return;
-    for (;;) {
-        int64_t so = e->storage_offset;
-        for (d = 0; d < nd; d++)
-            so += (off[d] + idx[d]) * e->stride[d];
-        memcpy(dst, ix->cache + (size_t)so * es, es);
-        dst += es;
-        for (d = nd - 1; d >= 0; d--) {
-            if (++idx[d] < size[d])
-                break;
-            idx[d] = 0;
-        }
-        if (d < 0)
-            return;
-    }
+    int64_t dstride[DCP_MAX_NDIM];
+    dcp__box_cstrides(e->ndim, size, dstride);
+    dcp__box_copy(e->ndim, dcp_dtype_size(e->dtype), size, ix->cache,
+                  e->storage_offset +
+                      dcp__box_at(e->ndim, off, NULL, e->stride),
+                  e->stride, dst, 0, dstride);
 }
 
 int dcp__src_read_box(struct src_index *ix, const struct src_entry *e,
@@ -847,45 +827,27 @@ int dcp__src_read_box(struct src_index *ix, const struct src_entry *e,
                       uint64_t cache_limit, struct dcp_err *err)
 {
     size_t es = dcp_dtype_size(e->dtype);
-    int64_t idx[DCP_MAX_NDIM] = {0}, run, inner = 1;
+    int64_t dstride[DCP_MAX_NDIM];
+    struct box_runs r;
     uint8_t *out = dst;
-    int nd = e->ndim, j, d;
-    for (d = 0; d < nd; d++)
-        if (size[d] == 0)
-            return DCP_OK;
+    if (dcp__box_numel(e->ndim, size) == 0)
+        return DCP_OK;
     if (!e->contiguous) {
-        RETURN_IF(load_cache(ix, e, cache_limit, err));
+        DCP_RETURN_IF(load_cache(ix, e, cache_limit, err));
         gather_box(ix, e, off, size, out);
         return DCP_OK;
     }
-    /* j: the last dimension the box does not span whole; a run covers it
-     * and every dimension after it. */
-    for (j = nd - 1; j >= 0; j--) {
-        if (off[j] != 0 || size[j] != e->shape[j])
-            break;
-        inner *= e->shape[j];
-    }
-    if (j < 0)
-        return dcp__fs_pread(ix->fds[e->file], out, (size_t)inner * es,
-                             e->base + (uint64_t)e->storage_offset * es,
-                             ix->files[e->file], err);
-    run = size[j] * inner;
-    for (;;) {
-        int64_t lin = e->storage_offset;
-        for (d = 0; d <= j; d++)
-            lin += (off[d] + idx[d]) * e->stride[d];
-        RETURN_IF(dcp__fs_pread(ix->fds[e->file], out, (size_t)run * es,
-                                e->base + (uint64_t)lin * es,
-                                ix->files[e->file], err));
-        out += (size_t)run * es;
-        for (d = j - 1; d >= 0; d--) {
-            if (++idx[d] < size[d])
-                break;
-            idx[d] = 0;
-        }
-        if (d < 0)
-            return DCP_OK;
-    }
+    /* Straight from the file, one read per run. */
+    dcp__box_cstrides(e->ndim, size, dstride);
+    dcp__box_runs_init(&r, e->ndim, size,
+                       e->storage_offset +
+                           dcp__box_at(e->ndim, off, NULL, e->stride),
+                       e->stride, 0, dstride);
+    while (dcp__box_runs_next(&r))
+        DCP_RETURN_IF(dcp__fs_pread(
+            ix->fds[e->file], out + (size_t)r.dst * es, (size_t)r.run * es,
+            e->base + (uint64_t)r.src * es, ix->files[e->file], err));
+    return DCP_OK;
 }
 
 int dcp__src_read(struct src_index *ix, const struct src_entry *e,
@@ -903,7 +865,7 @@ int dcp__src_read(struct src_index *ix, const struct src_entry *e,
                              e->base +
                                  ((uint64_t)e->storage_offset + first) * es,
                              ix->files[e->file], err);
-    RETURN_IF(load_cache(ix, e, cache_limit, err));
+    DCP_RETURN_IF(load_cache(ix, e, cache_limit, err));
     /* Element by element through the view, in C order. */
     while (count > 0) {
         uint64_t rem = first;

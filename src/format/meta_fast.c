@@ -1000,15 +1000,6 @@ static struct md_entry *fqn_entry(struct fd *f, const struct fstr *k)
     return &f->md->e[ei];
 }
 
-static inline int same_ints(const int64_t *a, const int64_t *b, int n)
-{
-    int d;
-    for (d = 0; d < n; d++)
-        if (a[d] != b[d])
-            return 0;
-    return 1;
-}
-
 /* A storage item that matches the template: 1, or 0 with the input
  * untouched. What it cannot decide itself (a first occurrence of a key or
  * a name, an index that is not the chunk's, a second entry for a chunk)
@@ -1040,7 +1031,7 @@ static int rd_storage_fast(struct fd *f)
         !tpl_eat(f, &f->titem, 3) || rd_int(f, &l) || !tpl_eat(f, &f->titem, 4))
         goto no;
     if (index < 0 || (uint64_t)index >= e->nchunks ||
-        !same_ints(e->chunks[index].off, off, e->ndim))
+        !dcp__same_ints(e->chunks[index].off, off, e->ndim))
         goto no;
     c = &e->chunks[index];
     if (c->has_storage || o < 0 || l < 0 ||
@@ -1077,7 +1068,7 @@ static int rd_storage_item(struct fd *f)
             return DECLINE;
         /* As find_chunk: the index is a hint, the offsets decide. */
         if (index >= 0 && (uint64_t)index < e->nchunks &&
-            same_ints(e->chunks[index].off, off, ndim))
+            dcp__same_ints(e->chunks[index].off, off, ndim))
             c = &e->chunks[index];
         for (i = 0; !c && i < e->nchunks; i++)
             if (!ndim || memcmp(e->chunks[i].off, off,

@@ -355,9 +355,10 @@ int dcp__sf_header_build(const struct sf_out *t, size_t n, const char *const *me
                     size_t nmeta, struct dcp_buf *out, uint64_t *data_len)
 {
     struct dcp_buf j = {0};
-    uint64_t pos = 0, nbytes, numel;
+    uint64_t pos = 0, nbytes;
     size_t i, start = out->len;
-    int d, rc;
+    char shape[DCP_SHAPE_TEXT_MAX];
+    int rc;
     rc = dcp__buf_put_u8(&j, '{');
     if (rc == DCP_OK && nmeta) {
         rc = dcp__buf_printf(&j, "\"__metadata__\":{");
@@ -383,18 +384,14 @@ int dcp__sf_header_build(const struct sf_out *t, size_t n, const char *const *me
         if (rc == DCP_OK)
             rc = dcp__json_put_str(&j, t[i].name, strlen(t[i].name));
         if (rc == DCP_OK)
-            rc = dcp__buf_printf(&j, ":{\"dtype\":\"%s\",\"shape\":[", dn);
-        numel = 1;
-        for (d = 0; rc == DCP_OK && d < t[i].ndim; d++) {
-            rc = dcp__buf_printf(&j, d ? ",%" PRId64 : "%" PRId64,
-                                 t[i].shape[d]);
-            numel *= (uint64_t)t[i].shape[d];
-        }
-        nbytes = numel * dcp_dtype_size(t[i].dtype);
+            rc = dcp_shape_format(shape, sizeof(shape), t[i].ndim, t[i].shape);
+        nbytes =
+            dcp__box_numel(t[i].ndim, t[i].shape) * dcp_dtype_size(t[i].dtype);
         if (rc == DCP_OK)
-            rc = dcp__buf_printf(
-                &j, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", pos,
-                pos + nbytes);
+            rc = dcp__buf_printf(&j,
+                                 ":{\"dtype\":\"%s\",\"shape\":%s,"
+                                 "\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}",
+                                 dn, shape, pos, pos + nbytes);
         pos += nbytes;
     }
     if (rc == DCP_OK)

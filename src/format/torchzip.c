@@ -406,16 +406,10 @@ int dcp__tz_finish(struct tz_writer *w)
 /* Element count of a shape; DCP_EINVAL for a bad shape or an overflow. */
 static int shape_numel(int ndim, const int64_t *sizes, int64_t *numel)
 {
-    int64_t n = 1;
-
     if (ndim < 0 || ndim > DCP_MAX_NDIM || (ndim > 0 && !sizes))
         return DCP_EINVAL;
-    for (int i = 0; i < ndim; i++) {
-        if (sizes[i] < 0 || dcp__mul_overflow_i64(n, sizes[i], &n))
-            return DCP_EINVAL;
-    }
-    *numel = n;
-    return DCP_OK;
+    *numel = dcp__shape_numel(ndim, sizes);
+    return *numel < 0 ? DCP_EINVAL : DCP_OK;
 }
 
 /* A tuple of ints the way Python's pickler writes one, memoized unless
@@ -1595,7 +1589,7 @@ static int parse_view(const struct pk_node *const *args, struct tz_tensor *t,
                       struct dcp_err *err)
 {
     const struct pk_node *size = int_seq(args[2]), *stride = int_seq(args[3]);
-    int64_t numel = 1, last;
+    int64_t numel, last;
 
     if (args[1]->kind != PK_INT || !size || !stride)
         return dcp__err(err, DCP_EFORMAT,
@@ -1623,10 +1617,10 @@ static int parse_view(const struct pk_node *const *args, struct tz_tensor *t,
                             "data.pkl: negative size or stride in dimension "
                             "%d (%lld, %lld)",
                             i, (long long)t->size[i], (long long)t->stride[i]);
-        if (dcp__mul_overflow_i64(numel, t->size[i], &numel))
-            return dcp__err(err, DCP_EFORMAT,
-                            "data.pkl: element count overflows");
     }
+    numel = dcp__shape_numel(t->ndim, t->size);
+    if (numel < 0)
+        return dcp__err(err, DCP_EFORMAT, "data.pkl: element count overflows");
     if (numel > 0) {
         for (int i = 0; i < t->ndim; i++) {
             int64_t step;

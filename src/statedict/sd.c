@@ -81,19 +81,6 @@ static int rb_cut(struct rb *r, int k, int64_t base, int64_t s, int64_t e)
     return rc;
 }
 
-/* Element count of shape, or -1 when a size is negative or the count
- * exceeds INT64_MAX. */
-static int64_t shape_numel(int ndim, const int64_t *shape)
-{
-    int64_t n = 1;
-    int d;
-    for (d = 0; d < ndim; d++) {
-        if (shape[d] < 0 || dcp__mul_overflow_i64(n, shape[d], &n))
-            return -1;
-    }
-    return n;
-}
-
 int dcp_range_boxes(int ndim, const int64_t *shape, int64_t begin, int64_t end,
                     dcp_box *boxes, size_t cap, size_t *nboxes)
 {
@@ -105,7 +92,7 @@ int dcp_range_boxes(int ndim, const int64_t *shape, int64_t begin, int64_t end,
     if (!nboxes || !boxes || ndim < 0 || ndim > DCP_MAX_NDIM ||
         (ndim && !shape))
         return DCP_EINVAL;
-    numel = shape_numel(ndim, shape);
+    numel = dcp__shape_numel(ndim, shape);
     if (numel < 0 || begin < 0 || begin > end || end > numel)
         return DCP_EINVAL;
     if (begin == end)
@@ -224,7 +211,7 @@ int dcp_sd_add_param(dcp_sd *sd, size_t g, const char *fqn, int ndim,
         ndim > DCP_MAX_NDIM || (ndim && !shape) || sd->np >= UINT32_MAX - 1)
         return DCP_EINVAL;
     /* The flat space, in bytes too, must fit an int64_t. */
-    numel = shape_numel(ndim, shape);
+    numel = dcp__shape_numel(ndim, shape);
     if (numel < 0 || dcp__add_overflow_i64(sd->numel, numel, &end) ||
         dcp__mul_overflow_i64(end, (int64_t)dcp_dtype_size(sd->dtype), &bytes))
         return DCP_EINVAL;

@@ -334,18 +334,6 @@ static int missing(struct chk *c, const char *key)
     return rc;
 }
 
-static void shape_text(char *out, size_t cap, int ndim, const int64_t *shape)
-{
-    size_t n = 1;
-    int d;
-    (void)snprintf(out, cap, "[");
-    for (d = 0; d < ndim && n < cap; d++)
-        n += (size_t)snprintf(out + n, cap - n, d ? ",%" PRId64 : "%" PRId64,
-                              shape[d]);
-    if (n < cap)
-        (void)snprintf(out + n, cap - n, "]");
-}
-
 /*
  * The tensor key in c->key: present, a tensor, of this shape and dtype
  * (any dtype with DCP_LOAD_CAST). Returns its metadata index in *idx, or
@@ -356,7 +344,7 @@ static int expect_tensor(struct chk *c, dcp_dtype dtype, int ndim,
 {
     const char *key = (const char *)c->key.p;
     dcp_entry_info e;
-    char a[160], b[160];
+    char a[DCP_SHAPE_TEXT_MAX], b[DCP_SHAPE_TEXT_MAX];
     int rc = remember(c, key);
     *idx = -1;
     if (rc != DCP_OK)
@@ -375,8 +363,8 @@ static int expect_tensor(struct chk *c, dcp_dtype dtype, int ndim,
         (ndim && memcmp(e.shape, shape, (size_t)ndim * sizeof(*shape)))) {
         *idx = -1;
         c->nmism++;
-        shape_text(a, sizeof(a), e.ndim, e.shape);
-        shape_text(b, sizeof(b), ndim, shape);
+        (void)dcp_shape_format(a, sizeof(a), e.ndim, e.shape);
+        (void)dcp_shape_format(b, sizeof(b), ndim, shape);
         return dcp__sd_note(&c->mism, "'%s': shape %s saved, %s expected", key,
                             a, b);
     }

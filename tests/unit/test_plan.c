@@ -5,6 +5,8 @@
  * (qsort), grids, bricks and irregular tilings in the tiling check (the
  * grid check and the pairwise sweep it falls back to), replicated boxes,
  * and ranks that agree with the first holder's bytes but for one field.
+ * Also the box geometry helpers beneath them (strided box copies, element
+ * counts, the shape text).
  */
 #include <dcp/dcp.h>
 
@@ -226,6 +228,138 @@ TEST(tiling_check_direct)
     ASSERT(strstr(err.msg, "overlap") != NULL);
 }
 
+/* Element-by-element reference for dcp__box_copy (elements of 4 bytes). */
+static void naive_copy(int nd, const int64_t *size, const uint32_t *src,
+                       int64_t soff, const int64_t *ss, uint32_t *dst,
+                       int64_t doff, const int64_t *ds)
+{
+    int64_t idx[DCP_MAX_NDIM] = {0};
+    int d;
+    if (dcp__box_numel(nd, size) == 0)
+        return;
+    for (;;) {
+        int64_t so = soff, dof = doff;
+        for (d = 0; d < nd; d++) {
+            so += idx[d] * ss[d];
+            dof += idx[d] * ds[d];
+        }
+        dst[dof] = src[so];
+        for (d = nd - 1; d >= 0; d--) {
+            if (++idx[d] < size[d])
+                break;
+            idx[d] = 0;
+        }
+        if (d < 0)
+            return;
+    }
+}
+
+/* Strided box copies, against the element-by-element loop: sub-boxes of
+ * C-contiguous, transposed and broadcast (stride 0) layouts; and the run
+ * count where rows are whole in both layouts (one run) or not. */
+TEST(box_copy_layouts)
+{
+    enum { N = 4096 };
+    static uint32_t src[N], got[N], want[N];
+    int64_t shape[4] = {3, 4, 5, 6}, cs[4], ts[4], size[4], off[4], ds[4];
+    struct box_runs r;
+    int trial, d, n;
+    unsigned seed = 7;
+    for (d = 0; d < N; d++)
+        src[d] = (uint32_t)d * 2654435761u;
+    dcp__box_cstrides(4, shape, cs);
+    ASSERT_EQ(cs[0], 120);
+    ASSERT_EQ(cs[3], 1);
+    ts[0] = 1; /* the same shape stored transposed */
+    ts[1] = 3;
+    ts[2] = 12;
+    ts[3] = 60;
+    for (trial = 0; trial < 400; trial++) {
+        const int64_t *ss = trial % 3 == 0 ? cs : ts;
+        int64_t bs[4] = {0, 0, 0, 0};
+        for (d = 0; d < 4; d++) {
+            seed = seed * 1103515245u + 12345u;
+            off[d] = (int64_t)((seed >> 8) % (unsigned)shape[d]);
+            seed = seed * 1103515245u + 12345u;
+            size[d] =
+                1 + (int64_t)((seed >> 8) % (unsigned)(shape[d] - off[d]));
+        }
+        if (trial % 3 == 2)
+            ss = bs; /* every element from one */
+        dcp__box_cstrides(4, size, ds);
+        memset(got, 0, sizeof(got));
+        memset(want, 0, sizeof(want));
+        naive_copy(4, size, src, dcp__box_at(4, off, NULL, ss), ss, want, 5,
+                   ds);
+        dcp__box_copy(4, 4, size, src, dcp__box_at(4, off, NULL, ss), ss, got,
+                      5, ds);
+        ASSERT_MEM_EQ(got, want, sizeof(got));
+    }
+    /* Rows whole in both: the box [1..2] x all is one run of 2*4*5*6. */
+    off[0] = 1;
+    size[0] = 2;
+    for (d = 1; d < 4; d++) {
+        off[d] = 0;
+        size[d] = shape[d];
+    }
+    dcp__box_runs_init(&r, 4, size, dcp__box_at(4, off, NULL, cs), cs, 0, cs);
+    for (n = 0; dcp__box_runs_next(&r); n++) {
+        ASSERT_EQ(r.src, 120);
+        ASSERT_EQ(r.run, 240);
+    }
+    ASSERT_EQ(n, 1);
+    /* A column of 6 of the last dim cut to 3: 2*4*5 runs of 3. */
+    size[3] = 3;
+    dcp__box_runs_init(&r, 4, size, 0, cs, 0, cs);
+    for (n = 0; dcp__box_runs_next(&r); n++)
+        ASSERT_EQ(r.run, 3);
+    ASSERT_EQ(n, 40);
+    /* Transposed source: runs of one element; empty box: no runs. */
+    dcp__box_runs_init(&r, 4, size, 0, ts, 0, cs);
+    for (n = 0; dcp__box_runs_next(&r); n++)
+        ASSERT_EQ(r.run, 1);
+    ASSERT_EQ(n, 120);
+    size[2] = 0;
+    dcp__box_runs_init(&r, 4, size, 0, cs, 0, cs);
+    ASSERT_EQ(dcp__box_runs_next(&r), 0);
+    /* 0-d: one run of one element. */
+    dcp__box_runs_init(&r, 0, size, 9, cs, 2, cs);
+    ASSERT_EQ(dcp__box_runs_next(&r), 1);
+    ASSERT_EQ(r.src, 9);
+    ASSERT_EQ(r.dst, 2);
+    ASSERT_EQ(r.run, 1);
+    ASSERT_EQ(dcp__box_runs_next(&r), 0);
+}
+
+/* The shape text, the element counts. */
+TEST(shape_helpers)
+{
+    int64_t s[DCP_MAX_NDIM], big[2] = {INT64_MAX, 2}, neg[2] = {3, -1};
+    char text[DCP_SHAPE_TEXT_MAX], small[5];
+    int d;
+    for (d = 0; d < DCP_MAX_NDIM; d++)
+        s[d] = INT64_MIN;
+    ASSERT_OK(dcp_shape_format(text, sizeof(text), DCP_MAX_NDIM, s));
+    ASSERT_EQ(strlen(text), sizeof(text) - 1);
+    s[0] = 4;
+    s[1] = 1024;
+    ASSERT_OK(dcp_shape_format(text, sizeof(text), 2, s));
+    ASSERT_STR_EQ(text, "[4,1024]");
+    ASSERT_OK(dcp_shape_format(text, sizeof(text), 0, NULL));
+    ASSERT_STR_EQ(text, "[]");
+    ASSERT_RC(dcp_shape_format(small, sizeof(small), 2, s), DCP_ELIMIT);
+    ASSERT_STR_EQ(small, "[4,1");
+    ASSERT_RC(dcp_shape_format(text, sizeof(text), DCP_MAX_NDIM + 1, s),
+              DCP_EINVAL);
+    ASSERT_STR_EQ(text, "");
+    ASSERT_RC(dcp_shape_format(NULL, 4, 1, s), DCP_EINVAL);
+    ASSERT_U64_EQ(dcp__box_numel(2, s), 4096);
+    ASSERT_U64_EQ(dcp__box_numel(0, NULL), 1);
+    ASSERT_EQ(dcp__shape_numel(2, s), 4096);
+    ASSERT_EQ(dcp__shape_numel(2, big), -1);
+    ASSERT_EQ(dcp__shape_numel(2, neg), -1);
+}
+
 TEST(replicated_spread)
 {
     /* Three tensors held whole by all of three ranks: one record each,
@@ -306,6 +440,8 @@ int main(void)
     RUN(huge_shape_out_of_order);
     RUN(tiling_layouts);
     RUN(tiling_check_direct);
+    RUN(box_copy_layouts);
+    RUN(shape_helpers);
     RUN(replicated_spread);
     RUN(disagreement_after_agreement);
     RUN(key_on_some_ranks);

@@ -138,7 +138,7 @@ static void index_text(char *buf, size_t cap, uint64_t lin, int ndim,
         idx[k] = shape[k] ? (int64_t)(lin % (uint64_t)shape[k]) : 0;
         lin = shape[k] ? lin / (uint64_t)shape[k] : 0;
     }
-    tool_shape(buf, cap, ndim, idx);
+    (void)dcp_shape_format(buf, cap, ndim, idx);
 }
 
 /* Reads and compares the box (off, size), in pieces of at most
@@ -264,8 +264,8 @@ static int diff_entry(struct diff *d, size_t ia, size_t ib)
         report(d, "dtype differs", x.key, detail);
         return DCP_OK;
     }
-    tool_shape(sx, sizeof(sx), x.ndim, x.shape);
-    tool_shape(sy, sizeof(sy), y.ndim, y.shape);
+    (void)dcp_shape_format(sx, sizeof(sx), x.ndim, x.shape);
+    (void)dcp_shape_format(sy, sizeof(sy), y.ndim, y.shape);
     if (strcmp(sx, sy) != 0) {
         (void)snprintf(detail, sizeof(detail), "%s vs %s", sx, sy);
         report(d, "shape differs", x.key, detail);

@@ -34,7 +34,7 @@ int cmd_ls(int argc, char **argv)
         char shape[256] = "-";
         (void)dcp_metadata_entry(md, i, &e);
         if (e.is_tensor)
-            tool_shape(shape, sizeof(shape), e.ndim, e.shape);
+            (void)dcp_shape_format(shape, sizeof(shape), e.ndim, e.shape);
         if (!json) {
             printf("%s\t%s\t%s\t%zu\t%llu\n", e.key,
                    e.is_tensor ? dcp_dtype_name(e.dtype) : "value", shape,

@@ -30,7 +30,5 @@ int tool_open(const char *dir, dcp_ctx **ctx, dcp_metadata **md);
 int tool_parse_size(const char *s, uint64_t *out);
 /* Writes s as a JSON string literal. */
 void tool_json_str(FILE *f, const char *s);
-/* "[2,3]" into buf. */
-void tool_shape(char *buf, size_t cap, int ndim, const int64_t *shape);
 
 #endif /* DCPTOOL_H */

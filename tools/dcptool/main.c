@@ -81,18 +81,6 @@ void tool_json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-void tool_shape(char *buf, size_t cap, int ndim, const int64_t *shape)
-{
-    size_t n = 0;
-    int d;
-    n += (size_t)snprintf(buf + n, cap - n, "[");
-    for (d = 0; d < ndim && n < cap; d++)
-        n += (size_t)snprintf(buf + n, cap - n, d ? ",%lld" : "%lld",
-                              (long long)shape[d]);
-    if (n < cap)
-        (void)snprintf(buf + n, cap - n, "]");
-}
-
 int main(int argc, char **argv)
 {
     size_t i;
