@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "hashtab.h"
+
 int dcp_comm_create(const struct dcp_comm_ops *ops, void *impl, int rank,
                     int size, dcp_comm **out)
 {
@@ -193,15 +195,12 @@ int dcp__comm_share_err(const dcp_comm *c, int rc, struct dcp_err *err,
 int dcp__comm_same_string(const dcp_comm *c, const char *s, const char *what,
                           struct dcp_err *err)
 {
-    uint64_t h = 1469598103934665603ULL;
+    uint64_t h;
     int64_t v[2];
     int rc;
     if (dcp__comm_size(c) == 1)
         return DCP_OK;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ULL;
-    }
+    h = dcp__fnv1a64(s, strlen(s));
     /* min(x) == max(x) over ranks, with max(x) = -min(-x). */
     v[0] = (int64_t)(h >> 1);
     v[1] = -v[0];

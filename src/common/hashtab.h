@@ -32,17 +32,24 @@ struct dcp_htab {
 typedef const void *(*dcp_htab_key_fn)(const void *arr, uint32_t i,
                                        size_t *len);
 
-/* FNV-1a, 64 bits, of the n bytes at p. */
-static inline uint64_t dcp__fnv1a64(const void *p, size_t n)
+/* FNV-1a, 64 bits: the hash of nothing, and h extended by the n bytes at
+ * p (so a key made of pieces hashes as their concatenation would). */
+#define DCP__FNV1A64_INIT 0xcbf29ce484222325ULL
+static inline uint64_t dcp__fnv1a64_add(uint64_t h, const void *p, size_t n)
 {
     const uint8_t *b = p;
-    uint64_t h = 1469598103934665603ULL;
     size_t i;
     for (i = 0; i < n; i++) {
         h ^= b[i];
         h *= 1099511628211ULL;
     }
     return h;
+}
+
+/* FNV-1a, 64 bits, of the n bytes at p. */
+static inline uint64_t dcp__fnv1a64(const void *p, size_t n)
+{
+    return dcp__fnv1a64_add(DCP__FNV1A64_INIT, p, n);
 }
 
 /*

@@ -36,6 +36,7 @@
 #include "crc32.h"
 #include "cvname.h"
 #include "dcp/dcp_convert.h"
+#include "hashtab.h"
 #include "json.h"
 #include "meta.h"
 #include "pickle.h"
@@ -640,8 +641,7 @@ struct tnode {
     struct tnode **kid;
     char **key; /* dict keys */
     size_t n, cap;
-    uint32_t *hash; /* dict: open addressing, kid index + 1 */
-    size_t hcap;
+    struct dcp_htab index; /* dict: key -> kid index */
 };
 
 #define MAX_LIST_INDEX ((int64_t)1 << 20)
@@ -658,16 +658,16 @@ static void tnode_free(struct tnode *t)
     }
     dcp__free(t->kid);
     dcp__free(t->key);
-    dcp__free(t->hash);
+    dcp__htab_release(&t->index);
     dcp__free(t);
 }
 
-static size_t str_hash(const char *s)
+/* dcp_htab key function: the key of kid i of a dict node. */
+static const void *tnode_key(const void *arr, uint32_t i, size_t *len)
 {
-    size_t h = 1469598103934665603ull;
-    while (*s)
-        h = (h ^ (unsigned char)*s++) * 1099511628211ull;
-    return h;
+    const char *const *key = arr;
+    *len = strlen(key[i]);
+    return key[i];
 }
 
 static int grow(struct tnode *t, size_t need)
@@ -694,38 +694,18 @@ static int grow(struct tnode *t, size_t need)
     return DCP_OK;
 }
 
-static int rehash(struct tnode *t)
-{
-    size_t cap = t->hcap ? t->hcap * 2 : 16, i;
-    uint32_t *h = dcp__calloc(cap, sizeof(*h));
-    if (!h)
-        return DCP_ENOMEM;
-    for (i = 0; i < t->n; i++) {
-        size_t p = str_hash(t->key[i]) & (cap - 1);
-        while (h[p])
-            p = (p + 1) & (cap - 1);
-        h[p] = (uint32_t)(i + 1);
-    }
-    dcp__free(t->hash);
-    t->hash = h;
-    t->hcap = cap;
-    return DCP_OK;
-}
-
 /* The child of dict t under key, created (kind) when absent. */
 static int dict_child(struct tnode *t, const char *key, int kind,
                       struct tnode **out)
 {
-    size_t p;
-    if (t->n * 2 >= t->hcap && rehash(t) != DCP_OK)
-        return DCP_ENOMEM;
-    p = str_hash(key) & (t->hcap - 1);
-    while (t->hash[p]) {
-        if (strcmp(t->key[t->hash[p] - 1], key) == 0) {
-            *out = t->kid[t->hash[p] - 1];
-            return DCP_OK;
-        }
-        p = (p + 1) & (t->hcap - 1);
+    size_t p, len = strlen(key);
+    int rc = dcp__htab_reserve(&t->index, t->n + 1, tnode_key, t->key);
+    if (rc != DCP_OK)
+        return rc;
+    p = dcp__htab_slot(&t->index, key, len, tnode_key, t->key);
+    if (t->index.slot[p]) {
+        *out = t->kid[t->index.slot[p] - 1];
+        return DCP_OK;
     }
     if (grow(t, t->n + 1) != DCP_OK)
         return DCP_ENOMEM;
@@ -737,7 +717,7 @@ static int dict_child(struct tnode *t, const char *key, int kind,
         return DCP_ENOMEM;
     }
     t->kid[t->n]->kind = kind;
-    t->hash[p] = (uint32_t)(t->n + 1);
+    dcp__htab_set(&t->index, p, (uint32_t)t->n);
     *out = t->kid[t->n++];
     return DCP_OK;
 }

@@ -45,6 +45,8 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "hashtab.h"
+
 enum {
     OP_MARK = '(',
     OP_STOP = '.',
@@ -1778,15 +1780,6 @@ struct ikey {
     uint64_t hash;
 };
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *s = p;
-    size_t i;
-    for (i = 0; i < n; i++)
-        h = (h ^ s[i]) * 0x100000001b3ULL;
-    return h;
-}
-
 static void ikey_init(struct ikey *k, char tag, const char *a, size_t alen,
                       const char *b)
 {
@@ -1796,11 +1789,11 @@ static void ikey_init(struct ikey *k, char tag, const char *a, size_t alen,
     k->b = b;
     k->blen = b ? strlen(b) : 0;
     k->len = 1 + alen + (b ? 1 + k->blen : 0);
-    k->hash = fnv(0xcbf29ce484222325ULL, &tag, 1);
-    k->hash = fnv(k->hash, a, alen);
+    k->hash = dcp__fnv1a64(&tag, 1);
+    k->hash = dcp__fnv1a64_add(k->hash, a, alen);
     if (b) {
-        k->hash = fnv(k->hash, "\n", 1);
-        k->hash = fnv(k->hash, b, k->blen);
+        k->hash = dcp__fnv1a64_add(k->hash, "\n", 1);
+        k->hash = dcp__fnv1a64_add(k->hash, b, k->blen);
     }
 }
 
