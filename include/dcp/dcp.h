@@ -317,6 +317,11 @@ typedef enum dcp_value_type {
  * Constructors. Each returns a new value owned by the caller (free it with
  * dcp_value_free, or hand it to a function that takes ownership), or NULL
  * when memory runs out. Strings are UTF-8 and copied; bytes are copied.
+ * A str must be well-formed UTF-8 (no overlong form, surrogate, truncated
+ * sequence or byte such as 0xff; NUL is allowed, as in a Python str) to be
+ * saved: the constructors copy any bytes, and dcp_save refuses the value
+ * (DCP_EINVAL naming its key), since neither dcp nor Python could read it
+ * back. The same holds for str dict keys (dcp_value_dict_set).
  */
 DCP_API dcp_value *dcp_value_none(void);
 DCP_API dcp_value *dcp_value_bool(int b);
@@ -387,6 +392,13 @@ DCP_API int dcp_state_create(dcp_state **out);
 DCP_API void dcp_state_free(dcp_state *st);
 
 /*
+ * Keys. Every key (each pushed component, name and flattened dict key)
+ * must be well-formed UTF-8 without NUL: the functions below take any
+ * bytes, and dcp_save refuses a state holding a key that is not (DCP_EINVAL,
+ * the message naming the key with its bad bytes escaped, e.g. "a\xff.w"),
+ * before anything is written. Other characters, '.', '/', control
+ * characters and non-ASCII text included, are allowed as torch allows them.
+ *
  * Nesting. A state is a nested dict, like a PyTorch state_dict. Entries are
  * added under the current path: push a dict key with dcp_state_push, a list
  * index with dcp_state_push_index, go back up with dcp_state_pop. The saved
@@ -457,7 +469,9 @@ DCP_API int dcp_state_add_tensor(dcp_state *st, const char *name,
  * would itself be expanded, is flattened into one entry per leaf the way
  * PyTorch's flatten_state_dict does it (an empty dict adds nothing). For a
  * load, the value is a template whose content is replaced by what was saved.
- * Returns DCP_OK, DCP_EINVAL (key already used), DCP_ENOMEM.
+ * Returns DCP_OK, DCP_EINVAL (key already used; a flattened dict key that
+ * is not an int or a str, or a str holding NUL, which a loaded dict may
+ * have), DCP_ENOMEM.
  */
 DCP_API int dcp_state_add_value(dcp_state *st, const char *name,
                                 dcp_value *value);
@@ -578,7 +592,9 @@ typedef struct dcp_save_options {
  * followed by dcp_request_wait, and the same rules hold: a save still in
  * flight on the context is completed first, all communication happens on
  * the calling thread, file I/O on the context's background thread.
- * Returns, on every rank the same code: DCP_OK, DCP_EINVAL, DCP_EPLAN (an
+ * Returns, on every rank the same code: DCP_OK, DCP_EINVAL (also: a key
+ * that is not UTF-8 without NUL, a str in a value that is not UTF-8; the
+ * message names the key), DCP_EPLAN (an
  * invalid plan: the message names the key and the ranks involved),
  * DCP_EIO, DCP_ENOSPC, DCP_ENOMEM, DCP_ELIMIT. When a rank fails (bad
  * argument, I/O error, out of memory), every rank returns that rank's code

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "cuda.h"
+#include "keycheck.h"
 #include "save.h"
 #include "stage.h"
 #include "stateful.h"
@@ -64,6 +65,8 @@ static int start(dcp_ctx *ctx, const dcp_state *st, const char *path,
              : dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
     if (!req)
         memset(&ex, 0, sizeof(ex));
+    if (rc == DCP_OK)
+        rc = dcp__state_check_text(ex.use, &ctx->err);
     rc = dcp__save_begin(ctx, ex.use, path, opts, rc, &job);
     if (rc != DCP_OK) {
         dcp__state_expand_release(&ex);
