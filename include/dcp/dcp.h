@@ -707,7 +707,14 @@ enum dcp_load_flags {
      * dtype mismatch is an error). */
     DCP_LOAD_CAST = 1 << 1,
     /* Do not verify the CRC-32 of the stored records. */
-    DCP_LOAD_NO_VERIFY = 1 << 2
+    DCP_LOAD_NO_VERIFY = 1 << 2,
+    /* Unexpected keys (in the checkpoint, asked for by no rank) are
+     * reported by dcp_load_report, not errors; missing keys (asked for,
+     * not in the checkpoint) still fail the load with DCP_EKEY. This is
+     * PyTorch's default: dcp.load with DefaultLoadPlanner loads a subset
+     * of a checkpoint but fails on a key it cannot find. (A library older
+     * than this flag ignores the bit and stays strict.) */
+    DCP_LOAD_ALLOW_UNEXPECTED = 1 << 3
 };
 
 /* Options for dcp_load. Zero-initialise and set struct_size. */
@@ -734,8 +741,10 @@ typedef struct dcp_load_options {
  * whose stored chunks do not tile its shape exactly (a gap or an overlap:
  * DCP_EFORMAT). With DCP_LOAD_PARTIAL,
  * missing keys (this rank's) and unexpected keys (no rank's) are listed by
- * dcp_load_report instead. A CRC error is found while copying: the call
- * fails, and the boxes read so far may hold partial data.
+ * dcp_load_report instead; with DCP_LOAD_ALLOW_UNEXPECTED only unexpected
+ * keys are (missing keys remain DCP_EKEY, as in PyTorch's default load).
+ * A CRC error is found while copying: the call fails, and the boxes read
+ * so far may hold partial data.
  * Returns, on every rank the same code: DCP_OK, DCP_EINVAL, DCP_ENOENT (no
  * checkpoint in path), DCP_EFORMAT, DCP_EUNSAFE, DCP_ECORRUPT, DCP_EKEY,
  * DCP_EMISMATCH, DCP_ELIMIT, DCP_EIO, DCP_ENOMEM, DCP_ENOTSUP (CUDA

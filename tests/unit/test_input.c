@@ -4,9 +4,11 @@
  *    valid UTF-8 (overlong forms, surrogates, truncated sequences, 0xff)
  *    or keys holding NUL: DCP_EINVAL at save time naming the key, escaped,
  *    nothing written; valid multi-byte keys save and load bit-exact;
- *  - a data-file name holding NUL in .metadata: refused, not cut short.
+ *  - a data-file name holding NUL in .metadata: refused, not cut short;
+ *  - DCP_LOAD_ALLOW_UNEXPECTED (dcp_load and dcp_load_file).
  */
 #include <dcp/dcp.h>
+#include <dcp/dcp_convert.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -353,6 +355,95 @@ TEST(nul_in_data_file_name_refused)
     dcp_ctx_free(ctx);
 }
 
+/* Saves w = [1, 2, 3] and step = 7 into dir. */
+static int save_w_step(dcp_ctx *ctx, const char *dir)
+{
+    float w[3] = {1, 2, 3};
+    int64_t n = 3;
+    dcp_state *st;
+    int rc = dcp_state_create(&st);
+    if (rc == DCP_OK)
+        rc = dcp_state_add_tensor(st, "w", DCP_F32, 1, &n, NULL, NULL, w,
+                                  DCP_MEM_HOST);
+    if (rc == DCP_OK)
+        rc = dcp_state_add_value(st, "step", dcp_value_int(7));
+    if (rc == DCP_OK)
+        rc = dcp_save(ctx, st, dir, NULL);
+    dcp_state_free(st);
+    return rc;
+}
+
+TEST(load_allow_unexpected)
+{
+    const char *dir = dirpath("allow_unexpected");
+    dcp_load_options lo = {sizeof(lo), DCP_LOAD_ALLOW_UNEXPECTED};
+    const char *const *keys;
+    float got[3] = {0}, want[3] = {1, 2, 3};
+    int64_t n = 3;
+    dcp_ctx *ctx;
+    dcp_state *st;
+    ASSERT_OK(dcp_ctx_create(&ctx, NULL, NULL));
+    ASSERT_OK(save_w_step(ctx, dir));
+    /* Only w asked for: strict fails on "step", the flag loads w. */
+    ASSERT_OK(dcp_state_create(&st));
+    ASSERT_OK(dcp_state_add_tensor(st, "w", DCP_F32, 1, &n, NULL, NULL, got,
+                                   DCP_MEM_HOST));
+    ASSERT_RC(dcp_load(ctx, st, dir, NULL), DCP_EKEY);
+    ASSERT(strstr(dcp_errmsg(ctx), "unexpected key 'step'") != NULL);
+    ASSERT(got[0] == 0.0f);
+    ASSERT_OK(dcp_load(ctx, st, dir, &lo));
+    ASSERT_MEM_EQ(got, want, sizeof(want));
+    ASSERT_EQ(dcp_load_report(ctx, 1, &keys), 1);
+    ASSERT_STR_EQ(keys[0], "step");
+    ASSERT_EQ(dcp_load_report(ctx, 0, &keys), 0);
+    /* A missing key stays an error with the flag, and changes nothing. */
+    memset(got, 0, sizeof(got));
+    ASSERT_OK(dcp_state_add_value(st, "nope", dcp_value_none()));
+    ASSERT_RC(dcp_load(ctx, st, dir, &lo), DCP_EKEY);
+    ASSERT(strstr(dcp_errmsg(ctx), "missing key 'nope'") != NULL);
+    ASSERT(got[0] == 0.0f);
+    /* With PARTIAL too: both reported, no error. */
+    lo.flags |= DCP_LOAD_PARTIAL;
+    ASSERT_OK(dcp_load(ctx, st, dir, &lo));
+    ASSERT_EQ(dcp_load_report(ctx, 0, &keys), 1);
+    ASSERT_STR_EQ(keys[0], "nope");
+    ASSERT_EQ(dcp_load_report(ctx, 1, &keys), 1);
+    ASSERT_STR_EQ(keys[0], "step");
+    ASSERT_MEM_EQ(got, want, sizeof(want));
+    dcp_state_free(st);
+    dcp_ctx_free(ctx);
+}
+
+TEST(load_file_allow_unexpected)
+{
+    /* The same rule for dcp_load_file, on a torch.save export. */
+    const char *dir = dirpath("allow_unexpected_file");
+    char file[600];
+    dcp_load_options lo = {sizeof(lo), DCP_LOAD_ALLOW_UNEXPECTED};
+    const char *const *keys;
+    float got[3] = {0}, want[3] = {1, 2, 3};
+    int64_t n = 3;
+    dcp_ctx *ctx;
+    dcp_state *st;
+    ASSERT_OK(dcp_ctx_create(&ctx, NULL, NULL));
+    ASSERT_OK(save_w_step(ctx, dir));
+    snprintf(file, sizeof(file), "%s.pt", dir);
+    ASSERT_OK(dcp_export(ctx, dir, file, NULL, NULL));
+    ASSERT_OK(dcp_state_create(&st));
+    ASSERT_OK(dcp_state_add_tensor(st, "w", DCP_F32, 1, &n, NULL, NULL, got,
+                                   DCP_MEM_HOST));
+    ASSERT_RC(dcp_load_file(ctx, st, file, NULL), DCP_EKEY);
+    ASSERT(got[0] == 0.0f);
+    ASSERT_OK(dcp_load_file(ctx, st, file, &lo));
+    ASSERT_MEM_EQ(got, want, sizeof(want));
+    ASSERT_EQ(dcp_load_report(ctx, 1, &keys), 1);
+    ASSERT_STR_EQ(keys[0], "step");
+    ASSERT_OK(dcp_state_add_value(st, "nope", dcp_value_none()));
+    ASSERT_RC(dcp_load_file(ctx, st, file, &lo), DCP_EKEY);
+    dcp_state_free(st);
+    dcp_ctx_free(ctx);
+}
+
 int main(void)
 {
     RUN(utf8_rule);
@@ -362,5 +453,7 @@ int main(void)
     RUN(nul_in_dict_key_refused);
     RUN(multibyte_keys_and_nul_str_roundtrip);
     RUN(nul_in_data_file_name_refused);
+    RUN(load_allow_unexpected);
+    RUN(load_file_allow_unexpected);
     return TEST_SUMMARY();
 }
