@@ -523,6 +523,19 @@ typedef struct dcp_stateful_ops {
 DCP_API int dcp_state_add_stateful(dcp_state *st, const char *name,
                                    const dcp_stateful_ops *ops, void *userdata);
 
+/*
+ * Which operation a stateful callback serves, asked from inside it with
+ * the state it was handed: DCP_IO_SAVE (enum dcp_io_op) when state_dict
+ * runs for dcp_save or dcp_save_async, DCP_IO_LOAD when state_dict builds
+ * the template of dcp_load and in load_state_dict. An
+ * object can so, for example, skip work that only a save needs, or
+ * allocate the buffers a load fills. Any other state (one the caller
+ * made, NULL) gives DCP_EINVAL. Not collective; thread safety as for the
+ * state. (Added in place of a new callback signature, so existing
+ * dcp_stateful_ops, version 1, need no change.)
+ */
+DCP_API int dcp_state_op(const dcp_state *st);
+
 /* Number of keys (FQNs) in the state, and key i in insertion order. */
 DCP_API size_t dcp_state_count(const dcp_state *st);
 DCP_API const char *dcp_state_key(const dcp_state *st, size_t i);

@@ -375,7 +375,7 @@ int dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
         return DCP_EINVAL;
     dcp__async_settle(ctx);
     dcp__ctx_begin(ctx);
-    rc = dcp__state_expand_io(st, &ex, &ctx->err);
+    rc = dcp__state_expand_io(st, DCP_IO_LOAD, &ex, &ctx->err);
     rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
     if (rc == DCP_OK) {
         rc = dcp__load_state(ctx, ex.x ? ex.x : st, path, opts);

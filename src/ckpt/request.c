@@ -61,7 +61,7 @@ static int start(dcp_ctx *ctx, const dcp_state *st, const char *path,
     dcp__async_settle(ctx);
     dcp__ctx_begin(ctx);
     req = dcp__calloc(1, sizeof(*req));
-    rc = req ? dcp__state_expand_io(st, &ex, &ctx->err)
+    rc = req ? dcp__state_expand_io(st, DCP_IO_SAVE, &ex, &ctx->err)
              : dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
     if (!req)
         memset(&ex, 0, sizeof(ex));

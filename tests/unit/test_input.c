@@ -5,7 +5,8 @@
  *    or keys holding NUL: DCP_EINVAL at save time naming the key, escaped,
  *    nothing written; valid multi-byte keys save and load bit-exact;
  *  - a data-file name holding NUL in .metadata: refused, not cut short;
- *  - DCP_LOAD_ALLOW_UNEXPECTED (dcp_load and dcp_load_file).
+ *  - DCP_LOAD_ALLOW_UNEXPECTED (dcp_load and dcp_load_file);
+ *  - dcp_state_op inside stateful callbacks.
  */
 #include <dcp/dcp.h>
 #include <dcp/dcp_convert.h>
@@ -444,6 +445,65 @@ TEST(load_file_allow_unexpected)
     dcp_ctx_free(ctx);
 }
 
+/* A stateful counter that records the op each callback was told. */
+struct counter {
+    int64_t n;
+    int sd_op[4];
+    int nsd;
+    int lsd_op;
+    int nlsd;
+};
+
+static int counter_sd(void *ud, dcp_state *st)
+{
+    struct counter *c = ud;
+    c->sd_op[c->nsd++ & 3] = dcp_state_op(st);
+    return dcp_state_add_value(st, "n", dcp_value_int(c->n));
+}
+
+static int counter_lsd(void *ud, const dcp_state *st)
+{
+    struct counter *c = ud;
+    c->lsd_op = dcp_state_op(st);
+    c->nlsd++;
+    c->n = dcp_value_as_int(dcp_state_value(st, "n"));
+    return 0;
+}
+
+TEST(stateful_told_save_or_load)
+{
+    static const dcp_stateful_ops ops = {DCP_STATEFUL_OPS_VERSION, counter_sd,
+                                         counter_lsd};
+    const char *dir = dirpath("stateful_op");
+    struct counter c = {41, {0}, 0, -9, 0};
+    dcp_request *req;
+    dcp_ctx *ctx;
+    dcp_state *st;
+    ASSERT_OK(dcp_ctx_create(&ctx, NULL, NULL));
+    ASSERT_OK(dcp_state_create(&st));
+    ASSERT_RC(dcp_state_op(st), DCP_EINVAL);
+    ASSERT_RC(dcp_state_op(NULL), DCP_EINVAL);
+    ASSERT_OK(dcp_state_add_stateful(st, "ctr", &ops, &c));
+    ASSERT_OK(dcp_save(ctx, st, dir, NULL));
+    ASSERT_EQ(c.nsd, 1);
+    ASSERT_EQ(c.sd_op[0], DCP_IO_SAVE);
+    ASSERT_OK(dcp_save_async(ctx, st, dir, NULL, &req));
+    ASSERT_OK(dcp_request_wait(req));
+    dcp_request_free(req);
+    ASSERT_EQ(c.nsd, 2);
+    ASSERT_EQ(c.sd_op[1], DCP_IO_SAVE);
+    c.n = 0;
+    ASSERT_OK(dcp_load(ctx, st, dir, NULL));
+    ASSERT_EQ(c.nsd, 3);
+    ASSERT_EQ(c.sd_op[2], DCP_IO_LOAD);
+    ASSERT_EQ(c.nlsd, 1);
+    ASSERT_EQ(c.lsd_op, DCP_IO_LOAD);
+    ASSERT_EQ(c.n, 41);
+    ASSERT_RC(dcp_state_op(st), DCP_EINVAL); /* the caller's own state */
+    dcp_state_free(st);
+    dcp_ctx_free(ctx);
+}
+
 int main(void)
 {
     RUN(utf8_rule);
@@ -455,5 +515,6 @@ int main(void)
     RUN(nul_in_data_file_name_refused);
     RUN(load_allow_unexpected);
     RUN(load_file_allow_unexpected);
+    RUN(stateful_told_save_or_load);
     return TEST_SUMMARY();
 }
