@@ -164,6 +164,30 @@ typedef struct dcp_comm dcp_comm;
 DCP_API void dcp_comm_free(dcp_comm *comm);
 
 /*
+ * Where this rank's part of an uneven 1-D array lies in the global array,
+ * the array being the concatenation of every rank's part in rank order
+ * (particles, samples, tokens: each rank holds local_len elements, any
+ * number, zero included). *global_off receives the sum of local_len over
+ * the lower ranks (an exclusive prefix sum), *global_len the sum over all
+ * ranks; pass them as the offset and global shape of
+ * dcp_state_add_tensor:
+ *     dcp_uneven_1d(comm, n, &off, &total);
+ *     dcp_state_add_tensor(st, "particles.x", DCP_F64, 1, &total, &off,
+ *                          &n, x, DCP_MEM_HOST);
+ * For a load on another number of ranks, call it with the lengths the new
+ * ranks want (summing to the saved total). comm NULL: a single process
+ * (*global_off = 0, *global_len = local_len).
+ * Collective over comm (three small collectives; rank 0 holds 40 bytes per
+ * rank for the call); every rank returns the same code: DCP_OK, DCP_EINVAL
+ * (a rank passed local_len < 0 or a NULL output), DCP_ELIMIT (the total
+ * exceeds INT64_MAX), DCP_ENOMEM (on rank 0), or the communicator's error
+ * (DCP_ETIMEOUT, ...). On failure the outputs (when not NULL) are 0.
+ * Thread safety: as any call on comm (one collective at a time).
+ */
+DCP_API int dcp_uneven_1d(dcp_comm *comm, int64_t local_len,
+                          int64_t *global_off, int64_t *global_len);
+
+/*
  * I/O engine flags (dcp_ctx_options.io_flags). By default data files are
  * written and read with O_DIRECT where the filesystem allows it (buffered
  * I/O otherwise, chosen per file), through io_uring with several requests

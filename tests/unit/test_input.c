@@ -6,7 +6,8 @@
  *    nothing written; valid multi-byte keys save and load bit-exact;
  *  - a data-file name holding NUL in .metadata: refused, not cut short;
  *  - DCP_LOAD_ALLOW_UNEXPECTED (dcp_load and dcp_load_file);
- *  - dcp_state_op inside stateful callbacks.
+ *  - dcp_state_op inside stateful callbacks;
+ *  - dcp_uneven_1d without a communicator.
  */
 #include <dcp/dcp.h>
 #include <dcp/dcp_convert.h>
@@ -504,6 +505,23 @@ TEST(stateful_told_save_or_load)
     dcp_ctx_free(ctx);
 }
 
+TEST(uneven_1d_single_process)
+{
+    int64_t off = -1, len = -1;
+    ASSERT_OK(dcp_uneven_1d(NULL, 5, &off, &len));
+    ASSERT_EQ(off, 0);
+    ASSERT_EQ(len, 5);
+    ASSERT_OK(dcp_uneven_1d(NULL, 0, &off, &len));
+    ASSERT_EQ(off, 0);
+    ASSERT_EQ(len, 0);
+    off = len = -1;
+    ASSERT_RC(dcp_uneven_1d(NULL, -1, &off, &len), DCP_EINVAL);
+    ASSERT_EQ(off, 0);
+    ASSERT_EQ(len, 0);
+    ASSERT_RC(dcp_uneven_1d(NULL, 3, NULL, &len), DCP_EINVAL);
+    ASSERT_RC(dcp_uneven_1d(NULL, 3, &off, NULL), DCP_EINVAL);
+}
+
 int main(void)
 {
     RUN(utf8_rule);
@@ -516,5 +534,6 @@ int main(void)
     RUN(load_allow_unexpected);
     RUN(load_file_allow_unexpected);
     RUN(stateful_told_save_or_load);
+    RUN(uneven_1d_single_process);
     return TEST_SUMMARY();
 }
