@@ -382,8 +382,7 @@ static int add_children(dcp_state *st, dcp_value *v, int depth)
         }
         if (is_dict) {
             const dcp_value *k = v->u.seq.v[i];
-            if (k->type == DCP_VALUE_STR &&
-                strlen(k->u.s.p) != k->u.s.len) {
+            if (k->type == DCP_VALUE_STR && strlen(k->u.s.p) != k->u.s.len) {
                 /* A NUL inside would cut the key short. */
                 dcp_value_free(child);
                 rc = DCP_EINVAL;

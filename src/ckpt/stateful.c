@@ -72,8 +72,8 @@ static int add_copy(struct st_expansion *ex, const struct md_pathel *prefix,
 }
 
 /* Calls one stateful's state_dict and adds what it produced. */
-static int expand_one(struct st_expansion *ex, const struct st_entry *e,
-                      int op, struct dcp_err *err)
+static int expand_one(struct st_expansion *ex, const struct st_entry *e, int op,
+                      struct dcp_err *err)
 {
     long j = (long)ex->nsubs;
     dcp_state *sub;
@@ -183,8 +183,8 @@ static const struct st_entry *first_cuda(const dcp_state *st)
     return NULL;
 }
 
-int dcp__state_expand_io(const dcp_state *st, int op,
-                         struct st_expansion *ex, struct dcp_err *err)
+int dcp__state_expand_io(const dcp_state *st, int op, struct st_expansion *ex,
+                         struct dcp_err *err)
 {
     const struct st_entry *ce;
     int rc;

@@ -42,8 +42,7 @@ size_t dcp__utf8_check(const void *p, size_t n, unsigned flags)
             /* Eight ASCII bytes; with NO_NUL, none of them zero. */
             if (!(w & 0x8080808080808080ULL) &&
                 (!(flags & DCP__UTF8_NO_NUL) ||
-                 !((w - 0x0101010101010101ULL) & ~w &
-                   0x8080808080808080ULL))) {
+                 !((w - 0x0101010101010101ULL) & ~w & 0x8080808080808080ULL))) {
                 i += 8;
                 continue;
             }
@@ -58,8 +57,7 @@ size_t dcp__utf8_check(const void *p, size_t n, unsigned flags)
 
 /* The escaped form of the character at s[i] into tmp (8 bytes); its
  * length, with *k the bytes of s it stands for. */
-static size_t piece(const uint8_t *s, size_t n, size_t i, char *tmp,
-                    size_t *k)
+static size_t piece(const uint8_t *s, size_t n, size_t i, char *tmp, size_t *k)
 {
     *k = seq_len(s + i, n - i, 0);
     if (*k > 1) {

@@ -38,7 +38,7 @@ static inline int dcp__utf8_valid(const void *s, size_t n, unsigned flags)
  * without NUL or surrogates, which dcp and Python both read back. (A str
  * value may hold NUL: Python's str does, and both round-trip it.)
  */
-#define DCP__TEXT_KEY DCP__UTF8_NO_NUL
+#define DCP__TEXT_KEY   DCP__UTF8_NO_NUL
 #define DCP__TEXT_VALUE 0u
 
 /*

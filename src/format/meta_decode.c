@@ -330,8 +330,7 @@ static int walk_storage_item(struct walk *w, const struct pk_node *idx,
     if (!rel || !dcp__safe_name(rel)) {
         char show[320] = "(missing)";
         if (rn && rn->kind == PK_STR)
-            (void)dcp__text_escape(show, sizeof(show), rn->u.s.p,
-                                   rn->u.s.len);
+            (void)dcp__text_escape(show, sizeof(show), rn->u.s.p, rn->u.s.len);
         return dcp__err(w->err, DCP_EUNSAFE,
                         "metadata: '%s': data file name '%s' is not a plain "
                         "file name inside the checkpoint",

@@ -83,8 +83,7 @@ TEST(utf8_rule)
     ASSERT_EQ(dcp__utf8_check("abcdefghijklm\0o", 15, DCP__TEXT_KEY), 13);
     ASSERT_EQ(dcp__utf8_check("abc\0defgh", 9, DCP__TEXT_VALUE), 9);
     /* Escaping for messages. */
-    ASSERT_STR_EQ(dcp__text_escape(out, sizeof(out), "a\xff\n\t\x1b\x7f\\",
-                                   7),
+    ASSERT_STR_EQ(dcp__text_escape(out, sizeof(out), "a\xff\n\t\x1b\x7f\\", 7),
                   "a\\xff\\n\\t\\x1b\\x7f\\\\");
     ASSERT_STR_EQ(dcp__text_escape(out, sizeof(out), "\xe5\xb1\xa4\0x", 5),
                   "\xe5\xb1\xa4\\x00x");
@@ -152,8 +151,8 @@ TEST(bad_keys_refused_at_save)
             snprintf(needle, sizeof(needle), "key '%s%s", ep == 3 ? "opt." : "",
                      esc);
             if (!refused(ctx, st, dirpath("badkey"), needle))
-                FAIL_AT_("%s through entry point %d: not refused",
-                         bad[i].what, ep);
+                FAIL_AT_("%s through entry point %d: not refused", bad[i].what,
+                         ep);
             dcp_state_free(st);
         }
     }
@@ -258,8 +257,8 @@ TEST(multibyte_keys_and_nul_str_roundtrip)
     ASSERT_OK(dcp_state_create(&st));
     ASSERT_OK(dcp_state_push(st, "\xe6\xa8\xa1\xe5\x9e\x8b")); /* 模型 */
     for (i = 0; i < 3; i++)
-        ASSERT_OK(dcp_state_add_tensor(st, keys[i], DCP_F32, 1, &n, NULL,
-                                       NULL, w[i], DCP_MEM_HOST));
+        ASSERT_OK(dcp_state_add_tensor(st, keys[i], DCP_F32, 1, &n, NULL, NULL,
+                                       w[i], DCP_MEM_HOST));
     ASSERT_OK(dcp_state_pop(st));
     ASSERT_OK(dcp_state_add_value(st, "s", dcp_value_strn("a\0\xc3\xa9", 4)));
     ASSERT_OK(dcp_save(ctx, st, dir, NULL));
@@ -268,8 +267,8 @@ TEST(multibyte_keys_and_nul_str_roundtrip)
     ASSERT_OK(dcp_state_create(&st));
     ASSERT_OK(dcp_state_push(st, "\xe6\xa8\xa1\xe5\x9e\x8b"));
     for (i = 0; i < 3; i++)
-        ASSERT_OK(dcp_state_add_tensor(st, keys[i], DCP_F32, 1, &n, NULL,
-                                       NULL, got[i], DCP_MEM_HOST));
+        ASSERT_OK(dcp_state_add_tensor(st, keys[i], DCP_F32, 1, &n, NULL, NULL,
+                                       got[i], DCP_MEM_HOST));
     ASSERT_OK(dcp_state_pop(st));
     ASSERT_OK(dcp_state_add_value(st, "s", dcp_value_none()));
     ASSERT_OK(dcp_load(ctx, st, dir, NULL));
