@@ -180,6 +180,30 @@ typedef struct dcp_comm dcp_comm;
 DCP_API void dcp_comm_free(dcp_comm *comm);
 
 /*
+ * Where this rank's part of an uneven 1-D array lies in the global array,
+ * the array being the concatenation of every rank's part in rank order
+ * (particles, samples, tokens: each rank holds local_len elements, any
+ * number, zero included). *global_off receives the sum of local_len over
+ * the lower ranks (an exclusive prefix sum), *global_len the sum over all
+ * ranks; pass them as the offset and global shape of
+ * dcp_state_add_tensor:
+ *     dcp_uneven_1d(comm, n, &off, &total);
+ *     dcp_state_add_tensor(st, "particles.x", DCP_F64, 1, &total, &off,
+ *                          &n, x, DCP_MEM_HOST);
+ * For a load on another number of ranks, call it with the lengths the new
+ * ranks want (summing to the saved total). comm NULL: a single process
+ * (*global_off = 0, *global_len = local_len).
+ * Collective over comm (three small collectives; rank 0 holds 40 bytes per
+ * rank for the call); every rank returns the same code: DCP_OK, DCP_EINVAL
+ * (a rank passed local_len < 0 or a NULL output), DCP_ELIMIT (the total
+ * exceeds INT64_MAX), DCP_ENOMEM (on rank 0), or the communicator's error
+ * (DCP_ETIMEOUT, ...). On failure the outputs (when not NULL) are 0.
+ * Thread safety: as any call on comm (one collective at a time).
+ */
+DCP_API int dcp_uneven_1d(dcp_comm *comm, int64_t local_len,
+                          int64_t *global_off, int64_t *global_len);
+
+/*
  * I/O engine flags (dcp_ctx_options.io_flags). By default data files are
  * written and read with O_DIRECT where the filesystem allows it (buffered
  * I/O otherwise, chosen per file), through io_uring with several requests
@@ -333,6 +357,11 @@ typedef enum dcp_value_type {
  * Constructors. Each returns a new value owned by the caller (free it with
  * dcp_value_free, or hand it to a function that takes ownership), or NULL
  * when memory runs out. Strings are UTF-8 and copied; bytes are copied.
+ * A str must be well-formed UTF-8 (no overlong form, surrogate, truncated
+ * sequence or byte such as 0xff; NUL is allowed, as in a Python str) to be
+ * saved: the constructors copy any bytes, and dcp_save refuses the value
+ * (DCP_EINVAL naming its key), since neither dcp nor Python could read it
+ * back. The same holds for str dict keys (dcp_value_dict_set).
  */
 DCP_API dcp_value *dcp_value_none(void);
 DCP_API dcp_value *dcp_value_bool(int b);
@@ -403,6 +432,13 @@ DCP_API int dcp_state_create(dcp_state **out);
 DCP_API void dcp_state_free(dcp_state *st);
 
 /*
+ * Keys. Every key (each pushed component, name and flattened dict key)
+ * must be well-formed UTF-8 without NUL: the functions below take any
+ * bytes, and dcp_save refuses a state holding a key that is not (DCP_EINVAL,
+ * the message naming the key with its bad bytes escaped, e.g. "a\xff.w"),
+ * before anything is written. Other characters, '.', '/', control
+ * characters and non-ASCII text included, are allowed as torch allows them.
+ *
  * Nesting. A state is a nested dict, like a PyTorch state_dict. Entries are
  * added under the current path: push a dict key with dcp_state_push, a list
  * index with dcp_state_push_index, go back up with dcp_state_pop. The saved
@@ -473,7 +509,9 @@ DCP_API int dcp_state_add_tensor(dcp_state *st, const char *name,
  * would itself be expanded, is flattened into one entry per leaf the way
  * PyTorch's flatten_state_dict does it (an empty dict adds nothing). For a
  * load, the value is a template whose content is replaced by what was saved.
- * Returns DCP_OK, DCP_EINVAL (key already used), DCP_ENOMEM.
+ * Returns DCP_OK, DCP_EINVAL (key already used; a flattened dict key that
+ * is not an int or a str, or a str holding NUL, which a loaded dict may
+ * have), DCP_ENOMEM.
  */
 DCP_API int dcp_state_add_value(dcp_state *st, const char *name,
                                 dcp_value *value);
@@ -524,6 +562,19 @@ typedef struct dcp_stateful_ops {
  */
 DCP_API int dcp_state_add_stateful(dcp_state *st, const char *name,
                                    const dcp_stateful_ops *ops, void *userdata);
+
+/*
+ * Which operation a stateful callback serves, asked from inside it with
+ * the state it was handed: DCP_IO_SAVE (enum dcp_io_op) when state_dict
+ * runs for dcp_save or dcp_save_async, DCP_IO_LOAD when state_dict builds
+ * the template of dcp_load and in load_state_dict. An
+ * object can so, for example, skip work that only a save needs, or
+ * allocate the buffers a load fills. Any other state (one the caller
+ * made, NULL) gives DCP_EINVAL. Not collective; thread safety as for the
+ * state. (Added in place of a new callback signature, so existing
+ * dcp_stateful_ops, version 1, need no change.)
+ */
+DCP_API int dcp_state_op(const dcp_state *st);
 
 /* Number of keys (FQNs) in the state, and key i in insertion order. */
 DCP_API size_t dcp_state_count(const dcp_state *st);
@@ -594,7 +645,9 @@ typedef struct dcp_save_options {
  * followed by dcp_request_wait, and the same rules hold: a save still in
  * flight on the context is completed first, all communication happens on
  * the calling thread, file I/O on the context's background thread.
- * Returns, on every rank the same code: DCP_OK, DCP_EINVAL, DCP_EPLAN (an
+ * Returns, on every rank the same code: DCP_OK, DCP_EINVAL (also: a key
+ * that is not UTF-8 without NUL, a str in a value that is not UTF-8; the
+ * message names the key), DCP_EPLAN (an
  * invalid plan: the message names the key and the ranks involved),
  * DCP_EIO, DCP_ENOSPC, DCP_ENOMEM, DCP_ELIMIT. When a rank fails (bad
  * argument, I/O error, out of memory), every rank returns that rank's code
@@ -707,7 +760,14 @@ enum dcp_load_flags {
      * dtype mismatch is an error). */
     DCP_LOAD_CAST = 1 << 1,
     /* Do not verify the CRC-32 of the stored records. */
-    DCP_LOAD_NO_VERIFY = 1 << 2
+    DCP_LOAD_NO_VERIFY = 1 << 2,
+    /* Unexpected keys (in the checkpoint, asked for by no rank) are
+     * reported by dcp_load_report, not errors; missing keys (asked for,
+     * not in the checkpoint) still fail the load with DCP_EKEY. This is
+     * PyTorch's default: dcp.load with DefaultLoadPlanner loads a subset
+     * of a checkpoint but fails on a key it cannot find. (A library older
+     * than this flag ignores the bit and stays strict.) */
+    DCP_LOAD_ALLOW_UNEXPECTED = 1 << 3
 };
 
 /* Options for dcp_load. Zero-initialise and set struct_size. */
@@ -734,8 +794,10 @@ typedef struct dcp_load_options {
  * whose stored chunks do not tile its shape exactly (a gap or an overlap:
  * DCP_EFORMAT). With DCP_LOAD_PARTIAL,
  * missing keys (this rank's) and unexpected keys (no rank's) are listed by
- * dcp_load_report instead. A CRC error is found while copying: the call
- * fails, and the boxes read so far may hold partial data.
+ * dcp_load_report instead; with DCP_LOAD_ALLOW_UNEXPECTED only unexpected
+ * keys are (missing keys remain DCP_EKEY, as in PyTorch's default load).
+ * A CRC error is found while copying: the call fails, and the boxes read
+ * so far may hold partial data.
  * Returns, on every rank the same code: DCP_OK, DCP_EINVAL, DCP_ENOENT (no
  * checkpoint in path), DCP_EFORMAT, DCP_EUNSAFE, DCP_ECORRUPT, DCP_EKEY,
  * DCP_EMISMATCH, DCP_ELIMIT, DCP_EIO, DCP_ENOMEM, DCP_ENOTSUP (CUDA

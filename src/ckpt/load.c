@@ -111,11 +111,13 @@ static int unexpected_keys(dcp_ctx *ctx, const dcp_state *st,
     dcp__free(nreq);
     /* Identical lists everywhere; only an allocation failure can differ. */
     rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
-    if (rc != DCP_OK || (flags & DCP_LOAD_PARTIAL) || !ctx->nunexpected)
+    if (rc != DCP_OK ||
+        (flags & (DCP_LOAD_PARTIAL | DCP_LOAD_ALLOW_UNEXPECTED)) ||
+        !ctx->nunexpected)
         return rc;
     return dcp__err(&ctx->err, DCP_EKEY,
                     "unexpected key '%s' in checkpoint (%zu unexpected%s; "
-                    "DCP_LOAD_PARTIAL allows it)",
+                    "DCP_LOAD_ALLOW_UNEXPECTED allows it)",
                     ctx->unexpected[0], ctx->nunexpected,
                     ctx->size > 1 ? ", asked for by no rank" : "");
 }
@@ -348,7 +350,7 @@ int dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
         return DCP_EINVAL;
     dcp__async_settle(ctx);
     dcp__ctx_begin(ctx);
-    rc = dcp__state_expand_io(st, &ex, &ctx->err);
+    rc = dcp__state_expand_io(st, DCP_IO_LOAD, &ex, &ctx->err);
     rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
     if (rc == DCP_OK) {
         rc = dcp__load_state(ctx, ex.x ? ex.x : st, path, opts);

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "cuda.h"
+#include "keycheck.h"
 #include "save.h"
 #include "stage.h"
 #include "stateful.h"
@@ -60,10 +61,12 @@ static int start(dcp_ctx *ctx, const dcp_state *st, const char *path,
     dcp__async_settle(ctx);
     dcp__ctx_begin(ctx);
     req = dcp__calloc(1, sizeof(*req));
-    rc = req ? dcp__state_expand_io(st, &ex, &ctx->err)
+    rc = req ? dcp__state_expand_io(st, DCP_IO_SAVE, &ex, &ctx->err)
              : dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
     if (!req)
         memset(&ex, 0, sizeof(ex));
+    if (rc == DCP_OK)
+        rc = dcp__state_check_text(ex.use, &ctx->err);
     rc = dcp__save_begin(ctx, ex.use, path, opts, rc, &job);
     if (rc != DCP_OK) {
         dcp__state_expand_release(&ex);

@@ -349,7 +349,11 @@ static int add_children(dcp_state *st, dcp_value *v, int depth)
         }
         if (is_dict) {
             const dcp_value *k = v->u.seq.v[i];
-            if (k->type == DCP_VALUE_STR) {
+            if (k->type == DCP_VALUE_STR && strlen(k->u.s.p) != k->u.s.len) {
+                /* A NUL inside would cut the key short. */
+                dcp_value_free(child);
+                rc = DCP_EINVAL;
+            } else if (k->type == DCP_VALUE_STR) {
                 rc = add_value_at(st, k->u.s.p, 0, child, depth + 1);
             } else if (k->type == DCP_VALUE_INT) {
                 /* torch uses str(k) for the key and keeps it a str. */

@@ -46,6 +46,9 @@ struct dcp_state {
     struct md_pathel *cur; /* current nesting */
     size_t ncur;
     size_t capcur;
+    /* For dcp_state_op: enum dcp_io_op + 1 on a sub-state handed to a
+     * stateful callback, 0 on any other. */
+    int op;
 };
 
 /* Entry by key, or NULL. */

@@ -72,7 +72,7 @@ static int add_copy(struct st_expansion *ex, const struct md_pathel *prefix,
 }
 
 /* Calls one stateful's state_dict and adds what it produced. */
-static int expand_one(struct st_expansion *ex, const struct st_entry *e,
+static int expand_one(struct st_expansion *ex, const struct st_entry *e, int op,
                       struct dcp_err *err)
 {
     long j = (long)ex->nsubs;
@@ -82,6 +82,7 @@ static int expand_one(struct st_expansion *ex, const struct st_entry *e,
     if (rc != DCP_OK)
         return dcp__err(err, rc, "out of memory");
     ex->subs[ex->nsubs++] = sub;
+    sub->op = op + 1;
     r = e->sops.state_dict(e->userdata, sub);
     if (r != 0)
         return dcp__err(err, callback_code(r),
@@ -100,7 +101,7 @@ static int expand_one(struct st_expansion *ex, const struct st_entry *e,
     return rc;
 }
 
-int dcp__state_expand(const dcp_state *st, struct st_expansion *ex,
+int dcp__state_expand(const dcp_state *st, int op, struct st_expansion *ex,
                       struct dcp_err *err)
 {
     size_t i, nsf = 0;
@@ -120,7 +121,7 @@ int dcp__state_expand(const dcp_state *st, struct st_expansion *ex,
         const struct st_entry *e = &st->e[i];
         if (e->is_stateful) {
             ex->sfidx[ex->nsubs] = i;
-            rc = expand_one(ex, e, err);
+            rc = expand_one(ex, e, op, err);
         } else {
             rc = add_copy(ex, NULL, 0, e, -1, i, err);
         }
@@ -182,7 +183,7 @@ static const struct st_entry *first_cuda(const dcp_state *st)
     return NULL;
 }
 
-int dcp__state_expand_io(const dcp_state *st, struct st_expansion *ex,
+int dcp__state_expand_io(const dcp_state *st, int op, struct st_expansion *ex,
                          struct dcp_err *err)
 {
     const struct st_entry *ce;
@@ -190,7 +191,7 @@ int dcp__state_expand_io(const dcp_state *st, struct st_expansion *ex,
     memset(ex, 0, sizeof(*ex));
     if (!st)
         return DCP_OK;
-    rc = dcp__state_expand(st, ex, err);
+    rc = dcp__state_expand(st, op, ex, err);
     if (rc == DCP_OK && (ce = first_cuda(ex->use)) != NULL) {
         rc = dcp__cuda_open(err);
         if (rc != DCP_OK)
@@ -198,4 +199,9 @@ int dcp__state_expand_io(const dcp_state *st, struct st_expansion *ex,
                                   ce->key);
     }
     return rc;
+}
+
+int dcp_state_op(const dcp_state *st)
+{
+    return st && st->op ? st->op - 1 : DCP_EINVAL;
 }

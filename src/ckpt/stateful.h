@@ -28,12 +28,13 @@ struct st_expansion {
 
 /*
  * Expands st (no copy at all when it has no stateful entry). Calls every
- * state_dict. Returns DCP_OK, DCP_EINVAL (a failing state_dict, a stateful
- * entry inside a sub-state, a key used twice), DCP_ENOMEM, with a message
- * naming the entry. ex is released by dcp__state_expand_release, also on
- * failure.
+ * state_dict, telling it op (enum dcp_io_op: the save or load it serves,
+ * for dcp_state_op). Returns DCP_OK, DCP_EINVAL (a failing state_dict, a
+ * stateful entry inside a sub-state, a key used twice), DCP_ENOMEM, with a
+ * message naming the entry. ex is released by dcp__state_expand_release, also
+ * on failure.
  */
-int dcp__state_expand(const dcp_state *st, struct st_expansion *ex,
+int dcp__state_expand(const dcp_state *st, int op, struct st_expansion *ex,
                       struct dcp_err *err);
 
 /* After a load into ex->use: moves the loaded values back into st and the
@@ -48,7 +49,7 @@ void dcp__state_expand_release(struct st_expansion *ex);
  * checks that CUDA tensor entries can be copied (libcudart loads): what
  * every save and load does before planning. Same return codes, or those of
  * dcp__cuda_open naming the tensor. */
-int dcp__state_expand_io(const dcp_state *st, struct st_expansion *ex,
+int dcp__state_expand_io(const dcp_state *st, int op, struct st_expansion *ex,
                          struct dcp_err *err);
 
 #endif /* DCP_STATEFUL_H */

@@ -354,3 +354,65 @@ int dcp__comm_bcast_blob(const dcp_comm *c, const void *buf, size_t len,
         *out_len = (size_t)n;
     return DCP_OK;
 }
+
+/* ------------------------------------------------- uneven 1-D arrays */
+
+/*
+ * Rank 0 gathers (length, arguments ok) from every rank, computes each
+ * rank's exclusive prefix sum and the total once, and scatters (code,
+ * offset, total) back, so every rank returns the same code. Rank 0 alone
+ * holds O(ranks) memory; its allocation failure is agreed on first.
+ */
+int dcp_uneven_1d(dcp_comm *comm, int64_t local_len, int64_t *global_off,
+                  int64_t *global_len)
+{
+    int64_t mine[2], back[3] = {DCP_OK, 0, 0};
+    int64_t *all = NULL, *out = NULL, sum = 0;
+    size_t *lens = NULL, *displs = NULL, n = (size_t)dcp__comm_size(comm), r;
+    struct dcp_err err;
+    int rc = DCP_OK;
+    dcp__err_clear(&err);
+    mine[0] = local_len;
+    mine[1] = global_off && global_len && local_len >= 0;
+    if (dcp__comm_rank(comm) == 0) {
+        all = dcp__calloc(n, sizeof(mine));
+        out = dcp__calloc(n, sizeof(back));
+        lens = dcp__calloc(n, sizeof(*lens));
+        displs = dcp__calloc(n, sizeof(*displs));
+        if (!all || !out || !lens || !displs)
+            rc = DCP_ENOMEM;
+    }
+    rc = dcp__comm_agree_err(comm, rc, &err);
+    if (rc == DCP_OK)
+        rc = dcp__comm_gather(comm, mine, sizeof(mine), all, 0, &err);
+    if (rc == DCP_OK && dcp__comm_rank(comm) == 0) {
+        int64_t code = DCP_OK;
+        for (r = 0; r < n; r++) {
+            out[3 * r + 1] = sum;
+            if (!all[2 * r + 1])
+                code = code == DCP_OK ? DCP_EINVAL : code;
+            else if (dcp__add_overflow_i64(sum, all[2 * r], &sum))
+                code = code == DCP_OK ? DCP_ELIMIT : code;
+        }
+        for (r = 0; r < n; r++) {
+            out[3 * r] = code;
+            out[3 * r + 2] = sum;
+            lens[r] = sizeof(back);
+            displs[r] = r * sizeof(back);
+        }
+    }
+    if (rc == DCP_OK)
+        rc = dcp__comm_scatterv(comm, out, lens, displs, back, sizeof(back), 0,
+                                &err);
+    if (rc == DCP_OK)
+        rc = (int)back[0];
+    if (global_off)
+        *global_off = rc == DCP_OK ? back[1] : 0;
+    if (global_len)
+        *global_len = rc == DCP_OK ? back[2] : 0;
+    dcp__free(all);
+    dcp__free(out);
+    dcp__free(lens);
+    dcp__free(displs);
+    return rc;
+}

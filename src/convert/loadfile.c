@@ -375,12 +375,13 @@ static int plan(struct lf *lf, const uint8_t *all, const size_t *lens,
     }
     for (i = 0; rc == DCP_OK && i < lf->ix.n; i++)
         nun += !asked[i];
-    if (rc == DCP_OK && nun && !(lf->flags & DCP_LOAD_PARTIAL)) {
+    if (rc == DCP_OK && nun &&
+        !(lf->flags & (DCP_LOAD_PARTIAL | DCP_LOAD_ALLOW_UNEXPECTED))) {
         for (i = 0; asked[i]; i++)
             ;
         rc = dcp__err(lf->err, DCP_EKEY,
                       "unexpected key '%s' in '%s' (%" PRIu64
-                      " unexpected%s; DCP_LOAD_PARTIAL allows it)",
+                      " unexpected%s; DCP_LOAD_ALLOW_UNEXPECTED allows it)",
                       lf->ix.e[i].key, lf->ix.files[0], nun,
                       lf->size > 1 ? ", asked for by no rank" : "");
     }

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "pickle.h"
+#include "text.h"
 
 
 
@@ -84,9 +85,13 @@ static int is_class(const struct pk_node *n, const char *name)
             dcp__pk_obj_is(n, MD_MOD_FS, name));
 }
 
+/* A str as a C string; NULL for another kind or a str holding a NUL,
+ * which a C string would cut short (a key, a data file name). */
 static const char *str_of(const struct pk_node *n)
 {
-    return n && n->kind == PK_STR ? n->u.s.p : NULL;
+    return n && n->kind == PK_STR && !memchr(n->u.s.p, '\0', n->u.s.len)
+               ? n->u.s.p
+               : NULL;
 }
 
 /* torch.Size((a, b, ...)) or a plain tuple/list of ints. */
@@ -273,7 +278,7 @@ static int walk_storage_item(struct walk *w, const struct pk_node *idx,
                              const struct pk_node *info)
 {
     int64_t off[DCP_MAX_NDIM];
-    const struct pk_node *offn, *tds;
+    const struct pk_node *offn, *tds, *rn;
     const char *fqn, *rel;
     struct md_entry *e;
     struct md_chunk *c;
@@ -320,12 +325,17 @@ static int walk_storage_item(struct walk *w, const struct pk_node *idx,
                         "metadata: '%s': stream transforms (compression "
                         "extensions) are not supported",
                         fqn);
-    rel = str_of(dcp__pk_obj_attr(info, "relative_path"));
-    if (!rel || !dcp__safe_name(rel))
+    rn = dcp__pk_obj_attr(info, "relative_path");
+    rel = str_of(rn);
+    if (!rel || !dcp__safe_name(rel)) {
+        char show[320] = "(missing)";
+        if (rn && rn->kind == PK_STR)
+            (void)dcp__text_escape(show, sizeof(show), rn->u.s.p, rn->u.s.len);
         return dcp__err(w->err, DCP_EUNSAFE,
                         "metadata: '%s': data file name '%s' is not a plain "
                         "file name inside the checkpoint",
-                        fqn, rel ? rel : "(missing)");
+                        fqn, show);
+    }
     if (get_u64(dcp__pk_obj_attr(info, "offset"), &c->offset) != DCP_OK ||
         get_u64(dcp__pk_obj_attr(info, "length"), &c->length) != DCP_OK ||
         dcp__add_overflow_u64(c->offset, c->length, &end) ||

@@ -27,6 +27,7 @@
 
 #include "meta.h"
 #include "pickle.h"
+#include "text.h"
 
 #define DECLINE META_FAST_DECLINE
 
@@ -280,7 +281,7 @@ static int rd_str(struct fd *f, struct fstr *out)
         f->p += 5 + (size_t)n;
         /* The general decoder keeps C strings: no NUL inside. */
         if (memchr(out->s, '\0', n) ||
-            !dcp__pk_utf8_valid((const uint8_t *)out->s, n))
+            !dcp__utf8_valid(out->s, n, DCP__UTF8_SURROGATES))
             return DECLINE;
         out->word = (uint8_t)word_of(out->s, n);
         out->slot = 0;

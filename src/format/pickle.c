@@ -46,6 +46,7 @@
 #include <string.h>
 
 #include "hashtab.h"
+#include "text.h"
 
 enum {
     OP_MARK = '(',
@@ -455,40 +456,6 @@ static int pop_mark(struct pk_dec *d, size_t *start)
 /* Text helpers                                                       */
 /* ------------------------------------------------------------------ */
 
-/* UTF-8 as CPython decodes it with "surrogatepass". */
-int dcp__pk_utf8_valid(const uint8_t *s, size_t n)
-{
-    size_t i = 0, k;
-    uint64_t w;
-    while (i < n) {
-        if (n - i >= 8) {
-            memcpy(&w, s + i, 8);
-            if (!(w & 0x8080808080808080ULL)) {
-                i += 8;
-                continue;
-            }
-        }
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        if (s[i] < 0xc2 || s[i] > 0xf4)
-            return 0;
-        k = s[i] < 0xe0 ? 1 : s[i] < 0xf0 ? 2 : 3;
-        if (n - i <= k)
-            return 0;
-        if ((s[i] == 0xe0 && s[i + 1] < 0xa0) ||
-            (s[i] == 0xf0 && s[i + 1] < 0x90) ||
-            (s[i] == 0xf4 && s[i + 1] > 0x8f))
-            return 0;
-        for (i++; k > 0; k--, i++) {
-            if ((s[i] & 0xc0) != 0x80)
-                return 0;
-        }
-    }
-    return 1;
-}
-
 static size_t utf8_put(char *out, uint32_t c)
 {
     if (c < 0x80) {
@@ -590,7 +557,8 @@ static int push_string(struct pk_dec *d, uint8_t kind, uint64_t n)
                     "pickle: string of %" PRIu64 " bytes exceeds the limit "
                     "at byte %zu",
                     n, d->op_off);
-    if (kind == PK_STR && !dcp__pk_utf8_valid(d->p, (size_t)n))
+    if (kind == PK_STR &&
+        !dcp__utf8_valid(d->p, (size_t)n, DCP__UTF8_SURROGATES))
         return fail(d, DCP_EFORMAT, "pickle: invalid utf-8 at byte %zu",
                     d->op_off);
     s = str_new(d, kind, d->p, (size_t)n);

@@ -175,10 +175,6 @@ int dcp__pkw_str_memo(struct pk_writer *w, const char *s, size_t len,
 int dcp__pkw_global_memo(struct pk_writer *w, const char *module,
                     const char *name, uint32_t *idx);
 
-/* 1 if s[0..n) is valid UTF-8 as Python's decoder accepts it (no
- * surrogates, no overlongs), else 0. */
-int dcp__pk_utf8_valid(const uint8_t *s, size_t n);
-
 /* Pickle opcodes used by callers. */
 enum {
     PK_OP_MARK = '(',

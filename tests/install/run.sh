@@ -137,11 +137,43 @@ LD_LIBRARY_PATH=$LIBDIR "$TMP/cmake-build/consumer" >"$TMP/out" || {
 say "find_package(dcp) $found: $(tr '\n' ' ' <"$TMP/out")"
 
 # ------------------------------------------------------------ dcptool
-if [ -e "$ROOT/bin/dcptool" ]; then
-    LD_LIBRARY_PATH=$LIBDIR "$ROOT/bin/dcptool" --version >"$TMP/out" 2>&1 || {
+# The installed dcptool carries an RPATH relative to itself ($ORIGIN/../lib):
+# it runs without LD_LIBRARY_PATH from the DESTDIR tree, from a tree
+# installed with another prefix (cmake --install --prefix), and from that
+# tree moved elsewhere.
+run_tool() { # run_tool TREE: dcptool --version and ls on a checkpoint
+    env -u LD_LIBRARY_PATH "$1/bin/dcptool" --version >"$TMP/out" 2>&1 || {
         cat "$TMP/out"
-        die "installed dcptool --version failed"
+        die "dcptool in $1 does not run without LD_LIBRARY_PATH"
     }
-    say "installed dcptool: $(head -n1 "$TMP/out")"
+    lib=$(env -u LD_LIBRARY_PATH ldd "$1/bin/dcptool" |
+        awk '/libdcp\.so/ { print $3 }')
+    case "$lib" in
+    "$1"/*) ;;
+    *) die "dcptool in $1 resolves libdcp to '$lib', outside its tree" ;;
+    esac
+    env -u LD_LIBRARY_PATH "$1/bin/dcptool" ls \
+        "$HERE/../data/torch_small" >"$TMP/ls.out" 2>&1 || {
+        cat "$TMP/ls.out"
+        die "dcptool ls in $1 failed"
+    }
+}
+if [ -e "$ROOT/bin/dcptool" ]; then
+    rpath=$(objdump -p "$ROOT/bin/dcptool" | awk '$1 == "RUNPATH" || $1 == "RPATH" { print $2 }')
+    case "$rpath" in
+    *'$ORIGIN/../'*) ;;
+    *) die "installed dcptool has RPATH '$rpath', not relative to \$ORIGIN" ;;
+    esac
+    run_tool "$ROOT"
+    say "installed dcptool (DESTDIR, RPATH $rpath): $(head -n1 "$TMP/out")"
+    "$CMAKE" --install "$BUILD" --prefix "$TMP/prefix2" >"$TMP/install2.log" 2>&1 ||
+        {
+            cat "$TMP/install2.log" >&2
+            die "cmake --install $BUILD --prefix $TMP/prefix2 failed"
+        }
+    run_tool "$TMP/prefix2"
+    mv "$TMP/prefix2" "$TMP/moved"
+    run_tool "$TMP/moved"
+    say "dcptool installed with --prefix, then moved: runs and lists ($(wc -l <"$TMP/ls.out") entries) without LD_LIBRARY_PATH"
 fi
 say "OK"

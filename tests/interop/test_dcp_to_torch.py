@@ -117,6 +117,29 @@ def list_index_paths(check, tmp):
 
 
 @R.test
+def non_ascii_keys(check, tmp):
+    # Keys and path components in UTF-8 beyond ASCII (CJK, Cyrillic, an
+    # emoji outside the BMP, accents): dcp writes them as torch does, and
+    # torch loads them bit-exact, nesting included.
+    rng = random.Random(11)
+    state = {
+        "層.weight": dcpio.random_tensor(torch.float32, (3, 4), rng),
+        "模型": {
+            "ключ": dcpio.random_tensor(torch.bfloat16, (5,), rng),
+            "🚀": dcpio.random_tensor(torch.int64, (2, 2), rng),
+            "schritt_ü": 7,
+            "name": "größe ✓",
+        },
+    }
+    ck = os.path.join(tmp, "ck")
+    dcpio.dcp_save_manifest(state, ck, tmp)
+    check_metadata(check, ck, state)
+    torch_load_and_compare(check, ck, state, tmp)
+    md = FileSystemReader(ck).read_metadata()
+    check.true("模型.ключ" in md.state_dict_metadata, "key '模型.ключ'")
+
+
+@R.test
 def values_only(check, tmp):
     # A checkpoint without tensors, and a value-only nested dict.
     state = {"extra": dcpio.value_samples(), "step": 3}

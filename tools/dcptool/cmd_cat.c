@@ -113,14 +113,17 @@ int cmd_cat(int argc, char **argv)
         return rc;
     idx = dcp_metadata_find(md, argv[2]);
     if (idx < 0) {
-        fprintf(stderr, "dcptool: no key '%s' in '%s'\n", argv[2], argv[1]);
+        fputs("dcptool: no key '", stderr);
+        tool_text(stderr, argv[2]);
+        fprintf(stderr, "' in '%s'\n", argv[1]);
         rc = 1;
     } else {
         dcp_entry_info e;
         (void)dcp_metadata_entry(md, (size_t)idx, &e);
         if (!e.is_tensor && noff >= 0) {
-            fprintf(stderr, "dcptool: '%s' is a value, not a tensor\n",
-                    argv[2]);
+            fputs("dcptool: '", stderr);
+            tool_text(stderr, argv[2]);
+            fputs("' is a value, not a tensor\n", stderr);
             rc = 1;
         } else {
             rc = e.is_tensor ? cat_tensor(ctx, md, idx, off, size, noff)

@@ -44,7 +44,9 @@ static void report(struct diff *d, const char *what, const char *key,
     if (d->max_lines >= 0 && d->lines >= d->max_lines)
         return;
     d->lines++;
-    printf("%s: %s%s%s\n", what, key, detail ? ": " : "", detail ? detail : "");
+    printf("%s: ", what);
+    tool_text(stdout, key);
+    printf("%s%s\n", detail ? ": " : "", detail ? detail : "");
 }
 
 static int is_float(dcp_dtype dt)

@@ -1,6 +1,7 @@
 /* dcptool ls DIR [--json]: one tab-separated line per entry, sorted by
- * key: key, dtype (or "value"), global shape (or "-"), chunks, bytes; with
- * --json, an array of objects with the same fields. */
+ * key: key (control characters and backslashes escaped, tool_text),
+ * dtype (or "value"), global shape (or "-"), chunks, bytes; with --json,
+ * an array of objects with the same fields (keys as JSON strings). */
 #include <stdio.h>
 #include <string.h>
 
@@ -36,7 +37,8 @@ int cmd_ls(int argc, char **argv)
         if (e.is_tensor)
             (void)dcp_shape_format(shape, sizeof(shape), e.ndim, e.shape);
         if (!json) {
-            printf("%s\t%s\t%s\t%zu\t%llu\n", e.key,
+            tool_text(stdout, e.key);
+            printf("\t%s\t%s\t%zu\t%llu\n",
                    e.is_tensor ? dcp_dtype_name(e.dtype) : "value", shape,
                    e.nchunks, (unsigned long long)e.nbytes);
             continue;

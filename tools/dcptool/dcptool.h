@@ -28,6 +28,13 @@ int tool_usage(const char *fmt);
 int tool_open(const char *dir, dcp_ctx **ctx, dcp_metadata **md);
 /* "5GB" (10^9), "5GiB" (2^30) or a plain byte count; 0 or -1. */
 int tool_parse_size(const char *s, uint64_t *out);
+/*
+ * Writes a key (or other text from a checkpoint) for text output, on one
+ * line: a backslash as "\\", newline, tab and carriage return as "\n",
+ * "\t", "\r", any other C0 control character and DEL as "\xNN"; other
+ * bytes (UTF-8 text) as they are. JSON output uses tool_json_str.
+ */
+void tool_text(FILE *f, const char *s);
 /* Writes s as a JSON string literal. */
 void tool_json_str(FILE *f, const char *s);
 

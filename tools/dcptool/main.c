@@ -38,10 +38,39 @@ static void usage(FILE *f)
     fprintf(f, "\n  --version              library and header versions\n");
 }
 
+/* s with control characters escaped; a backslash doubled when
+ * backslash is set (not in the library's messages, which escape bad bytes
+ * of the keys they name themselves). */
+static void put_text(FILE *f, const char *s, int backslash)
+{
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '\\' && backslash)
+            fputs("\\\\", f);
+        else if (c == '\n')
+            fputs("\\n", f);
+        else if (c == '\t')
+            fputs("\\t", f);
+        else if (c == '\r')
+            fputs("\\r", f);
+        else if (c < 0x20 || c == 0x7f)
+            fprintf(f, "\\x%02x", c);
+        else
+            fputc(c, f);
+    }
+}
+
+void tool_text(FILE *f, const char *s)
+{
+    put_text(f, s, 1);
+}
+
 int tool_fail(const dcp_ctx *ctx, int rc)
 {
     const char *msg = ctx ? dcp_errmsg(ctx) : "";
-    fprintf(stderr, "dcptool: %s\n", msg && *msg ? msg : dcp_strerror(rc));
+    fputs("dcptool: ", stderr);
+    put_text(stderr, msg && *msg ? msg : dcp_strerror(rc), 0);
+    fputc('\n', stderr);
     return 1;
 }
 
