@@ -48,76 +48,6 @@
 #include "hashtab.h"
 #include "text.h"
 
-enum {
-    OP_MARK = '(',
-    OP_STOP = '.',
-    OP_POP = '0',
-    OP_POP_MARK = '1',
-    OP_DUP = '2',
-    OP_FLOAT = 'F',
-    OP_INT = 'I',
-    OP_BININT = 'J',
-    OP_BININT1 = 'K',
-    OP_LONG = 'L',
-    OP_BININT2 = 'M',
-    OP_NONE = 'N',
-    OP_PERSID = 'P',
-    OP_BINPERSID = 'Q',
-    OP_REDUCE = 'R',
-    OP_STRING = 'S',
-    OP_BINSTRING = 'T',
-    OP_SHORT_BINSTRING = 'U',
-    OP_UNICODE = 'V',
-    OP_BINUNICODE = 'X',
-    OP_APPEND = 'a',
-    OP_BUILD = 'b',
-    OP_GLOBAL = 'c',
-    OP_DICT = 'd',
-    OP_EMPTY_DICT = '}',
-    OP_APPENDS = 'e',
-    OP_GET = 'g',
-    OP_BINGET = 'h',
-    OP_INST = 'i',
-    OP_LONG_BINGET = 'j',
-    OP_LIST = 'l',
-    OP_EMPTY_LIST = ']',
-    OP_OBJ = 'o',
-    OP_PUT = 'p',
-    OP_BINPUT = 'q',
-    OP_LONG_BINPUT = 'r',
-    OP_SETITEM = 's',
-    OP_TUPLE = 't',
-    OP_EMPTY_TUPLE = ')',
-    OP_SETITEMS = 'u',
-    OP_BINFLOAT = 'G',
-    OP_BINBYTES = 'B',
-    OP_SHORT_BINBYTES = 'C',
-    OP_PROTO = 0x80,
-    OP_NEWOBJ = 0x81,
-    OP_EXT1 = 0x82,
-    OP_EXT2 = 0x83,
-    OP_EXT4 = 0x84,
-    OP_TUPLE1 = 0x85,
-    OP_TUPLE2 = 0x86,
-    OP_TUPLE3 = 0x87,
-    OP_NEWTRUE = 0x88,
-    OP_NEWFALSE = 0x89,
-    OP_LONG1 = 0x8a,
-    OP_LONG4 = 0x8b,
-    OP_SHORT_BINUNICODE = 0x8c,
-    OP_BINUNICODE8 = 0x8d,
-    OP_BINBYTES8 = 0x8e,
-    OP_EMPTY_SET = 0x8f,
-    OP_ADDITEMS = 0x90,
-    OP_FROZENSET = 0x91,
-    OP_NEWOBJ_EX = 0x92,
-    OP_STACK_GLOBAL = 0x93,
-    OP_MEMOIZE = 0x94,
-    OP_FRAME = 0x95,
-    OP_BYTEARRAY8 = 0x96,
-    OP_NEXT_BUFFER = 0x97,
-    OP_READONLY_BUFFER = 0x98
-};
 
 #define PK_HIGHEST_PROTOCOL 5
 #define PK_DEPTH_CAP        65534 /* depth is a uint16_t */
@@ -1239,19 +1169,19 @@ static int op_proto(struct pk_dec *d)
 static const char *unsafe_name(unsigned op)
 {
     switch (op) {
-    case OP_INST:
+    case PK_OP_INST:
         return "inst";
-    case OP_OBJ:
+    case PK_OP_OBJ:
         return "obj";
-    case OP_EXT1:
+    case PK_OP_EXT1:
         return "ext1";
-    case OP_EXT2:
+    case PK_OP_EXT2:
         return "ext2";
-    case OP_EXT4:
+    case PK_OP_EXT4:
         return "ext4";
-    case OP_NEXT_BUFFER:
+    case PK_OP_NEXT_BUFFER:
         return "next_buffer";
-    case OP_READONLY_BUFFER:
+    case PK_OP_READONLY_BUFFER:
         return "readonly_buffer";
     default:
         return NULL;
@@ -1263,42 +1193,42 @@ static int step_rare(struct pk_dec *d, unsigned op)
 {
     size_t start = 0;
     switch (op) {
-    case OP_PROTO:
+    case PK_OP_PROTO:
         return op_proto(d);
-    case OP_FRAME:
+    case PK_OP_FRAME:
         return op_frame(d);
-    case OP_POP:
+    case PK_OP_POP:
         return op_pop(d);
-    case OP_POP_MARK:
+    case PK_OP_POP_MARK:
         if (pop_mark(d, &start) != DCP_OK)
             return d->rc;
         d->sp = start;
         return DCP_OK;
-    case OP_DUP:
+    case PK_OP_DUP:
         if (avail(d) == 0)
             return underflow(d);
         return push(d, d->stack[d->sp - 1]);
-    case OP_INT:
+    case PK_OP_INT:
         return op_int_text(d, 0);
-    case OP_LONG:
+    case PK_OP_LONG:
         return op_int_text(d, 1);
-    case OP_PUT:
+    case PK_OP_PUT:
         return op_memo_text(d, 1);
-    case OP_GET:
+    case PK_OP_GET:
         return op_memo_text(d, 0);
-    case OP_UNICODE:
+    case PK_OP_UNICODE:
         return op_unicode_text(d);
-    case OP_PERSID:
+    case PK_OP_PERSID:
         return op_persid_text(d);
-    case OP_EMPTY_SET:
-    case OP_ADDITEMS:
-    case OP_FROZENSET:
+    case PK_OP_EMPTY_SET:
+    case PK_OP_ADDITEMS:
+    case PK_OP_FROZENSET:
         return fail(d, DCP_ENOTSUP,
                     "pickle: sets are not supported at byte "
                     "%zu",
                     d->op_off);
-    case OP_STRING:
-    case OP_FLOAT:
+    case PK_OP_STRING:
+    case PK_OP_FLOAT:
         return fail(d, DCP_ENOTSUP,
                     "pickle: unsupported opcode '%c' at byte %zu", (int)op,
                     d->op_off);
@@ -1315,93 +1245,93 @@ static int step_rare(struct pk_dec *d, unsigned op)
 static int step(struct pk_dec *d, unsigned op)
 {
     switch (op) {
-    case OP_BINGET:
+    case PK_OP_BINGET:
         return op_memo(d, 1, 0);
-    case OP_MEMOIZE:
+    case PK_OP_MEMOIZE:
         return memo_put(d, d->memo_count);
-    case OP_BINPUT:
+    case PK_OP_BINPUT:
         return op_memo(d, 1, 1);
-    case OP_SHORT_BINUNICODE:
+    case PK_OP_SHORT_BINUNICODE:
         return op_string(d, 1, PK_STR);
-    case OP_BININT1:
+    case PK_OP_BININT1:
         return op_binint(d, 1);
-    case OP_MARK:
+    case PK_OP_MARK:
         return op_mark(d);
-    case OP_EMPTY_TUPLE:
+    case PK_OP_EMPTY_TUPLE:
         return push_shared(d, &d->empty_tuple, PK_TUPLE, 0);
-    case OP_NEWOBJ:
+    case PK_OP_NEWOBJ:
         return op_newobj(d, 0);
-    case OP_EMPTY_DICT:
+    case PK_OP_EMPTY_DICT:
         return push_container(d, PK_DICT);
-    case OP_SETITEMS:
+    case PK_OP_SETITEMS:
         return op_add_items(d, PK_DICT, 1);
-    case OP_BUILD:
+    case PK_OP_BUILD:
         return op_build(d);
-    case OP_REDUCE:
+    case PK_OP_REDUCE:
         return op_reduce(d);
-    case OP_TUPLE1:
-    case OP_TUPLE2:
-    case OP_TUPLE3:
-        return op_tuple_n(d, op - OP_TUPLE1 + 1);
-    case OP_LONG_BINGET:
+    case PK_OP_TUPLE1:
+    case PK_OP_TUPLE2:
+    case PK_OP_TUPLE3:
+        return op_tuple_n(d, op - PK_OP_TUPLE1 + 1);
+    case PK_OP_LONG_BINGET:
         return op_memo(d, 4, 0);
-    case OP_LONG_BINPUT:
+    case PK_OP_LONG_BINPUT:
         return op_memo(d, 4, 1);
-    case OP_BINUNICODE:
+    case PK_OP_BINUNICODE:
         return op_string(d, 4, PK_STR);
-    case OP_BININT2:
+    case PK_OP_BININT2:
         return op_binint(d, 2);
-    case OP_BININT:
+    case PK_OP_BININT:
         return op_binint(d, 4);
-    case OP_LONG1:
+    case PK_OP_LONG1:
         return op_long(d, 1);
-    case OP_LONG4:
+    case PK_OP_LONG4:
         return op_long(d, 4);
-    case OP_NONE:
+    case PK_OP_NONE:
         return push_shared(d, &d->none, PK_NONE, 0);
-    case OP_NEWTRUE:
+    case PK_OP_NEWTRUE:
         return push_shared(d, &d->bools[1], PK_BOOL, 1);
-    case OP_NEWFALSE:
+    case PK_OP_NEWFALSE:
         return push_shared(d, &d->bools[0], PK_BOOL, 0);
-    case OP_EMPTY_LIST:
+    case PK_OP_EMPTY_LIST:
         return push_container(d, PK_LIST);
-    case OP_APPEND:
+    case PK_OP_APPEND:
         return op_add_items(d, PK_LIST, 0);
-    case OP_APPENDS:
+    case PK_OP_APPENDS:
         return op_add_items(d, PK_LIST, 1);
-    case OP_SETITEM:
+    case PK_OP_SETITEM:
         return op_add_items(d, PK_DICT, 0);
-    case OP_TUPLE:
+    case PK_OP_TUPLE:
         return op_collect(d, PK_TUPLE);
-    case OP_LIST:
+    case PK_OP_LIST:
         return op_collect(d, PK_LIST);
-    case OP_DICT:
+    case PK_OP_DICT:
         return op_collect(d, PK_DICT);
-    case OP_STACK_GLOBAL:
+    case PK_OP_STACK_GLOBAL:
         return op_stack_global(d);
-    case OP_GLOBAL:
+    case PK_OP_GLOBAL:
         return op_global(d);
-    case OP_BINFLOAT:
+    case PK_OP_BINFLOAT:
         return op_binfloat(d);
-    case OP_BINPERSID:
+    case PK_OP_BINPERSID:
         if (avail(d) == 0)
             return underflow(d);
         return persid_push(d, d->stack[--d->sp]);
-    case OP_NEWOBJ_EX:
+    case PK_OP_NEWOBJ_EX:
         return op_newobj(d, 1);
-    case OP_SHORT_BINBYTES:
-    case OP_SHORT_BINSTRING:
+    case PK_OP_SHORT_BINBYTES:
+    case PK_OP_SHORT_BINSTRING:
         return op_string(d, 1, PK_BYTES);
-    case OP_BINBYTES:
+    case PK_OP_BINBYTES:
         return op_string(d, 4, PK_BYTES);
-    case OP_BINSTRING:
+    case PK_OP_BINSTRING:
         return op_binstring(d);
-    case OP_BINUNICODE8:
+    case PK_OP_BINUNICODE8:
         return op_string(d, 8, PK_STR);
-    case OP_BINBYTES8:
-    case OP_BYTEARRAY8:
+    case PK_OP_BINBYTES8:
+    case PK_OP_BYTEARRAY8:
         return op_string(d, 8, PK_BYTES);
-    case OP_STOP:
+    case PK_OP_STOP:
         return op_stop(d);
     default:
         return step_rare(d, op);
@@ -1576,28 +1506,28 @@ static int put_op(struct pk_writer *w, uint8_t op)
 
 int dcp__pkw_proto(struct pk_writer *w)
 {
-    static const uint8_t b[2] = {OP_PROTO, 2};
+    static const uint8_t b[2] = {PK_OP_PROTO, 2};
     return put_bytes(w, b, 2);
 }
 
 int dcp__pkw_stop(struct pk_writer *w)
 {
-    return put_op(w, OP_STOP);
+    return put_op(w, PK_OP_STOP);
 }
 
 int dcp__pkw_mark(struct pk_writer *w)
 {
-    return put_op(w, OP_MARK);
+    return put_op(w, PK_OP_MARK);
 }
 
 int dcp__pkw_none(struct pk_writer *w)
 {
-    return put_op(w, OP_NONE);
+    return put_op(w, PK_OP_NONE);
 }
 
 int dcp__pkw_bool(struct pk_writer *w, int b)
 {
-    return put_op(w, b ? OP_NEWTRUE : OP_NEWFALSE);
+    return put_op(w, b ? PK_OP_NEWTRUE : PK_OP_NEWFALSE);
 }
 
 int dcp__pkw_int(struct pk_writer *w, int64_t v)
@@ -1606,12 +1536,12 @@ int dcp__pkw_int(struct pk_writer *w, int64_t v)
     uint64_t u = (uint64_t)v;
     size_t i, n;
     if (v >= 0 && v <= 0xff) {
-        b[0] = OP_BININT1;
+        b[0] = PK_OP_BININT1;
         b[1] = (uint8_t)v;
         return put_bytes(w, b, 2);
     }
     if (v >= 0 && v <= 0xffff) {
-        b[0] = OP_BININT2;
+        b[0] = PK_OP_BININT2;
         b[1] = (uint8_t)v;
         b[2] = (uint8_t)(v >> 8);
         return put_bytes(w, b, 3);
@@ -1620,14 +1550,14 @@ int dcp__pkw_int(struct pk_writer *w, int64_t v)
     for (i = 0; i < n; i++)
         b[2 + i] = (uint8_t)(u >> (8 * i));
     if (n == 4) {
-        b[1] = OP_BININT;
+        b[1] = PK_OP_BININT;
         return put_bytes(w, b + 1, 5);
     }
     /* LONG1: the shortest two's complement, as Python's encode_long. */
     while (n > 1 && ((b[n + 1] == 0x00 && !(b[n] & 0x80)) ||
                      (b[n + 1] == 0xff && (b[n] & 0x80))))
         n--;
-    b[0] = OP_LONG1;
+    b[0] = PK_OP_LONG1;
     b[1] = (uint8_t)n;
     return put_bytes(w, b, 2 + n);
 }
@@ -1638,7 +1568,7 @@ int dcp__pkw_float(struct pk_writer *w, double d)
     uint64_t u;
     size_t i;
     memcpy(&u, &d, sizeof(u));
-    b[0] = OP_BINFLOAT;
+    b[0] = PK_OP_BINFLOAT;
     for (i = 0; i < 8; i++)
         b[1 + i] = (uint8_t)(u >> (56 - 8 * i));
     return put_bytes(w, b, 9);
@@ -1651,7 +1581,7 @@ int dcp__pkw_str(struct pk_writer *w, const char *s, size_t len)
         return DCP_EINVAL;
     if (dcp__buf_reserve(w->out, 5 + len) != DCP_OK)
         return DCP_ENOMEM;
-    b[0] = OP_BINUNICODE;
+    b[0] = PK_OP_BINUNICODE;
     b[1] = (uint8_t)len;
     b[2] = (uint8_t)(len >> 8);
     b[3] = (uint8_t)(len >> 16);
@@ -1668,7 +1598,7 @@ int dcp__pkw_global(struct pk_writer *w, const char *module, const char *name)
     if (ml > SIZE_MAX / 2 - 3 || nl > SIZE_MAX / 2 - 3 ||
         dcp__buf_reserve(w->out, ml + nl + 3) != DCP_OK)
         return DCP_ENOMEM;
-    (void)put_op(w, OP_GLOBAL);
+    (void)put_op(w, PK_OP_GLOBAL);
     (void)put_bytes(w, module, ml);
     (void)put_op(w, '\n');
     (void)put_bytes(w, name, nl);
@@ -1677,26 +1607,26 @@ int dcp__pkw_global(struct pk_writer *w, const char *module, const char *name)
 
 int dcp__pkw_empty_tuple(struct pk_writer *w)
 {
-    return put_op(w, OP_EMPTY_TUPLE);
+    return put_op(w, PK_OP_EMPTY_TUPLE);
 }
 
 int dcp__pkw_empty_list(struct pk_writer *w)
 {
-    return put_op(w, OP_EMPTY_LIST);
+    return put_op(w, PK_OP_EMPTY_LIST);
 }
 
 int dcp__pkw_empty_dict(struct pk_writer *w)
 {
-    return put_op(w, OP_EMPTY_DICT);
+    return put_op(w, PK_OP_EMPTY_DICT);
 }
 
 int dcp__pkw_tuple(struct pk_writer *w, size_t n)
 {
     if (n == 0)
-        return put_op(w, OP_EMPTY_TUPLE);
+        return put_op(w, PK_OP_EMPTY_TUPLE);
     if (n <= 3)
-        return put_op(w, (uint8_t)(OP_TUPLE1 + n - 1));
-    return put_op(w, OP_TUPLE);
+        return put_op(w, (uint8_t)(PK_OP_TUPLE1 + n - 1));
+    return put_op(w, PK_OP_TUPLE);
 }
 
 int dcp__pkw_op(struct pk_writer *w, uint8_t opcode)
@@ -1726,7 +1656,7 @@ int dcp__pkw_put(struct pk_writer *w, uint32_t *idx)
     int rc;
     if (w->next_memo == UINT32_MAX)
         return DCP_ELIMIT;
-    rc = memo_op(w, OP_BINPUT, OP_LONG_BINPUT, w->next_memo);
+    rc = memo_op(w, PK_OP_BINPUT, PK_OP_LONG_BINPUT, w->next_memo);
     if (rc != DCP_OK)
         return rc;
     if (idx)
@@ -1737,7 +1667,7 @@ int dcp__pkw_put(struct pk_writer *w, uint32_t *idx)
 
 int dcp__pkw_get(struct pk_writer *w, uint32_t idx)
 {
-    return memo_op(w, OP_BINGET, OP_LONG_BINGET, idx);
+    return memo_op(w, PK_OP_BINGET, PK_OP_LONG_BINGET, idx);
 }
 
 /* Interning key: tag, a, and for globals '\n' + b. */
