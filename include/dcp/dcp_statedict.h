@@ -337,11 +337,13 @@ DCP_API const char *dcp_sd_errmsg(const dcp_sd *sd);
  *                                              maximize foreach capturable
  *                                              decoupled_weight_decay
  *                                              differentiable
+ *   ADAFACTOR  row_var, col_var (parameters    lr beta2_decay eps (a tuple
+ *              of 2 or more dims), variance    (None, 1e-3)) d weight_decay
+ *              (the others)                    foreach maximize
  *
  * with torch's default values and Python types (betas a tuple of two
  * floats, foreach and fused None, flags bool; a default of 0 is the int 0
- * as torch keeps it). Adafactor (row_var / col_var of other shapes than
- * the parameter's) is not described yet.
+ * as torch keeps it).
  *
  * Use: dcp_sd_optim_preset (or fill a dcp_sd_optim by hand for another
  * optimizer), dcp_sd_create_optim, dcp_sd_add_group_values per group (the
@@ -362,8 +364,22 @@ typedef enum dcp_optim_kind {
     DCP_OPTIM_ADADELTA = 6,
     DCP_OPTIM_ADAMAX = 7,
     DCP_OPTIM_NADAM = 8,
-    DCP_OPTIM_RADAM = 9
+    DCP_OPTIM_RADAM = 9,
+    DCP_OPTIM_ADAFACTOR = 10
 } dcp_optim_kind;
+
+/* dcp_sd_optim.tensor_kinds: which parameters have a state tensor, and
+ * its shape. */
+typedef enum dcp_sd_state_kind {
+    DCP_SD_STATE_PARAM = 0,      /* every parameter; its shape */
+    DCP_SD_STATE_ROW = 1,        /* parameters of ndim >= 2; their shape
+                                    with the last dim 1 (Adafactor's
+                                    row_var) */
+    DCP_SD_STATE_COL = 2,        /* parameters of ndim >= 2; their shape
+                                    with dim ndim - 2 set to 1 (col_var) */
+    DCP_SD_STATE_UNFACTORED = 3  /* parameters of ndim < 2; their shape
+                                    (Adafactor's variance) */
+} dcp_sd_state_kind;
 
 /* Options of a preset that change the state torch keeps. */
 enum dcp_optim_variant {
@@ -398,6 +414,8 @@ typedef struct dcp_sd_optim {
                                                     and dtype */
     size_t nscalars;     /* 0..DCP_SD_OPTIM_MAX_STATE */
     const char *scalars[DCP_SD_OPTIM_MAX_STATE]; /* 0-d float32 each */
+    dcp_sd_state_kind tensor_kinds[DCP_SD_OPTIM_MAX_STATE]; /* of tensors
+                                    (0: DCP_SD_STATE_PARAM) */
 } dcp_sd_optim;
 
 /*
@@ -456,13 +474,29 @@ DCP_API int dcp_sd_set_param_frozen(dcp_sd *sd, size_t i, int frozen);
  * The optimizer state this rank holds: bufs[k] holds elements [begin, end)
  * of the flat space of state tensor k (the layout's tensors, in its order),
  * as dcp_sd_bind_model's buf (borrowed, C order, host memory; frozen
- * parameters' elements are there and left alone). bufs may be NULL when
- * begin == end or the layout has no tensors. Returns DCP_OK, DCP_EINVAL
- * (an AdamW sd, the range as dcp_sd_bind_model refuses, a NULL buffer for
- * a non-empty slice).
+ * parameters' elements, and those of parameters without tensor k, are
+ * there and left alone). bufs may be NULL when begin == end or the layout
+ * has no tensors.
+ * Tensors of kind DCP_SD_STATE_ROW or _COL are not cut: bufs[k] holds
+ * the whole of their own flat space (dcp_sd_state_numel elements, tensor k
+ * of parameter i at dcp_sd_state_offset), and this rank saves and loads
+ * the tensor k of every parameter whose elements [begin, end) reaches,
+ * whole (ranks that share a parameter must hold the same values).
+ * Returns DCP_OK, DCP_EINVAL (an AdamW sd, the range as
+ * dcp_sd_bind_model refuses, a NULL buffer for a non-empty slice).
  */
 DCP_API int dcp_sd_bind_state(dcp_sd *sd, int64_t begin, int64_t end,
                               void *const *bufs);
+
+/*
+ * The flat space of state tensor k: its element count (dcp_sd_numel for
+ * kinds PARAM and UNFACTORED; the sum of the row or column factors'
+ * counts for ROW and COL), and where parameter i's tensor k starts in it
+ * (-1 when parameter i has no tensor k, or k or i is out of range).
+ * 0 / -1 on an AdamW sd. Not collective.
+ */
+DCP_API int64_t dcp_sd_state_numel(const dcp_sd *sd, size_t k);
+DCP_API int64_t dcp_sd_state_offset(const dcp_sd *sd, size_t k, size_t i);
 
 /*
  * Scalar name (one of the layout's scalars) of parameter i: read, or set

@@ -48,6 +48,8 @@ struct dcp_sd {
     char *tname[SD_MAX_STATE];  /* tensor names, copied */
     char *sname[SD_MAX_STATE];  /* scalar names, copied */
     void *tbuf[SD_MAX_STATE];   /* bound slices [olo, ohi) */
+    dcp_sd_state_kind tkind[SD_MAX_STATE];
+
     float *sval;                /* ns * np scalars, scalar k of param i at
                                  * k * np + i (after freezing) */
     dcp_value **gv;             /* ng group dicts (no "params") */
@@ -56,6 +58,11 @@ struct dcp_sd {
 
 /* Index of parameter fqn, or -1. */
 long dcp__sd_find(const dcp_sd *sd, const char *fqn);
+
+/* The shape of state tensor k of parameter p into shape (*ndim dims) and
+ * its element count into *numel; 0 when p has no tensor k. */
+int dcp__sd_state_shape(const dcp_sd *sd, size_t k, const struct sd_param *p,
+                        int *ndim, int64_t *shape, int64_t *numel);
 
 /* Index of scalar name in a generic layout, or -1. */
 long dcp__sd_scalar_index(const dcp_sd *sd, const char *name);

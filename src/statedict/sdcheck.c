@@ -609,9 +609,13 @@ static int check_generic(struct chk *c, const char *okey, unsigned flags)
                 rc = expect_tensor(c, DCP_F32, 0, NULL, &idx);
         }
         for (k = 0; rc == DCP_OK && k < sd->nt; k++) {
+            int64_t shape[DCP_MAX_NDIM], n;
+            int ndim;
+            if (!dcp__sd_state_shape(sd, k, p, &ndim, shape, &n))
+                continue;
             rc = set_key(c, "%s.state.%s.%s", okey, p->fqn, sd->tname[k]);
             if (rc == DCP_OK)
-                rc = expect_tensor(c, sd->dtype, p->ndim, p->shape, &idx);
+                rc = expect_tensor(c, sd->dtype, ndim, shape, &idx);
         }
     }
     if (sd->oflags & DCP_SD_FLAT) {

@@ -142,17 +142,52 @@ static int add_gvalues(const dcp_sd *sd, dcp_state *sub, size_t g,
     return rc;
 }
 
+/*
+ * State tensor k of parameter p: the part of the bound slice it covers
+ * (kinds PARAM and UNFACTORED, whose elements are the parameter's), or the
+ * whole tensor at *foff of its own space when the slice reaches the
+ * parameter (ROW and COL). *foff advances past p's tensor k whether it is
+ * added or not.
+ */
+static int add_state_tensor(const dcp_sd *sd, dcp_state *sub, size_t k,
+                            const struct sd_param *p, int64_t *foff, int add)
+{
+    int64_t shape[DCP_MAX_NDIM], n, start = *foff;
+    int ndim;
+    uint8_t *buf;
+    if (!dcp__sd_state_shape(sd, k, p, &ndim, shape, &n))
+        return DCP_OK;
+    if (sd->tkind[k] != DCP_SD_STATE_ROW && sd->tkind[k] != DCP_SD_STATE_COL)
+        return add ? add_slice(sd, sub, sd->tname[k], p, sd->olo, sd->ohi,
+                               sd->tbuf[k])
+                   : DCP_OK;
+    *foff += n;
+    if (!add)
+        return DCP_OK;
+    if (p->numel == 0)
+        return dcp_state_add_tensor(sub, sd->tname[k], sd->dtype, ndim, shape,
+                                    NULL, NULL, NULL, DCP_MEM_HOST);
+    if (p->off >= sd->ohi || p->off + p->numel <= sd->olo)
+        return DCP_OK;
+    buf = (uint8_t *)sd->tbuf[k] + (size_t)start * dcp_dtype_size(sd->dtype);
+    return dcp_state_add_tensor(sub, sd->tname[k], sd->dtype, ndim, shape,
+                                NULL, NULL, buf, DCP_MEM_HOST);
+}
+
 /* The state and param_groups of a generic optimizer (dcp_sd_create_optim),
  * nested or flat; frozen parameters have none. */
 static int generic_state_dict(dcp_sd *sd, dcp_state *sub)
 {
-    int64_t none[1] = {0};
+    int64_t none[1] = {0}, foff[SD_MAX_STATE] = {0};
     size_t i, g, k;
     int rc = dcp_state_push(sub, "state");
     for (i = 0; rc == DCP_OK && i < sd->np; i++) {
         const struct sd_param *p = &sd->p[i];
-        if (p->frozen || (!sd->has_step && !sd->ns && !sd->nt))
+        if (p->frozen || (!sd->has_step && !sd->ns && !sd->nt)) {
+            for (k = 0; rc == DCP_OK && k < sd->nt; k++)
+                rc = add_state_tensor(sd, sub, k, p, &foff[k], 0);
             continue;
+        }
         sd->steps[i] = (float)sd->step;
         rc = dcp_state_push(sub, p->fqn);
         if (rc == DCP_OK && sd->has_step)
@@ -163,8 +198,7 @@ static int generic_state_dict(dcp_sd *sd, dcp_state *sub)
                                       NULL, NULL, &sd->sval[k * sd->np + i],
                                       DCP_MEM_HOST);
         for (k = 0; rc == DCP_OK && k < sd->nt; k++)
-            rc = add_slice(sd, sub, sd->tname[k], p, sd->olo, sd->ohi,
-                           sd->tbuf[k]);
+            rc = add_state_tensor(sd, sub, k, p, &foff[k], 1);
         if (rc == DCP_OK)
             rc = dcp_state_pop(sub);
     }
@@ -474,7 +508,7 @@ static int describe(const dcp_sd *sd, const char *mkey, const char *okey,
     if (rc == DCP_OK && sd->generic)
         rc = dcp__buf_printf(b, "generic %u %d|", sd->oflags, sd->has_step);
     for (i = 0; rc == DCP_OK && sd->generic && i < sd->nt; i++)
-        rc = dcp__buf_printf(b, "t%s|", sd->tname[i]);
+        rc = dcp__buf_printf(b, "t%s:%d|", sd->tname[i], (int)sd->tkind[i]);
     for (i = 0; rc == DCP_OK && sd->generic && i < sd->ns; i++)
         rc = dcp__buf_printf(b, "s%s|", sd->sname[i]);
     for (i = 0; rc == DCP_OK && sd->generic && i < sd->ng; i++) {

@@ -13,7 +13,7 @@
 /* ----------------------------------------------------------- presets */
 
 /* One hyper-parameter of a preset: its name and torch's default. */
-enum hpt { HP_F, HP_I0, HP_B, HP_NONE, HP_BETAS };
+enum hpt { HP_F, HP_I0, HP_B, HP_NONE, HP_BETAS, HP_NONE_F };
 struct hp {
     const char *name;
     enum hpt t;
@@ -26,6 +26,7 @@ struct hp {
 #define B(n, v) {n, HP_B, v, 0}
 #define NONE(n) {n, HP_NONE, 0, 0}
 #define BETAS(a, b) {"betas", HP_BETAS, a, b}
+#define NONE_F(n, b) {n, HP_NONE_F, 0, b} /* (None, b) */
 #define END {NULL, HP_NONE, 0, 0}
 
 /* torch 2.13, group 0 of each optimizer built with its defaults, in
@@ -77,10 +78,23 @@ static const struct hp radam[] = {
     B("capturable", 0), B("decoupled_weight_decay", 0),
     B("differentiable", 0), END};
 
+static const struct hp adafactor[] = {
+    F("lr", 1e-2),      F("beta2_decay", -0.8), NONE_F("eps", 1e-3),
+    F("d", 1.0),        F("weight_decay", 0.0), NONE("foreach"),
+    B("maximize", 0),   END};
+
 static dcp_value *hp_value(const struct hp *h)
 {
     dcp_value *t;
     switch (h->t) {
+    case HP_NONE_F:
+        t = dcp_value_tuple();
+        if (t && (dcp_value_append(t, dcp_value_none()) != DCP_OK ||
+                  dcp_value_append(t, dcp_value_float(h->f2)) != DCP_OK)) {
+            dcp_value_free(t);
+            return NULL;
+        }
+        return t;
     case HP_F:
         return dcp_value_float(h->f);
     case HP_I0:
@@ -112,6 +126,7 @@ int dcp_sd_optim_preset(dcp_optim_kind kind, unsigned variant,
     const struct hp *hps = NULL;
     const char *t[DCP_SD_OPTIM_MAX_STATE] = {NULL};
     const char *sc[DCP_SD_OPTIM_MAX_STATE] = {NULL};
+    dcp_sd_state_kind tk[DCP_SD_OPTIM_MAX_STATE] = {DCP_SD_STATE_PARAM};
     unsigned allowed = 0;
     size_t nt = 0, ns = 0, k;
     int step = 1, rc = DCP_OK;
@@ -171,6 +186,15 @@ int dcp_sd_optim_preset(dcp_optim_kind kind, unsigned variant,
         t[nt++] = "exp_avg";
         t[nt++] = "exp_avg_sq";
         break;
+    case DCP_OPTIM_ADAFACTOR:
+        hps = adafactor;
+        tk[nt] = DCP_SD_STATE_ROW;
+        t[nt++] = "row_var";
+        tk[nt] = DCP_SD_STATE_COL;
+        t[nt++] = "col_var";
+        tk[nt] = DCP_SD_STATE_UNFACTORED;
+        t[nt++] = "variance";
+        break;
     }
     if (!hps || (variant & ~allowed))
         return DCP_EINVAL;
@@ -179,8 +203,10 @@ int dcp_sd_optim_preset(dcp_optim_kind kind, unsigned variant,
     layout->step = step;
     layout->ntensors = nt;
     layout->nscalars = ns;
-    for (k = 0; k < nt; k++)
+    for (k = 0; k < nt; k++) {
         layout->tensors[k] = t[k];
+        layout->tensor_kinds[k] = tk[k];
+    }
     for (k = 0; k < ns; k++)
         layout->scalars[k] = sc[k];
     if (!group)
@@ -220,8 +246,11 @@ static int layout_ok(const dcp_sd_optim *l)
         l->ntensors > DCP_SD_OPTIM_MAX_STATE ||
         l->nscalars > DCP_SD_OPTIM_MAX_STATE)
         return 0;
-    for (i = 0; i < l->ntensors; i++)
+    for (i = 0; i < l->ntensors; i++) {
+        if ((unsigned)l->tensor_kinds[i] > DCP_SD_STATE_UNFACTORED)
+            return 0;
         all[n++] = l->tensors[i];
+    }
     for (i = 0; i < l->nscalars; i++)
         all[n++] = l->scalars[i];
     for (i = 0; i < n; i++) {
@@ -252,6 +281,7 @@ int dcp_sd_create_optim(dcp_sd **out, dcp_dtype dtype,
     sd->oflags = layout->flags;
     sd->has_step = layout->step != 0;
     for (i = 0; rc == DCP_OK && i < layout->ntensors; i++) {
+        sd->tkind[i] = layout->tensor_kinds[i];
         sd->tname[i] = dcp__strdup(layout->tensors[i]);
         if (!sd->tname[i])
             rc = DCP_ENOMEM;
@@ -410,4 +440,62 @@ int dcp_sd_set_scalar(dcp_sd *sd, const char *name, size_t i, float value)
         return rc;
     sd->sval[(size_t)k * sd->np + i] = value;
     return DCP_OK;
+}
+
+int dcp__sd_state_shape(const dcp_sd *sd, size_t k, const struct sd_param *p,
+                        int *ndim, int64_t *shape, int64_t *numel)
+{
+    dcp_sd_state_kind kind = sd->tkind[k];
+    int d;
+    if ((kind == DCP_SD_STATE_ROW || kind == DCP_SD_STATE_COL) && p->ndim < 2)
+        return 0;
+    if (kind == DCP_SD_STATE_UNFACTORED && p->ndim >= 2)
+        return 0;
+    *ndim = p->ndim;
+    *numel = 1;
+    for (d = 0; d < p->ndim; d++) {
+        shape[d] = p->shape[d];
+        if ((kind == DCP_SD_STATE_ROW && d == p->ndim - 1) ||
+            (kind == DCP_SD_STATE_COL && d == p->ndim - 2))
+            shape[d] = 1;
+        *numel *= shape[d];
+    }
+    return 1;
+}
+
+/* 1 for the kinds whose space is their own (not the parameters'). */
+static int factored(const dcp_sd *sd, size_t k)
+{
+    return sd->tkind[k] == DCP_SD_STATE_ROW || sd->tkind[k] == DCP_SD_STATE_COL;
+}
+
+int64_t dcp_sd_state_offset(const dcp_sd *sd, size_t k, size_t i)
+{
+    int64_t shape[DCP_MAX_NDIM], n, off = 0;
+    size_t j;
+    int ndim;
+    if (!sd || !sd->generic || k >= sd->nt || i >= sd->np ||
+        !dcp__sd_state_shape(sd, k, &sd->p[i], &ndim, shape, &n))
+        return -1;
+    if (!factored(sd, k))
+        return sd->p[i].off;
+    for (j = 0; j < i; j++)
+        if (dcp__sd_state_shape(sd, k, &sd->p[j], &ndim, shape, &n))
+            off += n;
+    return off;
+}
+
+int64_t dcp_sd_state_numel(const dcp_sd *sd, size_t k)
+{
+    int64_t shape[DCP_MAX_NDIM], n, total = 0;
+    size_t j;
+    int ndim;
+    if (!sd || !sd->generic || k >= sd->nt)
+        return 0;
+    if (!factored(sd, k))
+        return sd->numel;
+    for (j = 0; j < sd->np; j++)
+        if (dcp__sd_state_shape(sd, k, &sd->p[j], &ndim, shape, &n))
+            total += n;
+    return total;
 }

@@ -8,7 +8,8 @@
  *       Describes the model and optimizer of SPEC (dcp_sd_optim_preset with
  *       the spec's overrides), dcp_sd_load's DIR strictly (hyper-parameters
  *       must equal the description's), and writes OUTDIR/model.bin, one
- *       OUTDIR/<state tensor>.bin each (the flat space, float32), and
+ *       OUTDIR/<state tensor>.bin each (its flat space: dcp_sd_state_numel
+ *       float32s), and
  *       OUTDIR/scalars.txt ("step N", then "NAME I HEXFLOAT" per scalar
  *       and parameter), OUTDIR/groups.json (one JSON dict a line).
  *   sd_optim save SPEC INDIR DIR
@@ -159,7 +160,7 @@ int main(int argc, char **argv)
     dcp_state *st = NULL;
     void *bufs[DCP_SD_OPTIM_MAX_STATE];
     float *model;
-    size_t n, k, i;
+    size_t n, k, i, tn[DCP_SD_OPTIM_MAX_STATE];
     int save, rc;
     char path[4096];
     FILE *f;
@@ -171,15 +172,17 @@ int main(int argc, char **argv)
     sd = build(argv[2], &sp);
     n = (size_t)dcp_sd_numel(sd);
     model = calloc(n ? n : 1, 4);
-    for (k = 0; k < sp.layout.ntensors; k++)
-        bufs[k] = calloc(n ? n : 1, 4);
+    for (k = 0; k < sp.layout.ntensors; k++) {
+        tn[k] = (size_t)dcp_sd_state_numel(sd, k);
+        bufs[k] = calloc(tn[k] ? tn[k] : 1, 4);
+    }
     if (save) {
         char name[64];
         long long step;
         float v;
         file_io(argv[3], "model", model, n, 0);
         for (k = 0; k < sp.layout.ntensors; k++)
-            file_io(argv[3], sp.layout.tensors[k], bufs[k], n, 0);
+            file_io(argv[3], sp.layout.tensors[k], bufs[k], tn[k], 0);
         (void)snprintf(path, sizeof(path), "%s/scalars.txt", argv[3]);
         f = fopen(path, "r");
         if (!f || fscanf(f, " step %lld", &step) != 1)
@@ -212,7 +215,7 @@ int main(int argc, char **argv)
             die("dcp_sd_load", rc, ctx);
         file_io(argv[4], "model", model, n, 1);
         for (k = 0; k < sp.layout.ntensors; k++)
-            file_io(argv[4], sp.layout.tensors[k], bufs[k], n, 1);
+            file_io(argv[4], sp.layout.tensors[k], bufs[k], tn[k], 1);
         (void)snprintf(path, sizeof(path), "%s/scalars.txt", argv[4]);
         f = fopen(path, "w");
         fprintf(f, "step %lld\n", (long long)dcp_sd_step(sd));

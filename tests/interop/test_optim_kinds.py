@@ -31,8 +31,8 @@ from torch.distributed.checkpoint.state_dict import (  # noqa: E402
 R = dcpio.Runner("optim_kinds")
 
 # dcp_optim_kind and dcp_optim_variant
-SGD, ADAM, ADAMW, ADAGRAD, RMSPROP, ADADELTA, ADAMAX, NADAM, RADAM = range(
-    1, 10)
+(SGD, ADAM, ADAMW, ADAGRAD, RMSPROP, ADADELTA, ADAMAX, NADAM, RADAM,
+ ADAFACTOR) = range(1, 11)
 MOMENTUM, AMSGRAD, CENTERED = 1, 2, 4
 
 
@@ -70,9 +70,12 @@ CASES = [
      dict(decoupled_weight_decay=True, weight_decay=0.01), True, False,
      True),
     ("radam", "RAdam", RADAM, 0, dict(lr=0.01), False, True, False),
+    ("adafactor", "Adafactor", ADAFACTOR, 0, {}, False, False, False),
+    ("adafactor_flat_frozen_groups", "Adafactor", ADAFACTOR, 0,
+     dict(lr=0.02, weight_decay=0.01), True, True, True),
 ]
 
-FROZEN = "norm.weight"  # requires_grad=False in the frozen cases
+FROZEN = "fc1.weight"  # requires_grad=False in the frozen cases
 
 
 def make(case, seed):
@@ -145,20 +148,38 @@ def write_spec(case, model, path):
 
 
 def state_names(optim):
-    st = next(iter(optim.state.values()), {})
-    tensors = [k for k, v in st.items() if k != "step" and v.dim() > 0]
-    scalars = [k for k, v in st.items() if k != "step" and v.dim() == 0]
+    """State tensors and 0-d scalars, over every parameter's state."""
+    tensors, scalars = [], []
+    for st in optim.state.values():
+        for k, v in st.items():
+            if k == "step" or k in tensors or k in scalars:
+                continue
+            (tensors if v.dim() > 0 or k == "variance" else scalars).append(k)
     return tensors, scalars
 
 
+def factor_numel(p, name):
+    """Elements of Adafactor's row_var / col_var of p (0 when p has none)."""
+    if p.dim() < 2:
+        return 0
+    shape = list(p.shape)
+    shape[-1 if name == "row_var" else -2] = 1
+    return int(torch.Size(shape).numel())
+
+
 def flat_of(model, optim, name):
-    """Parameter (name None) or state tensor name over the flat space."""
+    """Parameter (name None) or state tensor name over its flat space:
+    that of the parameters, or for row_var / col_var their own (every
+    parameter's factor in turn); zeros where torch has none."""
     parts = []
     for p in model.parameters():
+        st = optim.state.get(p, {})
         if name is None:
             parts.append(p.detach().reshape(-1))
-        elif p in optim.state:
-            parts.append(optim.state[p][name].detach().reshape(-1))
+        elif name in st:
+            parts.append(st[name].detach().reshape(-1))
+        elif name in ("row_var", "col_var"):
+            parts.append(torch.zeros(factor_numel(p, name)))
         else:
             parts.append(torch.zeros(p.numel()))
     return torch.cat(parts).contiguous()
@@ -204,10 +225,11 @@ def torch_to_c(check, case, tmp):
     out = os.path.join(tmp, "out")
     os.makedirs(out)
     sd_optim("load", spec, ck, out)
-    n = sum(p.numel() for p in model.parameters())
     for name in [None] + state_names(optim)[0]:
-        got = read_f32(os.path.join(out, f"{name or 'model'}.bin"), n)
-        check.none(dcpio.tensors_identical(flat_of(model, optim, name), got),
+        want = flat_of(model, optim, name)
+        got = read_f32(os.path.join(out, f"{name or 'model'}.bin"),
+                       want.numel())
+        check.none(dcpio.tensors_identical(want, got),
                    f"{case[0]}: {name or 'parameters'} as dcp loaded them")
     with open(os.path.join(out, "scalars.txt")) as f:
         got = f.read().split("\n")[:-1]
