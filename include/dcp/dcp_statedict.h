@@ -271,6 +271,16 @@ enum dcp_sd_load_flags {
  * entry of sd, flags has unknown bits, or the ranks' descriptions differ).
  * Rank 0 reads .metadata twice (once for the check, once in dcp_load) and
  * the step and param_groups records once more.
+ * For a generic sd (dcp_sd_create_optim) the same, with the layout's
+ * keys: each state tensor in its own shape (dcp_sd_state_kind) for each
+ * parameter that has it, "step" and the scalars as 0-d float32, every
+ * value of each group's dict compared as saved (the same type and bits;
+ * an int and a float of equal value count as equal; foreach and fused
+ * too) unless DCP_SD_LOAD_HPARAMS takes them all (read them back with
+ * dcp_sd_group_values; in the flat layout a group's parameters must then
+ * agree), and the params lists (nested layout) always; frozen parameters
+ * have no optimizer keys, and the flat layout's keys are not the nested
+ * one's (DCP_EKEY).
  * With a plain dcp_load instead, the same load happens with dcp_load's own
  * checks (the first bad key only); hyper-parameters and step counts are
  * checked only once the data landed, failing the load with DCP_EMISMATCH

@@ -314,6 +314,25 @@ TEST(nested_frozen_scalars_slices)
                                                  "lr")) == 0.01);
     ASSERT(n.sq[19] == 219.0f);
     dcp_sd_free(n.sd);
+    /* A plain dcp_load: the callback checks the values once they landed. */
+    {
+        dcp_ctx *ctx;
+        dcp_state *st;
+        void *bufs[2];
+        ASSERT_OK(nadam_make(&n, 0, 0.02));
+        bufs[0] = n.avg;
+        bufs[1] = n.sq;
+        ASSERT_OK(dcp_sd_bind_model(n.sd, 0, 20, n.model));
+        ASSERT_OK(dcp_sd_bind_state(n.sd, 0, 20, bufs));
+        ASSERT_OK(dcp_state_create(&st));
+        ASSERT_OK(dcp_sd_add_to_state(n.sd, st, "model", "optim"));
+        ASSERT_OK(dcp_ctx_create(&ctx, NULL, NULL));
+        ASSERT_RC(dcp_load(ctx, st, dir, NULL), DCP_EMISMATCH);
+        ASSERT(strstr(dcp_sd_errmsg(n.sd), "'param_groups.0.lr'") != NULL);
+        dcp_ctx_free(ctx);
+        dcp_state_free(st);
+        dcp_sd_free(n.sd);
+    }
     /* The flat description does not read a nested checkpoint. */
     ASSERT_RC(nadam_load(dir, DCP_SD_FLAT, 0.01, 0, 20, 0, &n, msg), DCP_EKEY);
     ASSERT(strstr(msg, "optim.param_groups.w.lr") != NULL);
