@@ -120,95 +120,93 @@ static int set_one(dcp_value *d, const char *name, dcp_value *v)
     return v ? dcp_value_dict_set(d, name, v) : DCP_ENOMEM;
 }
 
+/* Appends state tensor name of this kind to l. */
+static void add_tensor(dcp_sd_optim *l, const char *name, dcp_sd_state_kind k)
+{
+    l->tensor_kinds[l->ntensors] = k;
+    l->tensors[l->ntensors++] = name;
+}
+
+/* kind's state for the variant into l (zeroed by the caller), the
+ * variant bits it knows into *allowed; its hyper-parameters, or NULL for
+ * an unknown kind. */
+static const struct hp *preset_layout(dcp_optim_kind kind, unsigned variant,
+                                      dcp_sd_optim *l, unsigned *allowed)
+{
+    const dcp_sd_state_kind par = DCP_SD_STATE_PARAM;
+    l->step = 1;
+    *allowed = 0;
+    switch (kind) {
+    case DCP_OPTIM_SGD:
+        *allowed = DCP_OPTIM_MOMENTUM;
+        l->step = 0;
+        if (variant & DCP_OPTIM_MOMENTUM)
+            add_tensor(l, "momentum_buffer", par);
+        return sgd;
+    case DCP_OPTIM_ADAM:
+    case DCP_OPTIM_ADAMW:
+        *allowed = DCP_OPTIM_AMSGRAD;
+        add_tensor(l, "exp_avg", par);
+        add_tensor(l, "exp_avg_sq", par);
+        if (variant & DCP_OPTIM_AMSGRAD)
+            add_tensor(l, "max_exp_avg_sq", par);
+        return kind == DCP_OPTIM_ADAM ? adam : adamw;
+    case DCP_OPTIM_ADAGRAD:
+        add_tensor(l, "sum", par);
+        return adagrad;
+    case DCP_OPTIM_RMSPROP:
+        *allowed = DCP_OPTIM_MOMENTUM | DCP_OPTIM_CENTERED;
+        add_tensor(l, "square_avg", par);
+        if (variant & DCP_OPTIM_MOMENTUM)
+            add_tensor(l, "momentum_buffer", par);
+        if (variant & DCP_OPTIM_CENTERED)
+            add_tensor(l, "grad_avg", par);
+        return rmsprop;
+    case DCP_OPTIM_ADADELTA:
+        add_tensor(l, "square_avg", par);
+        add_tensor(l, "acc_delta", par);
+        return adadelta;
+    case DCP_OPTIM_ADAMAX:
+        add_tensor(l, "exp_avg", par);
+        add_tensor(l, "exp_inf", par);
+        return adamax;
+    case DCP_OPTIM_NADAM:
+        l->scalars[l->nscalars++] = "mu_product";
+        add_tensor(l, "exp_avg", par);
+        add_tensor(l, "exp_avg_sq", par);
+        return nadam;
+    case DCP_OPTIM_RADAM:
+        add_tensor(l, "exp_avg", par);
+        add_tensor(l, "exp_avg_sq", par);
+        return radam;
+    case DCP_OPTIM_ADAFACTOR:
+        add_tensor(l, "row_var", DCP_SD_STATE_ROW);
+        add_tensor(l, "col_var", DCP_SD_STATE_COL);
+        add_tensor(l, "variance", DCP_SD_STATE_UNFACTORED);
+        return adafactor;
+    }
+    return NULL;
+}
+
 int dcp_sd_optim_preset(dcp_optim_kind kind, unsigned variant,
                         dcp_sd_optim *layout, dcp_value **group)
 {
-    const struct hp *hps = NULL;
-    const char *t[DCP_SD_OPTIM_MAX_STATE] = {NULL};
-    const char *sc[DCP_SD_OPTIM_MAX_STATE] = {NULL};
-    dcp_sd_state_kind tk[DCP_SD_OPTIM_MAX_STATE] = {DCP_SD_STATE_PARAM};
-    unsigned allowed = 0;
-    size_t nt = 0, ns = 0, k;
-    int step = 1, rc = DCP_OK;
+    const struct hp *hps;
+    dcp_sd_optim l;
+    unsigned allowed;
+    size_t k;
+    int rc = DCP_OK;
     dcp_value *d;
     if (group)
         *group = NULL;
     if (!layout)
         return DCP_EINVAL;
-    switch (kind) {
-    case DCP_OPTIM_SGD:
-        hps = sgd;
-        allowed = DCP_OPTIM_MOMENTUM;
-        step = 0;
-        if (variant & DCP_OPTIM_MOMENTUM)
-            t[nt++] = "momentum_buffer";
-        break;
-    case DCP_OPTIM_ADAM:
-    case DCP_OPTIM_ADAMW:
-        hps = kind == DCP_OPTIM_ADAM ? adam : adamw;
-        allowed = DCP_OPTIM_AMSGRAD;
-        t[nt++] = "exp_avg";
-        t[nt++] = "exp_avg_sq";
-        if (variant & DCP_OPTIM_AMSGRAD)
-            t[nt++] = "max_exp_avg_sq";
-        break;
-    case DCP_OPTIM_ADAGRAD:
-        hps = adagrad;
-        t[nt++] = "sum";
-        break;
-    case DCP_OPTIM_RMSPROP:
-        hps = rmsprop;
-        allowed = DCP_OPTIM_MOMENTUM | DCP_OPTIM_CENTERED;
-        t[nt++] = "square_avg";
-        if (variant & DCP_OPTIM_MOMENTUM)
-            t[nt++] = "momentum_buffer";
-        if (variant & DCP_OPTIM_CENTERED)
-            t[nt++] = "grad_avg";
-        break;
-    case DCP_OPTIM_ADADELTA:
-        hps = adadelta;
-        t[nt++] = "square_avg";
-        t[nt++] = "acc_delta";
-        break;
-    case DCP_OPTIM_ADAMAX:
-        hps = adamax;
-        t[nt++] = "exp_avg";
-        t[nt++] = "exp_inf";
-        break;
-    case DCP_OPTIM_NADAM:
-        hps = nadam;
-        sc[ns++] = "mu_product";
-        t[nt++] = "exp_avg";
-        t[nt++] = "exp_avg_sq";
-        break;
-    case DCP_OPTIM_RADAM:
-        hps = radam;
-        t[nt++] = "exp_avg";
-        t[nt++] = "exp_avg_sq";
-        break;
-    case DCP_OPTIM_ADAFACTOR:
-        hps = adafactor;
-        tk[nt] = DCP_SD_STATE_ROW;
-        t[nt++] = "row_var";
-        tk[nt] = DCP_SD_STATE_COL;
-        t[nt++] = "col_var";
-        tk[nt] = DCP_SD_STATE_UNFACTORED;
-        t[nt++] = "variance";
-        break;
-    }
+    memset(&l, 0, sizeof(l));
+    l.struct_size = sizeof(l);
+    hps = preset_layout(kind, variant, &l, &allowed);
     if (!hps || (variant & ~allowed))
         return DCP_EINVAL;
-    memset(layout, 0, sizeof(*layout));
-    layout->struct_size = sizeof(*layout);
-    layout->step = step;
-    layout->ntensors = nt;
-    layout->nscalars = ns;
-    for (k = 0; k < nt; k++) {
-        layout->tensors[k] = t[k];
-        layout->tensor_kinds[k] = tk[k];
-    }
-    for (k = 0; k < ns; k++)
-        layout->scalars[k] = sc[k];
+    *layout = l;
     if (!group)
         return DCP_OK;
     d = dcp_value_dict();
