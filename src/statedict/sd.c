@@ -165,12 +165,20 @@ void dcp_sd_free(dcp_sd *sd)
     dcp__htab_release(&sd->index);
     dcp__free(sd->g);
     dcp__free(sd->steps);
+    for (i = 0; i < sd->nt; i++)
+        dcp__free(sd->tname[i]);
+    for (i = 0; i < sd->ns; i++)
+        dcp__free(sd->sname[i]);
+    for (i = 0; sd->gv && i < sd->ng; i++)
+        dcp_value_free(sd->gv[i]);
+    dcp__free(sd->gv);
+    dcp__free(sd->sval);
     dcp__free(sd);
 }
 
 int dcp_sd_add_group(dcp_sd *sd, const dcp_adamw *hp)
 {
-    if (!sd || !hp_ok(hp) || sd->frozen)
+    if (!sd || !hp_ok(hp) || sd->frozen || sd->generic)
         return DCP_EINVAL;
     if (sd->ng == sd->capg) {
         size_t cap = sd->capg ? sd->capg * 2 : 4;
@@ -270,9 +278,15 @@ int dcp__sd_freeze(dcp_sd *sd)
     size_t i;
     if (sd->frozen)
         return DCP_OK;
-    sd->steps = dcp__calloc(sd->np ? sd->np : 1, sizeof(*sd->steps));
+    if (!sd->steps)
+        sd->steps = dcp__calloc(sd->np ? sd->np : 1, sizeof(*sd->steps));
     if (!sd->steps)
         return DCP_ENOMEM;
+    if (sd->ns && !sd->sval) {
+        sd->sval = dcp__calloc(sd->ns * (sd->np ? sd->np : 1), sizeof(float));
+        if (!sd->sval)
+            return DCP_ENOMEM;
+    }
     for (i = 0; i < sd->np; i++)
         sd->steps[i] = (float)sd->step;
     sd->frozen = 1;
@@ -303,7 +317,7 @@ int dcp_sd_bind_optim(dcp_sd *sd, int64_t begin, int64_t end, void *exp_avg,
                       void *exp_avg_sq)
 {
     int rc;
-    if (!bind_ok(sd, begin, end, exp_avg && exp_avg_sq))
+    if (!bind_ok(sd, begin, end, exp_avg && exp_avg_sq) || sd->generic)
         return DCP_EINVAL;
     rc = dcp__sd_freeze(sd);
     if (rc != DCP_OK)
@@ -333,7 +347,8 @@ int64_t dcp_sd_step(const dcp_sd *sd)
 
 int dcp_sd_hparams(const dcp_sd *sd, size_t g, dcp_adamw *out)
 {
-    if (!sd || !out || g >= sd->ng || out->struct_size < sizeof(*out))
+    if (!sd || !out || g >= sd->ng || out->struct_size < sizeof(*out) ||
+        sd->generic)
         return DCP_EINVAL;
     memcpy(out, &sd->g[g], sizeof(*out));
     return DCP_OK;
@@ -341,7 +356,7 @@ int dcp_sd_hparams(const dcp_sd *sd, size_t g, dcp_adamw *out)
 
 int dcp_sd_set_hparams(dcp_sd *sd, size_t g, const dcp_adamw *hp)
 {
-    if (!sd || g >= sd->ng || !hp_ok(hp))
+    if (!sd || g >= sd->ng || !hp_ok(hp) || sd->generic)
         return DCP_EINVAL;
     memcpy(&sd->g[g], hp, sizeof(*hp));
     sd->g[g].struct_size = sizeof(*hp);

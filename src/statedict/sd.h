@@ -17,7 +17,11 @@ struct sd_param {
     int64_t off; /* in the flat space */
     int64_t numel;
     size_t group;
+    int frozen; /* requires_grad=False: no optimizer state, in no group */
 };
+
+/* Most state tensors and scalars of a generic optimizer layout. */
+#define SD_MAX_STATE DCP_SD_OPTIM_MAX_STATE
 
 struct dcp_sd {
     dcp_dtype dtype;
@@ -35,11 +39,33 @@ struct dcp_sd {
     int64_t step;
     float *steps;        /* one per parameter: the step tensors' buffers */
     unsigned load_flags; /* dcp_sd_load's flags while it runs dcp_load */
+    /* A generic optimizer (dcp_sd_create_optim); the AdamW fields above
+     * (g, oavg, osq) are then unused. */
+    int generic;
+    unsigned oflags;            /* DCP_SD_FLAT */
+    int has_step;               /* a "step" per parameter */
+    size_t nt, ns;              /* state tensors, state scalars */
+    char *tname[SD_MAX_STATE];  /* tensor names, copied */
+    char *sname[SD_MAX_STATE];  /* scalar names, copied */
+    void *tbuf[SD_MAX_STATE];   /* bound slices [olo, ohi) */
+    dcp_sd_state_kind tkind[SD_MAX_STATE];
+
+    float *sval;                /* ns * np scalars, scalar k of param i at
+                                 * k * np + i (after freezing) */
+    dcp_value **gv;             /* ng group dicts (no "params") */
     char err[DCP_ERRMSG_MAX];
 };
 
 /* Index of parameter fqn, or -1. */
 long dcp__sd_find(const dcp_sd *sd, const char *fqn);
+
+/* The shape of state tensor k of parameter p into shape (*ndim dims) and
+ * its element count into *numel; 0 when p has no tensor k. */
+int dcp__sd_state_shape(const dcp_sd *sd, size_t k, const struct sd_param *p,
+                        int *ndim, int64_t *shape, int64_t *numel);
+
+/* Index of scalar name in a generic layout, or -1. */
+long dcp__sd_scalar_index(const dcp_sd *sd, const char *name);
 
 /* No more groups or parameters from here on (sd->frozen); the step
  * buffers (sd->steps) exist. Returns DCP_OK or DCP_ENOMEM. */

@@ -196,18 +196,20 @@ static int check_params(const dcp_sd *sd, size_t g, const char *key,
                               "'%s.params'[%zu]: saved a %s, expected "
                               "a str",
                               key, i, type_name(it));
-        } else if (j < 0 || sd->p[j].group != g || seen[j]) {
+        } else if (j < 0 || sd->p[j].group != g || seen[j] ||
+                   sd->p[j].frozen) {
             (*nbad)++;
             rc = dcp__sd_note(out, "'%s.params': '%.*s' %s", key, (int)len, s,
-                              j < 0     ? "is not a parameter of the model"
-                              : seen[j] ? "is listed twice"
-                                        : "belongs to another group");
+                              j < 0              ? "is not a parameter of the model"
+                              : seen[j]          ? "is listed twice"
+                              : sd->p[j].frozen  ? "is frozen here"
+                                                 : "belongs to another group");
         } else {
             seen[j] = 1;
         }
     }
     for (i = 0; rc == DCP_OK && i < sd->np; i++) {
-        if (sd->p[i].group == g && !seen[i]) {
+        if (sd->p[i].group == g && !seen[i] && !sd->p[i].frozen) {
             (*nbad)++;
             rc = dcp__sd_note(out, "'%s.params': '%s' of group %zu missing",
                               key, sd->p[i].fqn, g);
@@ -264,6 +266,57 @@ int dcp__sd_check_group(const dcp_sd *sd, size_t g, const char *key,
                         "Adam's weight decay is not AdamW's", out, nbad);
     if (rc == DCP_OK && vals[11])
         rc = check_params(sd, g, key, vals[11], out, nbad);
+    return rc;
+}
+
+/* Equal values: same type and bits, or an int and a float of equal
+ * value (torch keeps a default 0 as the int 0). */
+static int same_value(const dcp_value *a, const dcp_value *b)
+{
+    double x, y;
+    if (dcp_value_equal(a, b))
+        return 1;
+    return number(a, &x) && number(b, &y) &&
+           dcp_value_type_of(a) != dcp_value_type_of(b) && x == y;
+}
+
+int dcp__sd_check_gvalues(const dcp_sd *sd, size_t g, const dcp_value *want,
+                          const char *key, const dcp_value *const *vals,
+                          const dcp_value *params, int adopt, dcp_value **got,
+                          struct dcp_buf *out, size_t *nbad)
+{
+    size_t k, n = dcp_value_len(want);
+    int rc = DCP_OK;
+    if (got && adopt) {
+        *got = dcp_value_dict();
+        if (!*got)
+            return DCP_ENOMEM;
+    }
+    for (k = 0; rc == DCP_OK && k < n; k++) {
+        size_t len;
+        const char *name = dcp_value_as_str(dcp_value_dict_key(want, k), &len);
+        const dcp_value *w = dcp_value_dict_get(want, name);
+        if (got && adopt) {
+            dcp_value *c = dcp_value_copy(vals[k] ? vals[k] : w);
+            rc = c ? dcp_value_dict_set(*got, name, c) : DCP_ENOMEM;
+        } else if (vals[k] && !same_value(vals[k], w)) {
+            char *a = NULL, *b = NULL;
+            (*nbad)++;
+            (void)dcp_value_to_json(vals[k], &a);
+            (void)dcp_value_to_json(w, &b);
+            rc = dcp__sd_note(out, "'%s.%s': saved %s %.60s, expected %s %.60s",
+                              key, name, type_name(vals[k]), a ? a : "?",
+                              type_name(w), b ? b : "?");
+            dcp_free(a);
+            dcp_free(b);
+        }
+    }
+    if (rc == DCP_OK && params)
+        rc = check_params(sd, g, key, params, out, nbad);
+    if (rc != DCP_OK && got && adopt) {
+        dcp_value_free(*got);
+        *got = NULL;
+    }
     return rc;
 }
 
@@ -497,12 +550,109 @@ static int check_group_values(struct chk *c, const char *okey, size_t g,
     return rc;
 }
 
+/* The values of one generic group record: prefix.<hp> for every hp of the
+ * group, and prefix.params when nested. */
+static int check_gvalues_at(struct chk *c, const char *prefix, size_t g,
+                            const dcp_value *want, int adopt, int nested)
+{
+    size_t k, n = dcp_value_len(want);
+    dcp_value **vals = dcp__calloc(n ? n : 1, sizeof(*vals));
+    dcp_value *params = NULL, *got = NULL;
+    int rc = vals ? DCP_OK : DCP_ENOMEM;
+    for (k = 0; rc == DCP_OK && k < n; k++) {
+        size_t len;
+        const char *name = dcp_value_as_str(dcp_value_dict_key(want, k), &len);
+        rc = set_key(c, "%s.%s", prefix, name);
+        if (rc == DCP_OK)
+            rc = expect_value(c, &vals[k]);
+    }
+    if (rc == DCP_OK && nested) {
+        rc = set_key(c, "%s.params", prefix);
+        if (rc == DCP_OK)
+            rc = expect_value(c, &params);
+    }
+    if (rc == DCP_OK)
+        rc = dcp__sd_check_gvalues(c->sd, g, want, prefix,
+                                   (const dcp_value *const *)vals, params,
+                                   adopt, adopt ? &got : NULL, &c->mism,
+                                   &c->nmism);
+    for (k = 0; vals && k < n; k++)
+        dcp_value_free(vals[k]);
+    dcp__free(vals);
+    dcp_value_free(params);
+    dcp_value_free(got);
+    return rc;
+}
+
+static int check_generic(struct chk *c, const char *okey, unsigned flags)
+{
+    const dcp_sd *sd = c->sd;
+    struct dcp_buf prefix = {0};
+    int adopt = (flags & DCP_SD_LOAD_HPARAMS) != 0;
+    size_t i, g, k;
+    long idx;
+    int rc = DCP_OK;
+    for (i = 0; rc == DCP_OK && i < sd->np; i++) {
+        const struct sd_param *p = &sd->p[i];
+        if (p->frozen)
+            continue;
+        if (sd->has_step) {
+            rc = set_key(c, "%s.state.%s.step", okey, p->fqn);
+            if (rc == DCP_OK)
+                rc = expect_tensor(c, DCP_F32, 0, NULL, &idx);
+            if (rc == DCP_OK && idx >= 0)
+                rc = check_step(c, idx);
+        }
+        for (k = 0; rc == DCP_OK && k < sd->ns; k++) {
+            rc = set_key(c, "%s.state.%s.%s", okey, p->fqn, sd->sname[k]);
+            if (rc == DCP_OK)
+                rc = expect_tensor(c, DCP_F32, 0, NULL, &idx);
+        }
+        for (k = 0; rc == DCP_OK && k < sd->nt; k++) {
+            int64_t shape[DCP_MAX_NDIM], n;
+            int ndim;
+            if (!dcp__sd_state_shape(sd, k, p, &ndim, shape, &n))
+                continue;
+            rc = set_key(c, "%s.state.%s.%s", okey, p->fqn, sd->tname[k]);
+            if (rc == DCP_OK)
+                rc = expect_tensor(c, sd->dtype, ndim, shape, &idx);
+        }
+    }
+    if (sd->oflags & DCP_SD_FLAT) {
+        /* With adopt, values are not compared before the load: the
+         * callback checks that a group's parameters agree. */
+        for (i = 0; rc == DCP_OK && i < sd->np; i++) {
+            if (sd->p[i].frozen)
+                continue;
+            prefix.len = 0;
+            rc = dcp__buf_printf(&prefix, "%s.param_groups.%s", okey,
+                                 sd->p[i].fqn);
+            if (rc == DCP_OK)
+                rc = check_gvalues_at(c, (const char *)prefix.p,
+                                      sd->p[i].group, sd->gv[sd->p[i].group],
+                                      adopt, 0);
+        }
+    } else {
+        for (g = 0; rc == DCP_OK && g < sd->ng; g++) {
+            prefix.len = 0;
+            rc = dcp__buf_printf(&prefix, "%s.param_groups.%zu", okey, g);
+            if (rc == DCP_OK)
+                rc = check_gvalues_at(c, (const char *)prefix.p, g, sd->gv[g],
+                                      adopt, 1);
+        }
+    }
+    dcp__buf_free(&prefix);
+    return rc;
+}
+
 static int check_optim(struct chk *c, const char *okey, unsigned flags)
 {
     static const char *const moments[2] = {"exp_avg", "exp_avg_sq"};
     size_t i, g;
     long idx;
     int m, rc = DCP_OK;
+    if (c->sd->generic)
+        return check_generic(c, okey, flags);
     for (i = 0; rc == DCP_OK && i < c->sd->np; i++) {
         const struct sd_param *p = &c->sd->p[i];
         rc = set_key(c, "%s.state.%s.step", okey, p->fqn);

@@ -19,6 +19,18 @@ int dcp__sd_check_group(const dcp_sd *sd, size_t g, const char *key,
                         const dcp_value *const *vals, int adopt, dcp_adamw *got,
                         struct dcp_buf *out, size_t *nbad);
 
+/* The same for a generic optimizer's group g: vals[k] is the saved value
+ * of the k-th key of want (NULL where absent), params the saved "params"
+ * (nested layout; NULL for the flat one, or absent). Values are compared
+ * with want's (the same type and bits; an int and a float equal as
+ * numbers count as equal) unless got is not NULL and adopt is set: then
+ * *got receives a new dict of the saved values (want's where absent).
+ * Returns DCP_OK or DCP_ENOMEM. */
+int dcp__sd_check_gvalues(const dcp_sd *sd, size_t g, const dcp_value *want,
+                          const char *key, const dcp_value *const *vals,
+                          const dcp_value *params, int adopt, dcp_value **got,
+                          struct dcp_buf *out, size_t *nbad);
+
 /* Appends "; " (when out is not empty) and a printf text to out, unless
  * out already holds more than a message can show: then only counts. */
 int dcp__sd_note(struct dcp_buf *out, const char *fmt, ...)

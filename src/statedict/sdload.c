@@ -85,7 +85,7 @@ static dcp_value *params_value(const dcp_sd *sd, size_t g)
     dcp_value *l = dcp_value_list();
     size_t i;
     for (i = 0; l && i < sd->np; i++) {
-        if (sd->p[i].group == g &&
+        if (sd->p[i].group == g && !sd->p[i].frozen &&
             dcp_value_append(l, dcp_value_str(sd->p[i].fqn)) != DCP_OK) {
             dcp_value_free(l);
             return NULL;
@@ -122,12 +122,123 @@ static int add_group(const dcp_sd *sd, dcp_state *sub, size_t g)
     return rc;
 }
 
+/* A generic group's values (copies), and its "params" when nested. */
+static int add_gvalues(const dcp_sd *sd, dcp_state *sub, size_t g,
+                       int params)
+{
+    const dcp_value *d = sd->gv[g];
+    size_t k, n = dcp_value_len(d);
+    int rc = DCP_OK;
+    for (k = 0; rc == DCP_OK && k < n; k++) {
+        size_t len;
+        const char *name = dcp_value_as_str(dcp_value_dict_key(d, k), &len);
+        dcp_value *v = dcp_value_copy(dcp_value_dict_get(d, name));
+        rc = v ? dcp_state_add_value(sub, name, v) : DCP_ENOMEM;
+    }
+    if (rc == DCP_OK && params) {
+        dcp_value *l = params_value(sd, g);
+        rc = l ? dcp_state_add_value(sub, "params", l) : DCP_ENOMEM;
+    }
+    return rc;
+}
+
+/*
+ * State tensor k of parameter p: the part of the bound slice it covers
+ * (kinds PARAM and UNFACTORED, whose elements are the parameter's), or the
+ * whole tensor at *foff of its own space when the slice reaches the
+ * parameter (ROW and COL). *foff advances past p's tensor k whether it is
+ * added or not.
+ */
+static int add_state_tensor(const dcp_sd *sd, dcp_state *sub, size_t k,
+                            const struct sd_param *p, int64_t *foff, int add)
+{
+    int64_t shape[DCP_MAX_NDIM], n, start = *foff;
+    int ndim;
+    uint8_t *buf;
+    if (!dcp__sd_state_shape(sd, k, p, &ndim, shape, &n))
+        return DCP_OK;
+    if (sd->tkind[k] != DCP_SD_STATE_ROW && sd->tkind[k] != DCP_SD_STATE_COL)
+        return add ? add_slice(sd, sub, sd->tname[k], p, sd->olo, sd->ohi,
+                               sd->tbuf[k])
+                   : DCP_OK;
+    *foff += n;
+    if (!add)
+        return DCP_OK;
+    if (p->numel == 0)
+        return dcp_state_add_tensor(sub, sd->tname[k], sd->dtype, ndim, shape,
+                                    NULL, NULL, NULL, DCP_MEM_HOST);
+    if (p->off >= sd->ohi || p->off + p->numel <= sd->olo)
+        return DCP_OK;
+    buf = (uint8_t *)sd->tbuf[k] + (size_t)start * dcp_dtype_size(sd->dtype);
+    return dcp_state_add_tensor(sub, sd->tname[k], sd->dtype, ndim, shape,
+                                NULL, NULL, buf, DCP_MEM_HOST);
+}
+
+/* The state and param_groups of a generic optimizer (dcp_sd_create_optim),
+ * nested or flat; frozen parameters have none. */
+static int generic_state_dict(dcp_sd *sd, dcp_state *sub)
+{
+    int64_t none[1] = {0}, foff[SD_MAX_STATE] = {0};
+    size_t i, g, k;
+    int rc = dcp_state_push(sub, "state");
+    for (i = 0; rc == DCP_OK && i < sd->np; i++) {
+        const struct sd_param *p = &sd->p[i];
+        if (p->frozen || (!sd->has_step && !sd->ns && !sd->nt)) {
+            for (k = 0; rc == DCP_OK && k < sd->nt; k++)
+                rc = add_state_tensor(sd, sub, k, p, &foff[k], 0);
+            continue;
+        }
+        sd->steps[i] = (float)sd->step;
+        rc = dcp_state_push(sub, p->fqn);
+        if (rc == DCP_OK && sd->has_step)
+            rc = dcp_state_add_tensor(sub, "step", DCP_F32, 0, none, NULL, NULL,
+                                      &sd->steps[i], DCP_MEM_HOST);
+        for (k = 0; rc == DCP_OK && k < sd->ns; k++)
+            rc = dcp_state_add_tensor(sub, sd->sname[k], DCP_F32, 0, none,
+                                      NULL, NULL, &sd->sval[k * sd->np + i],
+                                      DCP_MEM_HOST);
+        for (k = 0; rc == DCP_OK && k < sd->nt; k++)
+            rc = add_state_tensor(sd, sub, k, p, &foff[k], 1);
+        if (rc == DCP_OK)
+            rc = dcp_state_pop(sub);
+    }
+    if (rc == DCP_OK)
+        rc = dcp_state_pop(sub);
+    if (rc == DCP_OK)
+        rc = dcp_state_push(sub, "param_groups");
+    if (sd->oflags & DCP_SD_FLAT) {
+        for (i = 0; rc == DCP_OK && i < sd->np; i++) {
+            if (sd->p[i].frozen)
+                continue;
+            rc = dcp_state_push(sub, sd->p[i].fqn);
+            if (rc == DCP_OK)
+                rc = add_gvalues(sd, sub, sd->p[i].group, 0);
+            if (rc == DCP_OK)
+                rc = dcp_state_pop(sub);
+        }
+    } else {
+        for (g = 0; rc == DCP_OK && g < sd->ng; g++) {
+            rc = dcp_state_push_index(sub, (int64_t)g);
+            if (rc == DCP_OK)
+                rc = add_gvalues(sd, sub, g, 1);
+            if (rc == DCP_OK)
+                rc = dcp_state_pop(sub);
+        }
+    }
+    if (rc == DCP_OK)
+        rc = dcp_state_pop(sub);
+    return rc;
+}
+
 static int optim_state_dict(void *ud, dcp_state *sub)
 {
     dcp_sd *sd = ud;
     int64_t none[1] = {0};
     size_t i, g;
-    int rc = dcp_state_push(sub, "state");
+    int rc;
+    if (sd->generic)
+        return generic_state_dict(sd, sub);
+    rc = dcp_state_push(sub, "state");
     for (i = 0; rc == DCP_OK && i < sd->np; i++) {
         const struct sd_param *p = &sd->p[i];
         sd->steps[i] = (float)sd->step;
@@ -160,35 +271,136 @@ static int optim_state_dict(void *ud, dcp_state *sub)
 
 /* After a load: one step count for every parameter, the groups' values
  * checked again (a plain dcp_load has no check before) or adopted. */
+/* The step counts that landed: one, a whole number, for every parameter
+ * with optimizer state. Sets *first to the first such parameter (-1 when
+ * none). Returns DCP_OK or DCP_EMISMATCH (sd->err says why). */
+static int steps_landed(dcp_sd *sd, long *first)
+{
+    size_t i;
+    long f = -1;
+    for (i = 0; i < sd->np; i++) {
+        if (sd->p[i].frozen)
+            continue;
+        if (f < 0) {
+            float s = sd->steps[i];
+            f = (long)i;
+            if (!(s >= 0 && s <= (float)SD_MAX_STEP) || s != floorf(s)) {
+                (void)snprintf(sd->err, sizeof(sd->err),
+                               "step of '%s' is %.9g, not a step count",
+                               sd->p[i].fqn, s);
+                return DCP_EMISMATCH;
+            }
+        } else if (memcmp(&sd->steps[i], &sd->steps[f], sizeof(float)) != 0) {
+            (void)snprintf(sd->err, sizeof(sd->err),
+                           "step of '%s' (%.9g) differs from that of '%s' "
+                           "(%.9g)",
+                           sd->p[i].fqn, sd->steps[i], sd->p[f].fqn,
+                           sd->steps[f]);
+            return DCP_EMISMATCH;
+        }
+    }
+    *first = f;
+    return DCP_OK;
+}
+
+/* A generic optimizer after a load: steps, then every group's values as
+ * landed, compared with the sd's or adopted. */
+static int generic_landed(dcp_sd *sd, const dcp_state *sub)
+{
+    struct dcp_buf why = {0}, key = {0};
+    const dcp_value **vals = NULL;
+    dcp_value **got = NULL;
+    size_t i, g, k, nbad = 0, maxk = 1;
+    long first = -1;
+    int adopt = (sd->load_flags & DCP_SD_LOAD_HPARAMS) != 0;
+    int flat = (sd->oflags & DCP_SD_FLAT) != 0;
+    int rc = sd->has_step ? steps_landed(sd, &first) : DCP_OK;
+    if (rc != DCP_OK)
+        return rc;
+    for (g = 0; g < sd->ng; g++)
+        if (dcp_value_len(sd->gv[g]) > maxk)
+            maxk = dcp_value_len(sd->gv[g]);
+    vals = dcp__calloc(maxk, sizeof(*vals));
+    got = dcp__calloc(sd->ng ? sd->ng : 1, sizeof(*got));
+    if (!vals || !got)
+        rc = DCP_ENOMEM;
+    /* Nested: one record per group. Flat: one per parameter, the group's
+     * first parameter adopted (with adopt), the others compared with it. */
+    for (i = 0; rc == DCP_OK && i < (flat ? sd->np : sd->ng); i++) {
+        const dcp_value *d, *want, *params = NULL;
+        size_t n;
+        g = flat ? sd->p[i].group : i;
+        if (flat && sd->p[i].frozen)
+            continue;
+        d = sd->gv[g];
+        n = dcp_value_len(d);
+        key.len = 0;
+        rc = flat ? dcp__buf_printf(&key, "param_groups.%s", sd->p[i].fqn)
+                  : dcp__buf_printf(&key, "param_groups.%zu", g);
+        for (k = 0; rc == DCP_OK && k < n; k++) {
+            size_t base = key.len, len;
+            const char *name =
+                dcp_value_as_str(dcp_value_dict_key(d, k), &len);
+            rc = dcp__buf_printf(&key, ".%s", name);
+            if (rc == DCP_OK)
+                vals[k] = dcp_state_value(sub, (const char *)key.p);
+            key.len = base;
+            key.p[base] = '\0';
+        }
+        if (rc == DCP_OK && !flat) {
+            size_t base = key.len;
+            rc = dcp__buf_printf(&key, ".params");
+            if (rc == DCP_OK)
+                params = dcp_state_value(sub, (const char *)key.p);
+            key.len = base;
+            key.p[base] = '\0';
+        }
+        want = got[g] ? got[g] : d;
+        if (rc == DCP_OK)
+            rc = dcp__sd_check_gvalues(sd, g, want, (const char *)key.p, vals,
+                                       params, adopt && !got[g],
+                                       got[g] ? NULL : &got[g], &why, &nbad);
+    }
+    if (rc == DCP_OK && nbad) {
+        rc = DCP_EMISMATCH;
+        (void)snprintf(sd->err, sizeof(sd->err),
+                       "optimizer param_groups differ from the model's: %s",
+                       (const char *)why.p);
+    }
+    if (rc == DCP_OK && first >= 0)
+        sd->step = (int64_t)sd->steps[first];
+    for (g = 0; rc == DCP_OK && adopt && g < sd->ng; g++) {
+        if (got[g]) {
+            dcp_value_free(sd->gv[g]);
+            sd->gv[g] = got[g];
+            got[g] = NULL;
+        }
+    }
+    for (g = 0; got && g < sd->ng; g++)
+        dcp_value_free(got[g]);
+    dcp__free(got);
+    dcp__free(vals);
+    dcp__buf_free(&why);
+    dcp__buf_free(&key);
+    return rc;
+}
+
 static int optim_load_state_dict(void *ud, const dcp_state *sub)
 {
     dcp_sd *sd = ud;
     struct dcp_buf why = {0}, key = {0};
     const dcp_value *vals[SD_NHP];
     dcp_adamw *got = NULL;
-    size_t i, g, k, nbad = 0;
+    size_t g, k, nbad = 0;
+    long first = -1;
     int adopt = (sd->load_flags & DCP_SD_LOAD_HPARAMS) != 0;
     int rc = DCP_OK;
     sd->err[0] = '\0';
-    for (i = 1; i < sd->np; i++) {
-        if (memcmp(&sd->steps[i], &sd->steps[0], sizeof(float)) != 0) {
-            (void)snprintf(sd->err, sizeof(sd->err),
-                           "step of '%s' (%.9g) differs from that of '%s' "
-                           "(%.9g)",
-                           sd->p[i].fqn, sd->steps[i], sd->p[0].fqn,
-                           sd->steps[0]);
-            return DCP_EMISMATCH;
-        }
-    }
-    if (sd->np) {
-        float s = sd->steps[0];
-        if (!(s >= 0 && s <= (float)SD_MAX_STEP) || s != floorf(s)) {
-            (void)snprintf(sd->err, sizeof(sd->err),
-                           "step of '%s' is %.9g, not a step count",
-                           sd->p[0].fqn, s);
-            return DCP_EMISMATCH;
-        }
-    }
+    if (sd->generic)
+        return generic_landed(sd, sub);
+    rc = steps_landed(sd, &first);
+    if (rc != DCP_OK)
+        return rc;
     got = dcp__calloc(sd->ng ? sd->ng : 1, sizeof(*got));
     if (!got)
         return DCP_ENOMEM;
@@ -213,8 +425,8 @@ static int optim_load_state_dict(void *ud, const dcp_state *sub)
                        "optimizer param_groups differ from the model's: %s",
                        (const char *)why.p);
     }
-    if (rc == DCP_OK && sd->np)
-        sd->step = (int64_t)sd->steps[0];
+    if (rc == DCP_OK && first >= 0)
+        sd->step = (int64_t)sd->steps[first];
     for (g = 0; rc == DCP_OK && adopt && g < sd->ng; g++)
         sd->g[g] = got[g];
     dcp__buf_free(&why);
@@ -289,12 +501,26 @@ static int describe(const dcp_sd *sd, const char *mkey, const char *okey,
     size_t i;
     int d, rc = dcp__buf_printf(b, "%d|%s|%s|", (int)sd->dtype,
                                 mkey ? mkey : "", okey ? okey : "");
-    for (i = 0; rc == DCP_OK && i < sd->ng; i++)
+    for (i = 0; rc == DCP_OK && !sd->generic && i < sd->ng; i++)
         rc = dcp__buf_printf(b, "g%a,%a,%a,%a,%a|", sd->g[i].lr, sd->g[i].beta1,
                              sd->g[i].beta2, sd->g[i].eps,
                              sd->g[i].weight_decay);
+    if (rc == DCP_OK && sd->generic)
+        rc = dcp__buf_printf(b, "generic %u %d|", sd->oflags, sd->has_step);
+    for (i = 0; rc == DCP_OK && sd->generic && i < sd->nt; i++)
+        rc = dcp__buf_printf(b, "t%s:%d|", sd->tname[i], (int)sd->tkind[i]);
+    for (i = 0; rc == DCP_OK && sd->generic && i < sd->ns; i++)
+        rc = dcp__buf_printf(b, "s%s|", sd->sname[i]);
+    for (i = 0; rc == DCP_OK && sd->generic && i < sd->ng; i++) {
+        char *js = NULL;
+        rc = dcp_value_to_json(sd->gv[i], &js);
+        if (rc == DCP_OK)
+            rc = dcp__buf_printf(b, "g%s|", js);
+        dcp_free(js);
+    }
     for (i = 0; rc == DCP_OK && i < sd->np; i++) {
-        rc = dcp__buf_printf(b, "%zu:%s[", sd->p[i].group, sd->p[i].fqn);
+        rc = dcp__buf_printf(b, "%zu%s:%s[", sd->p[i].group,
+                             sd->p[i].frozen ? "f" : "", sd->p[i].fqn);
         for (d = 0; rc == DCP_OK && d < sd->p[i].ndim; d++)
             rc = dcp__buf_printf(b, "%" PRId64 ",", sd->p[i].shape[d]);
         if (rc == DCP_OK)

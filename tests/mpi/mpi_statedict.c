@@ -5,7 +5,10 @@
  * all parameters on every rank), bit-exact; bad input fails the same way
  * on every rank before any buffer changes: a checkpoint of another model
  * (DCP_EKEY, the same message and report everywhere), ranks describing
- * different models (DCP_EINVAL).
+ * different models (DCP_EINVAL). The same with a generic description
+ * (RMSprop with momentum and centered, torch's flattened layout, a
+ * frozen parameter): saved on uneven slices, loaded into the neighbours',
+ * bit-exact, and ranks whose group values differ fail with DCP_EINVAL.
  *
  *   mpi_statedict DIR
  */
@@ -182,6 +185,102 @@ static void test_ranks_disagree(void)
     dcp_sd_free(sd);
 }
 
+/* RMSprop (momentum, centered) in the flat layout, fc.bias frozen; group
+ * 0's lr is lr. */
+static dcp_sd *make_generic(double lr)
+{
+    dcp_sd_optim l;
+    dcp_value *g[2];
+    dcp_sd *sd = NULL;
+    size_t i;
+    for (i = 0; i < 2; i++)
+        CHECK(dcp_sd_optim_preset(DCP_OPTIM_RMSPROP,
+                                  DCP_OPTIM_MOMENTUM | DCP_OPTIM_CENTERED, &l,
+                                  &g[i]) == 0);
+    CHECK(dcp_value_dict_set(g[0], "lr", dcp_value_float(lr)) == 0);
+    l.flags = DCP_SD_FLAT;
+    CHECK(dcp_sd_create_optim(&sd, DCP_F32, &l) == 0);
+    for (i = 0; i < 2; i++) {
+        CHECK(dcp_sd_add_group_values(sd, g[i]) == 0);
+        dcp_value_free(g[i]);
+    }
+    for (i = 0; i < 5; i++)
+        CHECK(dcp_sd_add_param(sd, net[i].group, net[i].fqn, net[i].ndim,
+                               net[i].shape) == 0);
+    CHECK(dcp_sd_set_param_frozen(sd, 1, 1) == 0);
+    return sd;
+}
+
+/* fc.bias, frozen, is [35, 40) of the flat space. */
+static int frozen_elem(int64_t e)
+{
+    return e >= 35 && e < 40;
+}
+
+static void test_generic_reslice(void)
+{
+    char dir[512];
+    float w[NUMEL], t[3][NUMEL];
+    void *bufs[3] = {t[0], t[1], t[2]};
+    int64_t lo, hi, e;
+    dcp_sd *sd = make_generic(1e-2);
+    dcp_state *st = NULL;
+    int k;
+    snprintf(dir, sizeof(dir), "%s/generic", root);
+    slice(mt_rank, &lo, &hi);
+    for (e = lo; e < hi; e++)
+        for (k = 0; k < 3; k++)
+            t[k][e - lo] = value(k + 1, e);
+    for (e = 0; e < NUMEL; e++)
+        w[e] = value(0, e);
+    CHECK(dcp_state_create(&st) == 0);
+    CHECK(dcp_sd_bind_model(sd, lo, hi, w + lo) == 0);
+    CHECK(dcp_sd_bind_state(sd, lo, hi, bufs) == 0);
+    CHECK(dcp_sd_set_step(sd, 9) == 0);
+    CHECK(dcp_sd_add_to_state(sd, st, "model", "optim") == 0);
+    CHECK_OK(ctx, dcp_save(ctx, st, dir, NULL));
+    dcp_state_free(st);
+    dcp_sd_free(sd);
+    /* Every parameter, and the neighbour's slice of the state. */
+    sd = make_generic(1e-2);
+    slice((mt_rank + 1) % mt_size, &lo, &hi);
+    memset(w, 0, sizeof(w));
+    memset(t, 0x5a, sizeof(t));
+    CHECK(dcp_state_create(&st) == 0);
+    CHECK(dcp_sd_bind_model(sd, 0, NUMEL, w) == 0);
+    CHECK(dcp_sd_bind_state(sd, lo, hi, bufs) == 0);
+    CHECK(dcp_sd_add_to_state(sd, st, "model", "optim") == 0);
+    CHECK_OK(ctx, dcp_sd_load(ctx, sd, st, dir, NULL, 0));
+    for (e = 0; e < NUMEL; e++)
+        CHECK(w[e] == value(0, e));
+    for (e = lo; e < hi; e++)
+        for (k = 0; k < 3; k++)
+            CHECK(frozen_elem(e) ? ((unsigned char *)&t[k][e - lo])[0] == 0x5a
+                                 : t[k][e - lo] == value(k + 1, e));
+    CHECK(dcp_sd_step(sd) == 9);
+    dcp_state_free(st);
+    dcp_sd_free(sd);
+}
+
+static void test_generic_ranks_disagree(void)
+{
+    char dir[512];
+    float w[NUMEL];
+    dcp_sd *sd = make_generic(mt_rank == mt_size - 1 ? 2e-2 : 1e-2);
+    dcp_state *st = NULL;
+    dcp_load_options partial = {sizeof(partial), DCP_LOAD_PARTIAL};
+    int rc;
+    snprintf(dir, sizeof(dir), "%s/generic", root);
+    CHECK(dcp_state_create(&st) == 0);
+    CHECK(dcp_sd_bind_model(sd, 0, NUMEL, w) == 0);
+    CHECK(dcp_sd_add_to_state(sd, st, "model", NULL) == 0);
+    rc = dcp_sd_load(ctx, sd, st, dir, &partial, 0);
+    CHECK_RC(ctx, rc, mt_size > 1 ? DCP_EINVAL : DCP_OK);
+    CHECK(mt_same(rc));
+    dcp_state_free(st);
+    dcp_sd_free(sd);
+}
+
 int main(int argc, char **argv)
 {
     mt_init(&argc, &argv);
@@ -201,6 +300,8 @@ int main(int argc, char **argv)
     RUN(save_and_reslice);
     RUN(other_model);
     RUN(ranks_disagree);
+    RUN(generic_reslice);
+    RUN(generic_ranks_disagree);
     dcp_ctx_free(ctx);
     dcp_comm_free(comm);
     return mt_finish();
