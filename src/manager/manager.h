@@ -1,0 +1,30 @@
+/*
+ * The checkpoint manager's internal pieces (dcp_manager.h is the API):
+ * step names, the root's listing, crash-safe removal and retention, for the
+ * manager itself and for white-box tests. Errors go to ctx->err.
+ */
+#ifndef DCP_MANAGER_H
+#define DCP_MANAGER_H
+
+#include <stdint.h>
+
+#include "dcp/dcp_manager.h"
+#include "util.h"
+
+/* The name pattern of o (NULL: defaults), checked. */
+int dcp__mgr_pattern(const dcp_manager_options *o, const char **prefix,
+                     const char **suffix, struct dcp_err *err);
+/* 1 and *step when name is prefix + decimal (no leading zero) + suffix. */
+int dcp__mgr_parse(const char *name, const char *prefix, const char *suffix,
+                   int64_t *step);
+/* dcp_manager_list with a checked pattern. */
+int dcp__mgr_list(dcp_ctx *ctx, const char *root, const char *prefix,
+                  const char *suffix, dcp_manager_entry **out, size_t *n);
+/* dcp_manager_remove without the argument checks. */
+int dcp__mgr_remove(dcp_ctx *ctx, const char *dir);
+/* Retention of dcp_manager_prune; protect: a step never removed (-1). */
+int dcp__mgr_prune(dcp_ctx *ctx, const char *root, const char *prefix,
+                   const char *suffix, uint32_t keep_last, int64_t keep_every,
+                   int64_t protect, size_t *removed);
+
+#endif /* DCP_MANAGER_H */
