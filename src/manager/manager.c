@@ -271,6 +271,23 @@ int dcp_manager_list(dcp_ctx *ctx, const char *root,
 /* Removal                                                                */
 /* ---------------------------------------------------------------------- */
 
+/* The test hook: called before each change a removal makes. */
+static void (*remove_hook)(const char *what, void *arg);
+static void *remove_hook_arg;
+
+void dcp__mgr_set_remove_hook(void (*fn)(const char *what, void *arg),
+                              void *arg)
+{
+    remove_hook = fn;
+    remove_hook_arg = arg;
+}
+
+static void hook(const char *what)
+{
+    if (remove_hook)
+        remove_hook(what, remove_hook_arg);
+}
+
 /* Removes dir (a path) crash safe; see dcp_manager_remove. */
 int dcp__mgr_remove(dcp_ctx *ctx, const char *dir)
 {
@@ -339,11 +356,13 @@ int dcp__mgr_remove(dcp_ctx *ctx, const char *dir)
         }
     }
     /* .metadata first: from here on the step is not complete. */
+    hook("unlink .metadata");
     if (unlinkat(fd, ".metadata", 0) != 0 && errno != ENOENT) {
         rc = dcp__err(err, DCP_EIO, "cannot remove \"%s/.metadata\": %s", dir,
                       strerror(errno));
         goto out;
     }
+    hook("sync the directory");
     if (fsync(fd) != 0) {
         rc = dcp__err(err, DCP_EIO, "cannot sync \"%s\": %s", dir,
                       strerror(errno));
@@ -353,17 +372,20 @@ int dcp__mgr_remove(dcp_ctx *ctx, const char *dir)
     while ((de = readdir(d))) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
             continue;
+        hook("unlink a file");
         if (unlinkat(fd, de->d_name, 0) != 0 && errno != ENOENT) {
             rc = dcp__err(err, DCP_EIO, "cannot remove \"%s/%s\": %s", dir,
                           de->d_name, strerror(errno));
             goto out;
         }
     }
+    hook("remove the directory");
     if (unlinkat(pfd, base, AT_REMOVEDIR) != 0) {
         rc = dcp__err(err, DCP_EIO, "cannot remove the directory \"%s\": %s",
                       dir, strerror(errno));
         goto out;
     }
+    hook("sync the parent");
     if (fsync(pfd) != 0)
         rc = dcp__err(err, DCP_EIO, "cannot sync \"%s\": %s", pdir,
                       strerror(errno));

@@ -27,4 +27,13 @@ int dcp__mgr_prune(dcp_ctx *ctx, const char *root, const char *prefix,
                    const char *suffix, uint32_t keep_last, int64_t keep_every,
                    int64_t protect, size_t *removed);
 
+/*
+ * Test hook (tests/fault/test_manager_crash.c): fn(what, arg) is called
+ * before each change a removal makes (unlink .metadata, sync, unlink a
+ * file, rmdir, sync the parent), so that a test can kill the process
+ * there. NULL fn: none (the default). Not thread safe.
+ */
+void dcp__mgr_set_remove_hook(void (*fn)(const char *what, void *arg),
+                              void *arg);
+
 #endif /* DCP_MANAGER_H */

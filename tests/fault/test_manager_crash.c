@@ -1,0 +1,321 @@
+/*
+ * The checkpoint manager under kill -9: a root holds committed step-2 and
+ * step-4; a manager (keep_last 2) saves step-6, whose commit makes
+ * retention remove step-2. A forked child does it and is killed (SIGKILL)
+ * right before each of its storage operations in turn (faultfs: the save,
+ * and the .metadata reads of retention's listing), and right before each
+ * change retention's removal makes (unlink .metadata, sync, unlink a data
+ * file, rmdir, sync the parent: dcp__mgr_set_remove_hook). Sync and async
+ * saves (async: the buffers scrambled as soon as the save returns).
+ *
+ * After each kill:
+ *  (a) every step listed complete loads bit-exact (a half-written or
+ *      half-removed step is never complete);
+ *  (b) step-4 is complete; step-2 is complete unless step-6 is (retention
+ *      runs only after the commit): nothing committed is lost beyond what
+ *      retention removed;
+ *  (c) the latest (a fresh manager's) is step-6 when it is complete, else
+ *      step-4, and dcp_manager_load_latest loads it bit-exact;
+ *  (d) a manager then saves step-8 over the debris, retention runs, and
+ *      the latest is step-8, bit-exact.
+ * Usage: test_manager_crash [--full]: every crash point (scripts/
+ * reliability.sh); the default, for make check, takes every third.
+ */
+#define _GNU_SOURCE
+#include <dcp/dcp.h>
+#include <dcp/dcp_manager.h>
+#include <dcp/dcp_storage.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "faultfs.h"
+#include "manager.h"
+#include "test.h"
+
+#define NEL 4096 /* floats per checkpoint: 16 KiB */
+
+static char root[512];
+static int full;
+static long npoints;
+static float buf[NEL];
+static const dcp_save_options durable = {sizeof(dcp_save_options), 0};
+
+struct shared {
+    int done;
+    int rc;
+    uint64_t nops;    /* storage operations of the child */
+    uint64_t nremove; /* changes retention's removal made */
+};
+static struct shared *sh;
+
+static void fill(int64_t step)
+{
+    for (int i = 0; i < NEL; i++)
+        buf[i] = (float)(step * 100000 + i);
+}
+
+static int holds(int64_t step)
+{
+    for (int i = 0; i < NEL; i++)
+        if (buf[i] != (float)(step * 100000 + i))
+            return 0;
+    return 1;
+}
+
+static dcp_state *make_state(void)
+{
+    dcp_state *st = NULL;
+    int64_t shape[1] = {NEL}, off[1] = {0};
+    if (dcp_state_create(&st) ||
+        dcp_state_add_tensor(st, "w", DCP_F32, 1, shape, off, shape, buf,
+                             DCP_MEM_HOST))
+        abort();
+    return st;
+}
+
+static dcp_manager_options mopts(int async)
+{
+    dcp_manager_options o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.interval = 2;
+    o.keep_last = 2;
+    o.async = async;
+    o.save_opts = &durable;
+    return o;
+}
+
+/* root with committed step-2 and step-4. */
+static void prepare(void)
+{
+    char cmd[600], p[600];
+    dcp_ctx *ctx = NULL;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (system(cmd) != 0 || mkdir(root, 0755) != 0 ||
+        dcp_ctx_create(&ctx, NULL, NULL))
+        abort();
+    for (int64_t s = 2; s <= 4; s += 2) {
+        dcp_state *st = make_state();
+        fill(s);
+        snprintf(p, sizeof p, "%s/step-%d", root, (int)s);
+        if (dcp_save(ctx, st, p, &durable))
+            abort();
+        dcp_state_free(st);
+    }
+    dcp_ctx_free(ctx);
+}
+
+static uint64_t remove_crash_at;
+static void on_remove(const char *what, void *arg)
+{
+    (void)what;
+    (void)arg;
+    if (++sh->nremove == remove_crash_at)
+        raise(SIGKILL);
+}
+
+/* The child: a manager saves step-6 (and retention runs); killed at
+ * storage operation k (mode 0) or removal change k (mode 1); k 0: none. */
+static void child(int async, int mode, uint64_t k)
+{
+    struct faultfs ff;
+    dcp_ctx_options o = {0};
+    dcp_ctx *ctx = NULL;
+    dcp_manager *m = NULL;
+    ff_init(&ff);
+    if (mode == 0)
+        ff.crash_at = k;
+    remove_crash_at = mode == 1 ? k : 0;
+    dcp__mgr_set_remove_hook(on_remove, NULL);
+    o.struct_size = sizeof o;
+    o.storage = ff_ops();
+    o.storage_impl = &ff;
+    if (dcp_ctx_create(&ctx, NULL, &o))
+        _exit(101);
+    dcp_manager_options mo = mopts(async);
+    if (dcp_manager_create(&m, ctx, root, &mo))
+        _exit(102);
+    fill(6);
+    dcp_state *st = make_state();
+    int rc = dcp_manager_save(m, st, 6);
+    if (rc == DCP_OK && async) {
+        memset(buf, 0x5a, sizeof buf);
+        dcp_state_free(st);
+        st = NULL;
+        rc = dcp_manager_wait(m);
+    }
+    sh->rc = rc;
+    sh->nops = ff.nops;
+    sh->done = 1;
+    dcp_state_free(st);
+    dcp_manager_free(m);
+    dcp_ctx_free(ctx);
+    ff_release(&ff);
+    _exit(0);
+}
+
+/* Runs the child; returns its wait status. */
+static int run_child(int async, int mode, uint64_t k)
+{
+    memset(sh, 0, sizeof *sh);
+    fflush(NULL);
+    pid_t p = fork();
+    if (p < 0)
+        abort();
+    if (p == 0)
+        child(async, mode, k);
+    int st = 0;
+    if (waitpid(p, &st, 0) != p)
+        abort();
+    return st;
+}
+
+/* (a) to (d) after a kill; a message and 1 on a violation. */
+static int check(const char *what)
+{
+    dcp_ctx *ctx = NULL;
+    dcp_manager *m = NULL;
+    dcp_manager_entry *e = NULL;
+    size_t n = 0;
+    int complete[9] = {0}, bad = 0;
+    char p[600];
+    if (dcp_ctx_create(&ctx, NULL, NULL))
+        abort();
+    if (dcp_manager_list(ctx, root, NULL, &e, &n)) {
+        fprintf(stderr, "%s: list: %s\n", what, dcp_errmsg(ctx));
+        bad = 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (e[i].status != DCP_MANAGER_COMPLETE)
+            continue;
+        if (e[i].step < 0 || e[i].step > 8) {
+            fprintf(stderr, "%s: unexpected step %d\n", what, (int)e[i].step);
+            bad = 1;
+            continue;
+        }
+        complete[e[i].step] = 1;
+        /* (a) */
+        dcp_state *st = make_state();
+        memset(buf, 0, sizeof buf);
+        snprintf(p, sizeof p, "%s/%s", root, e[i].name);
+        int rc = dcp_load(ctx, st, p, NULL);
+        dcp_state_free(st);
+        if (rc || !holds(e[i].step)) {
+            fprintf(stderr, "%s: complete %s does not load bit-exact: %s\n",
+                    what, e[i].name, rc ? dcp_errmsg(ctx) : "data differ");
+            bad = 1;
+        }
+    }
+    dcp_manager_list_free(e, n);
+    /* (b) */
+    if (!complete[4] || (!complete[2] && !complete[6])) {
+        fprintf(stderr, "%s: committed lost: step-2 %d step-4 %d step-6 %d\n",
+                what, complete[2], complete[4], complete[6]);
+        bad = 1;
+    }
+    /* (c) */
+    dcp_manager_options mo = mopts(0);
+    int64_t step = -1;
+    dcp_state *st = make_state();
+    memset(buf, 0, sizeof buf);
+    if (dcp_manager_create(&m, ctx, root, &mo) ||
+        dcp_manager_load_latest(m, st, &step, NULL) ||
+        step != (complete[6] ? 6 : 4) || !holds(step)) {
+        fprintf(stderr, "%s: latest %d: %s\n", what, (int)step,
+                dcp_errmsg(ctx));
+        bad = 1;
+    }
+    /* (d) */
+    fill(8);
+    if (m && (dcp_manager_save(m, st, 8) ||
+              dcp_manager_latest(m, &step) || step != 8)) {
+        fprintf(stderr, "%s: save over the debris: %s\n", what,
+                dcp_errmsg(ctx));
+        bad = 1;
+    }
+    memset(buf, 0, sizeof buf);
+    if (m && (dcp_manager_load_latest(m, st, &step, NULL) || !holds(8))) {
+        fprintf(stderr, "%s: step-8 does not load: %s\n", what,
+                dcp_errmsg(ctx));
+        bad = 1;
+    }
+    dcp_state_free(st);
+    dcp_manager_free(m);
+    dcp_ctx_free(ctx);
+    return bad;
+}
+
+/* One series: every (or every third) crash point of mode. */
+static void series(int async, int mode)
+{
+    prepare();
+    int st = run_child(async, mode, 0);
+    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    ASSERT(sh->done);
+    ASSERT_OK(sh->rc);
+    uint64_t count = mode == 0 ? sh->nops : sh->nremove;
+    ASSERT(count >= 3);
+    ASSERT(!check(async ? "no crash (async)" : "no crash"));
+    for (uint64_t k = 1; k <= count; k++) {
+        if (!full && k % 3 != 1 && k != count)
+            continue;
+        char what[128];
+        snprintf(what, sizeof what, "%s, %s %llu of %llu",
+                 async ? "async" : "sync",
+                 mode == 0 ? "storage op" : "removal change",
+                 (unsigned long long)k, (unsigned long long)count);
+        prepare();
+        st = run_child(async, mode, k);
+        if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL)
+            FAIL_AT_("%s: the child was not killed (status %d)", what, st);
+        npoints++;
+        if (check(what))
+            FAIL_AT_("%s: invariant violated", what);
+    }
+}
+
+TEST(save_sync)
+{
+    series(0, 0);
+}
+TEST(save_async)
+{
+    series(1, 0);
+}
+TEST(prune_sync)
+{
+    series(0, 1);
+}
+TEST(prune_async)
+{
+    series(1, 1);
+}
+
+int main(int argc, char **argv)
+{
+    char base[] = "/tmp/dcp-mgr-crash-XXXXXX";
+    full = argc > 1 && !strcmp(argv[1], "--full");
+    sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE,
+              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED || !mkdtemp(base))
+        abort();
+    snprintf(root, sizeof root, "%s/root", base);
+    RUN(save_sync);
+    RUN(save_async);
+    RUN(prune_sync);
+    RUN(prune_async);
+    printf("manager crash points: %ld run%s\n", npoints,
+           full ? "" : " (every third; --full for all)");
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", base);
+    return TEST_SUMMARY();
+}
