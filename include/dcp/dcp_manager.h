@@ -162,7 +162,9 @@ enum dcp_manager_status {
     DCP_MANAGER_NOTDIR = 4      /* a step name that is not a directory */
 };
 
-/* One step entry of a root. */
+/* One step entry of a root. The library hands out arrays of it, so its
+ * layout is fixed for this major version: new information comes through
+ * new functions, never new fields. */
 typedef struct dcp_manager_entry {
     int64_t step;
     int status;  /* enum dcp_manager_status */

@@ -263,6 +263,10 @@ static void series(int async, int mode)
     uint64_t count = mode == 0 ? sh->nops : sh->nremove;
     ASSERT(count >= 3);
     ASSERT(!check(async ? "no crash (async)" : "no crash"));
+    printf("%s, %s: %llu crash points%s\n", async ? "async" : "sync",
+           mode == 0 ? "storage operations of the save and retention"
+                     : "changes of retention's removal",
+           (unsigned long long)count, full ? "" : " (every third run)");
     for (uint64_t k = 1; k <= count; k++) {
         if (!full && k % 3 != 1 && k != count)
             continue;
