@@ -17,8 +17,10 @@
  * `.metadata` is unlinked first and the directory synced, then the data
  * files, then the directory itself; a removal killed at any point leaves a
  * step that is not complete, never one that loads half. A removal never
- * goes through a symbolic link: a step entry that is a link, or a step
- * directory holding a subdirectory, is refused (DCP_EUNSAFE naming it).
+ * goes through a symbolic link and never removes what is not a checkpoint
+ * file: a step entry that is a link, or a directory holding a subdirectory
+ * or a file other than `.metadata`, `.metadata.*` and `*.distcp`, is
+ * refused (DCP_EUNSAFE naming it, nothing removed).
  *
  * Root scanning and removal use the POSIX file system directly (not the
  * context's storage back end, whose contract has no directory listing
@@ -203,7 +205,8 @@ DCP_API int dcp_manager_prune(dcp_ctx *ctx, const char *root,
  * Removes one checkpoint directory, crash safe: `.metadata` first (and the
  * directory synced), then every other file, then the directory (and its
  * parent synced). Refuses (DCP_EUNSAFE, nothing removed) when dir is a
- * symbolic link or holds a subdirectory. Not collective.
+ * symbolic link, not a directory, or holds a subdirectory or a file other
+ * than `.metadata`, `.metadata.*` and `*.distcp`. Not collective.
  * Returns DCP_OK, DCP_ENOENT, DCP_EUNSAFE, DCP_EIO, DCP_EINVAL; the message
  * names the path.
  */

@@ -271,6 +271,15 @@ int dcp_manager_list(dcp_ctx *ctx, const char *root,
 /* Removal                                                                */
 /* ---------------------------------------------------------------------- */
 
+/* A file a checkpoint directory may hold: .metadata, its temporaries
+ * (.metadata.*), data files (*.distcp, tagged or not). */
+static int checkpoint_file(const char *name)
+{
+    size_t n = strlen(name);
+    return !strcmp(name, ".metadata") || !strncmp(name, ".metadata.", 10) ||
+           (n > 7 && !strcmp(name + n - 7, ".distcp"));
+}
+
 /* The test hook: called before each change a removal makes. */
 static void (*remove_hook)(const char *what, void *arg);
 static void *remove_hook_arg;
@@ -332,8 +341,9 @@ int dcp__mgr_remove(dcp_ctx *ctx, const char *dir)
                       strerror(errno));
         goto out;
     }
-    /* First pass: every entry must be a file or a link (removed as itself,
-     * never followed); a subdirectory means this is not a checkpoint. */
+    /* First pass: every entry must be a checkpoint file (a link is removed
+     * as itself, never followed); a subdirectory or another name means
+     * this is not a checkpoint, and nothing is removed. */
     int dfd = dup(fd);
     if (dfd < 0 || !(d = fdopendir(dfd))) {
         if (dfd >= 0)
@@ -351,6 +361,14 @@ int dcp__mgr_remove(dcp_ctx *ctx, const char *dir)
             rc = dcp__err(err, DCP_EUNSAFE,
                           "refusing to remove \"%s\": it holds the directory "
                           "\"%s\" (not a checkpoint)",
+                          dir, de->d_name);
+            goto out;
+        }
+        if (!checkpoint_file(de->d_name)) {
+            rc = dcp__err(err, DCP_EUNSAFE,
+                          "refusing to remove \"%s\": it holds \"%s\", not "
+                          "a checkpoint file (.metadata, .metadata.*, "
+                          "*.distcp); nothing removed",
                           dir, de->d_name);
             goto out;
         }

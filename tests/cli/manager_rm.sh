@@ -1,4 +1,5 @@
-# rm: one checkpoint removed (.metadata first), then list.
+# rm: one checkpoint removed (.metadata first), then list; a directory
+# holding a file that is not a checkpoint's is refused, nothing removed.
 mkdir root
 cp -r "$DCP_TEST_DATA/torch_small" root/step-10
 cp -r "$DCP_TEST_DATA/torch_small" root/step-20
@@ -12,3 +13,7 @@ mkdir root/step-007
 $DCPTOOL_PREFIX "$DCPTOOL" rm root/step-20 --json || exit $?
 $DCPTOOL_PREFIX "$DCPTOOL" rm root/step-10 || exit $?
 $DCPTOOL_PREFIX "$DCPTOOL" list root
+mkdir other
+echo precious > other/notes.txt
+$DCPTOOL_PREFIX "$DCPTOOL" rm other 2>/dev/null && exit 9
+cat other/notes.txt

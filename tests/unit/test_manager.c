@@ -458,6 +458,21 @@ TEST(remove_refusals)
     ASSERT(exists(root, "step-2/.metadata"));
     snprintf(p, sizeof p, "%s/step-2/sub", root);
     ASSERT_EQ(rmdir(p), 0);
+    /* So is a directory holding a file that is not a checkpoint's. */
+    snprintf(p, sizeof p, "%s/step-2/notes.txt", root);
+    write_file(p, "keep me");
+    snprintf(p, sizeof p, "%s/step-2", root);
+    ASSERT_RC(dcp_manager_remove(ctx, p), DCP_EUNSAFE);
+    ASSERT(strstr(dcp_errmsg(ctx), "notes.txt") != NULL);
+    ASSERT(exists(root, "step-2/.metadata"));
+    ASSERT(exists(root, "step-2/notes.txt"));
+    snprintf(p, sizeof p, "%s/step-2/notes.txt", root);
+    ASSERT_EQ(unlink(p), 0);
+    /* Temporaries and tagged data files are a checkpoint's. */
+    snprintf(p, sizeof p, "%s/step-2/.metadata.tmp", root);
+    write_file(p, "x");
+    snprintf(p, sizeof p, "%s/step-2/__0_0.0123abcd.distcp", root);
+    write_file(p, "x");
     /* Removal: .metadata gone, files gone, directory gone. */
     snprintf(p, sizeof p, "%s/step-2", root);
     ASSERT_OK(dcp_manager_remove(ctx, p));
