@@ -411,7 +411,8 @@ DCP_API int dcp_ctx_phase_report(const dcp_ctx *ctx, int op,
 enum dcp_event_kind {
     DCP_EVENT_START = 0,   /* a phase begins (bytes 0) */
     DCP_EVENT_END = 1,     /* it ends: bytes and seconds of this run */
-    DCP_EVENT_PROGRESS = 2 /* within WRITE: bytes done so far (monotone) */
+    DCP_EVENT_PROGRESS = 2 /* within WRITE of a save, or VERIFY of
+                              dcp_verify: bytes done so far (monotone) */
 };
 
 typedef struct dcp_event {
@@ -426,10 +427,13 @@ typedef struct dcp_event {
 /*
  * The event callback: fn(ev, userdata) at the start and end of every phase
  * of every save and load on ctx, and as WRITE progresses (after each
- * record). ev is valid during the call only.
+ * record). dcp_verify reports its reading as one VERIFY phase of op
+ * DCP_IO_LOAD with PROGRESS after each entry (bytes: the entries' bytes,
+ * as dcp_entry_info.nbytes, so far); it does not change the load's
+ * dcp_ctx_phase_report. ev is valid during the call only.
  * Threads: phases PLAN, STAGE, AGREE, COMMIT and all load phases call it
  * on the caller's thread (inside dcp_save, dcp_save_async,
- * dcp_request_wait/_test, dcp_load); WRITE and FSYNC on the context's
+ * dcp_request_wait/_test, dcp_load, dcp_verify); WRITE and FSYNC on the context's
  * writer thread, for sync and async saves alike. During an async save
  * whose staging budget is below its tensor bytes, STAGE (caller's thread)
  * and WRITE (writer thread) events come at the same time: fn must then be

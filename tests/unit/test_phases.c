@@ -136,8 +136,8 @@ static int check_events(int from, int op, const int *want, int n,
             last = 0;
             break;
         case DCP_EVENT_PROGRESS:
-            if (open != DCP_PHASE_WRITE || e->ev.phase != DCP_PHASE_WRITE ||
-                e->ev.bytes < last) {
+            if ((open != DCP_PHASE_WRITE && open != DCP_PHASE_VERIFY) ||
+                e->ev.phase != open || e->ev.bytes < last) {
                 fprintf(stderr, "event %d: progress out of place\n", i);
                 return 0;
             }
@@ -145,7 +145,9 @@ static int check_events(int from, int op, const int *want, int n,
             break;
         case DCP_EVENT_END:
             if (open != e->ev.phase || e->ev.seconds < 0 ||
-                (open == DCP_PHASE_WRITE && e->ev.bytes != last)) {
+                (open == DCP_PHASE_WRITE && e->ev.bytes != last) ||
+                (open == DCP_PHASE_VERIFY && op == DCP_IO_LOAD &&
+                 e->ev.bytes != last && last)) {
                 fprintf(stderr, "event %d: end of %s unmatched\n", i,
                         dcp_phase_name(e->ev.phase));
                 return 0;
@@ -221,6 +223,17 @@ TEST(sync_save_and_load)
     static const int want_load[] = {DCP_PHASE_METADATA, DCP_PHASE_VERIFY,
                                     DCP_PHASE_READ, DCP_PHASE_COPY};
     ASSERT(check_events(0, DCP_IO_LOAD, want_load, 4, 1));
+    /* dcp_verify: one VERIFY phase, progress per entry up to every byte;
+     * the load's report unchanged. */
+    dcp_phase_report before = r;
+    nev = 0;
+    ASSERT_OK(dcp_verify(ctx, dirpath("sync")));
+    static const int want_verify[] = {DCP_PHASE_VERIFY};
+    ASSERT(check_events(0, DCP_IO_LOAD, want_verify, 1, 1));
+    ASSERT(nev == 4); /* start, two entries, end */
+    ASSERT_U64_EQ(evs[nev - 1].ev.bytes, (uint64_t)NEL * 4 + evs[1].ev.bytes);
+    ASSERT(check_report(ctx, DCP_IO_LOAD, &r));
+    ASSERT(r.wall_seconds == before.wall_seconds);
     /* The save's report is still there; removing the callback stops
      * events. */
     ASSERT(check_report(ctx, DCP_IO_SAVE, &r));
