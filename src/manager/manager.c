@@ -176,7 +176,8 @@ static int entry_status(dcp_ctx *ctx, int rootfd, const char *root,
 }
 
 int dcp__mgr_list(dcp_ctx *ctx, const char *root, const char *prefix,
-                  const char *suffix, dcp_manager_entry **out, size_t *n)
+                  const char *suffix, int newest, dcp_manager_entry **out,
+                  size_t *n)
 {
     *out = NULL;
     *n = 0;
@@ -229,11 +230,19 @@ int dcp__mgr_list(dcp_ctx *ctx, const char *root, const char *prefix,
                           root);
             break;
         }
+        e->status = DCP__MGR_UNCHECKED;
         cnt++;
-        if ((rc = entry_status(ctx, fd, root, de->d_name, e)) != DCP_OK)
-            break;
     }
     closedir(d);
+    if (rc == DCP_OK && cnt)
+        qsort(v, cnt, sizeof *v, cmp_entry);
+    /* Statuses, newest first; with newest, only down to the first
+     * complete one (each check decodes a .metadata). */
+    for (size_t i = cnt; rc == DCP_OK && i-- > 0;) {
+        rc = entry_status(ctx, fd, root, v[i].name, &v[i]);
+        if (newest && v[i].status == DCP_MANAGER_COMPLETE)
+            break;
+    }
     close(fd);
     if (rc != DCP_OK) {
         dcp_manager_list_free(v, cnt);
@@ -242,8 +251,6 @@ int dcp__mgr_list(dcp_ctx *ctx, const char *root, const char *prefix,
     if (!cnt) {
         dcp__free(v);
         v = NULL;
-    } else {
-        qsort(v, cnt, sizeof *v, cmp_entry);
     }
     *out = v;
     *n = cnt;
@@ -264,7 +271,7 @@ int dcp_manager_list(dcp_ctx *ctx, const char *root,
     *n = 0;
     const char *p, *s;
     DCP_RETURN_IF(dcp__mgr_pattern(opts, &p, &s, &ctx->err));
-    return dcp__mgr_list(ctx, root, p, s, out, n);
+    return dcp__mgr_list(ctx, root, p, s, 0, out, n);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -440,7 +447,7 @@ int dcp__mgr_prune(dcp_ctx *ctx, const char *root, const char *prefix,
     size_t n = 0, nrm = 0;
     if (removed)
         *removed = 0;
-    int rc = dcp__mgr_list(ctx, root, prefix, suffix, &e, &n);
+    int rc = dcp__mgr_list(ctx, root, prefix, suffix, 0, &e, &n);
     if (rc == DCP_ENOENT) {
         dcp__err_clear(&ctx->err);
         return DCP_OK; /* nothing to prune */
@@ -721,7 +728,7 @@ static int find_latest(dcp_manager *m, int64_t *step)
     if (ctx->rank == 0) {
         dcp_manager_entry *e = NULL;
         size_t n = 0;
-        rc = dcp__mgr_list(ctx, m->root, m->prefix, m->suffix, &e, &n);
+        rc = dcp__mgr_list(ctx, m->root, m->prefix, m->suffix, 1, &e, &n);
         if (rc == DCP_ENOENT) {
             dcp__err_clear(&ctx->err);
             rc = DCP_OK;

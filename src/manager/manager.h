@@ -17,9 +17,13 @@ int dcp__mgr_pattern(const dcp_manager_options *o, const char **prefix,
 /* 1 and *step when name is prefix + decimal (no leading zero) + suffix. */
 int dcp__mgr_parse(const char *name, const char *prefix, const char *suffix,
                    int64_t *step);
-/* dcp_manager_list with a checked pattern. */
+/* dcp_manager_list with a checked pattern. newest: statuses only from the
+ * newest step down to the first complete one (each check decodes a
+ * .metadata); the older entries keep DCP__MGR_UNCHECKED. */
+#define DCP__MGR_UNCHECKED (-1)
 int dcp__mgr_list(dcp_ctx *ctx, const char *root, const char *prefix,
-                  const char *suffix, dcp_manager_entry **out, size_t *n);
+                  const char *suffix, int newest, dcp_manager_entry **out,
+                  size_t *n);
 /* dcp_manager_remove without the argument checks. */
 int dcp__mgr_remove(dcp_ctx *ctx, const char *dir);
 /* Retention of dcp_manager_prune; protect: a step never removed (-1). */
