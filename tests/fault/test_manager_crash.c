@@ -6,7 +6,10 @@
  * and the .metadata reads of retention's listing), and right before each
  * change retention's removal makes (unlink .metadata, sync, unlink a data
  * file, rmdir, sync the parent: dcp__mgr_set_remove_hook). Sync and async
- * saves (async: the buffers scrambled as soon as the save returns).
+ * saves (async: the buffers scrambled as soon as the save returns), in
+ * one process and on 3 forked ranks joined by forkcomm.h (victim rank 0,
+ * or rank 2 with an async save; retention runs on rank 0 only), where
+ * the other ranks see the victim vanish and must not hang.
  *
  * After each kill:
  *  (a) every step listed complete loads bit-exact (a half-written or
@@ -33,9 +36,11 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "faultfs.h"
+#include "forkcomm.h"
 #include "manager.h"
 #include "test.h"
 
@@ -50,10 +55,11 @@ static const dcp_save_options durable = {sizeof(dcp_save_options), 0};
 struct shared {
     int done;
     int rc;
-    uint64_t nops;    /* storage operations of the child */
+    uint64_t nops;    /* storage operations of the rank */
     uint64_t nremove; /* changes retention's removal made */
 };
-static struct shared *sh;
+static struct shared *sh; /* FC_MAX entries, one per rank */
+static struct shared *me; /* this rank's, in a rank's process */
 
 static void fill(int64_t step)
 {
@@ -69,15 +75,23 @@ static int holds(int64_t step)
     return 1;
 }
 
-static dcp_state *make_state(void)
+/* The whole tensor, or rank's rows of it out of n. */
+static dcp_state *make_part(int rank, int n)
 {
     dcp_state *st = NULL;
-    int64_t shape[1] = {NEL}, off[1] = {0};
+    int64_t shape[1] = {NEL}, off[1], size[1];
+    off[0] = (int64_t)rank * (NEL / n);
+    size[0] = rank == n - 1 ? NEL - off[0] : NEL / n;
     if (dcp_state_create(&st) ||
-        dcp_state_add_tensor(st, "w", DCP_F32, 1, shape, off, shape, buf,
-                             DCP_MEM_HOST))
+        dcp_state_add_tensor(st, "w", DCP_F32, 1, shape, off, size,
+                             buf + off[0], DCP_MEM_HOST))
         abort();
     return st;
+}
+
+static dcp_state *make_state(void)
+{
+    return make_part(0, 1);
 }
 
 static dcp_manager_options mopts(int async)
@@ -117,64 +131,89 @@ static void on_remove(const char *what, void *arg)
 {
     (void)what;
     (void)arg;
-    if (++sh->nremove == remove_crash_at)
+    if (++me->nremove == remove_crash_at)
         raise(SIGKILL);
 }
 
-/* The child: a manager saves step-6 (and retention runs); killed at
- * storage operation k (mode 0) or removal change k (mode 1); k 0: none. */
-static void child(int async, int mode, uint64_t k)
+struct job {
+    int async;
+    int mode; /* 0: storage operation k; 1: removal change k */
+    int victim;
+    uint64_t k; /* 0: no crash */
+};
+
+/* One rank: a manager saves step-6 (and retention runs on rank 0); the
+ * victim is killed at its storage operation k (mode 0) or removal change
+ * k (mode 1). */
+static int rank_main(int rank, dcp_comm *comm, void *arg)
 {
+    const struct job *j = arg;
     struct faultfs ff;
     dcp_ctx_options o = {0};
     dcp_ctx *ctx = NULL;
     dcp_manager *m = NULL;
+    me = &sh[rank];
+    signal(SIGPIPE, SIG_IGN);
     ff_init(&ff);
-    if (mode == 0)
-        ff.crash_at = k;
-    remove_crash_at = mode == 1 ? k : 0;
+    if (rank == j->victim && j->mode == 0)
+        ff.crash_at = j->k;
+    remove_crash_at = rank == j->victim && j->mode == 1 ? j->k : 0;
     dcp__mgr_set_remove_hook(on_remove, NULL);
     o.struct_size = sizeof o;
     o.storage = ff_ops();
     o.storage_impl = &ff;
-    if (dcp_ctx_create(&ctx, NULL, &o))
-        _exit(101);
-    dcp_manager_options mo = mopts(async);
-    if (dcp_manager_create(&m, ctx, root, &mo))
-        _exit(102);
+    if (dcp_ctx_create(&ctx, comm, &o))
+        return 101;
+    dcp_manager_options mo = mopts(j->async);
+    int rc = dcp_manager_create(&m, ctx, root, &mo);
     fill(6);
-    dcp_state *st = make_state();
-    int rc = dcp_manager_save(m, st, 6);
-    if (rc == DCP_OK && async) {
+    dcp_state *st = make_part(rank, dcp_ctx_size(ctx));
+    if (rc == DCP_OK)
+        rc = dcp_manager_save(m, st, 6);
+    if (rc == DCP_OK && j->async) {
         memset(buf, 0x5a, sizeof buf);
         dcp_state_free(st);
         st = NULL;
         rc = dcp_manager_wait(m);
     }
-    sh->rc = rc;
-    sh->nops = ff.nops;
-    sh->done = 1;
+    me->rc = rc;
+    me->nops = ff.nops;
+    me->done = 1;
     dcp_state_free(st);
     dcp_manager_free(m);
     dcp_ctx_free(ctx);
     ff_release(&ff);
-    _exit(0);
+    return 0;
 }
 
-/* Runs the child; returns its wait status. */
-static int run_child(int async, int mode, uint64_t k)
+/* Runs the job on n forked ranks; the victim's wait status in *vst.
+ * Returns 0, or -1 when a rank hung (all are killed). */
+static int run_ranks(struct job *j, int n, int *vst)
 {
-    memset(sh, 0, sizeof *sh);
-    fflush(NULL);
-    pid_t p = fork();
-    if (p < 0)
+    pid_t pids[FC_MAX];
+    int left = n, st;
+    time_t t0 = time(NULL);
+    memset(sh, 0, FC_MAX * sizeof *sh);
+    if (fc_spawn(n, rank_main, j, pids))
         abort();
-    if (p == 0)
-        child(async, mode, k);
-    int st = 0;
-    if (waitpid(p, &st, 0) != p)
-        abort();
-    return st;
+    while (left) {
+        pid_t p = waitpid(-1, &st, WNOHANG);
+        if (p > 0) {
+            if (p == pids[j->victim])
+                *vst = st;
+            left--;
+            continue;
+        }
+        if (time(NULL) - t0 > 30) {
+            for (int r = 0; r < n; r++)
+                kill(pids[r], SIGKILL);
+            while (waitpid(-1, NULL, 0) > 0)
+                ;
+            return -1;
+        }
+        (void)usleep(1000);
+    }
+    return 0;
 }
 
 /* (a) to (d) after a kill; a message and 1 on a violation. */
@@ -252,33 +291,41 @@ static int check(const char *what)
     return bad;
 }
 
-/* One series: every (or every third) crash point of mode. */
-static void series(int async, int mode)
+/* One series on n ranks: every (or every third) crash point of mode on
+ * the victim. */
+static void series(int n, int victim, int async, int mode)
 {
+    struct job j = {async, mode, victim, 0};
+    int st = -1;
     prepare();
-    int st = run_child(async, mode, 0);
-    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    ASSERT(sh->done);
-    ASSERT_OK(sh->rc);
-    uint64_t count = mode == 0 ? sh->nops : sh->nremove;
+    ASSERT_EQ(run_ranks(&j, n, &st), 0);
+    for (int r = 0; r < n; r++) {
+        ASSERT(sh[r].done);
+        ASSERT_OK(sh[r].rc);
+    }
+    uint64_t count = mode == 0 ? sh[victim].nops : sh[victim].nremove;
     ASSERT(count >= 3);
     ASSERT(!check(async ? "no crash (async)" : "no crash"));
-    printf("%s, %s: %llu crash points%s\n", async ? "async" : "sync",
+    printf("%d rank%s, victim %d, %s, %s: %llu crash points%s\n", n,
+           n > 1 ? "s" : "", victim, async ? "async" : "sync",
            mode == 0 ? "storage operations of the save and retention"
                      : "changes of retention's removal",
            (unsigned long long)count, full ? "" : " (every third run)");
     for (uint64_t k = 1; k <= count; k++) {
         if (!full && k % 3 != 1 && k != count)
             continue;
-        char what[128];
-        snprintf(what, sizeof what, "%s, %s %llu of %llu",
-                 async ? "async" : "sync",
+        char what[160];
+        snprintf(what, sizeof what, "%d ranks, victim %d, %s, %s %llu of %llu",
+                 n, victim, async ? "async" : "sync",
                  mode == 0 ? "storage op" : "removal change",
                  (unsigned long long)k, (unsigned long long)count);
         prepare();
-        st = run_child(async, mode, k);
+        j.k = k;
+        st = -1;
+        if (run_ranks(&j, n, &st) != 0)
+            FAIL_AT_("%s: a rank hung", what);
         if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL)
-            FAIL_AT_("%s: the child was not killed (status %d)", what, st);
+            FAIL_AT_("%s: the victim was not killed (status %d)", what, st);
         npoints++;
         if (check(what))
             FAIL_AT_("%s: invariant violated", what);
@@ -287,26 +334,37 @@ static void series(int async, int mode)
 
 TEST(save_sync)
 {
-    series(0, 0);
+    series(1, 0, 0, 0);
 }
 TEST(save_async)
 {
-    series(1, 0);
+    series(1, 0, 1, 0);
 }
 TEST(prune_sync)
 {
-    series(0, 1);
+    series(1, 0, 0, 1);
 }
 TEST(prune_async)
 {
-    series(1, 1);
+    series(1, 0, 1, 1);
+}
+/* Three forked ranks joined by sockets (forkcomm.h): the others see the
+ * victim vanish. Retention runs on rank 0 only. */
+TEST(three_ranks_save)
+{
+    series(3, 0, 0, 0);
+    series(3, 2, 1, 0);
+}
+TEST(three_ranks_prune)
+{
+    series(3, 0, 0, 1);
 }
 
 int main(int argc, char **argv)
 {
     char base[] = "/tmp/dcp-mgr-crash-XXXXXX";
     full = argc > 1 && !strcmp(argv[1], "--full");
-    sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE,
+    sh = mmap(NULL, FC_MAX * sizeof *sh, PROT_READ | PROT_WRITE,
               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (sh == MAP_FAILED || !mkdtemp(base))
         abort();
@@ -315,6 +373,8 @@ int main(int argc, char **argv)
     RUN(save_async);
     RUN(prune_sync);
     RUN(prune_async);
+    RUN(three_ranks_save);
+    RUN(three_ranks_prune);
     printf("manager crash points: %ld run%s\n", npoints,
            full ? "" : " (every third; --full for all)");
     char cmd[600];
