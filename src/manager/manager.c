@@ -697,14 +697,25 @@ int dcp_manager_step(dcp_manager *m, const dcp_state *state, int64_t step,
     dcp__ctx_begin(ctx);
     /* Read and clear the flag: a request arriving after this is kept for
      * the next step. */
-    int64_t v[3] = {0, step, -step};
+    int64_t v[3] = {0, step, step == INT64_MIN ? INT64_MAX : -step};
+    int asked = 0;
     if (m->requested) {
         m->requested = 0;
+        asked = 1;
         v[0] = -1;
     }
     int rc = dcp__comm_allreduce_min(ctx->comm, v, 3, &ctx->err);
-    if (rc != DCP_OK)
+    if (rc != DCP_OK) {
+        if (asked)
+            m->requested = 1; /* not agreed: keep this rank's request */
         return rc;
+    }
+    if ((v[1] < 0 || v[1] != -v[2]) && asked)
+        m->requested = 1; /* refused: the request stays for the next step */
+    if (v[1] < 0) /* the minimum: the same on every rank */
+        return dcp__err(&ctx->err, DCP_EINVAL,
+                        "negative step %" PRId64 " for the manager of \"%s\"",
+                        v[1], m->root);
     if (v[1] != -v[2])
         return dcp__err(&ctx->err, DCP_EINVAL,
                         "not every rank passed the same step (%" PRId64

@@ -364,6 +364,16 @@ TEST(save_now)
     ASSERT_OK(dcp_manager_step(m, st, 201, &did));
     ASSERT_EQ(did, 1);
     dcp_manager_request_save(NULL); /* no-op */
+    /* Negative steps, INT64_MIN included, are refused; a request made
+     * before stays for the next step. */
+    dcp_manager_request_save(m);
+    ASSERT_RC(dcp_manager_step(m, st, -1, &did), DCP_EINVAL);
+    ASSERT_RC(dcp_manager_step(m, st, INT64_MIN, &did), DCP_EINVAL);
+    ASSERT(strstr(dcp_errmsg(ctx), "negative step") != NULL);
+    ASSERT_EQ(did, 0);
+    ASSERT_OK(dcp_manager_step(m, st, 202, &did));
+    ASSERT_EQ(did, 1);
+    ASSERT(exists(root, "step-202/.metadata"));
     dcp_state_free(st);
     dcp_manager_free(m);
     dcp_ctx_free(ctx);
