@@ -433,8 +433,8 @@ typedef struct dcp_event {
  * dcp_ctx_phase_report. ev is valid during the call only.
  * Threads: phases PLAN, STAGE, AGREE, COMMIT and all load phases call it
  * on the caller's thread (inside dcp_save, dcp_save_async,
- * dcp_request_wait/_test, dcp_load, dcp_verify); WRITE and FSYNC on the context's
- * writer thread, for sync and async saves alike. During an async save
+ * dcp_request_wait/_test, dcp_load, dcp_verify); WRITE and FSYNC on the
+ * context's writer thread, for sync and async saves alike. During an async save
  * whose staging budget is below its tensor bytes, STAGE (caller's thread)
  * and WRITE (writer thread) events come at the same time: fn must then be
  * thread safe. fn must be quick and must not call dcp on ctx (nor free

@@ -268,9 +268,9 @@ void dcp__ctx_ph_done(dcp_ctx *ctx, int op)
 
 const char *dcp_phase_name(int phase)
 {
-    static const char *const names[] = {"plan",  "stage",    "write", "fsync",
-                                        "agree", "commit",   "metadata",
-                                        "read",  "verify",   "copy"};
+    static const char *const names[] = {"plan",   "stage",  "write",    "fsync",
+                                        "agree",  "commit", "metadata", "read",
+                                        "verify", "copy"};
     if (phase < 0 || phase >= (int)(sizeof(names) / sizeof(names[0])))
         return "unknown";
     return names[phase];

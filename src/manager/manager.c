@@ -57,8 +57,8 @@ int dcp__mgr_pattern(const dcp_manager_options *o, const char **prefix,
                      const char **suffix, struct dcp_err *err)
 {
     const char *p = "step-", *s = "";
-    if (o && o->struct_size >= offsetof(dcp_manager_options, suffix) +
-                                   sizeof(o->suffix)) {
+    if (o && o->struct_size >=
+                 offsetof(dcp_manager_options, suffix) + sizeof(o->suffix)) {
         if (o->prefix)
             p = o->prefix;
         if (o->suffix)
@@ -101,8 +101,8 @@ int dcp__mgr_parse(const char *name, const char *prefix, const char *suffix,
 }
 
 /* root/<prefix><step><suffix> into a new string, or NULL (ENOMEM). */
-static char *step_path(const char *root, const char *prefix,
-                       const char *suffix, int64_t step)
+static char *step_path(const char *root, const char *prefix, const char *suffix,
+                       int64_t step)
 {
     size_t n = strlen(root) + strlen(prefix) + strlen(suffix) + 24;
     char *p = dcp__malloc(n);
@@ -467,8 +467,8 @@ int dcp__mgr_prune(dcp_ctx *ctx, const char *root, const char *prefix,
             continue;
         char *path = step_path(root, prefix, suffix, e[i].step);
         if (!path) {
-            rc = dcp__err(&ctx->err, DCP_ENOMEM,
-                          "out of memory pruning \"%s\"", root);
+            rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory pruning \"%s\"",
+                          root);
             break;
         }
         rc = dcp__mgr_remove(ctx, path);
@@ -510,8 +510,8 @@ int dcp_manager_prune(dcp_ctx *ctx, const char *root,
 /* The manager                                                            */
 /* ---------------------------------------------------------------------- */
 
-#define OPT_HAS(o, field)                                                      \
-    ((o)->struct_size >=                                                       \
+#define OPT_HAS(o, field) \
+    ((o)->struct_size >=  \
      offsetof(dcp_manager_options, field) + sizeof((o)->field))
 
 int dcp_manager_create(dcp_manager **out, dcp_ctx *ctx, const char *root,
@@ -571,8 +571,7 @@ int dcp_manager_create(dcp_manager **out, dcp_ctx *ctx, const char *root,
                  m->interval, m->keep_last, m->keep_every, m->async);
         rc = dcp__comm_same_string(ctx->comm, root, "manager root", err);
         if (rc == DCP_OK)
-            rc = dcp__comm_same_string(ctx->comm, desc, "manager options",
-                                       err);
+            rc = dcp__comm_same_string(ctx->comm, desc, "manager options", err);
         if (rc == DCP_OK)
             rc = dcp__comm_same_string(ctx->comm, p, "step name prefix", err);
         if (rc == DCP_OK)
@@ -585,9 +584,9 @@ int dcp_manager_create(dcp_manager **out, dcp_ctx *ctx, const char *root,
             r0 = dcp__fs_mkdirs(root, err);
             struct stat sb;
             if (r0 == DCP_OK && (stat(root, &sb) != 0 || !S_ISDIR(sb.st_mode)))
-                r0 = dcp__err(err, DCP_EIO,
-                              "checkpoint root \"%s\" is not a directory",
-                              root);
+                r0 =
+                    dcp__err(err, DCP_EIO,
+                             "checkpoint root \"%s\" is not a directory", root);
         }
         rc = dcp__comm_share_err(ctx->comm, r0, err, 0);
     }
@@ -622,8 +621,7 @@ static int retain(dcp_manager *m, int64_t protect)
                             m->keep_every, protect, NULL);
         if (rc != DCP_OK)
             dcp__err_prefix(&ctx->err,
-                            "retention after the commit under \"%s\"",
-                            m->root);
+                            "retention after the commit under \"%s\"", m->root);
     }
     return dcp__comm_share_err(ctx->comm, rc, &ctx->err, 0);
 }
@@ -667,8 +665,7 @@ int dcp_manager_save(dcp_manager *m, const dcp_state *state, int64_t step)
         return rc;
     if (step < 0)
         return dcp__err(&ctx->err, DCP_EINVAL,
-                        "negative step %" PRId64 " for \"%s\"", step,
-                        m->root);
+                        "negative step %" PRId64 " for \"%s\"", step, m->root);
     char *path = step_path(m->root, m->prefix, m->suffix, step);
     if (!path)
         return dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
@@ -710,9 +707,11 @@ int dcp_manager_step(dcp_manager *m, const dcp_state *state, int64_t step,
             m->requested = 1; /* not agreed: keep this rank's request */
         return rc;
     }
+    /* Refused: the request stays for the next step. v[1] is the minimum,
+     * the same on every rank. */
     if ((v[1] < 0 || v[1] != -v[2]) && asked)
-        m->requested = 1; /* refused: the request stays for the next step */
-    if (v[1] < 0) /* the minimum: the same on every rank */
+        m->requested = 1;
+    if (v[1] < 0)
         return dcp__err(&ctx->err, DCP_EINVAL,
                         "negative step %" PRId64 " for the manager of \"%s\"",
                         v[1], m->root);

@@ -273,8 +273,8 @@ static int check(const char *what)
     }
     /* (d) */
     fill(8);
-    if (m && (dcp_manager_save(m, st, 8) ||
-              dcp_manager_latest(m, &step) || step != 8)) {
+    if (m && (dcp_manager_save(m, st, 8) || dcp_manager_latest(m, &step) ||
+              step != 8)) {
         fprintf(stderr, "%s: save over the debris: %s\n", what,
                 dcp_errmsg(ctx));
         bad = 1;

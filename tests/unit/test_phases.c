@@ -29,7 +29,7 @@ static const char *dirpath(const char *name)
     struct stat sb;
     if (!root[0]) {
         strcpy(root, stat("/dev/shm", &sb) == 0 ? "/dev/shm/dcp-phases-XXXXXX"
-                                                 : "/tmp/dcp-phases-XXXXXX");
+                                                : "/tmp/dcp-phases-XXXXXX");
         if (!mkdtemp(root))
             abort();
     }

@@ -76,9 +76,9 @@ static int parse_common(int argc, char **argv, struct margs *m,
     return m->root ? 0 : -1;
 }
 
-#define LIST_USAGE "list ROOT [--json] [--prefix P --suffix S]"
+#define LIST_USAGE   "list ROOT [--json] [--prefix P --suffix S]"
 #define LATEST_USAGE "latest ROOT [--json] [--prefix P --suffix S]"
-#define PRUNE_USAGE                                                            \
+#define PRUNE_USAGE \
     "prune ROOT --keep K [--keep-every N] [--json] [--prefix P --suffix S]"
 #define RM_USAGE "rm DIR [--json]"
 

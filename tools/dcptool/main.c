@@ -34,7 +34,8 @@ static const struct {
     {"prune", cmd_prune,
      "ROOT --keep K [--keep-every N] [--json]  remove older complete\n"
      "                         step checkpoints (.metadata first)"},
-    {"rm", cmd_rm, "DIR [--json]             remove one checkpoint, crash safe"},
+    {"rm", cmd_rm,
+     "DIR [--json]             remove one checkpoint, crash safe"},
 };
 
 static void usage(FILE *f)
