@@ -119,7 +119,7 @@ asan: asan-build
 # ThreadSanitizer over the tests labelled async (the asynchronous save and
 # its worker thread, the CUDA staging path against the fake libcudart), in
 # a serial build so that MPI's own threads add no noise (c-style.md 14).
-TSAN_TARGETS = test_async cuda_roundtrip fake_cudart
+TSAN_TARGETS = test_async test_phases cuda_roundtrip fake_cudart
 
 tsan-build: deps
 	$(CMAKE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -55,6 +55,8 @@ run crash "$build/tests/test_crash"
 [ $have_mpi = 1 ] && run crash_mpi env MPIEXEC="$mpiexec" \
     MPI_FAULT="$build/tests/mpi/mpi_fault" TEST_CRASH="$build/tests/test_crash" \
     bash tests/mpi/mpi_crash.sh
+# The checkpoint manager killed at every point of a save and of retention.
+run crash_manager "$build/tests/test_manager_crash" --full
 # T5: a rank that hangs, in each phase of a save and a load (one mpiexec
 # per phase; the survivors time out).
 if [ $have_mpi = 1 ]; then
@@ -100,6 +102,7 @@ fig strace '^ok|FAIL'
 [ $have_mpi = 1 ] && fig trace_mpi 'passed'
 fig crash 'crash points'
 [ $have_mpi = 1 ] && fig crash_mpi 'MPI crash points|victim'
+fig crash_manager 'manager crash points|passed'
 [ $have_mpi = 1 ] && fig timeouts 'hung-rank phases|FAILED'
 fig faults 'fault cases'
 [ $have_mpi = 1 ] && fig faults_mpi2 'fault cases'

@@ -334,6 +334,119 @@ typedef struct dcp_io_report {
  */
 DCP_API int dcp_ctx_io_report(const dcp_ctx *ctx, int op, dcp_io_report *out);
 
+/*
+ * Phases of a save and of a load, for dcp_ctx_phase_report and the event
+ * callback. Values are fixed; new phases are appended.
+ *  save: PLAN   stateful callbacks, local plans, the global plan on rank 0,
+ *               the assignments scattered (caller's thread);
+ *        STAGE  tensors copied into the staging buffers (caller's thread;
+ *               an async save's tensors, a sync save's CUDA tensors);
+ *        WRITE  this rank's data file written (the writer thread);
+ *        FSYNC  the data file synced and closed (the writer thread);
+ *        AGREE  the ranks agree on the outcome, results gathered;
+ *        COMMIT .metadata written and renamed on rank 0, its verdict shared.
+ *  load: METADATA .metadata read on rank 0, broadcast, decoded;
+ *        VERIFY   the request checked against it (keys, kinds, shapes,
+ *                 dtypes, tiling), agreed;
+ *        READ     values and tensor bytes read from the data files, each
+ *                 record's CRC checked as its bytes pass (the CRC is fused
+ *                 with the reads and counted here), boxes copied into the
+ *                 caller's buffers as they arrive;
+ *        COPY     the loaded entries handed back to stateful entries and
+ *                 their load_state_dict run, agreed.
+ */
+enum dcp_phase {
+    DCP_PHASE_PLAN = 0,
+    DCP_PHASE_STAGE = 1,
+    DCP_PHASE_WRITE = 2,
+    DCP_PHASE_FSYNC = 3,
+    DCP_PHASE_AGREE = 4,
+    DCP_PHASE_COMMIT = 5,
+    DCP_PHASE_METADATA = 6,
+    DCP_PHASE_READ = 7,
+    DCP_PHASE_VERIFY = 8,
+    DCP_PHASE_COPY = 9
+};
+/* Entries of the arrays of dcp_phase_report (room for appended phases). */
+#define DCP_PHASE_MAX 16
+
+/* "plan", "stage", ..., "copy"; "unknown" for any other value. */
+DCP_API const char *dcp_phase_name(int phase);
+
+/* Per-rank timings of the last save or load. */
+typedef struct dcp_phase_report {
+    uint32_t struct_size;
+    /* Seconds (CLOCK_MONOTONIC) spent in each phase (indexed by enum
+     * dcp_phase; phases of the other operation, and phases the operation
+     * did not reach, are 0). A phase that runs more than once adds up. */
+    double seconds[DCP_PHASE_MAX];
+    /* Bytes of each phase where meaningful: STAGE bytes copied, WRITE and
+     * FSYNC the data file's bytes, METADATA the .metadata's bytes, READ
+     * data-file bytes read; 0 elsewhere. */
+    uint64_t bytes[DCP_PHASE_MAX];
+    /* Wall time of the operation on this rank: a load from dcp_load's
+     * entry to its return; a save from dcp_save's (dcp_save_async's) entry
+     * to the end of its completion (for an async save this includes the
+     * caller's time between the call and dcp_request_wait). The phases
+     * run one after another, so they sum to at most this, except that an
+     * async save whose staging budget is below its tensor bytes overlaps
+     * STAGE with WRITE and FSYNC. */
+    double wall_seconds;
+    /* 1 once the operation has completed (a save in flight: 0). */
+    int complete;
+} dcp_phase_report;
+
+/*
+ * Fills *out (struct_size set by the caller to sizeof(dcp_phase_report))
+ * with this rank's timings of the last dcp_save / dcp_save_async (op
+ * DCP_IO_SAVE; the save completed most recently, or the one in flight with
+ * complete = 0) or dcp_load (DCP_IO_LOAD); all zero before the first.
+ * Returns DCP_OK or DCP_EINVAL (NULL arguments, unknown op, struct_size
+ * too small). Not collective; call it on the context's thread.
+ */
+DCP_API int dcp_ctx_phase_report(const dcp_ctx *ctx, int op,
+                                 dcp_phase_report *out);
+
+/* What a phase event says. */
+enum dcp_event_kind {
+    DCP_EVENT_START = 0,   /* a phase begins (bytes 0) */
+    DCP_EVENT_END = 1,     /* it ends: bytes and seconds of this run */
+    DCP_EVENT_PROGRESS = 2 /* within WRITE of a save, or VERIFY of
+                              dcp_verify: bytes done so far (monotone) */
+};
+
+typedef struct dcp_event {
+    uint32_t struct_size; /* sizeof(dcp_event) of the library */
+    int op;               /* DCP_IO_SAVE or DCP_IO_LOAD */
+    int phase;            /* enum dcp_phase */
+    int kind;             /* enum dcp_event_kind */
+    uint64_t bytes;
+    double seconds; /* END: the phase's duration; else 0 */
+} dcp_event;
+
+/*
+ * The event callback: fn(ev, userdata) at the start and end of every phase
+ * of every save and load on ctx, and as WRITE progresses (after each
+ * record). dcp_verify reports its reading as one VERIFY phase of op
+ * DCP_IO_LOAD with PROGRESS after each entry (bytes: the entries' bytes,
+ * as dcp_entry_info.nbytes, so far); it does not change the load's
+ * dcp_ctx_phase_report. ev is valid during the call only.
+ * Threads: phases PLAN, STAGE, AGREE, COMMIT and all load phases call it
+ * on the caller's thread (inside dcp_save, dcp_save_async,
+ * dcp_request_wait/_test, dcp_load, dcp_verify); WRITE and FSYNC on the
+ * context's writer thread, for sync and async saves alike. During an async save
+ * whose staging budget is below its tensor bytes, STAGE (caller's thread)
+ * and WRITE (writer thread) events come at the same time: fn must then be
+ * thread safe. fn must be quick and must not call dcp on ctx (nor free
+ * it, nor any state or request of it); it may record, print or post
+ * elsewhere. A NULL fn removes the callback. Set it while no save is in
+ * flight (DCP_EBUSY otherwise). Returns DCP_OK, DCP_EINVAL (NULL ctx),
+ * DCP_EBUSY. Not collective.
+ */
+typedef void (*dcp_event_fn)(const dcp_event *ev, void *userdata);
+DCP_API int dcp_ctx_set_event_callback(dcp_ctx *ctx, dcp_event_fn fn,
+                                       void *userdata);
+
 /* ---------------------------------------------------------------------- */
 /* Values (non-tensor state: int, float, bool, str, bytes, None, lists,   */
 /* tuples and dicts of them)                                              */

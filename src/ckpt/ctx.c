@@ -8,7 +8,7 @@
 #include <stddef.h> /* offsetof */
 #include <stdio.h>  /* snprintf */
 #include <string.h>
-
+#include <time.h>
 
 int dcp_ctx_create(dcp_ctx **out, dcp_comm *comm, const dcp_ctx_options *opts)
 {
@@ -192,4 +192,112 @@ size_t dcp_load_report(const dcp_ctx *ctx, int which, const char *const **keys)
     if (keys)
         *keys = (const char *const *)ctx->unexpected;
     return ctx->nunexpected;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Phase timings and events                                               */
+/* ---------------------------------------------------------------------- */
+
+double dcp__now(void)
+{
+    struct timespec ts;
+    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void dcp__ph_reset(struct dcp__phrec *r, int op, dcp_event_fn fn, void *arg)
+{
+    memset(r, 0, sizeof(*r));
+    r->fn = fn;
+    r->arg = arg;
+    r->op = op;
+}
+
+static void emit(const struct dcp__phrec *r, int phase, int kind,
+                 uint64_t bytes, double secs)
+{
+    dcp_event ev;
+    if (!r->fn)
+        return;
+    memset(&ev, 0, sizeof(ev));
+    ev.struct_size = sizeof(ev);
+    ev.op = r->op;
+    ev.phase = phase;
+    ev.kind = kind;
+    ev.bytes = bytes;
+    ev.seconds = secs;
+    r->fn(&ev, r->arg);
+}
+
+double dcp__ph_start(struct dcp__phrec *r, int phase)
+{
+    emit(r, phase, DCP_EVENT_START, 0, 0);
+    return dcp__now();
+}
+
+void dcp__ph_end(struct dcp__phrec *r, int phase, double t0, uint64_t bytes)
+{
+    double d = dcp__now() - t0;
+    if (d < 0)
+        d = 0;
+    if (phase >= 0 && phase < DCP_PHASE_MAX) {
+        r->sec[phase] += d;
+        r->bytes[phase] += bytes;
+    }
+    emit(r, phase, DCP_EVENT_END, bytes, d);
+}
+
+void dcp__ph_progress(const struct dcp__phrec *r, int phase, uint64_t bytes)
+{
+    emit(r, phase, DCP_EVENT_PROGRESS, bytes, 0);
+}
+
+void dcp__ctx_ph_begin(dcp_ctx *ctx, int op)
+{
+    dcp__ph_reset(&ctx->ph[op], op, ctx->ev_fn, ctx->ev_arg);
+    ctx->ph_t0[op] = dcp__now();
+    ctx->ph_wall[op] = 0;
+    ctx->ph_done[op] = 0;
+}
+
+void dcp__ctx_ph_done(dcp_ctx *ctx, int op)
+{
+    ctx->ph_wall[op] = dcp__now() - ctx->ph_t0[op];
+    ctx->ph_done[op] = 1;
+}
+
+const char *dcp_phase_name(int phase)
+{
+    static const char *const names[] = {"plan",   "stage",  "write",    "fsync",
+                                        "agree",  "commit", "metadata", "read",
+                                        "verify", "copy"};
+    if (phase < 0 || phase >= (int)(sizeof(names) / sizeof(names[0])))
+        return "unknown";
+    return names[phase];
+}
+
+int dcp_ctx_phase_report(const dcp_ctx *ctx, int op, dcp_phase_report *out)
+{
+    if (!ctx || !out || (op != DCP_IO_SAVE && op != DCP_IO_LOAD) ||
+        out->struct_size < sizeof(dcp_phase_report))
+        return DCP_EINVAL;
+    memset(out, 0, sizeof(*out));
+    out->struct_size = sizeof(*out);
+    memcpy(out->seconds, ctx->ph[op].sec, sizeof(out->seconds));
+    memcpy(out->bytes, ctx->ph[op].bytes, sizeof(out->bytes));
+    out->wall_seconds = ctx->ph_wall[op];
+    out->complete = ctx->ph_done[op];
+    return DCP_OK;
+}
+
+int dcp_ctx_set_event_callback(dcp_ctx *ctx, dcp_event_fn fn, void *userdata)
+{
+    if (!ctx)
+        return DCP_EINVAL;
+    if (ctx->inflight)
+        return dcp__err(&ctx->err, DCP_EBUSY,
+                        "event callback: a save is in flight on this context");
+    ctx->ev_fn = fn;
+    ctx->ev_arg = fn ? userdata : NULL;
+    return DCP_OK;
 }

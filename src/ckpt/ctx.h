@@ -14,6 +14,31 @@
 /* Smallest staging budget accepted (dcp_ctx_options.staging_budget). */
 #define DCP__STAGING_MIN ((uint64_t)64 << 10)
 
+/*
+ * Phase timings and events (dcp_ctx_phase_report, dcp_ctx_set_event_callback).
+ * A recorder belongs to one thread at a time: the context's two (save, load)
+ * to the caller's thread, a save job's own to the writer thread while it
+ * writes (merged into the context's by dcp__save_finish).
+ */
+struct dcp__phrec {
+    dcp_event_fn fn; /* NULL: no events */
+    void *arg;
+    int op; /* DCP_IO_SAVE or DCP_IO_LOAD */
+    double sec[DCP_PHASE_MAX];
+    uint64_t bytes[DCP_PHASE_MAX];
+};
+
+/* Seconds of CLOCK_MONOTONIC. */
+double dcp__now(void);
+/* Empties r for op, with the callback fn(arg). */
+void dcp__ph_reset(struct dcp__phrec *r, int op, dcp_event_fn fn, void *arg);
+/* A phase begins: emits START; returns its start time. */
+double dcp__ph_start(struct dcp__phrec *r, int phase);
+/* It ends: adds the time since t0 and bytes; emits END. */
+void dcp__ph_end(struct dcp__phrec *r, int phase, double t0, uint64_t bytes);
+/* Emits PROGRESS with bytes done so far. */
+void dcp__ph_progress(const struct dcp__phrec *r, int phase, uint64_t bytes);
+
 struct dcp_ctx {
     struct dcp_err err;
     dcp_comm *comm; /* borrowed; NULL: single process */
@@ -42,6 +67,14 @@ struct dcp_ctx {
     struct stg_arena *arena;
     struct dcp_worker *worker;
     struct dcp_request *inflight;
+    /* Phase timings of the last save and load, their start and wall time,
+     * whether they completed; the event callback. */
+    struct dcp__phrec ph[2];
+    double ph_t0[2];
+    double ph_wall[2];
+    int ph_done[2];
+    dcp_event_fn ev_fn;
+    void *ev_arg;
 };
 
 /* At the start of an API call: clears err, makes the context's storage back
@@ -63,5 +96,11 @@ enum { DCP__REPORT_MISSING = 0, DCP__REPORT_UNEXPECTED = 1 };
  * (no message set; the list stays valid, without key). Used by dcp_load
  * (load.c) and dcp_load_file (loadfile.c). */
 int dcp__ctx_report_add(dcp_ctx *ctx, int which, const char *key);
+
+/* A new save (op DCP_IO_SAVE) or load begins on ctx: its report emptied,
+ * its wall clock started. */
+void dcp__ctx_ph_begin(dcp_ctx *ctx, int op);
+/* It completed: its wall time kept. */
+void dcp__ctx_ph_done(dcp_ctx *ctx, int op);
 
 #endif /* DCP_CTX_H */

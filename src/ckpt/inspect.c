@@ -187,10 +187,14 @@ int dcp_verify(dcp_ctx *ctx, const char *path)
 {
     dcp_metadata *md = NULL;
     struct rd_files f;
+    struct dcp__phrec ph; /* events only: the load report stays */
+    uint64_t done = 0;
     size_t i, j;
+    double t;
     int rc;
     if (!ctx)
         return DCP_EINVAL;
+    dcp__ph_reset(&ph, DCP_IO_LOAD, ctx->ev_fn, ctx->ev_arg);
     rc = dcp_metadata_open(ctx, path, &md);
     if (rc != DCP_OK)
         return rc;
@@ -202,17 +206,24 @@ int dcp_verify(dcp_ctx *ctx, const char *path)
         dcp_metadata_free(md);
         return rc;
     }
+    t = dcp__ph_start(&ph, DCP_PHASE_VERIFY);
     for (i = 0; rc == DCP_OK && i < md->n; i++) {
         const struct md_entry *e = &md->e[i];
+        dcp_entry_info info;
         if (!e->is_tensor) {
             dcp_value *v = NULL;
             rc = dcp__rd_value(&f, e, 1, ctx->max_value_bytes, &v, &ctx->err);
             dcp_value_free(v);
-            continue;
+        } else {
+            for (j = 0; rc == DCP_OK && j < e->nchunks; j++)
+                rc = dcp__rd_chunk(&f, e, j, NULL, 0, 1, NULL, &ctx->err);
         }
-        for (j = 0; rc == DCP_OK && j < e->nchunks; j++)
-            rc = dcp__rd_chunk(&f, e, j, NULL, 0, 1, NULL, &ctx->err);
+        if (rc == DCP_OK && dcp_metadata_entry(md, i, &info) == DCP_OK) {
+            done += info.nbytes;
+            dcp__ph_progress(&ph, DCP_PHASE_VERIFY, done);
+        }
     }
+    dcp__ph_end(&ph, DCP_PHASE_VERIFY, t, rc == DCP_OK ? done : 0);
     dcp__rd_close(&f);
     dcp_metadata_free(md);
     return rc;

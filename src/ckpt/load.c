@@ -294,8 +294,11 @@ int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
     size_t len = 0, gotlen = 0;
     unsigned flags = 0;
     int rc = DCP_OK;
+    struct dcp__phrec *ph;
+    double t;
     if (!ctx)
         return DCP_EINVAL;
+    ph = &ctx->ph[DCP_IO_LOAD];
     dcp__ctx_begin(ctx);
     dcp__ctx_clear_report(ctx);
     if (!st || !path)
@@ -303,6 +306,7 @@ int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
     if (opts && opts->struct_size >= sizeof(dcp_load_options))
         flags = opts->flags;
     rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+    t = dcp__ph_start(ph, DCP_PHASE_METADATA);
     if (rc == DCP_OK)
         rc = dcp__comm_same_string(ctx->comm, path, "checkpoint path",
                                    &ctx->err);
@@ -312,28 +316,36 @@ int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
     if (rc == DCP_OK)
         rc = dcp__comm_bcast_blob(ctx->comm, bytes, len, 0, &got, &gotlen,
                                   &ctx->err);
-    if (rc != DCP_OK)
+    if (rc != DCP_OK) {
+        dcp__ph_end(ph, DCP_PHASE_METADATA, t, 0);
         goto out;
+    }
     rc =
         dcp__meta_decode(got ? got : bytes, got ? gotlen : len, &md, &ctx->err);
     if (rc != DCP_OK)
         (void)dcp__err_prefix(&ctx->err, "'%s/.metadata'", path);
+    dcp__ph_end(ph, DCP_PHASE_METADATA, t, got ? gotlen : len);
     dcp__free(bytes);
     dcp__free(got);
     bytes = got = NULL;
+    t = dcp__ph_start(ph, DCP_PHASE_VERIFY);
     if (rc == DCP_OK)
         rc = match_keys(ctx, st, md, flags);
     rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
     if (rc == DCP_OK)
         rc = unexpected_keys(ctx, st, md, flags);
+    dcp__ph_end(ph, DCP_PHASE_VERIFY, t, 0);
     if (rc != DCP_OK)
         goto out;
+    t = dcp__ph_start(ph, DCP_PHASE_READ);
     rc = dcp__rd_open(&f, path, md, &ctx->err);
     if (rc == DCP_OK) {
         rc = load_all(ctx, st, &f, md, !(flags & DCP_LOAD_NO_VERIFY));
         dcp__rd_close(&f);
     }
     rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+    dcp__ph_end(ph, DCP_PHASE_READ, t,
+                rc == DCP_OK ? ctx->io_last[DCP_IO_LOAD].bytes : 0);
 out:
     dcp__free(bytes);
     dcp__free(got);
@@ -350,15 +362,19 @@ int dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
         return DCP_EINVAL;
     dcp__async_settle(ctx);
     dcp__ctx_begin(ctx);
+    dcp__ctx_ph_begin(ctx, DCP_IO_LOAD);
     rc = dcp__state_expand_io(st, DCP_IO_LOAD, &ex, &ctx->err);
     rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
     if (rc == DCP_OK) {
         rc = dcp__load_state(ctx, ex.x ? ex.x : st, path, opts);
         if (rc == DCP_OK) {
+            double t = dcp__ph_start(&ctx->ph[DCP_IO_LOAD], DCP_PHASE_COPY);
             rc = dcp__state_expand_loaded(&ex, st, &ctx->err);
             rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+            dcp__ph_end(&ctx->ph[DCP_IO_LOAD], DCP_PHASE_COPY, t, 0);
         }
     }
     dcp__state_expand_release(&ex);
+    dcp__ctx_ph_done(ctx, DCP_IO_LOAD);
     return rc;
 }

@@ -57,9 +57,12 @@ static int start(dcp_ctx *ctx, const dcp_state *st, const char *path,
     struct sv_job *job = NULL;
     dcp_request *req;
     int rc;
+    double t;
     *out = NULL;
     dcp__async_settle(ctx);
     dcp__ctx_begin(ctx);
+    dcp__ctx_ph_begin(ctx, DCP_IO_SAVE);
+    t = dcp__ph_start(&ctx->ph[DCP_IO_SAVE], DCP_PHASE_PLAN);
     req = dcp__calloc(1, sizeof(*req));
     rc = req ? dcp__state_expand_io(st, DCP_IO_SAVE, &ex, &ctx->err)
              : dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
@@ -68,9 +71,11 @@ static int start(dcp_ctx *ctx, const dcp_state *st, const char *path,
     if (rc == DCP_OK)
         rc = dcp__state_check_text(ex.use, &ctx->err);
     rc = dcp__save_begin(ctx, ex.use, path, opts, rc, &job);
+    dcp__ph_end(&ctx->ph[DCP_IO_SAVE], DCP_PHASE_PLAN, t, 0);
     if (rc != DCP_OK) {
         dcp__state_expand_release(&ex);
         dcp__free(req);
+        dcp__ctx_ph_done(ctx, DCP_IO_SAVE);
         return rc;
     }
     (void)dcp__save_prepare_staging(ctx, job, copy_all);
@@ -78,11 +83,11 @@ static int start(dcp_ctx *ctx, const dcp_state *st, const char *path,
      * the worker wakes up: nothing competes with it for the CPU. With a
      * budget, the worker must drain while the copy runs. */
     if (dcp__save_stage_alone(job)) {
-        dcp__save_stage(job);
+        dcp__save_stage(ctx, job);
         post(ctx, job);
     } else {
         post(ctx, job);
-        dcp__save_stage(job);
+        dcp__save_stage(ctx, job);
     }
     /* From here on nothing of st is read: the records were described, the
      * values pickled and the staged tensors copied. */
@@ -102,6 +107,7 @@ static int complete(dcp_request *req)
     dcp__worker_wait(ctx->worker);
     dcp__ctx_begin(ctx);
     rc = dcp__save_finish(ctx, req->job);
+    dcp__ctx_ph_done(ctx, DCP_IO_SAVE);
     dcp__save_job_free(req->job);
     req->rc = rc;
     req->err = ctx->err;

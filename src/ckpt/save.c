@@ -430,6 +430,8 @@ struct sv_job {
     struct io_eng *io;
     struct io_stats iost;
     int have_iost;
+    /* Phases WRITE and FSYNC, timed on the worker (its events there). */
+    struct dcp__phrec ph;
     /* First error wins (c-style.md 4); msg written by the winner only,
      * read once both sides are done. */
     _Atomic int rc;
@@ -558,6 +560,7 @@ int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
     if (job) {
         job->dirfd = job->co.dirfd = -1;
         job->sync = 1;
+        dcp__ph_reset(&job->ph, DCP_IO_SAVE, ctx->ev_fn, ctx->ev_arg);
         atomic_init(&job->rc, DCP_OK);
     }
     if (rc == DCP_OK && !job)
@@ -680,14 +683,22 @@ int dcp__save_stage_alone(const struct sv_job *job)
     return !job->pipe || !job->pipe->eager;
 }
 
-void dcp__save_stage(struct sv_job *job)
+void dcp__save_stage(dcp_ctx *ctx, struct sv_job *job)
 {
     struct dcp_err err;
+    uint64_t bytes = 0;
+    size_t i;
+    double t;
     int rc;
     if (!job->pipe || atomic_load(&job->rc) != DCP_OK)
         return;
+    for (i = 0; i < job->nsrcs; i++)
+        bytes += job->srcs[i].n;
+    t = dcp__ph_start(&ctx->ph[DCP_IO_SAVE], DCP_PHASE_STAGE);
     dcp__err_clear(&err);
     rc = dcp__stage_run(job->pipe, &err);
+    dcp__ph_end(&ctx->ph[DCP_IO_SAVE], DCP_PHASE_STAGE, t,
+                rc == DCP_OK ? bytes : 0);
     if (rc != DCP_OK)
         (void)dcp__save_fail(job, rc, &err);
 }
@@ -713,12 +724,16 @@ void dcp__save_write(void *arg)
     struct io_writer w;
     struct dcp_err err;
     size_t i;
+    uint64_t done = 0;
+    double t;
     int fd, frc, rc = atomic_load(&job->rc);
     if (rc != DCP_OK || !job->file)
         return;
     dcp__err_clear(&err);
+    t = dcp__ph_start(&job->ph, DCP_PHASE_WRITE);
     rc = dcp__fs_create(job->dirfd, job->file, &fd, &err);
     if (rc != DCP_OK) {
+        dcp__ph_end(&job->ph, DCP_PHASE_WRITE, t, 0);
         (void)dcp__save_fail(job, rc, &err);
         return;
     }
@@ -727,6 +742,7 @@ void dcp__save_write(void *arg)
                        &err);
     if (rc != DCP_OK) {
         dcp__fs_release(fd);
+        dcp__ph_end(&job->ph, DCP_PHASE_WRITE, t, 0);
         (void)dcp__save_fail(job, rc, &err);
         return;
     }
@@ -741,16 +757,23 @@ void dcp__save_write(void *arg)
         /* Another failure (staging, cancel) stops the writing too. */
         if (rc == DCP_OK && atomic_load(&job->rc) != DCP_OK)
             rc = atomic_load(&job->rc);
+        if (rc == DCP_OK && ol[0] + ol[1] > done) {
+            done = ol[0] + ol[1];
+            dcp__ph_progress(&job->ph, DCP_PHASE_WRITE, done);
+        }
     }
     frc = dcp__iow_finish(&w); /* waits for every request, also on error */
     if (rc == DCP_OK)
         rc = frc;
+    dcp__ph_end(&job->ph, DCP_PHASE_WRITE, t, rc == DCP_OK ? done : 0);
+    t = dcp__ph_start(&job->ph, DCP_PHASE_FSYNC);
     if (rc == DCP_OK && job->sync)
         rc = dcp__fs_fsync(fd, job->file, &err);
     if (rc == DCP_OK)
         rc = dcp__fs_close(fd, job->file, &err);
     else
         dcp__fs_release(fd);
+    dcp__ph_end(&job->ph, DCP_PHASE_FSYNC, t, rc == DCP_OK ? done : 0);
     dcp__io_stats_get(job->io, &job->iost);
     job->have_iost = 1;
     (void)dcp__save_fail(job, rc, &err);
@@ -776,8 +799,16 @@ int dcp__save_finish(dcp_ctx *ctx, struct sv_job *job)
     uint8_t *blobs = NULL;
     size_t *lens = NULL, *displs = NULL;
     int rc = atomic_load(&job->rc), renamed = 0;
+    struct dcp__phrec *ph = &ctx->ph[DCP_IO_SAVE];
+    double t;
+    int p;
+    for (p = DCP_PHASE_WRITE; p <= DCP_PHASE_FSYNC; p++) {
+        ph->sec[p] += job->ph.sec[p];
+        ph->bytes[p] += job->ph.bytes[p];
+    }
     if (job->have_iost)
         ctx->io_last[DCP_IO_SAVE] = job->iost;
+    t = dcp__ph_start(ph, DCP_PHASE_AGREE);
     if (rc != DCP_OK)
         ctx->err = job->err;
     if (rc == DCP_OK &&
@@ -787,9 +818,11 @@ int dcp__save_finish(dcp_ctx *ctx, struct sv_job *job)
     if (rc == DCP_OK)
         rc = dcp__comm_gather_blob(c, res.p, res.len, 0, &blobs, &lens, &displs,
                                    &ctx->err);
+    dcp__ph_end(ph, DCP_PHASE_AGREE, t, 0);
     if (rc != DCP_OK)
         goto out;
     /* 4. Commit, on rank 0, once every rank's data is durable. */
+    t = dcp__ph_start(ph, DCP_PHASE_COMMIT);
     if (ctx->rank == 0) {
         rc = coord_commit(ctx, &job->co, job->path, blobs, lens, displs,
                           job->sync, &renamed);
@@ -803,6 +836,7 @@ int dcp__save_finish(dcp_ctx *ctx, struct sv_job *job)
     rc = dcp__comm_share_err(c, rc, &ctx->err, 0);
     if (rc != DCP_OK && ctx->size > 1)
         share_renamed(c, &renamed);
+    dcp__ph_end(ph, DCP_PHASE_COMMIT, t, 0);
 out:
     if (rc != DCP_OK && job->wrote && !renamed)
         (void)dcp__fs_unlink(job->dirfd, job->file, NULL);

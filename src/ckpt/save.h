@@ -36,11 +36,14 @@ int dcp__save_prepare_staging(dcp_ctx *ctx, struct sv_job *job, int copy_all);
 int dcp__save_stage_alone(const struct sv_job *job);
 
 /* Runs the stager (caller's thread); a failure is the job's. Returns when
- * every staged byte is in the staging buffers, or the job failed. */
-void dcp__save_stage(struct sv_job *job);
+ * every staged byte is in the staging buffers, or the job failed. Timed as
+ * phase STAGE in ctx's report. */
+void dcp__save_stage(dcp_ctx *ctx, struct sv_job *job);
 
 /* The worker's part: writes and fsyncs this rank's data file (a
- * dcp_job_fn). */
+ * dcp_job_fn). Timed as phases WRITE and FSYNC in the job's own recorder
+ * (events on the worker thread), merged into the context's report by
+ * dcp__save_finish. */
 void dcp__save_write(void *job);
 
 /* Agreement and commit; the worker must be done. Collective; the agreed

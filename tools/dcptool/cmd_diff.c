@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <dcp/dcp_convert.h>
 
@@ -34,7 +35,31 @@ struct diff {
     void *ba, *bb;   /* the box of each side */
     double *fa, *fb; /* as float64 */
     size_t cap;      /* elements the four buffers hold */
+    int tty;         /* stderr is a terminal: progress shown there */
+    int shown;       /* a progress line is on the terminal */
 };
+
+/* "diff: N of M entries" on stderr, rewritten in place; only when stderr
+ * is a terminal (never in tests' output). */
+static void progress(struct diff *d, size_t done, size_t total)
+{
+    if (!d->tty)
+        return;
+    fflush(stdout);
+    fprintf(stderr, "\rdiff: %zu of %zu entries", done, total);
+    fflush(stderr);
+    d->shown = 1;
+}
+
+/* Clears the progress line before other output. */
+static void progress_clear(struct diff *d)
+{
+    if (!d->shown)
+        return;
+    fputs("\r\033[K", stderr);
+    fflush(stderr);
+    d->shown = 0;
+}
 
 /* One line: "WHAT: KEY" or "WHAT: KEY: DETAIL". */
 static void report(struct diff *d, const char *what, const char *key,
@@ -44,6 +69,7 @@ static void report(struct diff *d, const char *what, const char *key,
     if (d->max_lines >= 0 && d->lines >= d->max_lines)
         return;
     d->lines++;
+    progress_clear(d);
     printf("%s: ", what);
     tool_text(stdout, key);
     printf("%s%s\n", detail ? ": " : "", detail ? detail : "");
@@ -289,6 +315,7 @@ static int run(struct diff *d)
         if (j < nb)
             (void)dcp_metadata_entry(d->b, j, &y);
         c = i >= na ? 1 : j >= nb ? -1 : strcmp(x.key, y.key);
+        progress(d, i, na);
         if (c < 0) {
             report(d, d->only_a, x.key, NULL);
             i++;
@@ -344,8 +371,10 @@ int cmd_diff(int argc, char **argv)
     if (tool_open(d.da, &d.ctx, &d.a))
         return 2;
     rc = dcp_metadata_open(d.ctx, d.db, &d.b);
+    d.tty = isatty(STDERR_FILENO);
     if (rc == DCP_OK)
         rc = run(&d);
+    progress_clear(&d);
     if (rc != DCP_OK)
         tool_fail(d.ctx, rc);
     else if (d.ndiff)

@@ -27,6 +27,15 @@ static const struct {
     {"diff", cmd_diff,
      "DIR1 DIR2 [--rtol R --atol A]  keys, dtypes, shapes, values\n"
      "                         (exit 1 on a difference)"},
+    {"list", cmd_list,
+     "ROOT [--json]          step checkpoints of a root and their status"},
+    {"latest", cmd_latest,
+     "ROOT [--json]        the newest complete step checkpoint"},
+    {"prune", cmd_prune,
+     "ROOT --keep K [--keep-every N] [--json]  remove older complete\n"
+     "                         step checkpoints (.metadata first)"},
+    {"rm", cmd_rm,
+     "DIR [--json]             remove one checkpoint, crash safe"},
 };
 
 static void usage(FILE *f)
