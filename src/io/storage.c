@@ -184,18 +184,17 @@ int dcp__storage_init(struct dcp__storage *s, const dcp_storage_ops *ops,
      * its memory: a version-1 table ends at exists. Newer members stay
      * NULL (0) and are served from the version-1 ones. A version above
      * ours is read as our prefix. */
+    if (ops->version >= 2 &&
+        (ops->reserved0 != 0 ||
+         /* Multipart comes as a whole or not at all. */
+         (ops->write_begin != NULL) != (ops->write_complete != NULL) ||
+         (ops->write_begin != NULL) != (ops->write_abort != NULL)))
+        return DCP_EINVAL;
     memset(&s->ops, 0, sizeof(s->ops));
-    if (ops->version == 1) {
+    if (ops->version == 1)
         memcpy(&s->ops, ops, offsetof(dcp_storage_ops, max_inflight));
-    } else {
+    else
         s->ops = *ops;
-        if (ops->reserved0 != 0)
-            return DCP_EINVAL;
-        /* Multipart comes as a whole or not at all. */
-        if ((ops->write_begin != NULL) != (ops->write_complete != NULL) ||
-            (ops->write_begin != NULL) != (ops->write_abort != NULL))
-            return DCP_EINVAL;
-    }
     s->ops.version = DCP_STORAGE_OPS_VERSION;
     if (s->ops.max_inflight == 0)
         s->ops.max_inflight = 1;

@@ -163,10 +163,15 @@ static int ms_write_at(void *impl, void *file, const char *name, const void *p,
     struct memstore *m = impl;
     struct ms_file *f = file;
     int rc = DCP_OK;
+    int k;
     enter(m);
-    atomic_fetch_add(&m->writes, 1);
+    k = atomic_fetch_add(&m->writes, 1) + 1;
     (void)pthread_mutex_lock(&m->mu);
-    if (off > SIZE_MAX - n || off + n > ((size_t)1 << 32)) {
+    if (k == m->fail_write_at) {
+        rc = dcp_storage_set_error(err, DCP_ENOSPC,
+                                   "cannot write '%s' at byte %llu: injected",
+                                   name, (unsigned long long)off);
+    } else if (off > SIZE_MAX - n || off + n > ((size_t)1 << 32)) {
         rc = dcp_storage_set_error(err, DCP_ENOSPC, "cannot write '%s'", name);
     } else {
         if (off + n > f->cap) {
@@ -200,9 +205,14 @@ static int ms_read_at(void *impl, void *file, const char *name, void *p,
 {
     struct memstore *m = impl;
     struct ms_file *f = file;
+    int k;
     enter(m);
-    atomic_fetch_add(&m->reads, 1);
+    k = atomic_fetch_add(&m->reads, 1) + 1;
     leave(m);
+    if (k == m->fail_read_at)
+        return dcp_storage_set_error(err, DCP_EIO,
+                                     "cannot read '%s' at byte %llu: injected",
+                                     name, (unsigned long long)off);
     /* The copy is the handle's own and never changes: no lock. */
     if (off > f->len || n > f->len - off)
         return dcp_storage_set_error(err, DCP_ECORRUPT,

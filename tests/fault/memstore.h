@@ -33,6 +33,8 @@ struct memstore {
     uint32_t max_inflight; /* declared in the ops (ms_ops) */
     unsigned delay_us;     /* each read_at/write_at sleeps this long */
     int fail_publish;      /* a DCP_E* code: publish fails, changing nothing */
+    int fail_write_at;     /* the k-th write_at (1-based) fails: DCP_ENOSPC */
+    int fail_read_at;      /* the k-th read_at (1-based) fails: DCP_EIO */
     /* ---- state ---- */
     pthread_mutex_t mu;
     struct ms_object obj[MS_MAX_OBJECTS];

@@ -184,6 +184,33 @@ TEST(memstore_failed_publish_keeps_old_checkpoint)
     ms_free(&m);
 }
 
+/* A request failing on a pool thread fails the save or load with the back
+ * end's code and message; the committed checkpoint stays. */
+TEST(memstore_concurrent_request_fails)
+{
+    struct memstore m;
+    dcp_ctx *ctx;
+    ms_init(&m, 4);
+    m.delay_us = 200;
+    ctx = ctx_on(ms_ops(&m), &m);
+    ASSERT_OK(save_seed(ctx, "mem://ckpt", 8));
+    atomic_store(&m.writes, 0);
+    m.fail_write_at = 10;
+    ASSERT_RC(save_seed(ctx, "mem://ckpt", 9), DCP_ENOSPC);
+    ASSERT(strstr(dcp_errmsg(ctx), "injected") != NULL);
+    ASSERT(strstr(dcp_errmsg(ctx), ".distcp") != NULL);
+    m.fail_write_at = 0;
+    atomic_store(&m.reads, 0);
+    m.fail_read_at = 7;
+    ASSERT_RC(load_is_seed(ctx, "mem://ckpt", 8), DCP_EIO);
+    ASSERT(strstr(dcp_errmsg(ctx), "injected") != NULL);
+    m.fail_read_at = 0;
+    ASSERT_OK(load_is_seed(ctx, "mem://ckpt", 8));
+    ASSERT_EQ(m.open_handles, 0);
+    dcp_ctx_free(ctx);
+    ms_free(&m);
+}
+
 TEST(memstore_exclusive_publish_and_list)
 {
     struct memstore m;
@@ -311,6 +338,7 @@ int main(void)
     RUN(memstore_round_trip_in_parallel);
     RUN(memstore_one_at_a_time);
     RUN(memstore_failed_publish_keeps_old_checkpoint);
+    RUN(memstore_concurrent_request_fails);
     RUN(memstore_exclusive_publish_and_list);
     RUN(v1_backend_through_adapters);
     RUN(v1_failed_publish_keeps_old_checkpoint);
