@@ -3,7 +3,8 @@
  *  - an in-memory version-2 back end (memstore.c) that declares
  *    max_inflight > 1 carries a full save and load, bit-exact, committed
  *    through its publish (no rename), and receives several requests in
- *    flight at once from the I/O engine, on save and on load;
+ *    flight at once from the I/O engine, on save (also dcp_save_async)
+ *    and on load; a request failing on a pool thread fails the call;
  *  - exclusive publish refuses an existing object (DCP_EEXIST), changing
  *    nothing; listing is bounded (DCP_ELIMIT) and sorted;
  *  - a failed publish commits nothing: the previous checkpoint still loads
@@ -63,6 +64,8 @@ static dcp_ctx *ctx_on(const dcp_storage_ops *ops, void *impl)
     return ctx;
 }
 
+static int use_async; /* save_seed: dcp_save_async + dcp_request_wait */
+
 /* Saves the state of seed into dir; returns dcp_save's code. */
 static int save_seed(dcp_ctx *ctx, const char *dir, unsigned seed)
 {
@@ -78,7 +81,15 @@ static int save_seed(dcp_ctx *ctx, const char *dir, unsigned seed)
         dcp_state_add_tensor(st, "b", DCP_I64, 1, sb, NULL, NULL, b,
                              DCP_MEM_HOST))
         abort();
-    rc = dcp_save(ctx, st, dir, NULL);
+    if (use_async) {
+        dcp_request *req = NULL;
+        rc = dcp_save_async(ctx, st, dir, NULL, &req);
+        if (rc == DCP_OK)
+            rc = dcp_request_wait(req);
+        dcp_request_free(req);
+    } else {
+        rc = dcp_save(ctx, st, dir, NULL);
+    }
     dcp_state_free(st);
     free(a);
     free(b);
@@ -137,6 +148,27 @@ TEST(memstore_round_trip_in_parallel)
     ASSERT(atomic_load(&m.max_seen) > 1);
     ASSERT(atomic_load(&m.max_seen) <= 4);
     ASSERT_OK(dcp_verify(ctx, "mem://ckpt"));
+    ASSERT_EQ(m.open_handles, 0);
+    dcp_ctx_free(ctx);
+    ms_free(&m);
+}
+
+/* The same through dcp_save_async: the engine's pool runs under the
+ * context's writer thread. */
+TEST(memstore_async_save_in_parallel)
+{
+    struct memstore m;
+    dcp_ctx *ctx;
+    ms_init(&m, 3);
+    m.delay_us = 500;
+    ctx = ctx_on(ms_ops(&m), &m);
+    use_async = 1;
+    ASSERT_OK(save_seed(ctx, "mem://ckpt", 10));
+    ASSERT_OK(save_seed(ctx, "mem://ckpt", 11)); /* over it */
+    use_async = 0;
+    ASSERT(atomic_load(&m.max_seen) > 1);
+    ASSERT(atomic_load(&m.max_seen) <= 3);
+    ASSERT_OK(load_is_seed(ctx, "mem://ckpt", 11));
     ASSERT_EQ(m.open_handles, 0);
     dcp_ctx_free(ctx);
     ms_free(&m);
@@ -336,6 +368,7 @@ int main(void)
     if (!mkdtemp(root))
         return 1;
     RUN(memstore_round_trip_in_parallel);
+    RUN(memstore_async_save_in_parallel);
     RUN(memstore_one_at_a_time);
     RUN(memstore_failed_publish_keeps_old_checkpoint);
     RUN(memstore_concurrent_request_fails);
