@@ -59,10 +59,16 @@
  * (publish), which replaces rename + sync_dir as the way dcp commits. Every
  * version-2 member is optional: left NULL (or in a table that says
  * version 1), dcp serves it from the version-1 members, as described at
- * each member; a version-1 back end works unchanged. A back end that
- * cannot rename (an object store) implements publish and gives rename and
- * sync_dir that fail with DCP_ENOTSUP: dcp itself commits only through
- * publish.
+ * each member; a version-1 back end works unchanged. Today dcp calls
+ * publish (every commit) and honours max_inflight (every data transfer);
+ * put, the multipart members and list are there for the lifecycle work
+ * (the lock, removing leftovers) and the object-store back end, and
+ * dcp's data files are still written with create, write_at, sync and
+ * close, which is what the multipart adapter does. A back end that
+ * cannot rename (an object store) implements publish and may give rename
+ * and sync_dir that fail with DCP_ENOTSUP: dcp_save and dcp_import commit
+ * only through publish and never call them (dcp_export still syncs the
+ * directory of its output file through sync_dir).
  *
  * One writer per path (the lock of the lifecycle work) is an exclusive
  * publish: the saver publishes a lock object (e.g. ".lock", holding the
@@ -92,7 +98,7 @@ extern "C" {
 /* Fail with DCP_EEXIST, changing nothing, when name already exists. */
 #define DCP_PUBLISH_EXCLUSIVE 0x1u
 /* Visibility without durability: skip the syncs (a save made with
- * DCP_SAVE_NO_FSYNC). */
+ * dcp_save_options.no_fsync, an import with DCP_CONVERT_NO_FSYNC). */
 #define DCP_PUBLISH_NOSYNC 0x2u
 
 /* Flags of write_complete (version 2). */
@@ -118,8 +124,9 @@ struct dcp_err;
  * with the version it appeared in, and dcp never calls a member newer than
  * the version the back end set. Fill the table with designated
  * initializers (.create = my_create, ...): members appended later then
- * start NULL without a -Wmissing-field-initializers warning. impl is the pointer given with the ops (see
- * dcp_ctx_set_storage), passed to every member.
+ * start NULL without a -Wmissing-field-initializers warning. impl is the
+ * pointer given with the ops (see dcp_ctx_set_storage), passed to every
+ * member.
  */
 typedef struct dcp_storage_ops {
     uint32_t version;
@@ -171,7 +178,7 @@ typedef struct dcp_storage_ops {
      * once, on the same or different files, and the back end must be
      * thread safe for those (the other members keep the one-thread rule
      * of their context). The engine queues every request and keeps at
-     * most min(N, its queue depth) in flight; this is how a remote back
+     * most min(N, its queue depth io_depth, 64) in flight; this is how a remote back
      * end gets the batching and parallelism the POSIX one gets from
      * io_uring. The POSIX back end says 1: it is driven through O_DIRECT
      * and io_uring on its descriptors instead. */
@@ -183,7 +190,9 @@ typedef struct dcp_storage_ops {
      * bytes, never a part; the bytes are durable when it returns. Its
      * name is durable only after a later publish in dir (POSIX: the
      * directory sync). Replaces an existing object. NULL: dcp writes
-     * "<name>.tmp" (create, write_at, sync, close) and renames it. */
+     * "<name>.tmp" (create, write_at, sync, close) and renames it,
+     * removing the temporary on failure. Returns DCP_OK or the code of
+     * the failed step (DCP_ENOSPC, DCP_EIO, ...). */
     int (*put)(void *impl, void *dir, const char *name, const void *p,
                size_t n, struct dcp_err *err);
 
@@ -199,7 +208,9 @@ typedef struct dcp_storage_ops {
      * (the name exists, growing, from write_begin on: on a file system an
      * object is visible before it is complete, which is why a checkpoint
      * is committed by publish, never by the presence of a data file).
-     * NULL: create, sync + close, close + unlink. */
+     * NULL: create, sync + close, close + unlink. write_begin and
+     * write_complete return DCP_OK or the back end's code (as create,
+     * sync and close). Set all three or none (DCP_EINVAL otherwise). */
     int (*write_begin)(void *impl, void *dir, const char *name, void **file,
                        struct dcp_err *err);
     int (*write_complete)(void *impl, void *file, const char *name,
@@ -213,7 +224,8 @@ typedef struct dcp_storage_ops {
      * the listing is bounded, never an unbounded allocation. Names longer
      * than DCP_STORAGE_NAME_MAX are skipped; a symbolic link is not
      * followed and not listed, nor anything else that is not a regular
-     * object. NULL: DCP_ENOTSUP (there is no version-1 equivalent). */
+     * object. NULL: DCP_ENOTSUP (there is no version-1 equivalent).
+     * Returns DCP_OK, DCP_ELIMIT, or the back end's code (DCP_EIO). */
     int (*list)(void *impl, void *dir, const char *prefix, size_t max,
                 dcp_storage_entry *out, size_t *count, struct dcp_err *err);
 
@@ -230,11 +242,15 @@ typedef struct dcp_storage_ops {
      * close; renameat over name (exclusive: the temporary is
      * "<name>.<pid>-<n>.tmp", unique to the call so that contenders never
      * share it, linkat'ed to name, which fails with EEXIST, then
-     * unlinked); fsync of the
-     * directory; on failure the temporary is unlinked. NULL: the same
-     * sequence through create, write_at, sync, close, rename, sync_dir and
-     * unlink (the exact calls and order of version 1), and an exclusive
-     * publish is DCP_ENOTSUP, since rename cannot refuse to replace. */
+     * unlinked); fsync of the directory; on failure the temporary is
+     * unlinked. NULL: the same sequence through create, write_at, sync,
+     * close, rename, sync_dir and unlink (the exact calls and order of
+     * version 1), and an exclusive publish is DCP_ENOTSUP, since rename
+     * cannot refuse to replace. Returns DCP_OK, DCP_EEXIST (exclusive,
+     * name exists), DCP_ENOTSUP (exclusive where the back end or file
+     * system has no no-replace primitive: POSIX without hard links),
+     * DCP_EINVAL (name too long for the temporary), or the code of the
+     * failed step. */
     int (*publish)(void *impl, void *dir, const char *path, const char *name,
                    const void *p, size_t n, uint32_t flags, int *visible,
                    struct dcp_err *err);
