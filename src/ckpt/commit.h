@@ -12,11 +12,13 @@
 
 /*
  * Commits md into the checkpoint directory dirfd (a storage handle,
- * storage.h; dir is its path, for messages), in this order, every step
- * through the storage back end:
- *   encode md; create (or truncate) .metadata.tmp; write it; fsync it
- *   (when sync); close it; rename it over .metadata (the commit point);
- *   fsync the directory (when sync).
+ * storage.h; dir is its path, for messages): encodes md and publishes it
+ * as .metadata through the back end's commit primitive (dcp_storage.h,
+ * publish; DCP_PUBLISH_NOSYNC without sync). On POSIX, and for a back end
+ * without publish, that is, in this order, every step through the storage
+ * back end: create (or truncate) .metadata.tmp; write it; fsync it (when
+ * sync); close it; rename it over .metadata (the commit point); fsync the
+ * directory (when sync).
  * Before calling, every data file md names must be written, fsynced (when
  * sync) and closed: the commit makes them reachable.
  *

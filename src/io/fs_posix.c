@@ -11,7 +11,10 @@
  */
 #include "storage.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h> /* NAME_MAX */
+#include <stdatomic.h>
 #include <fcntl.h> /* openat, O_NOFOLLOW, O_DIRECTORY */
 #include <stdint.h>
 #include <stdio.h> /* renameat */
@@ -31,8 +34,8 @@ static int sys_openat(int dirfd, const char *name, int flags, mode_t mode)
 }
 
 static const struct dcp__posix_sys real_sys = {
-    sys_open, sys_openat, mkdir, stat,  fstat,    fstatat,
-    pread,    pwrite,     fsync, close, renameat, unlinkat};
+    sys_open, sys_openat, mkdir,    stat,     fstat,  fstatat, pread,
+    pwrite,   fsync,      close,    renameat, unlinkat, linkat};
 
 const struct dcp__posix_sys *dcp__posix_sys_default(void)
 {
@@ -307,6 +310,197 @@ static int px_exists(void *impl, void *dir, const char *name, int *found,
     return sys_err(err, "stat", name);
 }
 
+/* ------------------------------------------------ version 2 members */
+
+/* The temporary of put and publish: "<name>.tmp". */
+static int px_tmp(char *buf, size_t cap, const char *name, struct dcp_err *err)
+{
+    size_t len = strlen(name);
+    if (len + sizeof(".tmp") > cap)
+        return dcp__err(err, DCP_EINVAL, "object name '%.64s...' is too long",
+                        name);
+    memcpy(buf, name, len);
+    memcpy(buf + len, ".tmp", sizeof(".tmp"));
+    return DCP_OK;
+}
+
+/* Writes tmp whole: create, write, fsync (unless nosync), close; removes
+ * it on failure when the caller will not (it always does here). */
+static int px_write_tmp(void *impl, void *dir, const char *tmp, const void *p,
+                        size_t n, int nosync, struct dcp_err *err)
+{
+    void *h = NULL;
+    int rc = px_create(impl, dir, tmp, &h, err);
+    if (rc != DCP_OK)
+        return rc;
+    rc = px_write_at(impl, h, tmp, p, n, 0, err);
+    if (rc == DCP_OK && !nosync)
+        rc = px_sync(impl, h, tmp, err);
+    if (rc == DCP_OK)
+        return px_close(impl, h, tmp, err);
+    (void)px_close(impl, h, tmp, NULL);
+    return rc;
+}
+
+/*
+ * publish: "<name>.tmp" created, written, fsynced, closed; renamed over
+ * name (exclusive: "<name>.<pid>-<n>.tmp", unique to the call, linked to
+ * name, which refuses an existing one, then unlinked); the directory fsynced; on failure the temporary unlinked.
+ * The non-exclusive sequence is the commit's system calls before version 2,
+ * call for call (tests/fault/strace_commit.py).
+ */
+static int px_publish(void *impl, void *dir, const char *path,
+                      const char *name, const void *p, size_t n,
+                      uint32_t flags, int *visible, struct dcp_err *err)
+{
+    const struct dcp__posix_sys *sys = sys_of(impl);
+    int nosync = (flags & DCP_PUBLISH_NOSYNC) != 0, fd = to_fd(dir);
+    char tmp[NAME_MAX + 48];
+    int rc;
+    *visible = 0;
+    if (flags & DCP_PUBLISH_EXCLUSIVE) {
+        /* Contenders must not share the temporary (one would write into
+         * the other's, and its unlink could pull it from under the
+         * other's link): a name unique to this process and call. */
+        static atomic_uint seq;
+        char suffix[40];
+        (void)snprintf(suffix, sizeof(suffix), ".%ld-%u", (long)getpid(),
+                       atomic_fetch_add(&seq, 1u));
+        if (strlen(name) + strlen(suffix) + sizeof(".tmp") > NAME_MAX + 1)
+            return dcp__err(err, DCP_EINVAL,
+                            "object name '%.64s...' is too long", name);
+        (void)snprintf(tmp, sizeof(tmp), "%s%s.tmp", name, suffix);
+        rc = DCP_OK;
+    } else {
+        rc = px_tmp(tmp, sizeof(tmp), name, err);
+    }
+    if (rc != DCP_OK)
+        return rc;
+    rc = px_write_tmp(impl, dir, tmp, p, n, nosync, err);
+    if (rc == DCP_OK && (flags & DCP_PUBLISH_EXCLUSIVE)) {
+        int (*lk)(int, const char *, int, const char *, int) =
+            sys->linkat ? sys->linkat : linkat;
+        if (lk(fd, tmp, fd, name, 0) != 0) {
+            int e = errno;
+            if (e == EEXIST)
+                rc = dcp__err(err, DCP_EEXIST, "'%s' already exists in '%s'",
+                              name, path);
+            else if (e == EPERM || e == EOPNOTSUPP || e == ENOSYS)
+                rc = dcp__err(err, DCP_ENOTSUP,
+                              "cannot publish '%s' exclusively in '%s': the "
+                              "file system has no hard links (%s)",
+                              name, path, strerror(e));
+            else
+                rc = sys_err(err, "link", name);
+        } else {
+            *visible = 1;
+            /* Best effort: a second name of the published file. */
+            (void)sys->unlinkat(fd, tmp, 0);
+        }
+    } else if (rc == DCP_OK) {
+        rc = px_rename(impl, dir, tmp, name, err);
+        if (rc == DCP_OK)
+            *visible = 1;
+    }
+    if (rc == DCP_OK && !nosync)
+        rc = px_sync_dir(impl, dir, path, err);
+    if (rc != DCP_OK)
+        (void)px_unlink(impl, dir, tmp, NULL);
+    return rc;
+}
+
+/* put: publish without the directory sync (its name becomes durable with
+ * the next publish in the directory). */
+static int px_put(void *impl, void *dir, const char *name, const void *p,
+                  size_t n, struct dcp_err *err)
+{
+    char tmp[NAME_MAX + 8];
+    int rc = px_tmp(tmp, sizeof(tmp), name, err);
+    if (rc == DCP_OK)
+        rc = px_write_tmp(impl, dir, tmp, p, n, 0, err);
+    if (rc == DCP_OK)
+        rc = px_rename(impl, dir, tmp, name, err);
+    if (rc != DCP_OK)
+        (void)px_unlink(impl, dir, tmp, NULL);
+    return rc;
+}
+
+static int px_write_complete(void *impl, void *file, const char *name,
+                             uint32_t flags, struct dcp_err *err)
+{
+    int rc = DCP_OK;
+    if (!(flags & DCP_WRITE_NOSYNC))
+        rc = px_sync(impl, file, name, err);
+    if (rc == DCP_OK)
+        return px_close(impl, file, name, err);
+    (void)px_close(impl, file, name, NULL);
+    return rc;
+}
+
+static void px_write_abort(void *impl, void *dir, void *file,
+                           const char *name)
+{
+    (void)px_close(impl, file, name, NULL);
+    (void)px_unlink(impl, dir, name, NULL);
+}
+
+static int px_list(void *impl, void *dir, const char *prefix, size_t max,
+                   dcp_storage_entry *out, size_t *count, struct dcp_err *err)
+{
+    const struct dcp__posix_sys *sys = sys_of(impl);
+    size_t plen = strlen(prefix), k = 0;
+    int dfd = to_fd(dir), rc = DCP_OK;
+    /* readdir needs its own descriptor (closedir closes it), with its own
+     * position: reopen the directory rather than dup it. */
+    int fd = sys->openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    DIR *d;
+    struct dirent *de;
+    *count = 0;
+    if (fd < 0)
+        return sys_err(err, "list", prefix[0] ? prefix : ".");
+    d = fdopendir(fd);
+    if (!d) {
+        rc = sys_err(err, "list", prefix[0] ? prefix : ".");
+        (void)sys->close(fd);
+        return rc;
+    }
+    for (;;) {
+        struct stat sb;
+        size_t len;
+        errno = 0;
+        de = readdir(d);
+        if (!de) {
+            if (errno != 0)
+                rc = sys_err(err, "list", prefix[0] ? prefix : ".");
+            break;
+        }
+        len = strlen(de->d_name);
+        if (len > DCP_STORAGE_NAME_MAX || strncmp(de->d_name, prefix, plen) ||
+            !strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        if (sys->fstatat(dfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno == ENOENT)
+                continue; /* removed meanwhile */
+            rc = sys_err(err, "stat", de->d_name);
+            break;
+        }
+        if (!S_ISREG(sb.st_mode))
+            continue;
+        if (k == max) {
+            rc = dcp__err(err, DCP_ELIMIT,
+                          "more than %zu objects start with '%s'", max,
+                          prefix);
+            break;
+        }
+        memcpy(out[k].name, de->d_name, len + 1);
+        out[k].size = (uint64_t)sb.st_size;
+        k++;
+    }
+    (void)closedir(d);
+    *count = k;
+    return rc;
+}
+
 const struct dcp__storage dcp__posix_storage = {
     {
         DCP_STORAGE_OPS_VERSION,
@@ -323,6 +517,14 @@ const struct dcp__storage dcp__posix_storage = {
         px_sync_dir,
         px_unlink,
         px_exists,
+        1, /* max_inflight: O_DIRECT and io_uring serve its files */
+        0,
+        px_put,
+        px_create, /* write_begin */
+        px_write_complete,
+        px_write_abort,
+        px_list,
+        px_publish,
     },
     NULL,
 };

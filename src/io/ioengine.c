@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h> /* openat, O_DIRECT */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h> /* qsort */
@@ -59,7 +60,9 @@ struct io_req {
     int blk; /* pool buffer index, or -1 */
     int state;
     int err; /* errno of a failure, or 0 */
-    int via; /* fd is a storage handle: through the back end, synchronous */
+    int via;   /* fd is a storage handle: through the back end */
+    int async; /* via, run by a pool thread (the back end's max_inflight
+                  > 1); state then changes under the pool's lock */
     int drc; /* via: the back end's DCP_E* code of a failure (message in
                 the engine's serr) */
     const char *name;
@@ -67,6 +70,27 @@ struct io_req {
      * must be there (the rest may lie past the end of the file) */
     size_t p0, pos0, p1, pos1;
     uint64_t need_end;
+};
+
+/*
+ * The threads that run via requests concurrently for a back end that
+ * accepts more than one at a time (dcp_storage.h, max_inflight): started
+ * on demand, up to that limit, and joined whenever the engine drains (its
+ * FIFO empties), so none outlives a batch of requests. A queued request is
+ * an index into the FIFO; its slot is not reused before it is retired,
+ * which waits for it to be done.
+ */
+#define POOL_MAX 64
+
+struct io_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    pthread_t thr[POOL_MAX];
+    uint32_t nthr;
+    uint32_t *q; /* depth indices, a ring */
+    uint32_t qhead, qcount;
+    int stop;
+    struct io_eng *e;
 };
 
 struct io_eng {
@@ -86,7 +110,9 @@ struct io_eng {
     char why_uring[128];
     char why_direct[256];
     struct io_stats st;
-    struct dcp_err serr; /* the message of a failed via request */
+    struct dcp_err serr; /* the message of a failed via request (under
+                            pool.mu while pool threads run) */
+    struct io_pool pool;
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -147,14 +173,20 @@ int dcp__io_eng_create(struct io_eng **out, unsigned flags, uint32_t depth,
         e->req = dcp__calloc(depth, sizeof(*e->req));
         e->blocks = dcp__calloc(depth, sizeof(*e->blocks));
         e->blk_busy = dcp__calloc(depth, 1);
+        e->pool.q = dcp__calloc(depth, sizeof(*e->pool.q));
+        e->pool.e = e;
+        (void)pthread_mutex_init(&e->pool.mu, NULL);
+        (void)pthread_cond_init(&e->pool.work, NULL);
+        (void)pthread_cond_init(&e->pool.done, NULL);
     }
-    if (!e || !e->req || !e->blocks || !e->blk_busy) {
+    if (!e || !e->req || !e->blocks || !e->blk_busy || !e->pool.q) {
         dcp__io_eng_free(e);
         return dcp__err(err, DCP_ENOMEM, "out of memory");
     }
     e->flags = flags;
     e->depth = depth;
     e->block = block;
+
 #ifdef DCP_HAVE_LIBURING
     if (flags & IO_NO_URING) {
         (void)snprintf(e->why_uring, sizeof(e->why_uring),
@@ -178,11 +210,18 @@ int dcp__io_eng_create(struct io_eng **out, unsigned flags, uint32_t depth,
     return DCP_OK;
 }
 
+static void pool_join(struct io_eng *e);
+
 void dcp__io_eng_free(struct io_eng *e)
 {
     uint32_t i;
     if (!e)
         return;
+    pool_join(e);
+    (void)pthread_cond_destroy(&e->pool.done);
+    (void)pthread_cond_destroy(&e->pool.work);
+    (void)pthread_mutex_destroy(&e->pool.mu);
+    dcp__free(e->pool.q);
 #ifdef DCP_HAVE_LIBURING
     if (e->ring_ok)
         io_uring_queue_exit(&e->ring);
@@ -354,17 +393,133 @@ static void exec_via(struct io_eng *e, struct io_req *r)
     } else {
         r->err = EIO;
         r->drc = rc;
+        (void)pthread_mutex_lock(&e->pool.mu);
         if (!e->serr.msg[0])
             e->serr = err;
+        (void)pthread_mutex_unlock(&e->pool.mu);
     }
     mark_done(e, r);
+}
+
+/* ------------------------------------------------------ the pool */
+
+/* A pool thread: runs queued requests through the back end until told to
+ * stop. Touches only the request it runs, and the engine's pool and serr
+ * under the lock. */
+static void *pool_main(void *arg)
+{
+    struct io_eng *e = arg;
+    struct io_pool *p = &e->pool;
+    (void)pthread_mutex_lock(&p->mu);
+    for (;;) {
+        struct io_req *r;
+        struct dcp_err err;
+        size_t n;
+        int rc;
+        while (!p->stop && p->qcount == 0)
+            (void)pthread_cond_wait(&p->work, &p->mu);
+        if (p->qcount == 0)
+            break; /* stop, and nothing left */
+        r = &e->req[p->q[p->qhead]];
+        p->qhead = (p->qhead + 1) % e->depth;
+        p->qcount--;
+        (void)pthread_mutex_unlock(&p->mu);
+        n = r->len - r->done;
+        dcp__err_clear(&err);
+        if (r->write)
+            rc = dcp__fs_pwrite(r->fd, r->mem + r->done, n, r->off + r->done,
+                                r->name, &err);
+        else
+            rc = dcp__fs_pread(r->fd, r->mem + r->done, n, r->off + r->done,
+                               r->name, &err);
+        (void)pthread_mutex_lock(&p->mu);
+        if (rc == DCP_OK) {
+            r->done = r->len;
+        } else {
+            r->err = EIO;
+            r->drc = rc;
+            if (!e->serr.msg[0])
+                e->serr = err;
+        }
+        r->state = REQ_DONE;
+        (void)pthread_cond_broadcast(&p->done);
+    }
+    (void)pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* Stops and joins the pool's threads (the FIFO is empty, or the engine is
+ * going away). */
+static void pool_join(struct io_eng *e)
+{
+    struct io_pool *p = &e->pool;
+    uint32_t i, n;
+    if (!p->e || p->nthr == 0)
+        return;
+    (void)pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    n = p->nthr;
+    (void)pthread_cond_broadcast(&p->work);
+    (void)pthread_mutex_unlock(&p->mu);
+    for (i = 0; i < n; i++)
+        (void)pthread_join(p->thr[i], NULL);
+    p->nthr = 0;
+    p->stop = 0;
+}
+
+/*
+ * Queues r to the pool when its back end accepts more than one request at
+ * a time, starting a thread if fewer than its limit run; returns 0 (r must
+ * run synchronously) for a back end that accepts one, when no thread can
+ * be started, or when more threads run than its limit allows (a back end
+ * with a lower limit than one used before in this batch).
+ */
+static int pool_submit(struct io_eng *e, struct io_req *r)
+{
+    struct io_pool *p = &e->pool;
+    uint32_t lim = dcp__fs_max_inflight(r->fd);
+    if (lim > e->depth)
+        lim = e->depth;
+    if (lim > POOL_MAX)
+        lim = POOL_MAX;
+    if (lim <= 1 || p->nthr > lim)
+        return 0;
+    if (p->nthr < lim && p->nthr < e->busy) { /* busy counts r */
+        /* The thread reads nothing of the engine before taking the lock. */
+        if (pthread_create(&p->thr[p->nthr], NULL, pool_main, e) == 0)
+            p->nthr++;
+        else if (p->nthr == 0)
+            return 0;
+    }
+    r->async = 1;
+    (void)pthread_mutex_lock(&p->mu);
+    p->q[(p->qhead + p->qcount) % e->depth] = (uint32_t)(r - e->req);
+    p->qcount++;
+    (void)pthread_cond_signal(&p->work);
+    (void)pthread_mutex_unlock(&p->mu);
+    return 1;
+}
+
+/* Waits for the pool to finish r, then counts it as the engine's. */
+static void pool_wait(struct io_eng *e, struct io_req *r)
+{
+    struct io_pool *p = &e->pool;
+    (void)pthread_mutex_lock(&p->mu);
+    while (r->state != REQ_DONE)
+        (void)pthread_cond_wait(&p->done, &p->mu);
+    (void)pthread_mutex_unlock(&p->mu);
+    e->busy--;
+    if (!r->drc)
+        e->st.bytes += r->len;
+    r->async = 0; /* counted */
 }
 
 /* Runs the rest of r with pread/pwrite. */
 static void exec_sync(struct io_eng *e, struct io_req *r)
 {
     if (r->via) {
-        exec_via(e, r);
+        if (!pool_submit(e, r))
+            exec_via(e, r);
         return;
     }
     for (;;) {
@@ -458,6 +613,10 @@ static void issue(struct io_eng *e, struct io_req *r)
 static void wait_head(struct io_eng *e)
 {
     struct io_req *h = &e->req[e->head];
+    if (h->async) {
+        pool_wait(e, h);
+        return;
+    }
     while (h->state != REQ_DONE) {
 #ifdef DCP_HAVE_LIBURING
         struct io_uring_cqe *cqe;
@@ -490,6 +649,8 @@ static void pop_head(struct io_eng *e)
     e->req[e->head].state = REQ_FREE;
     e->head = (e->head + 1) % e->depth;
     e->count--;
+    if (e->count == 0)
+        pool_join(e); /* drained: no thread outlives the batch */
 }
 
 /* Opens name again with O_DIRECT when the filesystem allows it: *dfd and
@@ -595,7 +756,8 @@ int dcp__iow_open(struct io_writer *w, struct io_eng *e, int dirfd,
     w->blk = -1;
     w->oalign = w->malign = 1;
     if (dcp__fs_raw_fd(fd) < 0 || dcp__fs_raw_fd(dirfd) < 0) {
-        /* Another storage back end: its write_at, synchronously. */
+        /* Another storage back end: its write_at (concurrently when it
+         * accepts several requests: pool_submit). */
         w->via = 1;
         set_why_direct(e, "'%s': storage back end without descriptors: "
                        "its own writes", name);
@@ -944,7 +1106,8 @@ static int rfile_ready(struct rrun *u, struct io_rfile *f)
         return DCP_OK;
     f->tried = 1;
     if (dcp__fs_raw_fd(f->fd) < 0 || dcp__fs_raw_fd(u->b->dirfd) < 0) {
-        /* Another storage back end: its read_at, synchronously. */
+        /* Another storage back end: its read_at (concurrently when it
+         * accepts several requests: pool_submit). */
         f->via = 1;
         f->oalign = f->malign = 1;
         set_why_direct(u->e, "'%s': storage back end without descriptors: "

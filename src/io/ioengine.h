@@ -21,8 +21,13 @@
  * Files are storage handles (storage.h). Those of the built-in POSIX back
  * end are served as above, through their descriptors (dcp__fs_raw_fd);
  * those of any other back end (a user's, the tests' fault-injecting ones)
- * go through the back end's write_at/read_at, one request at a time, with
- * the back end's error codes and messages.
+ * go through the back end's write_at/read_at, with the back end's error
+ * codes and messages: one request at a time on the caller's thread, or,
+ * for a back end that declares max_inflight > 1 (dcp_storage.h v2), up to
+ * that many at once on the engine's own threads (started on demand and
+ * joined whenever the FIFO drains), through the same FIFO, so such a back
+ * end gets the same batching and depth of requests as io_uring gives POSIX.
+ * Requests still retire in issue order.
  *
  * Writing (io_writer): small pieces (zip headers) are copied into the
  * current pool buffer, which goes out as one request when full. Tensor

@@ -15,6 +15,8 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h> /* offsetof */
+#include <stdlib.h> /* qsort */
 #include <string.h>
 
 #define CHUNK_SLOTS 256
@@ -178,10 +180,24 @@ int dcp__storage_init(struct dcp__storage *s, const dcp_storage_ops *ops,
         !ops->sync || !ops->close || !ops->rename || !ops->sync_dir ||
         !ops->unlink || !ops->exists)
         return DCP_EINVAL;
-    /* Version 1 is the whole struct today; a later version copies the
-     * prefix its caller knows and leaves newer members NULL. */
-    s->ops = *ops;
+    /* Only the prefix of the version the caller compiled against exists in
+     * its memory: a version-1 table ends at exists. Newer members stay
+     * NULL (0) and are served from the version-1 ones. A version above
+     * ours is read as our prefix. */
+    if (ops->version >= 2 &&
+        (ops->reserved0 != 0 ||
+         /* Multipart comes as a whole or not at all. */
+         (ops->write_begin != NULL) != (ops->write_complete != NULL) ||
+         (ops->write_begin != NULL) != (ops->write_abort != NULL)))
+        return DCP_EINVAL;
+    memset(&s->ops, 0, sizeof(s->ops));
+    if (ops->version == 1)
+        memcpy(&s->ops, ops, offsetof(dcp_storage_ops, max_inflight));
+    else
+        s->ops = *ops;
     s->ops.version = DCP_STORAGE_OPS_VERSION;
+    if (s->ops.max_inflight == 0)
+        s->ops.max_inflight = 1;
     s->impl = impl;
     return DCP_OK;
 }
@@ -375,4 +391,217 @@ int dcp__fs_read_all(int dirfd, const char *name, uint64_t max, uint8_t **out,
     *out = p;
     *len = (size_t)size;
     return DCP_OK;
+}
+
+/* ---------------------------------------------- version 2 of the contract */
+
+uint32_t dcp__fs_max_inflight(int fd)
+{
+    struct slot *f = lookup(fd, 0);
+    if (!f || f->s->ops.max_inflight < 1)
+        return 1;
+    return f->s->ops.max_inflight;
+}
+
+/* "<name>.tmp" into buf, the temporary of the version-1 adapters. */
+static int tmp_name(char *buf, size_t cap, const char *name,
+                    struct dcp_err *err)
+{
+    size_t len = strlen(name);
+    if (len > DCP_STORAGE_NAME_MAX || len + sizeof(".tmp") > cap)
+        return dcp__err(err, DCP_EINVAL, "object name '%.64s...' is too long",
+                        name);
+    memcpy(buf, name, len);
+    memcpy(buf + len, ".tmp", sizeof(".tmp"));
+    return DCP_OK;
+}
+
+/*
+ * The version-1 sequence of publish and put: "<name>.tmp" created,
+ * written, synced (unless nosync), closed and renamed over name; for
+ * publish (path not NULL) the directory synced (unless nosync); on any
+ * failure the temporary removed, ignoring errors. These are exactly the
+ * calls, in exactly the order, of dcp's commit before version 2
+ * (tests/fault/test_commit_trace.c checks them).
+ */
+static int v1_publish(const struct slot *d, const char *path, const char *name,
+                      const void *p, size_t n, int nosync, int *visible,
+                      struct dcp_err *err)
+{
+    const struct dcp__storage *s = d->s;
+    char tmp[DCP_STORAGE_NAME_MAX + 8];
+    void *h = NULL;
+    int rc = tmp_name(tmp, sizeof(tmp), name, err);
+    if (rc != DCP_OK)
+        return rc;
+    rc = s->ops.create(s->impl, d->h, tmp, &h, err);
+    if (rc == DCP_OK) {
+        rc = s->ops.write_at(s->impl, h, tmp, p, n, 0, err);
+        if (rc == DCP_OK && !nosync)
+            rc = s->ops.sync(s->impl, h, tmp, err);
+        if (rc == DCP_OK)
+            rc = s->ops.close(s->impl, h, tmp, err);
+        else
+            (void)s->ops.close(s->impl, h, tmp, NULL);
+    }
+    if (rc == DCP_OK)
+        rc = s->ops.rename(s->impl, d->h, tmp, name, err);
+    if (rc == DCP_OK)
+        *visible = 1;
+    if (rc == DCP_OK && path && !nosync)
+        rc = s->ops.sync_dir(s->impl, d->h, path, err);
+    if (rc != DCP_OK)
+        (void)s->ops.unlink(s->impl, d->h, tmp, NULL);
+    return rc;
+}
+
+int dcp__fs_put(int dirfd, const char *name, const void *p, size_t n,
+                struct dcp_err *err)
+{
+    struct slot *d = lookup(dirfd, 1);
+    int visible = 0;
+    if (!d)
+        return bad_handle(err, name);
+    if (d->s->ops.put)
+        return d->s->ops.put(d->s->impl, d->h, name, p, n, err);
+    return v1_publish(d, NULL, name, p, n, 0, &visible, err);
+}
+
+int dcp__fs_write_begin(int dirfd, const char *name, int *fd,
+                        struct dcp_err *err)
+{
+    struct slot *d = lookup(dirfd, 1);
+    void *h = NULL;
+    int rc;
+    if (!d)
+        return bad_handle(err, name);
+    if (d->s->ops.write_begin)
+        rc = d->s->ops.write_begin(d->s->impl, d->h, name, &h, err);
+    else
+        rc = d->s->ops.create(d->s->impl, d->h, name, &h, err);
+    if (rc != DCP_OK)
+        return rc;
+    rc = handle_new(d->s, h, 0, fd);
+    if (rc == DCP_OK)
+        return DCP_OK;
+    if (d->s->ops.write_abort) {
+        d->s->ops.write_abort(d->s->impl, d->h, h, name);
+    } else {
+        (void)d->s->ops.close(d->s->impl, h, name, NULL);
+        (void)d->s->ops.unlink(d->s->impl, d->h, name, NULL);
+    }
+    return dcp__err(err, rc, "cannot open '%s': %s", name,
+                    rc == DCP_ENOMEM ? "out of memory"
+                                     : "too many open handles");
+}
+
+int dcp__fs_write_complete(int fd, const char *name, uint32_t flags,
+                           struct dcp_err *err)
+{
+    struct slot *f = lookup(fd, 0);
+    const struct dcp__storage *s;
+    void *h;
+    int rc = DCP_OK;
+    if (!f)
+        return bad_handle(err, name);
+    s = f->s;
+    h = f->h;
+    handle_free(f, fd);
+    if (s->ops.write_complete)
+        return s->ops.write_complete(s->impl, h, name, flags, err);
+    if (!(flags & DCP_WRITE_NOSYNC))
+        rc = s->ops.sync(s->impl, h, name, err);
+    if (rc == DCP_OK)
+        return s->ops.close(s->impl, h, name, err);
+    (void)s->ops.close(s->impl, h, name, NULL);
+    return rc;
+}
+
+void dcp__fs_write_abort(int dirfd, int fd, const char *name)
+{
+    struct slot *d = lookup(dirfd, 1), *f = lookup(fd, 0);
+    const struct dcp__storage *s;
+    void *h;
+    if (!f)
+        return;
+    s = f->s;
+    h = f->h;
+    handle_free(f, fd);
+    if (!d || d->s != s) { /* cannot remove it: at least release it */
+        (void)s->ops.close(s->impl, h, name, NULL);
+        return;
+    }
+    if (s->ops.write_abort) {
+        s->ops.write_abort(s->impl, d->h, h, name);
+        return;
+    }
+    (void)s->ops.close(s->impl, h, name, NULL);
+    (void)s->ops.unlink(s->impl, d->h, name, NULL);
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const dcp_storage_entry *)a)->name,
+                  ((const dcp_storage_entry *)b)->name);
+}
+
+int dcp__fs_list(int dirfd, const char *prefix, size_t max,
+                 dcp_storage_entry *out, size_t *count, struct dcp_err *err)
+{
+    struct slot *d = lookup(dirfd, 1);
+    size_t i, k = 0, plen = strlen(prefix);
+    int rc;
+    *count = 0;
+    if (!d)
+        return bad_handle(err, prefix);
+    if (!d->s->ops.list)
+        return dcp__err(err, DCP_ENOTSUP,
+                        "the storage back end cannot list objects "
+                        "(no list member)");
+    rc = d->s->ops.list(d->s->impl, d->h, prefix, max, out, &k, err);
+    if (rc != DCP_OK && rc != DCP_ELIMIT)
+        return rc;
+    /* The back end is code we did not write: check what it returned. */
+    if (k > max)
+        return dcp__err(err, DCP_EIO,
+                        "the storage back end listed %zu objects into room "
+                        "for %zu",
+                        k, max);
+    for (i = 0; i < k; i++) {
+        const char *nm = out[i].name;
+        if (!memchr(nm, '\0', sizeof(out[i].name)) || !nm[0] ||
+            strchr(nm, '/') || strncmp(nm, prefix, plen) != 0)
+            return dcp__err(err, DCP_EIO,
+                            "the storage back end listed a malformed name "
+                            "for prefix '%s'",
+                            prefix);
+    }
+    if (k > 1)
+        qsort(out, k, sizeof(*out), cmp_entry);
+    *count = k;
+    if (rc == DCP_ELIMIT)
+        return dcp__err(err, DCP_ELIMIT,
+                        "more than %zu objects start with '%s'", max, prefix);
+    return DCP_OK;
+}
+
+int dcp__fs_publish(int dirfd, const char *path, const char *name,
+                    const void *p, size_t n, uint32_t flags, int *visible,
+                    struct dcp_err *err)
+{
+    struct slot *d = lookup(dirfd, 1);
+    *visible = 0;
+    if (!d)
+        return bad_handle(err, name);
+    if (d->s->ops.publish)
+        return d->s->ops.publish(d->s->impl, d->h, path, name, p, n, flags,
+                                 visible, err);
+    if (flags & DCP_PUBLISH_EXCLUSIVE)
+        return dcp__err(err, DCP_ENOTSUP,
+                        "cannot publish '%s' exclusively: the storage back "
+                        "end has no publish member (rename cannot refuse to "
+                        "replace)",
+                        name);
+    return v1_publish(d, path, name, p, n, (flags & DCP_PUBLISH_NOSYNC) != 0,
+                      visible, err);
 }

@@ -74,6 +74,40 @@ int dcp__fs_unlink(int dirfd, const char *name, struct dcp_err *err);
  * that cannot be determined (an I/O error); 0 if it does not exist. */
 int dcp__fs_exists(int dirfd, const char *name);
 
+/* ---- version 2 of the contract (dcp_storage.h), served from the
+ * version-1 members where the back end leaves a member NULL ---- */
+
+/* How many read_at/write_at calls the back end of file handle fd accepts
+ * at once (>= 1; 1 for a plain descriptor or a version-1 back end). */
+uint32_t dcp__fs_max_inflight(int fd);
+
+/* Writes the whole object name in dirfd, atomically visible (put). */
+int dcp__fs_put(int dirfd, const char *name, const void *p, size_t n,
+                struct dcp_err *err);
+
+/* Multipart write: begin hands out a file handle for dcp__fs_pwrite at any
+ * offsets; complete (flags DCP_WRITE_NOSYNC) or abort releases it. */
+int dcp__fs_write_begin(int dirfd, const char *name, int *fd,
+                        struct dcp_err *err);
+int dcp__fs_write_complete(int fd, const char *name, uint32_t flags,
+                           struct dcp_err *err);
+void dcp__fs_write_abort(int dirfd, int fd, const char *name);
+
+/* Lists the regular objects of dirfd whose names start with prefix: at most
+ * max into out, sorted by name; DCP_ELIMIT when more match; DCP_ENOTSUP
+ * when the back end cannot list. Entries the back end returns malformed
+ * (not NUL-terminated, holding '/', not matching prefix) are DCP_EIO. */
+int dcp__fs_list(int dirfd, const char *prefix, size_t max,
+                 dcp_storage_entry *out, size_t *count, struct dcp_err *err);
+
+/* Publishes the n bytes at p as name in dirfd (path: the directory's, for
+ * messages), the commit primitive of dcp_storage.h: flags
+ * DCP_PUBLISH_EXCLUSIVE, DCP_PUBLISH_NOSYNC; *visible set to 1 once the
+ * object is visible under name. */
+int dcp__fs_publish(int dirfd, const char *path, const char *name,
+                    const void *p, size_t n, uint32_t flags, int *visible,
+                    struct dcp_err *err);
+
 /* Closes a file or directory handle on an error path, ignoring errors;
  * -1 is a no-op. */
 void dcp__fs_release(int fd);
@@ -141,6 +175,9 @@ struct dcp__posix_sys {
     int (*renameat)(int olddirfd, const char *from, int newdirfd,
                     const char *to);
     int (*unlinkat)(int dirfd, const char *name, int flags);
+    /* Appended (exclusive publish); NULL in an older table: linkat(2). */
+    int (*linkat)(int olddirfd, const char *from, int newdirfd,
+                  const char *to, int flags);
 };
 
 const struct dcp__posix_sys *dcp__posix_sys_default(void);

@@ -168,20 +168,23 @@ static int m_exists(void *i, void *d, const char *n, int *found,
     return DCP_OK;
 }
 
-static const dcp_storage_ops mem_ops = {DCP_STORAGE_OPS_VERSION,
-                                        m_mkdirs,
-                                        m_open_dir,
-                                        m_close_dir,
-                                        m_create,
-                                        m_open_read,
-                                        m_write_at,
-                                        m_read_at,
-                                        m_sync,
-                                        m_close,
-                                        m_rename,
-                                        m_sync_dir,
-                                        m_unlink,
-                                        m_exists};
+/* A version-1 table (served through dcp's adapters). */
+static const dcp_storage_ops mem_ops = {
+    .version = 1,
+    .mkdirs = m_mkdirs,
+    .open_dir = m_open_dir,
+    .close_dir = m_close_dir,
+    .create = m_create,
+    .open_read = m_open_read,
+    .write_at = m_write_at,
+    .read_at = m_read_at,
+    .sync = m_sync,
+    .close = m_close,
+    .rename = m_rename,
+    .sync_dir = m_sync_dir,
+    .unlink = m_unlink,
+    .exists = m_exists,
+};
 
 /* Reads every file of a checkpoint directory into m. */
 static int mdir_load(struct mdir *m, const char *dir)

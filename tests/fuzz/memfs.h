@@ -203,20 +203,22 @@ static inline int memfs_exists(void *impl, void *dir, const char *name,
 
 static inline const dcp_storage_ops *memfs_ops(void)
 {
-    static const dcp_storage_ops ops = {DCP_STORAGE_OPS_VERSION,
-                                        memfs_mkdirs,
-                                        memfs_open_dir,
-                                        memfs_close_dir,
-                                        memfs_create,
-                                        memfs_open_read,
-                                        memfs_write_at,
-                                        memfs_read_at,
-                                        memfs_sync,
-                                        memfs_close,
-                                        memfs_rename,
-                                        memfs_sync_dir,
-                                        memfs_unlink,
-                                        memfs_exists};
+    static const dcp_storage_ops ops = {
+        .version = 1,
+        .mkdirs = memfs_mkdirs,
+        .open_dir = memfs_open_dir,
+        .close_dir = memfs_close_dir,
+        .create = memfs_create,
+        .open_read = memfs_open_read,
+        .write_at = memfs_write_at,
+        .read_at = memfs_read_at,
+        .sync = memfs_sync,
+        .close = memfs_close,
+        .rename = memfs_rename,
+        .sync_dir = memfs_sync_dir,
+        .unlink = memfs_unlink,
+        .exists = memfs_exists,
+    };
     return &ops;
 }
 

@@ -96,20 +96,23 @@ static int c_exists(void *i, void *d, const char *n, int *found,
     return POSIX->exists(NULL, d, n, found, e);
 }
 
-static const dcp_storage_ops counting = {DCP_STORAGE_OPS_VERSION,
-                                         c_mkdirs,
-                                         c_open_dir,
-                                         c_close_dir,
-                                         c_create,
-                                         c_open_read,
-                                         c_write_at,
-                                         c_read_at,
-                                         c_sync,
-                                         c_close,
-                                         c_rename,
-                                         c_sync_dir,
-                                         c_unlink,
-                                         c_exists};
+/* A version-1 table (served through dcp's adapters). */
+static const dcp_storage_ops counting = {
+    .version = 1,
+    .mkdirs = c_mkdirs,
+    .open_dir = c_open_dir,
+    .close_dir = c_close_dir,
+    .create = c_create,
+    .open_read = c_open_read,
+    .write_at = c_write_at,
+    .read_at = c_read_at,
+    .sync = c_sync,
+    .close = c_close,
+    .rename = c_rename,
+    .sync_dir = c_sync_dir,
+    .unlink = c_unlink,
+    .exists = c_exists,
+};
 
 static char dir[256];
 
