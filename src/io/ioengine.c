@@ -298,8 +298,6 @@ static int apply_hooks(const struct io_req *r, int res)
 {
     const struct io_test_hooks *h = &dcp__io_test;
     uint64_t cur = r->off + r->done;
-    if (r->direct && h->refuse_direct == 2)
-        return -EINVAL;
     if (r->write && h->fail_at && res >= 0) {
         uint64_t room = h->fail_at > cur ? h->fail_at - cur : 0;
         if (r->direct)
@@ -514,6 +512,15 @@ static void pool_wait(struct io_eng *e, struct io_req *r)
     r->async = 0; /* counted */
 }
 
+/* The refuse_direct == 2 hook: an O_DIRECT request refused with EINVAL
+ * before any byte moves, as a filesystem refuses it. (Refusing it after the
+ * transfer would leave a direct write racing the buffered redo of the same
+ * bytes, which the kernel reports as EIO at fsync.) */
+static int hook_refuses(const struct io_req *r)
+{
+    return r->direct && dcp__io_test.refuse_direct == 2;
+}
+
 /* Runs the rest of r with pread/pwrite. */
 static void exec_sync(struct io_eng *e, struct io_req *r)
 {
@@ -528,6 +535,11 @@ static void exec_sync(struct io_eng *e, struct io_req *r)
         int res;
         if (n > (size_t)1 << 30)
             n = (size_t)1 << 30; /* keeps res in an int */
+        if (hook_refuses(r)) {
+            if (!on_result(e, r, -EINVAL))
+                break;
+            continue;
+        }
         if (r->write)
             k = pwrite(r->fd, r->mem + r->done, n, (off_t)(r->off + r->done));
         else
@@ -544,9 +556,14 @@ static void exec_sync(struct io_eng *e, struct io_req *r)
  * the ring refuses it. */
 static void start_uring(struct io_eng *e, struct io_req *r)
 {
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
+    struct io_uring_sqe *sqe;
     size_t n = r->len - r->done;
     int tries = 0, ret;
+    if (hook_refuses(r)) {
+        exec_sync(e, r);
+        return;
+    }
+    sqe = io_uring_get_sqe(&e->ring);
     if (!sqe) { /* cannot happen: one entry per slot, submitted at once */
         exec_sync(e, r);
         return;
