@@ -755,21 +755,39 @@ void dcp__crcb_init(struct crc_blocks *b, uint64_t bsize, uint32_t *crc,
 {
     memset(b, 0, sizeof(*b));
     b->bsize = bsize;
-    b->xb = bsize ? x8nmodp(bsize) : 0;
     b->crc = crc;
     b->max = crc ? max : 0;
+}
+
+/* Appends a block of len bytes whose CRC is crc to the whole CRC. */
+static void crcb_append(struct crc_blocks *b, uint32_t crc, uint64_t len)
+{
+    if (b->n == 0) {
+        b->whole = crc; /* nothing to shift: CRC(empty) is 0 */
+    } else if (len == b->bsize) {
+        if (!b->xb) /* on first use: records of one block never need it */
+            b->xb = x8nmodp(b->bsize);
+        b->whole = multmodp(b->xb, b->whole) ^ crc;
+    } else {
+        b->whole = multmodp(x8nmodp(len), b->whole) ^ crc;
+    }
+    if (b->n < b->max)
+        b->crc[b->n] = crc;
+    b->n++;
 }
 
 /* Ends the block being filled (fill bytes, possibly short). */
 static void crcb_close(struct crc_blocks *b)
 {
-    uint32_t x = b->fill == b->bsize ? b->xb : x8nmodp(b->fill);
-    b->whole = multmodp(x, b->whole) ^ b->cur;
-    if (b->n < b->max)
-        b->crc[b->n] = b->cur;
-    b->n++;
+    crcb_append(b, b->cur, b->fill);
     b->cur = 0;
     b->fill = 0;
+}
+
+void dcp__crcb_add_block(struct crc_blocks *b, uint32_t crc, uint64_t len)
+{
+    b->total += len;
+    crcb_append(b, crc, len);
 }
 
 void dcp__crcb_update(struct crc_blocks *b, void *dst, const void *p, size_t n)

@@ -37,7 +37,8 @@ uint32_t dcp__crc32_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
  */
 struct crc_blocks {
     uint64_t bsize; /* bytes per block; 0: one unbounded block */
-    uint32_t xb;    /* x^(8 bsize) mod P: combines a whole block */
+    uint32_t xb;    /* x^(8 bsize) mod P: combines a whole block (0: not
+                       computed yet; it is never 0) */
     uint32_t whole; /* CRC of the blocks completed so far */
     uint32_t cur;   /* CRC of the block being filled */
     uint64_t fill;  /* its bytes so far */
@@ -53,6 +54,10 @@ void dcp__crcb_init(struct crc_blocks *b, uint64_t bsize, uint32_t *crc,
 /* Feeds n bytes at p; with dst, copies them there too (dcp__crc32_copy). */
 void dcp__crcb_update(struct crc_blocks *b, void *dst, const void *p,
                       size_t n);
+/* Appends a block whose CRC is already known (len bytes, len <= bsize,
+ * only the last one shorter), without data: checks a list of block CRCs
+ * against a whole CRC. Not mixed with dcp__crcb_update. */
+void dcp__crcb_add_block(struct crc_blocks *b, uint32_t crc, uint64_t len);
 /* Closes the last (partial) block and returns the whole stream's CRC;
  * b->n is then the number of blocks, ceil(total / bsize). */
 uint32_t dcp__crcb_finish(struct crc_blocks *b);

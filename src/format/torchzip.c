@@ -1037,7 +1037,7 @@ static int check_blk_field(struct reader *r, struct tz_entry *e,
                            const char *shown)
 {
     uint64_t bsize, dsize, n, left;
-    uint32_t whole = 0;
+    struct crc_blocks cb;
 
     if (flen < TZ_BLK_HEAD)
         return dcp__err(r->err, DCP_EFORMAT,
@@ -1073,14 +1073,14 @@ static int check_blk_field(struct reader *r, struct tz_entry *e,
                         (ull)bsize, (ull)(4u * n));
     /* The CRCs must combine to the entry's CRC, so that checking every
      * block is checking the whole record. */
+    dcp__crcb_init(&cb, bsize, NULL, 0);
     left = dsize;
     for (uint64_t k = 0; k < n; k++) {
         uint64_t len = left < bsize ? left : bsize;
-        uint32_t c = dcp__le32(f + TZ_BLK_HEAD + 4u * k);
-        whole = k == 0 ? c : dcp__crc32_combine(whole, c, len);
+        dcp__crcb_add_block(&cb, dcp__le32(f + TZ_BLK_HEAD + 4u * k), len);
         left -= len;
     }
-    if (whole != e->crc)
+    if (dcp__crcb_finish(&cb) != e->crc)
         return dcp__err(r->err, DCP_ECORRUPT,
                         "zip: entry '%s': the block CRCs at byte %llu do not "
                         "combine to the entry's CRC 0x%08x",

@@ -192,6 +192,12 @@ TEST(blocks_in_any_pieces)
                 size_t len = n - k * bs < bs ? n - k * bs : (size_t)bs;
                 ASSERT_EQ(crc[k], dcp__crc32(0, src + k * bs, len));
             }
+            /* The whole CRC from the block CRCs alone. */
+            dcp__crcb_init(&b, bs, NULL, 0);
+            for (size_t k = 0; k < nb; k++)
+                dcp__crcb_add_block(&b, crc[k],
+                                    n - k * bs < bs ? n - k * bs : bs);
+            ASSERT_EQ(dcp__crcb_finish(&b), dcp__crc32(0, src, n));
         }
     }
 }
