@@ -338,6 +338,124 @@ static int parse_chunk(struct rd_files *f, const struct md_entry *e,
     return check_archive(a, e, c, file, t, data, err);
 }
 
+/* The block CRCs of data, first to first + n, into a new array. */
+static int block_crcs(struct rec *r, const struct tz_entry *data,
+                      uint64_t first, uint64_t n, uint32_t **out,
+                      const char *key, struct dcp_err *err)
+{
+    int rc;
+    *out = dcp__malloc(n ? (size_t)n * sizeof(**out) : 1);
+    if (!*out)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    rc = dcp__tz_read_block_crcs(data, first, (size_t)n, rec_read, r, *out,
+                                 err);
+    if (rc != DCP_OK) {
+        dcp__free(*out);
+        *out = NULL;
+        return dcp__err_prefix(err, "'%s': block CRCs in '%s'", key,
+                               r->file);
+    }
+    return DCP_OK;
+}
+
+/*
+ * Checks the blocks of data that [lo, hi) covers (lo on a block boundary,
+ * hi on one or at the data's end), whose bytes are at buf + lo, against
+ * their CRCs: DCP_ECORRUPT naming the first bad block, the file and the
+ * block's byte offset. When that is the whole data, the record's CRC is
+ * checked too, derived from the blocks' (each byte is hashed once).
+ */
+static int check_blocks(struct rec *r, const struct tz_entry *data,
+                        const uint8_t *buf, uint64_t lo, uint64_t hi,
+                        const char *key, struct dcp_err *err)
+{
+    uint64_t bs = data->blk_size, first = lo / bs;
+    uint64_t n = dcp__tz_block_count(hi - lo, bs), k;
+    struct crc_blocks cb;
+    uint32_t *crc, *got;
+    int rc = block_crcs(r, data, first, n, &crc, key, err);
+    if (rc != DCP_OK)
+        return rc;
+    got = dcp__malloc(n ? (size_t)n * sizeof(*got) : 1);
+    if (!got) {
+        dcp__free(crc);
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    }
+    dcp__crcb_init(&cb, bs, got, (size_t)n);
+    dcp__crcb_update(&cb, NULL, buf + lo, (size_t)(hi - lo));
+    if (lo == 0 && hi == data->size && dcp__crcb_finish(&cb) != data->crc)
+        rc = dcp__err(err, DCP_ECORRUPT,
+                      "'%s': CRC mismatch in '%s' (record at byte %" PRIu64
+                      ", data at byte %" PRIu64 ", %" PRIu64 " bytes)",
+                      key, r->file, r->base, r->base + data->data_off,
+                      data->size);
+    else
+        (void)dcp__crcb_finish(&cb);
+    for (k = 0; k < n; k++) {
+        uint64_t at = lo + k * bs, len = hi - at < bs ? hi - at : bs;
+        if (got[k] != crc[k]) {
+            rc = dcp__err(err, DCP_ECORRUPT,
+                          "'%s': CRC mismatch in block %" PRIu64
+                          " of the data in '%s' (record at byte %" PRIu64
+                          ", block at byte %" PRIu64 ", %" PRIu64 " bytes)",
+                          key, first + k, r->file, r->base,
+                          r->base + data->data_off + at, len);
+            break;
+        }
+    }
+    dcp__free(got);
+    dcp__free(crc);
+    return rc;
+}
+
+/*
+ * The bytes of the chunk's storage that the overlaps with the
+ * destinations touch, as [*lo, *hi), widened to whole blocks of data;
+ * 0 when no destination overlaps. Views with a negative stride (none that
+ * dcp or torch writes): the whole storage.
+ */
+static int needed_span(const struct md_entry *e, const struct md_chunk *c,
+                       const struct tz_tensor *t, const struct rd_dest *dest,
+                       size_t ndest, const struct tz_entry *data,
+                       uint64_t *lo, uint64_t *hi)
+{
+    int64_t ioff[DCP_MAX_NDIM], isize[DCP_MAX_NDIM];
+    uint64_t es = dcp_dtype_size(t->dtype), bs = data->blk_size;
+    size_t i;
+    int d, any = 0;
+    *lo = data->size;
+    *hi = 0;
+    for (d = 0; d < t->ndim; d++)
+        if (t->stride[d] < 0) {
+            *lo = 0;
+            *hi = data->size;
+            return 1;
+        }
+    for (i = 0; i < ndest; i++) {
+        int64_t a = t->storage_offset, z = t->storage_offset;
+        if (!dcp__box_intersect(e->ndim, c->off, c->size, dest[i].off,
+                                dest[i].size, ioff, isize))
+            continue;
+        for (d = 0; d < t->ndim; d++) {
+            a += (ioff[d] - c->off[d]) * t->stride[d];
+            z += (ioff[d] - c->off[d] + isize[d] - 1) * t->stride[d];
+        }
+        if ((uint64_t)a * es < *lo)
+            *lo = (uint64_t)a * es;
+        if (((uint64_t)z + 1) * es > *hi)
+            *hi = ((uint64_t)z + 1) * es;
+        any = 1;
+    }
+    if (!any)
+        return 0;
+    *lo -= *lo % bs;
+    if (*hi % bs)
+        *hi += bs - *hi % bs;
+    if (*hi > data->size)
+        *hi = data->size;
+    return 1;
+}
+
 int dcp__rd_chunk(struct rd_files *f, const struct md_entry *e, size_t ci,
                   const struct rd_dest *dest, size_t ndest, int verify,
                   uint64_t *bytes_checked, struct dcp_err *err)
@@ -350,10 +468,12 @@ int dcp__rd_chunk(struct rd_files *f, const struct md_entry *e, size_t ci,
     struct tz_tensor t;
     struct rec r;
     uint8_t *dst = NULL;
+    uint64_t lo = 0, hi;
     size_t i;
     int rc = parse_chunk(f, e, c, verify, &r, &t, &data, &a, err);
     if (rc != DCP_OK || !data)
         return rc;
+    hi = data->size;
     if (bytes_checked)
         *bytes_checked += data->size;
     /* One destination that takes the chunk whole and contiguous: read
@@ -368,11 +488,23 @@ int dcp__rd_chunk(struct rd_files *f, const struct md_entry *e, size_t ci,
         if (rc != DCP_OK)
             return rc;
         dst = f->scratch;
+        /* With block CRCs, only the blocks the boxes overlap are read and
+         * checked. */
+        if (verify && data->blk_size && ndest > 0 &&
+            !needed_span(e, c, &t, dest, ndest, data, &lo, &hi))
+            return DCP_OK;
     }
-    rc = rec_read(&r, data->data_off, dst, (size_t)data->size, err);
+    rc = rec_read(&r, data->data_off + lo, dst + lo, (size_t)(hi - lo), err);
     if (rc != DCP_OK)
         return dcp__err_prefix(err, "'%s'", e->key);
-    if (verify && dcp__crc32(0, dst, (size_t)data->size) != data->crc)
+    /* Every block checked is the whole record checked too: dcp__tz_open
+     * made sure the block CRCs combine to the record's CRC. */
+    if (verify && data->blk_size)
+        rc = check_blocks(&r, data, dst, lo, hi, e->key, err);
+    if (rc != DCP_OK)
+        return rc;
+    if (verify && !data->blk_size &&
+        dcp__crc32(0, dst, (size_t)data->size) != data->crc)
         return dcp__err(err, DCP_ECORRUPT,
                         "'%s': CRC mismatch in '%s' (record at byte %" PRIu64
                         ", data at byte %" PRIu64 ", %" PRIu64 " bytes)",
@@ -548,6 +680,62 @@ static long plan_targets(const struct md_entry *e, const struct md_chunk *c,
     return (long)n;
 }
 
+/*
+ * Verified reads of a record with block CRCs: the targets (sorted,
+ * disjoint), widened to whole blocks, make runs of blocks; each run is a
+ * stream checked block by block, whose bytes no target takes are read for
+ * the CRCs only. Blocks no target overlaps are not read.
+ */
+static int plan_blocks(struct rec *r, const struct md_entry *e,
+                       const struct md_chunk *c, const struct tz_entry *data,
+                       const struct target *tg, long n, struct io_rbatch *batch,
+                       struct dcp_err *err)
+{
+    uint64_t bs = data->blk_size;
+    long i = 0;
+    int rc = DCP_OK;
+    while (rc == DCP_OK && i < n) {
+        uint64_t lo = tg[i].off - tg[i].off % bs, hi, at;
+        uint32_t *crc = NULL, id;
+        long j = i;
+        /* The run: targets whose blocks touch or follow the run's last. */
+        hi = tg[i].off;
+        while (j < n && tg[j].off - tg[j].off % bs <= hi) {
+            uint64_t end = tg[j].off + tg[j].len;
+            if (end % bs)
+                end += bs - end % bs;
+            if (end > data->size)
+                end = data->size;
+            if (end > hi)
+                hi = end;
+            j++;
+        }
+        rc = block_crcs(r, data, lo / bs, dcp__tz_block_count(hi - lo, bs),
+                        &crc, e->key, err);
+        if (rc == DCP_OK)
+            rc = dcp__io_rbatch_stream(batch, c->file,
+                                       r->base + data->data_off + lo, hi - lo,
+                                       0, 1, e->key, c->offset, &id, err);
+        if (rc == DCP_OK)
+            rc = dcp__io_rbatch_stream_blocks(
+                batch, id, bs, lo / bs, crc,
+                (size_t)dcp__tz_block_count(hi - lo, bs), err);
+        dcp__free(crc);
+        for (at = lo; rc == DCP_OK && i < j; i++) {
+            if (tg[i].off > at)
+                rc = dcp__io_rbatch_part(batch, id, at - lo, tg[i].off - at,
+                                         NULL, err);
+            if (rc == DCP_OK)
+                rc = dcp__io_rbatch_part(batch, id, tg[i].off - lo, tg[i].len,
+                                         tg[i].dst, err);
+            at = tg[i].off + tg[i].len;
+        }
+        if (rc == DCP_OK && hi > at)
+            rc = dcp__io_rbatch_part(batch, id, at - lo, hi - at, NULL, err);
+    }
+    return rc;
+}
+
 int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e, size_t ci,
                        const struct rd_dest *dest, size_t ndest, int verify,
                        struct io_rbatch *batch, struct dcp_err *err)
@@ -573,6 +761,11 @@ int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e, size_t ci,
         return dcp__rd_chunk(f, e, ci, dest, ndest, verify, NULL, err);
     }
     dcp__io_rbatch_file(batch, c->file, r.file, r.fd, f->sizes[c->file]);
+    if (verify && data->blk_size) {
+        rc = plan_blocks(&r, e, c, data, tg, n, batch, err);
+        dcp__free(tg);
+        return rc;
+    }
     rc = dcp__io_rbatch_stream(batch, c->file, r.base + data->data_off,
                                data->size, data->crc, verify, e->key, c->offset,
                                &id, err);

@@ -40,7 +40,7 @@ void dcp__rd_close(struct rd_files *f);
  * Reads chunk ci of tensor entry e, checks that the archive describes the
  * chunk (dtype, sizes), verifies CRCs when verify is nonzero, and copies the
  * overlap into each destination that overlaps the chunk (ndest may be 0:
- * check only). *bytes_checked (may be NULL) is increased by the record's
+ * check only: every block CRC and the whole CRC). *bytes_checked (may be NULL) is increased by the record's
  * data bytes. Returns DCP_OK, DCP_EFORMAT, DCP_ECORRUPT, DCP_EUNSAFE,
  * DCP_ENOTSUP, DCP_EIO, DCP_ENOMEM; the message names the key and file.
  */
@@ -62,6 +62,8 @@ void dcp__rd_prefetch(struct rd_files *f, const struct md_entry *e, size_t ci);
  * destination (with verify, also parts that read the rest of the chunk for
  * its CRC only), which dcp__io_rbatch_run reads later, straight into the
  * destinations where it can. Other chunks are read and copied at once.
+ * A record with block CRCs (docs/FORMAT.md §4) is verified block by block,
+ * and only the blocks the destinations overlap are read, in both cases.
  * Same return codes as dcp__rd_chunk.
  */
 int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e, size_t ci,

@@ -151,7 +151,7 @@ static int write_value(struct io_writer *w, const struct sv_rec *r,
  * to the stager only once its writes have completed.
  */
 static int put_staged(struct io_writer *w, struct stg_pipe *pipe,
-                      const struct sv_rec *r, uint32_t *crc)
+                      const struct sv_rec *r, struct crc_blocks *crc)
 {
     uint64_t done = 0, off;
     int rc = DCP_OK;
@@ -167,7 +167,7 @@ static int put_staged(struct io_writer *w, struct stg_pipe *pipe,
         if (rc == DCP_OK)
             rc = wf_hook(w);
         if (rc == DCP_OK)
-            rc = dcp__iow_data(w, p, n, crc);
+            rc = dcp__iow_data_blocks(w, p, n, crc);
         if (rc == DCP_OK)
             rc = dcp__iow_wait(w);
         dcp__stage_release(pipe);
@@ -180,16 +180,33 @@ static int write_box(struct io_writer *w, const struct sv_rec *r,
                      struct stg_pipe *pipe, uint64_t *off, uint64_t *len)
 {
     uint64_t nbytes = r->nbytes;
-    uint64_t data_off;
+    uint64_t data_off, bsize = dcp__tz_block_size(nbytes);
+    uint64_t nblk = dcp__tz_block_count(nbytes, bsize);
+    uint32_t *blk = NULL;
+    struct crc_blocks crc;
     struct tz_writer z;
-    uint32_t crc = 0;
-    int rc = wf_record(w, &z);
+    int rc;
+    /* Block CRCs (docs/FORMAT.md §4), unless a record is too large for
+     * the field: the whole CRC is derived from them. */
+    if (nblk > TZ_BLK_WCOUNT)
+        bsize = nblk = 0;
+    if (nblk) {
+        blk = dcp__malloc((size_t)nblk * sizeof(*blk));
+        if (!blk) {
+            *off = w->off;
+            *len = 0;
+            return dcp__err(w->err, DCP_ENOMEM, "out of memory");
+        }
+    }
+    dcp__crcb_init(&crc, bsize, blk, (size_t)nblk);
+    rc = wf_record(w, &z);
     *off = w->off;
     if (rc == DCP_OK)
         rc = dcp__tz_tensor_item_begin(&z, r->dtype, r->ndim, r->size, nbytes,
                                   &data_off);
     if (rc != DCP_OK) {
         dcp__tz_writer_release(&z);
+        dcp__free(blk);
         if (rc == w->rc)
             return rc;
         return dcp__err(w->err, rc, "cannot encode tensor '%s'", r->key);
@@ -200,10 +217,12 @@ static int write_box(struct io_writer *w, const struct sv_rec *r,
     } else if (rc == DCP_OK && nbytes) {
         rc = wf_hook(w);
         if (rc == DCP_OK)
-            rc = dcp__iow_data(w, r->src, (size_t)nbytes, &crc);
+            rc = dcp__iow_data_blocks(w, r->src, (size_t)nbytes, &crc);
     }
     if (rc == DCP_OK) {
-        rc = dcp__tz_tensor_item_end(&z, crc);
+        uint32_t whole = dcp__crcb_finish(&crc);
+        rc = dcp__tz_tensor_item_end_blocks(&z, whole, bsize, blk,
+                                            (size_t)nblk);
         if (rc == DCP_OK)
             rc = wf_drain(w, &z);
         else
@@ -211,6 +230,7 @@ static int write_box(struct io_writer *w, const struct sv_rec *r,
     }
     *len = w->off - *off;
     dcp__tz_writer_release(&z);
+    dcp__free(blk);
     return rc;
 }
 
@@ -704,7 +724,8 @@ void dcp__save_stage(dcp_ctx *ctx, struct sv_job *job)
 }
 
 /* An upper bound of the data file's length: data, alignment and zip
- * structures (under 12 KiB per record); the engine allocates it first. */
+ * structures (under 12 KiB per record, plus a tensor's block CRCs: 4 bytes
+ * per MiB); the engine allocates it first. */
 static uint64_t file_hint(const struct sv_job *job)
 {
     uint64_t hint = 0;
@@ -712,7 +733,11 @@ static uint64_t file_hint(const struct sv_job *job)
     for (i = 0; i < job->nrecs; i++) {
         const struct sv_rec *r = &job->recs[i];
         hint += ((uint64_t)16 << 10) +
-                (r->is_tensor ? r->nbytes : job->lp.pickles[r->pickle].len);
+                (r->is_tensor ? r->nbytes + TZ_BLK_HEAD +
+                                    4u * dcp__tz_block_count(
+                                             r->nbytes,
+                                             dcp__tz_block_size(r->nbytes))
+                              : job->lp.pickles[r->pickle].len);
     }
     return hint;
 }

@@ -714,6 +714,111 @@ uint32_t dcp__crc32_copy(uint32_t crc, void *dst, const void *src, size_t n)
     return n ? crc_run(crc, dst, src, n) : crc;
 }
 
+/* a * b modulo the CRC polynomial, bit-reflected (x^0 is bit 31): zlib's
+ * multmodp. */
+static uint32_t multmodp(uint32_t a, uint32_t b)
+{
+    uint32_t m = (uint32_t)1 << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0)
+                break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ 0xEDB88320u : b >> 1;
+    }
+    return p;
+}
+
+/* x^(8 n) modulo the polynomial, by squaring. */
+static uint32_t x8nmodp(uint64_t n)
+{
+    uint32_t p = (uint32_t)1 << 31;          /* 1 */
+    uint32_t sq = (uint32_t)1 << (31 - 8); /* x^8 */
+    while (n) {
+        if (n & 1)
+            p = multmodp(sq, p);
+        sq = multmodp(sq, sq);
+        n >>= 1;
+    }
+    return p;
+}
+
+uint32_t dcp__crc32_combine(uint32_t crc1, uint32_t crc2, uint64_t len2)
+{
+    return multmodp(x8nmodp(len2), crc1) ^ crc2;
+}
+
+void dcp__crcb_init(struct crc_blocks *b, uint64_t bsize, uint32_t *crc,
+                    size_t max)
+{
+    memset(b, 0, sizeof(*b));
+    b->bsize = bsize;
+    b->crc = crc;
+    b->max = crc ? max : 0;
+}
+
+/* Appends a block of len bytes whose CRC is crc to the whole CRC. */
+static void crcb_append(struct crc_blocks *b, uint32_t crc, uint64_t len)
+{
+    if (b->n == 0) {
+        b->whole = crc; /* nothing to shift: CRC(empty) is 0 */
+    } else if (len == b->bsize) {
+        if (!b->xb) /* on first use: records of one block never need it */
+            b->xb = x8nmodp(b->bsize);
+        b->whole = multmodp(b->xb, b->whole) ^ crc;
+    } else {
+        b->whole = multmodp(x8nmodp(len), b->whole) ^ crc;
+    }
+    if (b->n < b->max)
+        b->crc[b->n] = crc;
+    b->n++;
+}
+
+/* Ends the block being filled (fill bytes, possibly short). */
+static void crcb_close(struct crc_blocks *b)
+{
+    crcb_append(b, b->cur, b->fill);
+    b->cur = 0;
+    b->fill = 0;
+}
+
+void dcp__crcb_add_block(struct crc_blocks *b, uint32_t crc, uint64_t len)
+{
+    b->total += len;
+    crcb_append(b, crc, len);
+}
+
+void dcp__crcb_update(struct crc_blocks *b, void *dst, const void *p, size_t n)
+{
+    const uint8_t *s = p;
+    uint8_t *d = dst;
+    b->total += n;
+    while (n > 0) {
+        size_t k = n;
+        if (b->bsize && b->bsize - b->fill < k)
+            k = (size_t)(b->bsize - b->fill);
+        b->cur = d ? dcp__crc32_copy(b->cur, d, s, k) : dcp__crc32(b->cur, s, k);
+        b->fill += k;
+        s += k;
+        if (d)
+            d += k;
+        n -= k;
+        if (b->bsize && b->fill == b->bsize)
+            crcb_close(b);
+    }
+}
+
+uint32_t dcp__crcb_finish(struct crc_blocks *b)
+{
+    if (!b->bsize)
+        return b->cur;
+    if (b->fill)
+        crcb_close(b);
+    return b->whole;
+}
+
 /*
  * The tables above come from:
  *

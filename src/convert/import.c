@@ -110,14 +110,25 @@ static int write_tensor(struct imp *im, const struct src_entry *s,
     size_t is = dcp_dtype_size(s->dtype), os = dcp_dtype_size(dt);
     uint64_t numel = dcp__box_numel(s->ndim, s->shape), i, step;
     uint64_t start = im->off, data_off;
+    uint64_t bsize = dcp__tz_block_size(numel * os);
+    uint64_t nblk = dcp__tz_block_count(numel * os, bsize);
+    uint32_t *blk = NULL;
+    struct crc_blocks crc;
     struct tz_writer z;
-    uint32_t crc = 0;
-    int rc = dcp__tz_writer_init(&z, im->off, ITEM_ALIGN);
+    int rc;
+    /* Block CRCs, as a save writes them (docs/FORMAT.md §4). */
+    if (nblk > TZ_BLK_WCOUNT)
+        bsize = nblk = 0;
+    if (nblk && !(blk = dcp__malloc((size_t)nblk * sizeof(*blk))))
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    dcp__crcb_init(&crc, bsize, blk, (size_t)nblk);
+    rc = dcp__tz_writer_init(&z, im->off, ITEM_ALIGN);
     if (rc == DCP_OK)
         rc = dcp__tz_tensor_item_begin(&z, dt, s->ndim, s->shape, numel * os,
                                   &data_off);
     if (rc != DCP_OK) {
         dcp__tz_writer_release(&z);
+        dcp__free(blk);
         return dcp__err(err, rc, "cannot encode tensor '%s'", s->key);
     }
     rc = drain(im, &z);
@@ -132,19 +143,22 @@ static int write_tensor(struct imp *im, const struct src_entry *s,
             out = im->cbuf;
         }
         if (rc == DCP_OK) {
-            crc = dcp__crc32(crc, out, (size_t)(n * os));
+            dcp__crcb_update(&crc, NULL, out, (size_t)(n * os));
             rc = put(im, out, (size_t)(n * os));
         }
         if (rc == DCP_OK)
             progress(im, n * os);
     }
     if (rc == DCP_OK) {
-        rc = dcp__tz_tensor_item_end(&z, crc);
+        uint32_t whole = dcp__crcb_finish(&crc);
+        rc = dcp__tz_tensor_item_end_blocks(&z, whole, bsize, blk,
+                                            (size_t)nblk);
         rc = rc == DCP_OK
                  ? drain(im, &z)
                  : dcp__err(err, rc, "cannot encode tensor '%s'", s->key);
     }
     dcp__tz_writer_release(&z);
+    dcp__free(blk);
     if (rc == DCP_OK) {
         im->res.tensors++;
         im->res.bytes += numel * os;

@@ -58,8 +58,11 @@
 /* Largest alignment: the FB padding must fit the 16-bit extra length. */
 #define MAX_ALIGN 32768u
 
-/* Per central-directory entry, what the reader allows beyond the name. */
+/* Per central-directory entry, what the reader allows beyond the name
+ * (not counting a block-CRC field), and for all block-CRC fields of an
+ * item together. */
 #define MAX_CD_EXTRA 256u
+#define MAX_CD_BLK   ((uint64_t)8 << 20)
 
 typedef unsigned long long ull;
 
@@ -142,8 +145,10 @@ void dcp__tz_writer_release(struct tz_writer *w)
 {
     if (!w)
         return;
-    for (size_t i = 0; i < w->n; i++)
+    for (size_t i = 0; i < w->n; i++) {
         dcp__free(w->ent[i].name);
+        dcp__free(w->ent[i].blk);
+    }
     dcp__free(w->ent);
     w->ent = NULL;
     w->n = 0;
@@ -241,6 +246,9 @@ static int put_local_header(struct tz_writer *w, const char *name, uint64_t len,
     e->size = len;
     e->crc = 0;
     e->zip64 = z64_len != 0;
+    e->blk_size = 0;
+    e->nblk = 0;
+    e->blk = NULL;
     w->pos = data;
     if (data_off)
         *data_off = data;
@@ -310,11 +318,60 @@ int dcp__tz_stream_end(struct tz_writer *w, uint32_t crc)
     return DCP_OK;
 }
 
+uint64_t dcp__tz_block_count(uint64_t nbytes, uint64_t bsize)
+{
+    return bsize ? nbytes / bsize + (nbytes % bsize != 0) : 0;
+}
+
+uint64_t dcp__tz_block_size(uint64_t nbytes)
+{
+    uint64_t b = TZ_BLK_DEFAULT;
+    if (nbytes == 0)
+        return 0;
+    while (b < TZ_BLK_MAX && dcp__tz_block_count(nbytes, b) > TZ_BLK_WCOUNT)
+        b <<= 1;
+    return b;
+}
+
+int dcp__tz_stream_end_blocks(struct tz_writer *w, uint32_t crc,
+                              uint64_t bsize, const uint32_t *blk, size_t n)
+{
+    struct tz_wentry *e;
+    uint32_t *copy = NULL;
+    int rc;
+
+    if (!w || !w->streaming)
+        return DCP_EINVAL;
+    e = &w->ent[w->n - 1];
+    if (n && bsize) {
+        if (!blk || bsize < TZ_BLK_MIN || bsize > TZ_BLK_MAX ||
+            (bsize & (bsize - 1)) || n > TZ_BLK_RCOUNT ||
+            dcp__tz_block_count(e->size, bsize) != n)
+            return DCP_EINVAL;
+        copy = dcp__malloc(n * sizeof(*copy));
+        if (!copy)
+            return DCP_ENOMEM;
+        memcpy(copy, blk, n * sizeof(*copy));
+    }
+    rc = dcp__tz_stream_end(w, crc);
+    if (rc != DCP_OK) {
+        dcp__free(copy);
+        return rc;
+    }
+    if (copy) {
+        e->blk = copy;
+        e->nblk = n;
+        e->blk_size = (uint32_t)bsize;
+    }
+    return DCP_OK;
+}
+
 static uint32_t central_extra_len(const struct tz_wentry *e)
 {
+    uint32_t n = e->nblk ? TZ_BLK_HEAD + 4u * (uint32_t)e->nblk : 0u;
     if (!e->zip64)
-        return 0;
-    return 4u + (e->size >= U32_MARK ? 16u : 0u) +
+        return n;
+    return n + 4u + (e->size >= U32_MARK ? 16u : 0u) +
            (e->header_off >= U32_MARK ? 8u : 0u);
 }
 
@@ -338,6 +395,7 @@ int dcp__tz_finish(struct tz_writer *w)
         size_t nlen = strlen(e->name);
         int big_len = e->size >= U32_MARK, big_off = e->header_off >= U32_MARK;
         uint32_t xlen = central_extra_len(e);
+        uint32_t blen = e->nblk ? TZ_BLK_HEAD + 4u * (uint32_t)e->nblk : 0u;
 
         (void)dcp__buf_put_le32(&w->out, SIG_CENTRAL);
         (void)dcp__buf_put_le16(&w->out, 0); /* version made by */
@@ -360,15 +418,24 @@ int dcp__tz_finish(struct tz_writer *w)
         (void)dcp__buf_put_le32(&w->out,
                                 big_off ? U32_MARK : (uint32_t)e->header_off);
         (void)dcp__buf_put(&w->out, e->name, nlen);
-        if (xlen) {
+        if (xlen > blen) {
             (void)dcp__buf_put_le16(&w->out, 1);
-            (void)dcp__buf_put_le16(&w->out, (uint16_t)(xlen - 4u));
+            (void)dcp__buf_put_le16(&w->out, (uint16_t)(xlen - blen - 4u));
             if (big_len) {
                 (void)dcp__buf_put_le64(&w->out, e->size);
                 (void)dcp__buf_put_le64(&w->out, e->size);
             }
             if (big_off)
                 (void)dcp__buf_put_le64(&w->out, e->header_off);
+        }
+        if (blen) {
+            (void)dcp__buf_put_le16(&w->out, TZ_BLK_ID);
+            (void)dcp__buf_put_le16(&w->out, (uint16_t)(blen - 4u));
+            (void)dcp__buf_put_le32(&w->out, TZ_BLK_VERSION);
+            (void)dcp__buf_put_le32(&w->out, e->blk_size);
+            (void)dcp__buf_put_le64(&w->out, e->size);
+            for (size_t k = 0; k < e->nblk; k++)
+                (void)dcp__buf_put_le32(&w->out, e->blk[k]);
         }
     }
     z64_off = cd_off + cd_size;
@@ -647,7 +714,14 @@ int dcp__tz_tensor_item_begin(struct tz_writer *w, dcp_dtype dt, int ndim,
 
 int dcp__tz_tensor_item_end(struct tz_writer *w, uint32_t crc)
 {
-    int rc = dcp__tz_stream_end(w, crc);
+    return dcp__tz_tensor_item_end_blocks(w, crc, 0, NULL, 0);
+}
+
+int dcp__tz_tensor_item_end_blocks(struct tz_writer *w, uint32_t crc,
+                                   uint64_t bsize, const uint32_t *blk,
+                                   size_t n)
+{
+    int rc = dcp__tz_stream_end_blocks(w, crc, bsize, blk, n);
 
     if (rc == DCP_OK)
         rc = dcp__tz_add(w, "archive/version", "3\n", 2);
@@ -913,6 +987,110 @@ static int apply_zip64_extra(struct reader *r, const uint8_t *x, size_t xlen,
                     (ull)ent_off);
 }
 
+/*
+ * Finds the block-CRC field (TZ_BLK_ID) among a central entry's extra
+ * fields x (xlen bytes); *at and *flen get its offset in x and whole
+ * length (0: none). Fields are walked as zip readers do: another field
+ * running past the end stops the walk (as apply_zip64_extra does); a
+ * block-CRC field doing so, or a second one, is refused. check_blk_field checks the contents.
+ */
+static int find_blk_field(struct reader *r, const uint8_t *x, size_t xlen,
+                          uint64_t ent_off, size_t *at, size_t *flen)
+{
+    size_t i = 0;
+
+    *flen = 0;
+    while (i + 4 <= xlen) {
+        uint16_t id = dcp__le16(x + i), len = dcp__le16(x + i + 2);
+        if (len > xlen - i - 4 && id == TZ_BLK_ID)
+            return dcp__err(r->err, DCP_EFORMAT,
+                            "zip: central directory entry at byte %llu has "
+                            "a block-CRC field of %u bytes running past its "
+                            "extra fields",
+                            (ull)ent_off, (unsigned)len);
+        if (len > xlen - i - 4)
+            break;
+        if (id == TZ_BLK_ID) {
+            if (*flen)
+                return dcp__err(r->err, DCP_EFORMAT,
+                                "zip: central directory entry at byte %llu "
+                                "has two block-CRC fields",
+                                (ull)ent_off);
+            *at = i;
+            *flen = 4u + len;
+        }
+        i += 4u + len;
+    }
+    return DCP_OK;
+}
+
+/*
+ * Checks a block-CRC field f (flen bytes, at item offset f_off) of entry e
+ * (size and CRC known) and records it in e: version 1, zero reserved
+ * bytes, a power-of-two block size in [TZ_BLK_MIN, TZ_BLK_MAX], the data
+ * size equal to the entry's, exactly ceil(size / block) CRCs filling the
+ * field (DCP_EFORMAT), and the CRCs combining to the entry's CRC
+ * (DCP_ECORRUPT: the field or the CRC was damaged).
+ */
+static int check_blk_field(struct reader *r, struct tz_entry *e,
+                           const uint8_t *f, size_t flen, uint64_t f_off,
+                           const char *shown)
+{
+    uint64_t bsize, dsize, n, left;
+    struct crc_blocks cb;
+
+    if (flen < TZ_BLK_HEAD)
+        return dcp__err(r->err, DCP_EFORMAT,
+                        "zip: entry '%s': block-CRC field at byte %llu is "
+                        "%zu bytes (at least %u)",
+                        shown, (ull)f_off, flen, TZ_BLK_HEAD);
+    if (dcp__le32(f + 4) != TZ_BLK_VERSION)
+        return dcp__err(r->err, DCP_EFORMAT,
+                        "zip: entry '%s': block-CRC field at byte %llu has "
+                        "version/reserved word 0x%08x (1 expected)",
+                        shown, (ull)f_off, (unsigned)dcp__le32(f + 4));
+    bsize = dcp__le32(f + 8);
+    dsize = dcp__le64(f + 12);
+    if (bsize < TZ_BLK_MIN || bsize > TZ_BLK_MAX || (bsize & (bsize - 1)))
+        return dcp__err(r->err, DCP_EFORMAT,
+                        "zip: entry '%s': block-CRC field at byte %llu has "
+                        "block size %llu (a power of two from %llu to %llu "
+                        "expected)",
+                        shown, (ull)f_off, (ull)bsize, (ull)TZ_BLK_MIN,
+                        (ull)TZ_BLK_MAX);
+    if (dsize != e->size)
+        return dcp__err(r->err, DCP_EFORMAT,
+                        "zip: entry '%s': block-CRC field at byte %llu "
+                        "covers %llu bytes, the entry has %llu",
+                        shown, (ull)f_off, (ull)dsize, (ull)e->size);
+    n = dcp__tz_block_count(dsize, bsize);
+    if ((flen - TZ_BLK_HEAD) % 4u || (flen - TZ_BLK_HEAD) / 4u != n)
+        return dcp__err(r->err, DCP_EFORMAT,
+                        "zip: entry '%s': block-CRC field at byte %llu holds "
+                        "%zu bytes of CRCs, %llu blocks of %llu bytes need "
+                        "%llu",
+                        shown, (ull)f_off, flen - TZ_BLK_HEAD, (ull)n,
+                        (ull)bsize, (ull)(4u * n));
+    /* The CRCs must combine to the entry's CRC, so that checking every
+     * block is checking the whole record. */
+    dcp__crcb_init(&cb, bsize, NULL, 0);
+    left = dsize;
+    for (uint64_t k = 0; k < n; k++) {
+        uint64_t len = left < bsize ? left : bsize;
+        dcp__crcb_add_block(&cb, dcp__le32(f + TZ_BLK_HEAD + 4u * k), len);
+        left -= len;
+    }
+    if (dcp__crcb_finish(&cb) != e->crc)
+        return dcp__err(r->err, DCP_ECORRUPT,
+                        "zip: entry '%s': the block CRCs at byte %llu do not "
+                        "combine to the entry's CRC 0x%08x",
+                        shown, (ull)f_off, (unsigned)e->crc);
+    e->blk_size = bsize;
+    e->blk_n = n;
+    e->blk_at = f_off + TZ_BLK_HEAD;
+    return DCP_OK;
+}
+
 /* The entries being parsed: a tz_archive's fixed array or a tz_file's. */
 struct tz_list {
     char *prefix;
@@ -976,7 +1154,7 @@ static int parse_central_entry(struct reader *r, struct tz_list *a,
     const uint8_t *p = cd + *pos;
     uint64_t ent_off = cd_off + *pos, uncomp, comp, hdr;
     uint32_t disk;
-    size_t nlen, xlen, clen;
+    size_t nlen, xlen, clen, blk_at = 0, blk_len = 0;
     uint16_t flags, method;
     char shown[TZ_MAX_NAME + 1];
     int rc;
@@ -1000,11 +1178,15 @@ static int parse_central_entry(struct reader *r, struct tz_list *a,
                         "zip: central directory entry at byte %llu runs past "
                         "the directory's end",
                         (ull)ent_off);
-    if (xlen + clen > MAX_CD_EXTRA)
+    rc = find_blk_field(r, p + CENTRAL_LEN + nlen, xlen, ent_off, &blk_at,
+                        &blk_len);
+    if (rc != DCP_OK)
+        return rc;
+    if (xlen + clen - blk_len > MAX_CD_EXTRA)
         return dcp__err(r->err, DCP_EFORMAT,
                         "zip: central directory entry at byte %llu has %zu "
                         "bytes of extra fields and comment (limit %u)",
-                        (ull)ent_off, xlen + clen, MAX_CD_EXTRA);
+                        (ull)ent_off, xlen + clen - blk_len, MAX_CD_EXTRA);
     rc = take_name(r, a, e, p + CENTRAL_LEN, nlen, ent_off);
     if (rc != DCP_OK)
         return rc;
@@ -1041,6 +1223,13 @@ static int parse_central_entry(struct reader *r, struct tz_list *a,
     e->header_off = hdr;
     e->size = uncomp;
     e->crc = dcp__le32(p + 16);
+    e->blk_size = e->blk_n = e->blk_at = 0;
+    if (blk_len) {
+        rc = check_blk_field(r, e, p + CENTRAL_LEN + nlen + blk_at, blk_len,
+                             ent_off + CENTRAL_LEN + nlen + blk_at, shown);
+        if (rc != DCP_OK)
+            return rc;
+    }
     *pos += CENTRAL_LEN + nlen + xlen + clen;
     a->n++;
     return DCP_OK;
@@ -1186,7 +1375,8 @@ static int open_core(struct reader *r, struct tz_list *l, size_t max, int alloc)
                       (ull)d.cd_off, (ull)d.cd_size, (ull)d.limit);
         goto out;
     }
-    max_cd = (uint64_t)max * (CENTRAL_LEN + TZ_MAX_NAME + MAX_CD_EXTRA);
+    max_cd = (uint64_t)max * (CENTRAL_LEN + TZ_MAX_NAME + MAX_CD_EXTRA) +
+             MAX_CD_BLK;
     if (d.cd_size > max_cd) {
         rc = dcp__err(err, DCP_EFORMAT,
                       "zip: central directory at byte %llu is %llu bytes "
@@ -1314,6 +1504,28 @@ const struct tz_entry *dcp__tz_file_find(const struct tz_file *f, const char *na
             hi = mid;
     }
     return NULL;
+}
+
+int dcp__tz_read_block_crcs(const struct tz_entry *e, uint64_t first,
+                            size_t n, tz_read_fn read, void *opaque,
+                            uint32_t *out, struct dcp_err *err)
+{
+    uint8_t buf[1024];
+    size_t done = 0;
+
+    if (!e || !read || (n && !out) || first > e->blk_n || n > e->blk_n - first)
+        return dcp__err(err, DCP_EINVAL, "zip: block CRCs out of range");
+    while (done < n) {
+        size_t k = n - done > sizeof(buf) / 4 ? sizeof(buf) / 4 : n - done;
+        int rc = read(opaque, e->blk_at + 4u * (first + done), buf, 4u * k,
+                      err);
+        if (rc != DCP_OK)
+            return rc;
+        for (size_t i = 0; i < k; i++)
+            out[done + i] = dcp__le32(buf + 4u * i);
+        done += k;
+    }
+    return DCP_OK;
 }
 
 const struct tz_entry *dcp__tz_find(const struct tz_archive *a, const char *name)

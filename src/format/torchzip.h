@@ -41,7 +41,28 @@ struct tz_wentry {
     uint64_t size;
     uint32_t crc;
     int zip64;           /* local header carried a zip64 extra */
+    uint32_t blk_size;   /* block CRCs (dcp__tz_stream_end_blocks), 0: none */
+    size_t nblk;
+    uint32_t *blk;       /* owned */
 };
+
+/*
+ * dcp's block-CRC extra field (docs/FORMAT.md §4), in the central directory
+ * entry of a tensor's storage record: ID 0x4344 ("DC"), then version 1,
+ * three zero bytes, u32 block size, u64 data size, u32 CRC-32 per block.
+ * Block sizes are powers of two in [TZ_BLK_MIN, TZ_BLK_MAX]; the writer
+ * uses TZ_BLK_DEFAULT, doubled until a record has at most TZ_BLK_WCOUNT
+ * blocks.
+ */
+#define TZ_BLK_ID      0x4344u
+#define TZ_BLK_VERSION 1u
+#define TZ_BLK_HEAD    20u /* id, length, version, reserved, size, bytes */
+#define TZ_BLK_MIN     ((uint64_t)4096)
+#define TZ_BLK_MAX     ((uint64_t)1 << 30)
+#define TZ_BLK_DEFAULT ((uint64_t)1 << 20)
+#define TZ_BLK_WCOUNT  8192u
+/* Blocks one field can hold: its length is a u16. */
+#define TZ_BLK_RCOUNT  ((0xFFFFu - (TZ_BLK_HEAD - 4u)) / 4u)
 
 struct tz_writer {
     struct dcp_buf out;    /* bytes produced and not yet drained */
@@ -85,6 +106,22 @@ int dcp__tz_stream_begin(struct tz_writer *w, const char *name, uint64_t len,
                     uint64_t *data_off);
 int dcp__tz_stream_end(struct tz_writer *w, uint32_t crc);
 
+/* The block size the writer uses for a record of nbytes (0 for 0 bytes),
+ * and the number of blocks: ceil(nbytes / size). */
+uint64_t dcp__tz_block_size(uint64_t nbytes);
+uint64_t dcp__tz_block_count(uint64_t nbytes, uint64_t bsize);
+
+/*
+ * dcp__tz_stream_end that also records the streamed data's block CRCs
+ * (crc32.h's crc_blocks): n = dcp__tz_block_count(len, bsize) CRCs of
+ * bsize-byte blocks, bsize a power of two in [TZ_BLK_MIN, TZ_BLK_MAX];
+ * they go into the record's central directory entry (the block-CRC extra
+ * field). crc must be the whole data's CRC. n == 0 (an empty record) or
+ * bsize == 0 writes no field. DCP_EINVAL, DCP_ENOMEM.
+ */
+int dcp__tz_stream_end_blocks(struct tz_writer *w, uint32_t crc,
+                              uint64_t bsize, const uint32_t *blk, size_t n);
+
 /* Appends the central directory and end records; after draining, w->pos is
  * the item's total length. */
 int dcp__tz_finish(struct tz_writer *w);
@@ -125,6 +162,11 @@ int dcp__tz_tensor_item_begin(struct tz_writer *w, dcp_dtype dt, int ndim,
                          const int64_t *sizes, uint64_t nbytes,
                          uint64_t *data_off);
 int dcp__tz_tensor_item_end(struct tz_writer *w, uint32_t crc);
+/* dcp__tz_tensor_item_end with the data's block CRCs
+ * (dcp__tz_stream_end_blocks). */
+int dcp__tz_tensor_item_end_blocks(struct tz_writer *w, uint32_t crc,
+                                   uint64_t bsize, const uint32_t *blk,
+                                   size_t n);
 
 /* A whole value item, with torch's record set for values: archive/data.pkl
  * (the pickle), .format_version, .storage_alignment, byteorder, version. */
@@ -146,6 +188,9 @@ struct tz_entry {
     uint64_t data_off;          /* data, item-relative (from the local header) */
     uint64_t size;
     uint32_t crc;               /* from the central directory */
+    uint64_t blk_size;          /* block-CRC field: block size, 0: none */
+    uint64_t blk_n;             /* its CRCs: ceil(size / blk_size) */
+    uint64_t blk_at;            /* item offset of the first CRC (LE u32s) */
 };
 
 struct tz_archive {
@@ -162,11 +207,24 @@ struct tz_archive {
  * an end record, bad signatures, more than TZ_MAX_ENTRIES entries, a name
  * longer than TZ_MAX_NAME or without the common prefix, a compressed entry,
  * compressed size != size, data outside the item, overlapping data ranges,
- * duplicate names, a name containing "..", a backslash or a NUL.
+ * duplicate names, a name containing "..", a backslash or a NUL; a
+ * block-CRC field that is malformed (DCP_EFORMAT: version, length, block
+ * size, count or data size wrong, or two of them) or whose CRCs do not
+ * combine to the entry's CRC (DCP_ECORRUPT).
  * Returns DCP_OK, DCP_EFORMAT, DCP_ECORRUPT (truncated), DCP_EIO, DCP_ENOMEM.
  */
 int dcp__tz_open(struct tz_archive *a, uint64_t item_len, tz_read_fn read,
             void *opaque, struct dcp_err *err);
+
+/*
+ * Reads n block CRCs of e, from block first on, into out. dcp__tz_open has
+ * checked the field (sizes, count, and that the blocks' CRCs combine to
+ * the entry's CRC, else DCP_ECORRUPT); this checks first + n <= blk_n
+ * (DCP_EINVAL). Read errors as the callback returns them.
+ */
+int dcp__tz_read_block_crcs(const struct tz_entry *e, uint64_t first,
+                            size_t n, tz_read_fn read, void *opaque,
+                            uint32_t *out, struct dcp_err *err);
 
 /* Entry by name without the prefix ("data.pkl"), or NULL. */
 const struct tz_entry *dcp__tz_find(const struct tz_archive *a, const char *name);

@@ -860,9 +860,9 @@ static void w_flush_block(struct io_writer *w, int pad)
 }
 
 /* Copies n bytes (zeros when p is NULL) into pool buffers, continuing
- * *crc over them when crc is set. */
+ * the CRCs over them when crc is set. */
 static int w_copy(struct io_writer *w, const uint8_t *p, size_t n,
-                  uint32_t *crc)
+                  struct crc_blocks *crc)
 {
     struct io_eng *e = w->e;
     while (n > 0 && w->rc == DCP_OK) {
@@ -891,7 +891,7 @@ static int w_copy(struct io_writer *w, const uint8_t *p, size_t n,
         if (!p)
             memset(dst, 0, k);
         else if (crc)
-            *crc = dcp__crc32_copy(*crc, dst, p, k);
+            dcp__crcb_update(crc, dst, p, k);
         else
             memcpy(dst, p, k);
         if (p)
@@ -917,6 +917,18 @@ int dcp__iow_zero(struct io_writer *w, size_t n)
 }
 
 int dcp__iow_data(struct io_writer *w, const void *p, size_t n, uint32_t *crc)
+{
+    struct crc_blocks b;
+    int rc;
+    dcp__crcb_init(&b, 0, NULL, 0);
+    b.cur = *crc;
+    rc = dcp__iow_data_blocks(w, p, n, &b);
+    *crc = b.cur;
+    return rc;
+}
+
+int dcp__iow_data_blocks(struct io_writer *w, const void *p, size_t n,
+                         struct crc_blocks *crc)
 {
     struct io_eng *e = w->e;
     const uint8_t *q = p;
@@ -946,7 +958,7 @@ int dcp__iow_data(struct io_writer *w, const void *p, size_t n, uint32_t *crc)
         size_t k = body < e->block ? body : e->block;
         /* Cast: the engine writes from mem, it never modifies it. */
         w_submit(w, (uint8_t *)(uintptr_t)q, w->off, k, -1);
-        *crc = dcp__crc32(*crc, q, k); /* while the request is in flight */
+        dcp__crcb_update(crc, NULL, q, k); /* while it is in flight */
         e->st.zero_copy_bytes += k;
         w->off += k;
         q += k;
@@ -1010,6 +1022,7 @@ void dcp__io_rbatch_release(struct io_rbatch *b)
     dcp__free(b->files);
     dcp__free(b->streams);
     dcp__free(b->parts);
+    dcp__free(b->bcrc);
     memset(b, 0, sizeof(*b));
 }
 
@@ -1060,6 +1073,39 @@ int dcp__io_rbatch_stream(struct io_rbatch *b, size_t idx, uint64_t off,
     s->key = key;
     s->rec_off = rec_off;
     *id = (uint32_t)b->nstreams++;
+    return DCP_OK;
+}
+
+int dcp__io_rbatch_stream_blocks(struct io_rbatch *b, uint32_t id,
+                                 uint64_t bsize, uint64_t blk0,
+                                 const uint32_t *crc, size_t n,
+                                 struct dcp_err *err)
+{
+    struct io_rstream *s;
+    size_t need;
+    if (id >= b->nstreams || bsize == 0)
+        return dcp__err(err, DCP_EINVAL, "bad read stream blocks");
+    s = &b->streams[id];
+    if (n != s->len / bsize + (s->len % bsize != 0) ||
+        b->nbcrc > SIZE_MAX / 4 - n)
+        return dcp__err(err, DCP_EINVAL, "bad read stream blocks");
+    need = b->nbcrc + n;
+    if (need > b->capbcrc) {
+        size_t nc = b->capbcrc ? b->capbcrc : 256;
+        uint32_t *np;
+        while (nc < need)
+            nc *= 2;
+        np = dcp__realloc(b->bcrc, nc * sizeof(*np));
+        if (!np)
+            return dcp__err(err, DCP_ENOMEM, "out of memory");
+        b->bcrc = np;
+        b->capbcrc = nc;
+    }
+    memcpy(b->bcrc + b->nbcrc, crc, n * sizeof(*crc));
+    s->bsize = bsize;
+    s->bcrc_at = b->nbcrc;
+    s->blk0 = blk0;
+    b->nbcrc = need;
     return DCP_OK;
 }
 
@@ -1264,6 +1310,44 @@ static int next_request(struct rrun *u, struct io_req *r)
     return 1;
 }
 
+/* deliver() for a stream with block CRCs: each block's CRC is checked
+ * when its last byte arrives. */
+static int deliver_blocks(struct rrun *u, struct io_rstream *s, uint8_t *dst,
+                          uint64_t n, const uint8_t *src)
+{
+    while (n > 0) {
+        uint64_t in = s->seen % s->bsize, k = s->bsize - in, blk;
+        if (k > n)
+            k = n;
+        if (src && dst) {
+            s->acc = dcp__crc32_copy(s->acc, dst, src, (size_t)k);
+            u->e->st.bounce_bytes += k;
+        } else {
+            s->acc = dcp__crc32(s->acc, src ? src : dst, (size_t)k);
+        }
+        if (src)
+            src += k;
+        if (dst)
+            dst += k;
+        n -= k;
+        s->seen += k;
+        if (in + k < s->bsize && s->seen < s->len)
+            continue;
+        blk = (s->seen - 1) / s->bsize;
+        if (s->acc != u->b->bcrc[s->bcrc_at + blk])
+            return dcp__err(u->err, DCP_ECORRUPT,
+                            "'%s': CRC mismatch in block %" PRIu64
+                            " of the data in '%s' (record at byte %" PRIu64
+                            ", block at byte %" PRIu64 ", %" PRIu64
+                            " bytes)",
+                            s->key, s->blk0 + blk, u->b->files[s->file].name,
+                            s->rec_off, s->off + blk * s->bsize,
+                            in + k);
+        s->acc = 0;
+    }
+    return DCP_OK;
+}
+
 /* Folds n bytes of a stream into its CRC (copying them to dst from src
  * when src is set) and checks the CRC at the stream's end. */
 static int deliver(struct rrun *u, const struct piece *q, uint64_t pos,
@@ -1271,6 +1355,8 @@ static int deliver(struct rrun *u, const struct piece *q, uint64_t pos,
 {
     struct io_rstream *s = &u->b->streams[q->stream];
     uint8_t *dst = q->dst ? q->dst + pos : NULL;
+    if (s->verify && s->bsize)
+        return deliver_blocks(u, s, dst, n, src);
     if (src && dst) {
         if (s->verify)
             s->acc = dcp__crc32_copy(s->acc, dst, src, (size_t)n);

@@ -63,6 +63,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "crc32.h"
 #include "util.h"
 
 /* The file offset tensor data is aligned to (docs/FORMAT.md). */
@@ -157,6 +158,11 @@ int dcp__iow_zero(struct io_writer *w, size_t n);
  */
 int dcp__iow_data(struct io_writer *w, const void *p, size_t n, uint32_t *crc);
 
+/* As dcp__iow_data, continuing the per-block and whole CRCs of crc
+ * (crc32.h) over the bytes. */
+int dcp__iow_data_blocks(struct io_writer *w, const void *p, size_t n,
+                         struct crc_blocks *crc);
+
 /*
  * Waits for the requests in flight (not for the bytes still gathered in a
  * pool buffer), so that the memory given to dcp__iow_data so far may be
@@ -195,6 +201,11 @@ struct io_rstream {
     uint64_t seen;     /* bytes folded so far */
     const char *key;   /* for messages */
     uint64_t rec_off;  /* the record's offset, for messages */
+    uint64_t bsize;    /* nonzero: crc is unused; each bsize bytes (the
+                          last may be shorter) are checked against their
+                          own CRC, the batch's bcrc[bcrc_at + k] */
+    size_t bcrc_at;
+    uint64_t blk0;     /* the record's block number of the first one */
 };
 
 struct io_rpart {
@@ -214,6 +225,8 @@ struct io_rbatch {
     size_t nstreams, capstreams;
     struct io_rpart *parts;
     size_t nparts, capparts;
+    uint32_t *bcrc; /* block CRCs of the streams that have them */
+    size_t nbcrc, capbcrc;
 };
 
 /* An empty batch over nfiles data files in dirfd (borrowed). */
@@ -235,6 +248,18 @@ int dcp__io_rbatch_stream(struct io_rbatch *b, size_t idx, uint64_t off,
                           uint64_t len, uint32_t crc, int verify,
                           const char *key, uint64_t rec_off, uint32_t *id,
                           struct dcp_err *err);
+
+/*
+ * Makes stream id (verified) check a CRC per block instead of one for the
+ * whole stream: crc[k] is the CRC-32 of bytes [k bsize, (k+1) bsize) of the
+ * stream (the last block ends with the stream), n = ceil(len / bsize); the
+ * CRCs are copied. blk0 numbers the first block in messages (the block of
+ * the record's data the stream starts at). DCP_EINVAL, DCP_ENOMEM.
+ */
+int dcp__io_rbatch_stream_blocks(struct io_rbatch *b, uint32_t id,
+                                 uint64_t bsize, uint64_t blk0,
+                                 const uint32_t *crc, size_t n,
+                                 struct dcp_err *err);
 
 /* Adds len bytes at offset rel of stream id, going to dst (NULL: only
  * checked). Parts of a stream are added in increasing, disjoint order. */

@@ -13,8 +13,9 @@ about 200 KB.
             stub classes named like torch's rebuild functions, the data.pkl
             of real torch.save records and real .metadata pickles
   torchzip  real torch.save records (tensors of several dtypes, a view
-            with an offset, values) and the records of the fixture
-            checkpoints, cut out at their storage offsets
+            with an offset, values), the records of the fixture
+            checkpoints, cut out at their storage offsets, and records
+            with dcp's block-CRC field (good and damaged)
   metadata  whole checkpoints in memfs.h's format: .metadata, then each
             data file, joined by the memfs separator
   safetensors  files written by the safetensors package (torch and numpy
@@ -181,10 +182,55 @@ def fixture_records(path):
     return out
 
 
+def blockcrc_record(obj, bsize, mutate=None):
+    """A torch.save record re-zipped (stored, same entries) with dcp's
+    block-CRC extra field (docs/FORMAT.md section 4) on its storage entry:
+    python's zipfile puts it in the local header and the central directory
+    (dcp reads the central one). mutate(field) may damage the field."""
+    import struct
+    import zlib
+    b = io.BytesIO()
+    torch.save(obj, b)
+    src = zipfile.ZipFile(io.BytesIO(b.getvalue()))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+        for zi in src.infolist():
+            data = src.read(zi)
+            info = zipfile.ZipInfo(zi.filename, date_time=(1980, 1, 1, 0, 0, 0))
+            if zi.filename.endswith("/data/0"):
+                crcs = [zlib.crc32(data[k:k + bsize])
+                        for k in range(0, len(data), bsize)]
+                field = struct.pack("<BxxxIQ", 1, bsize, len(data))
+                field += b"".join(struct.pack("<I", c) for c in crcs)
+                field = struct.pack("<HH", 0x4344, len(field)) + field
+                if mutate:
+                    field = mutate(field)
+                info.extra = field
+            z.writestr(info, data)
+    return out.getvalue()
+
+
+def blockcrc_records():
+    u8 = torch.arange(3 * 4096 + 7, dtype=torch.int64).to(torch.uint8)
+
+    def put(at, fmt, v):
+        import struct
+        return lambda f: f[:at] + struct.pack(fmt, v) + f[at + struct.calcsize(fmt):]
+    return {
+        "u8-4blocks": blockcrc_record(u8, 4096),
+        "f32-1block": blockcrc_record(torch.arange(6.0).reshape(2, 3), 4096),
+        "bad-crc": blockcrc_record(u8, 4096, put(20, "<I", 0)),
+        "bsize-0": blockcrc_record(u8, 4096, put(8, "<I", 0)),
+        "count": blockcrc_record(u8, 4096, put(8, "<I", 8192)),
+    }
+
+
 def torchzips():
     d = out_dir("torchzip")
     for name, data in torch_records().items():
         write(d, "torch-" + name, data)
+    for name, data in blockcrc_records().items():
+        write(d, "blockcrc-" + name, data)
     for ck in ("torch_small", "torch_sharded"):
         for name, data in fixture_records(os.path.join(DATA, ck)).items():
             write(d, "record-" + name.replace("/", "_"), data)

@@ -165,5 +165,65 @@ def overwrite_keeps_loadable(check, tmp):
     check.eq(present, used, "data files present vs referenced")
 
 
+
+@R.test
+def block_crc_records_pass_zip_tools(check, tmp):
+    # dcp's block-CRC extra field (docs/FORMAT.md section 4) in the storage
+    # entry's central directory record: every record still passes zipfile's
+    # CRC check and `python -m zipfile -t` (and `unzip -t` where installed),
+    # torch.load reads it bit-exact, and the field holds the zlib CRC-32 of
+    # each 1 MiB block of the data.
+    import io
+    import shutil
+    import struct
+    import subprocess
+    import zipfile
+    import zlib
+    rng = random.Random(11)
+    state = {"w": dcpio.random_tensor(torch.float32, (700, 1024), rng),
+             "b": dcpio.random_tensor(torch.bfloat16, (33,), rng)}
+    ck = os.path.join(tmp, "ck")
+    dcpio.dcp_save_manifest(state, ck, tmp)
+    torch_load_and_compare(check, ck, state, tmp)
+    md = FileSystemReader(ck).read_metadata()
+    for idx, info in md.storage_data.items():
+        with open(os.path.join(ck, info.relative_path), "rb") as f:
+            f.seek(info.offset)
+            raw = f.read(info.length)
+        z = zipfile.ZipFile(io.BytesIO(raw))
+        check.none(z.testzip(), f"{idx.fqn}: zipfile CRC check")
+        rec = os.path.join(tmp, "rec.zip")
+        with open(rec, "wb") as f:
+            f.write(raw)
+        p = subprocess.run([sys.executable, "-m", "zipfile", "-t", rec],
+                           capture_output=True, text=True)
+        check.eq(p.returncode, 0, f"{idx.fqn}: python -m zipfile -t "
+                 f"({p.stderr.strip()})")
+        if shutil.which("unzip"):
+            p = subprocess.run(["unzip", "-t", rec], capture_output=True,
+                               text=True)
+            check.eq(p.returncode, 0, f"{idx.fqn}: unzip -t")
+        check.true(torch.equal(torch.load(io.BytesIO(raw), weights_only=True)
+                               .view(torch.uint8),
+                               state[idx.fqn].view(torch.uint8)),
+                   f"{idx.fqn}: torch.load of the record")
+        zi = [i for i in z.infolist() if i.filename.endswith("/data/0")][0]
+        data = z.read(zi)
+        ext, fields = zi.extra, {}
+        while len(ext) >= 4:
+            tag, ln = struct.unpack("<HH", ext[:4])
+            fields[tag] = ext[4:4 + ln]
+            ext = ext[4 + ln:]
+        f = fields.get(0x4344)
+        if not check.true(f is not None, f"{idx.fqn}: block-CRC field"):
+            continue
+        ver, bs, size = struct.unpack("<IIQ", f[:16])
+        crcs = list(struct.unpack(f"<{(len(f) - 16) // 4}I", f[16:]))
+        check.eq((ver, bs, size), (1, 1 << 20, len(data)),
+                 f"{idx.fqn}: field header")
+        check.eq(crcs, [zlib.crc32(data[k:k + bs])
+                        for k in range(0, len(data), bs)],
+                 f"{idx.fqn}: block CRCs")
+
 if __name__ == "__main__":
     R.main()

@@ -5,7 +5,8 @@
  * another dimension) and checks every byte. Patterns: row, column, 2-D
  * block, uneven and empty shards, a tensor held by some ranks only,
  * replicated tensors (dedup: one chunk each, spread over the ranks), 0-d,
- * nested keys and values (replicated and single-rank). `--user-comm` runs
+ * nested keys and values (replicated and single-rank), records of several
+ * CRC blocks. `--user-comm` runs
  * the same through a communicator the test implements itself over MPI
  * (dcp_comm_create), instead of dcp_comm_mpi.
  */
@@ -46,6 +47,12 @@ static const struct tspec specs[] = {
     /* 2200 one-element boxes dealt round-robin: several boxes per rank,
      * more than 1000 chunks (batched pickle containers). */
     {"many", DCP_U8, 1, {2200}, 16, MANY, ROW},
+    /* Records of several 1 MiB blocks (block CRCs, docs/FORMAT.md §4):
+     * loads that overlap part of a stored chunk read and check only its
+     * blocks they touch, through the batched path (rows) and the copying
+     * one (columns). */
+    {"bigrow", DCP_F32, 2, {1104, 1024}, 17, ROW, ROW},
+    {"bigcol", DCP_F32, 2, {1032, 600}, 18, ROW, COL},
 };
 #define NSPECS (sizeof(specs) / sizeof(specs[0]))
 

@@ -129,6 +129,79 @@ TEST(copy_copies_and_matches)
     ASSERT_EQ(dcp__crc32_copy(0x1234u, NULL, NULL, 0), 0x1234u);
 }
 
+/* crc32_combine equals hashing the concatenation, for every split. */
+TEST(combine_matches_concatenation)
+{
+    enum { N = 5000 };
+    static uint8_t buf[N];
+    for (size_t i = 0; i < N; i++)
+        buf[i] = (uint8_t)rnd();
+    for (int trial = 0; trial < 400; trial++) {
+        size_t n = trial < 20 ? (size_t)trial : rnd() % (N + 1);
+        size_t k = n ? rnd() % (n + 1) : 0;
+        uint32_t a = dcp__crc32(0, buf, k), b = dcp__crc32(0, buf + k, n - k);
+        ASSERT_EQ(dcp__crc32_combine(a, b, n - k), dcp__crc32(0, buf, n));
+    }
+    /* Zero-length pieces; lengths beyond 4 GiB (no data: combining is
+     * associative, CRC(ABC) either way). */
+    ASSERT_EQ(dcp__crc32_combine(0x12345678u, 0, 0), 0x12345678u);
+    for (int trial = 0; trial < 50; trial++) {
+        uint32_t a = rnd(), b = rnd(), c = rnd();
+        uint64_t lb = ((uint64_t)rnd() << 8) + rnd(), lc = (uint64_t)rnd() << 4;
+        ASSERT_EQ(dcp__crc32_combine(dcp__crc32_combine(a, b, lb), c, lc),
+                  dcp__crc32_combine(a, dcp__crc32_combine(b, c, lc),
+                                     lb + lc));
+    }
+}
+
+/* Block CRCs fed in pieces of any size: each block's CRC, and the whole
+ * CRC derived from them, equal hashing directly; with dst, the copy. */
+TEST(blocks_in_any_pieces)
+{
+    enum { N = 40000 };
+    static uint8_t src[N], dst[N];
+    static const uint64_t sizes[] = {0, 1, 7, 4096, 5000, 65536};
+    uint32_t crc[N + 1];
+    for (size_t i = 0; i < N; i++)
+        src[i] = (uint8_t)rnd();
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        for (int trial = 0; trial < 40; trial++) {
+            uint64_t bs = sizes[si];
+            size_t n = trial < 4 && trial * bs <= N ? (size_t)(trial * bs)
+                                                    : rnd() % (N + 1);
+            size_t at = 0, nb = bs ? (size_t)((n + bs - 1) / bs) : 0;
+            struct crc_blocks b;
+            int copy = trial & 1;
+            dcp__crcb_init(&b, bs, bs ? crc : NULL, N + 1);
+            memset(dst, 0, sizeof dst);
+            while (at < n) {
+                size_t k = rnd() % 9000;
+                if (k > n - at)
+                    k = n - at;
+                dcp__crcb_update(&b, copy ? dst + at : NULL, src + at, k);
+                at += k;
+            }
+            ASSERT_EQ(dcp__crcb_finish(&b), dcp__crc32(0, src, n));
+            ASSERT_U64_EQ(b.total, n);
+            if (copy)
+                ASSERT_MEM_EQ(dst, src, n);
+            if (!bs)
+                continue;
+            ASSERT_U64_EQ(b.n, nb);
+            for (size_t k = 0; k < nb; k++) {
+                size_t len = n - k * bs < bs ? n - k * bs : (size_t)bs;
+                ASSERT_EQ(crc[k], dcp__crc32(0, src + k * bs, len));
+            }
+            /* The whole CRC from the block CRCs alone. */
+            dcp__crcb_init(&b, bs, NULL, 0);
+            for (size_t k = 0; k < nb; k++)
+                dcp__crcb_add_block(&b, crc[k],
+                                    n - k * bs < bs ? n - k * bs : bs);
+            ASSERT_EQ(dcp__crcb_finish(&b), dcp__crc32(0, src, n));
+        }
+    }
+}
+
 /* Every implementation this CPU has (tables, PCLMUL, VPCLMUL), with and
  * without the fused copy (streaming stores from 64 KiB to an aligned
  * destination), against the bitwise reference. */
@@ -167,6 +240,8 @@ int main(void)
     RUN(incremental_equals_one_shot);
     RUN(random_lengths_and_alignments);
     RUN(copy_copies_and_matches);
+    RUN(combine_matches_concatenation);
+    RUN(blocks_in_any_pieces);
     RUN(every_implementation);
     return TEST_SUMMARY();
 }

@@ -399,6 +399,120 @@ TEST(verify_catches_every_flipped_data_byte)
     dcp_ctx_free(ctx);
 }
 
+/* The file offset of the first n bytes equal to pat in path, or -1. */
+static long find_bytes(const char *path, const void *pat, size_t n)
+{
+    long size = file_size(path), off = -1, i;
+    unsigned char *b = malloc(size > 0 ? (size_t)size : 1);
+    FILE *fp = fopen(path, "rb");
+    if (!b || !fp || fread(b, 1, (size_t)size, fp) != (size_t)size)
+        abort();
+    fclose(fp);
+    for (i = 0; off < 0 && i + (long)n <= size; i++)
+        if (memcmp(b + i, pat, n) == 0)
+            off = i;
+    free(b);
+    return off;
+}
+
+/* Loads rows [r0, r0 + nr) of the 1280 x 1024 tensor "w" into out, through
+ * dcp_load (batched reads) or dcp_metadata_read_box. */
+static int load_rows(dcp_ctx *ctx, const char *dir, int64_t r0, int64_t nr,
+                     float *out, int via_box)
+{
+    int64_t shape[2] = {1280, 1024}, o[2] = {r0, 0}, s[2] = {nr, 1024};
+    dcp_metadata *md;
+    dcp_state *st;
+    int rc;
+    if (via_box) {
+        rc = dcp_metadata_open(ctx, dir, &md);
+        if (rc != DCP_OK)
+            return rc;
+        rc = dcp_metadata_read_box(ctx, md, (size_t)dcp_metadata_find(md, "w"),
+                                   o, s, out,
+                                   (size_t)nr * 1024 * sizeof(float), 1);
+        dcp_metadata_free(md);
+        return rc;
+    }
+    if (dcp_state_create(&st))
+        return DCP_ENOMEM;
+    rc = dcp_state_add_tensor(st, "w", DCP_F32, 2, shape, o, s, out,
+                              DCP_MEM_HOST);
+    if (rc == DCP_OK)
+        rc = dcp_load(ctx, st, dir, NULL);
+    dcp_state_free(st);
+    return rc;
+}
+
+/*
+ * Block CRCs (docs/FORMAT.md §4): a box overlapping part of a stored chunk
+ * reads and checks only the 1 MiB blocks it overlaps. A corrupted block
+ * outside the box goes unnoticed by that load (it is not read), is caught
+ * by a load that overlaps it and by dcp_verify, both naming the file, the
+ * block and its byte offset.
+ */
+TEST(partial_reads_check_only_their_blocks)
+{
+    dcp_ctx *ctx;
+    dcp_metadata *md;
+    dcp_chunk_info ci;
+    dcp_state *st;
+    const char *dir = dirpath("blocks");
+    const int64_t rows = 1280, cols = 1024; /* 5 MiB: 5 blocks */
+    int64_t shape[2] = {1280, 1024};
+    float *w = malloc((size_t)(rows * cols) * sizeof(float));
+    float *got = malloc((size_t)(rows * cols) * sizeof(float));
+    char file[600], want[128];
+    long data, bad;
+    int via;
+    ASSERT(w && got);
+    pattern(w, (size_t)(rows * cols) * sizeof(float), 77, 0);
+    ASSERT_OK(dcp_ctx_create(&ctx, NULL, NULL));
+    ASSERT_OK(dcp_state_create(&st));
+    ASSERT_OK(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape, NULL, NULL, w,
+                                   DCP_MEM_HOST));
+    ASSERT_OK(dcp_save(ctx, st, dir, NULL));
+    dcp_state_free(st);
+    ASSERT_OK(dcp_metadata_open(ctx, dir, &md));
+    ASSERT_OK(dcp_metadata_chunk(md, (size_t)dcp_metadata_find(md, "w"), 0,
+                                 &ci));
+    snprintf(file, sizeof(file), "%s/%s", dir, ci.file);
+    data = find_bytes(file, w, 64);
+    ASSERT(data > 0 && data % 4096 == 0);
+    /* Block 3 holds rows 768..1023; flip a byte in row 800. */
+    bad = data + (3L << 20) + 32L * 4096 + 5;
+    flip_byte(file, bad);
+    for (via = 0; via < 2; via++) {
+        /* Rows 0..255 (block 0) and 1024..1279 (block 4): fine. */
+        memset(got, 0, (size_t)(rows * cols) * sizeof(float));
+        ASSERT_OK(load_rows(ctx, dir, 0, 256, got, via));
+        ASSERT_MEM_EQ(got, w, 256 * 1024 * sizeof(float));
+        ASSERT_OK(load_rows(ctx, dir, 1100, 180, got, via));
+        ASSERT_MEM_EQ(got, w + 1100 * 1024, 180 * 1024 * sizeof(float));
+        /* Rows 700..799 (blocks 2 and 3): block 3 is bad. */
+        ASSERT_RC(load_rows(ctx, dir, 700, 100, got, via), DCP_ECORRUPT);
+        ASSERT(strstr(dcp_errmsg(ctx), "'w'") != NULL);
+        ASSERT(strstr(dcp_errmsg(ctx), ci.file) != NULL);
+        ASSERT(strstr(dcp_errmsg(ctx), "block 3 ") != NULL);
+        snprintf(want, sizeof(want), "block at byte %ld,", data + (3L << 20));
+        ASSERT(strstr(dcp_errmsg(ctx), want) != NULL);
+    }
+    /* The whole tensor, and dcp_verify: the same block. */
+    ASSERT_RC(load_rows(ctx, dir, 0, rows, got, 0), DCP_ECORRUPT);
+    ASSERT(strstr(dcp_errmsg(ctx), want) != NULL);
+    ASSERT_RC(dcp_verify(ctx, dir), DCP_ECORRUPT);
+    ASSERT(strstr(dcp_errmsg(ctx), ci.file) != NULL);
+    ASSERT(strstr(dcp_errmsg(ctx), want) != NULL);
+    flip_byte(file, bad);
+    ASSERT_OK(dcp_verify(ctx, dir));
+    ASSERT_OK(load_rows(ctx, dir, 0, rows, got, 0));
+    ASSERT_MEM_EQ(got, w, (size_t)(rows * cols) * sizeof(float));
+    dcp_metadata_free(md);
+    dcp_ctx_free(ctx);
+    free(w);
+    free(got);
+}
+
 TEST(overwrite_keeps_old_until_commit)
 {
     dcp_ctx *ctx;
@@ -549,6 +663,7 @@ int main(void)
     RUN(values_and_nesting);
     RUN(strict_partial_and_cast);
     RUN(verify_catches_every_flipped_data_byte);
+    RUN(partial_reads_check_only_their_blocks);
     RUN(overwrite_keeps_old_until_commit);
     RUN(bad_input);
     RUN(list_index_leaves);

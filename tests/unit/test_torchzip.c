@@ -1871,6 +1871,176 @@ TEST(hostile_names)
     ASSERT_RC(open_written(NULL, 0, &err), DCP_EFORMAT); /* no entries */
 }
 
+/* A tensor item of n uint8 bytes with block CRCs of bs bytes; *field
+ * gets the item offset of data/0's block-CRC field (its ID). */
+static uint8_t *blk_item(size_t n, uint64_t bs, size_t *len, size_t *field,
+                         uint8_t **data)
+{
+    struct tz_writer w;
+    struct dcp_buf img = {0};
+    int64_t size = (int64_t)n;
+    uint64_t data_off, nb = dcp__tz_block_count(n, bs);
+    uint32_t *crc = calloc(nb + 1, sizeof(*crc));
+    struct crc_blocks b;
+    uint32_t whole;
+    uint8_t *d = malloc(n + 1);
+    if (!crc || !d)
+        abort();
+    for (size_t i = 0; i < n; i++)
+        d[i] = (uint8_t)(i * 131u + (i >> 12));
+    dcp__crcb_init(&b, bs, crc, nb);
+    dcp__crcb_update(&b, NULL, d, n);
+    whole = dcp__crcb_finish(&b);
+    if (dcp__tz_writer_init(&w, 0, 64) != DCP_OK ||
+        dcp__tz_writer_stream_align(&w, 4096) != DCP_OK ||
+        dcp__tz_tensor_item_begin(&w, DCP_U8, 1, &size, n, &data_off) !=
+            DCP_OK ||
+        drain(&w, &img) != DCP_OK || dcp__buf_put(&img, d, n) != DCP_OK ||
+        dcp__tz_tensor_item_end_blocks(&w, whole, bs, crc, (size_t)nb) !=
+            DCP_OK ||
+        drain(&w, &img) != DCP_OK)
+        abort();
+    dcp__tz_writer_release(&w);
+    free(crc);
+    *field = 0;
+    for (size_t i = (size_t)data_off + n; i + 4 < img.len; i++)
+        if (img.p[i] == 0x44 && img.p[i + 1] == 0x43 &&
+            dcp__le16(img.p + i + 2) == 16 + 4 * nb) {
+            *field = i;
+            break;
+        }
+    *len = img.len;
+    *data = d;
+    return img.p;
+}
+
+/* The block-CRC field: exact bytes, read back, and what the reader finds. */
+TEST(block_crc_field)
+{
+    const size_t n = (4u << 20) + 100; /* 5 blocks of 1 MiB, the last short */
+    size_t len, f;
+    uint8_t *d, *item = blk_item(n, 1u << 20, &len, &f, &d);
+    const struct tz_entry *e;
+    struct tz_archive a;
+    struct dcp_err err = {0};
+    struct mem m = {item, len, 0, 0, 0};
+    uint32_t got[5];
+
+    ASSERT(f > 0);
+    /* ID "DC", length, version 1 + 3 zero bytes, block size, data size,
+     * then the CRC-32 of each block. */
+    ASSERT_EQ(dcp__le16(item + f), 0x4344);
+    ASSERT_EQ(dcp__le16(item + f + 2), 16 + 20);
+    ASSERT_MEM_EQ(item + f + 4, "\x01\x00\x00\x00\x00\x00\x10\x00", 8);
+    ASSERT_U64_EQ(dcp__le64(item + f + 12), n);
+    for (int k = 0; k < 5; k++) {
+        size_t at = (size_t)k << 20, l = n - at < (1u << 20) ? n - at : 1u << 20;
+        ASSERT_EQ(dcp__le32(item + f + 20 + 4 * k), dcp__crc32(0, d + at, l));
+    }
+    ASSERT_OK(dcp__tz_open(&a, len, mem_read, &m, &err));
+    e = dcp__tz_find(&a, "data/0");
+    ASSERT(e != NULL);
+    ASSERT_U64_EQ(e->blk_size, 1u << 20);
+    ASSERT_U64_EQ(e->blk_n, 5);
+    ASSERT_U64_EQ(e->blk_at, f + 20);
+    ASSERT_EQ(e->crc, dcp__crc32(0, d, n));
+    ASSERT_OK(dcp__tz_read_block_crcs(e, 1, 4, mem_read, &m, got, &err));
+    ASSERT_EQ(got[0], dcp__le32(item + f + 24));
+    ASSERT_EQ(got[3], dcp__le32(item + f + 36));
+    ASSERT_RC(dcp__tz_read_block_crcs(e, 2, 4, mem_read, &m, got, &err),
+              DCP_EINVAL);
+    ASSERT_EQ(dcp__tz_find(&a, "data.pkl")->blk_size, 0);
+    /* The whole CRC still in the descriptor and the directory: the record
+     * itself is checked as before. */
+    {
+        uint8_t *buf;
+        ASSERT_OK(dcp__tz_read_entry(&a, e, n, 1, mem_read, &m, &buf, &err));
+        ASSERT_MEM_EQ(buf, d, n);
+        dcp__free(buf);
+    }
+    ASSERT(!m.oob);
+    /* Writer misuse: a wrong count, block size, or no stream. */
+    {
+        struct tz_writer w;
+        uint32_t c[3] = {0, 0, 0};
+        uint64_t off;
+        ASSERT_OK(dcp__tz_writer_init(&w, 0, 64));
+        ASSERT_OK(dcp__tz_stream_begin(&w, "archive/x", 10000, &off));
+        ASSERT_RC(dcp__tz_stream_end_blocks(&w, 0, 4096, c, 2), DCP_EINVAL);
+        ASSERT_RC(dcp__tz_stream_end_blocks(&w, 0, 5000, c, 2), DCP_EINVAL);
+        ASSERT_RC(dcp__tz_stream_end_blocks(&w, 0, 0x80000000u, c, 1),
+                  DCP_EINVAL);
+        ASSERT_OK(dcp__tz_stream_end_blocks(&w, 0, 4096, c, 3));
+        ASSERT_RC(dcp__tz_stream_end_blocks(&w, 0, 4096, c, 3), DCP_EINVAL);
+        dcp__tz_writer_release(&w);
+    }
+    ASSERT_U64_EQ(dcp__tz_block_size(0), 0);
+    ASSERT_U64_EQ(dcp__tz_block_size(1), 1u << 20);
+    ASSERT_U64_EQ(dcp__tz_block_size((uint64_t)8192 << 20), 1u << 20);
+    ASSERT_U64_EQ(dcp__tz_block_size(((uint64_t)8192 << 20) + 1), 2u << 20);
+    free(item);
+    free(d);
+}
+
+/* Hostile block-CRC fields: refused with DCP_EFORMAT (malformed) or
+ * DCP_ECORRUPT (CRCs that do not add up), never read outside the item. */
+TEST(hostile_block_crc_fields)
+{
+    const size_t n = 3 * 4096 + 7; /* 4 blocks of 4 KiB */
+    size_t len, f;
+    uint8_t *d, *item = blk_item(n, 4096, &len, &f, &d);
+    uint8_t *copy = malloc(len);
+    struct tz_archive a;
+    struct dcp_err err = {0};
+    static const struct {
+        size_t at;  /* offset in the field */
+        int width;  /* 1, 2, 4 or 8 bytes */
+        uint64_t v; /* written there */
+        int rc;
+        const char *msg;
+    } cases[] = {
+        {4, 1, 2, DCP_EFORMAT, "version"},           /* version 2 */
+        {6, 1, 1, DCP_EFORMAT, "version"},           /* reserved byte */
+        {8, 4, 0, DCP_EFORMAT, "block size 0"},      /* block size 0 */
+        {8, 4, 2048, DCP_EFORMAT, "block size 2048"},
+        {8, 4, 6144, DCP_EFORMAT, "block size 6144"},
+        {8, 4, 0x80000000u, DCP_EFORMAT, "block size 2147483648"},
+        {8, 4, 0xFFFFFFFFu, DCP_EFORMAT, "block size"},
+        {8, 4, 8192, DCP_EFORMAT, "2 blocks of 8192"}, /* count */
+        {12, 8, 3 * 4096 + 8, DCP_EFORMAT, "covers"},  /* data size */
+        {12, 8, ~0ull, DCP_EFORMAT, "covers"},
+        {2, 2, 16 + 12, DCP_EFORMAT, "holds 12 bytes"}, /* shorter */
+        {2, 2, 15, DCP_EFORMAT, "19 bytes"},             /* below the head */
+        {2, 2, 0xFFFF, DCP_EFORMAT, "running past"},
+        {2, 2, 16 + 17, DCP_EFORMAT, "running past"},
+        {20, 1, 0x5A, DCP_ECORRUPT, "do not combine"}, /* a CRC */
+        {32, 4, 0x80000000u, DCP_ECORRUPT, "do not combine"},
+    };
+    ASSERT(f > 0 && copy);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        memcpy(copy, item, len);
+        /* Little-endian v written there (CRC cases: XORed into it). */
+        for (int k = 0; k < cases[i].width; k++) {
+            uint8_t v = (uint8_t)(cases[i].v >> (8 * k));
+            if (cases[i].rc == DCP_ECORRUPT)
+                copy[f + cases[i].at + k] ^= v;
+            else
+                copy[f + cases[i].at + k] = v;
+        }
+        ASSERT_RC(open_mem(&a, copy, len, &err), cases[i].rc);
+        if (!contains(err.msg, cases[i].msg))
+            fprintf(stderr, "case %zu: %s\n", i, err.msg);
+        ASSERT(contains(err.msg, cases[i].msg));
+        ASSERT(contains(err.msg, "archive/data/0") ||
+               contains(err.msg, "entry at byte"));
+    }
+    /* Unchanged, it opens. */
+    ASSERT_OK(open_mem(&a, item, len, &err));
+    free(copy);
+    free(item);
+    free(d);
+}
+
 TEST(crc_and_read_errors)
 {
     size_t len;
@@ -2041,6 +2211,8 @@ int main(void)
     RUN(hostile_directory_entries);
     RUN(hostile_names);
     RUN(crc_and_read_errors);
+    RUN(block_crc_field);
+    RUN(hostile_block_crc_fields);
     RUN(allocation_failures);
     RUN(random_byte_flips);
     return TEST_SUMMARY();
