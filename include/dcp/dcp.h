@@ -299,6 +299,16 @@ DCP_API int dcp_ctx_size(const dcp_ctx *ctx);
  * set. Not collective.
  */
 DCP_API uint64_t dcp_ctx_staging_bytes(const dcp_ctx *ctx);
+/*
+ * 1 when this rank's last save on ctx (op DCP_IO_SAVE: dcp_save or
+ * dcp_save_async) reused the plan of the save before it instead of
+ * planning (see "Plan cache" at dcp_save; the same answer on every rank),
+ * 0 when it planned, failed before deciding, or none ran yet. For op
+ * DCP_IO_LOAD: always 0 (load plans are not cached). 0 for a NULL ctx or
+ * an unknown op. Not collective.
+ */
+DCP_API int dcp_ctx_plan_cached(const dcp_ctx *ctx, int op);
+
 /* Which operation dcp_ctx_io_report describes. */
 enum dcp_io_op { DCP_IO_SAVE = 0, DCP_IO_LOAD = 1 };
 
@@ -590,12 +600,22 @@ DCP_API const dcp_value *dcp_state_value(const dcp_state *st, const char *fqn);
 /* Save and load                                                          */
 /* ---------------------------------------------------------------------- */
 
+/* Save flags (dcp_save_options.flags). */
+enum dcp_save_flags {
+    /* Plan this save from scratch, and keep no plan on the context for
+     * the next one (see "Plan cache" at dcp_save). Pass the same flags on
+     * every rank. */
+    DCP_SAVE_NO_PLAN_CACHE = 1 << 0
+};
+
 /* Options for dcp_save. Zero-initialise and set struct_size. */
 typedef struct dcp_save_options {
     uint32_t struct_size;
     /* Skip fsync of data files, .metadata and the directory (faster, not
      * durable; for tests and scratch data only). */
     int no_fsync;
+    /* enum dcp_save_flags (default 0); read when struct_size covers it. */
+    unsigned flags;
 } dcp_save_options;
 
 /*
@@ -632,6 +652,22 @@ typedef struct dcp_save_options {
  * use, every rank writes __<rank>_0.<tag>.distcp instead (one random tag
  * chosen by rank 0), and the old data files are removed only after the
  * commit.
+ *
+ * Plan cache. The context keeps the plan of its last successful save.
+ * When every rank's state has the same structure as then (keys, nesting
+ * paths, kinds, dtypes, global shapes, boxes, the pickled size of each
+ * value; not the tensors' data, not buffer addresses, not the values'
+ * contents) and every rank holds the same values (equal keys and
+ * contents on every rank, as a step counter usually is), the save reuses
+ * it: one small agreement (an allreduce) replaces the gather of the local
+ * plans, rank 0's global plan and the scatter of the assignments. The
+ * checkpoint is byte for byte the one a fresh plan writes (but for its
+ * random save_id): the values' current bytes, the record extents, the
+ * path (another path is fine) and the file names are redone every save.
+ * Any difference on any rank, a value held by some ranks only or with
+ * different contents on different ranks, a failed previous save or
+ * DCP_SAVE_NO_PLAN_CACHE on any rank makes every rank plan afresh, with
+ * every check above. dcp_ctx_plan_cached says which happened.
  *
  * Data goes to the files with O_DIRECT where the filesystem allows it
  * (dcp_ctx_io_report): a host tensor whose buffer is 4096-byte aligned
@@ -676,6 +712,11 @@ typedef struct dcp_request dcp_request;
  * background thread; dcp_request_wait finishes the save. Collective, with
  * the arguments, checks and planning of dcp_save (all done before the call
  * returns, failures agreed on every rank).
+ *
+ * Planning happens during the call: the whole plan exchange, or, when
+ * the plan of the previous save is reused (see "Plan cache" at dcp_save),
+ * one small allreduce and rank 0's directory checks, so that the call's
+ * blocking time is then little more than the staging copy.
  *
  * Threads and MPI. Every communication (the plan exchange here; the
  * agreement on the outcome and the commit of .metadata in

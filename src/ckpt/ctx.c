@@ -115,6 +115,13 @@ int dcp_ctx_io_report(const dcp_ctx *ctx, int op, dcp_io_report *out)
     return DCP_OK;
 }
 
+int dcp_ctx_plan_cached(const dcp_ctx *ctx, int op)
+{
+    if (!ctx || (op != DCP_IO_SAVE && op != DCP_IO_LOAD))
+        return 0;
+    return ctx->plan_cached[op];
+}
+
 void dcp__ctx_clear_report(dcp_ctx *ctx)
 {
     size_t i;

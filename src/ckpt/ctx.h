@@ -14,6 +14,8 @@
 /* Smallest staging budget accepted (dcp_ctx_options.staging_budget). */
 #define DCP__STAGING_MIN ((uint64_t)64 << 10)
 
+struct sv_cache;
+
 struct dcp_ctx {
     struct dcp_err err;
     dcp_comm *comm; /* borrowed; NULL: single process */
@@ -42,6 +44,12 @@ struct dcp_ctx {
     struct stg_arena *arena;
     struct dcp_worker *worker;
     struct dcp_request *inflight;
+    /* Plan cache (save.c): the last successful save's plan, the count of
+     * successful saves (equal on every rank) and whether the last save
+     * (op 0) or load (op 1) reused a cached plan. */
+    struct sv_cache *plan_cache;
+    uint64_t saves;
+    int plan_cached[2];
 };
 
 /* At the start of an API call: clears err, makes the context's storage back
