@@ -622,7 +622,7 @@ static int cache_agree(dcp_ctx *ctx, struct sv_job *job, int *hit)
            dcp__plan_local_same(&job->lp, &c->sblob);
     v[1] = (int64_t)(job->lp.vhash >> 1);
     v[2] = -v[1];
-    v[3] = (int64_t)(ctx->saves >> 1);
+    v[3] = (int64_t)(ctx->saves & INT64_MAX);
     v[4] = -v[3];
     rc = dcp__comm_allreduce_min(ctx->comm, v, 5, &ctx->err);
     *hit = rc == DCP_OK && v[0] == 1 && v[1] == -v[2] && v[3] == -v[4];
