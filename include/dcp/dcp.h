@@ -302,9 +302,10 @@ DCP_API uint64_t dcp_ctx_staging_bytes(const dcp_ctx *ctx);
 /*
  * 1 when this rank's last save on ctx (op DCP_IO_SAVE: dcp_save or
  * dcp_save_async) reused the plan of the save before it instead of
- * planning (see "Plan cache" at dcp_save; the same answer on every rank),
- * 0 when it planned, failed before deciding, or none ran yet. For op
- * DCP_IO_LOAD: always 0 (load plans are not cached). 0 for a NULL ctx or
+ * planning (see "Plan cache" at dcp_save), or its last dcp_load (op
+ * DCP_IO_LOAD) reused the checked .metadata of the load before it (see
+ * "Plan cache" at dcp_load); the same answer on every rank. 0 when it
+ * planned, failed before deciding, or none ran yet; 0 for a NULL ctx or
  * an unknown op. Not collective.
  */
 DCP_API int dcp_ctx_plan_cached(const dcp_ctx *ctx, int op);
@@ -843,6 +844,19 @@ typedef struct dcp_load_options {
  * keys are (missing keys remain DCP_EKEY, as in PyTorch's default load).
  * A CRC error is found while copying: the call fails, and the boxes read
  * so far may hold partial data.
+ *
+ * Plan cache. The context keeps the decoded and checked .metadata of its
+ * last successful load that reported no missing or unexpected key. A
+ * load of the same path with the same flags, whose state has the same
+ * structure on every rank (keys, kinds, dtypes, shapes, boxes, the
+ * pickled size of each value template) and whose .metadata bytes (read
+ * by rank 0 every time) are the same, skips the broadcast, the decoding
+ * and the key checks after one small agreement; any change anywhere (a
+ * new save into path writes a new .metadata) makes every rank decode and
+ * check afresh. The data is read and verified as always. The kept
+ * .metadata costs memory on every rank (about its decoded size) until
+ * the next load or dcp_ctx_free. dcp_ctx_plan_cached says which
+ * happened.
  * Returns, on every rank the same code: DCP_OK, DCP_EINVAL, DCP_ENOENT (no
  * checkpoint in path), DCP_EFORMAT, DCP_EUNSAFE, DCP_ECORRUPT, DCP_EKEY,
  * DCP_EMISMATCH, DCP_ELIMIT, DCP_EIO, DCP_ENOMEM, DCP_ENOTSUP (CUDA

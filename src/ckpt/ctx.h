@@ -15,6 +15,18 @@
 #define DCP__STAGING_MIN ((uint64_t)64 << 10)
 
 struct sv_cache;
+struct dcp_metadata;
+
+/* The load plan cache (load.c): the decoded .metadata of the last
+ * successful load, identified by its bytes' hash and length (id), with
+ * the path, flags and state structure it was checked against. */
+struct ld_cache {
+    int64_t id[2];
+    struct dcp_metadata *md;
+    struct dcp_buf sblob; /* the state's structure (plan.h) */
+    unsigned flags;
+    char *path;
+};
 
 struct dcp_ctx {
     struct dcp_err err;
@@ -48,6 +60,7 @@ struct dcp_ctx {
      * successful saves (equal on every rank) and whether the last save
      * (op 0) or load (op 1) reused a cached plan. */
     struct sv_cache *plan_cache;
+    struct ld_cache *load_cache;
     uint64_t saves;
     int plan_cached[2];
 };
@@ -63,6 +76,9 @@ int dcp__ctx_io_begin(dcp_ctx *ctx, struct io_eng **out);
 void dcp__ctx_io_end(dcp_ctx *ctx, int op);
 /* Resets the report of op to "no data file touched". */
 void dcp__ctx_io_clear(dcp_ctx *ctx, int op);
+/* Frees a load plan cache (NULL: no-op). */
+void dcp__ld_cache_free(struct ld_cache *lc);
+
 /* Empties the last load's report (dcp_load_report). */
 void dcp__ctx_clear_report(dcp_ctx *ctx);
 /* The report's lists, numbered as dcp_load_report's which. */

@@ -8,7 +8,8 @@
  * every rank plan afresh, with the plan's checks (DCP_EPLAN where the
  * change is invalid); asynchronous saves in a loop; an overwrite of the
  * same path (fresh file tag); a failed save leaves no cache;
- * DCP_SAVE_NO_PLAN_CACHE.
+ * DCP_SAVE_NO_PLAN_CACHE; repeated loads reusing the checked .metadata
+ * until the boxes on one rank or the checkpoint change.
  */
 #include <dcp/dcp.h>
 #include <dcp/dcp_mpi.h>
@@ -438,6 +439,41 @@ static void test_fault(void)
     dcp_ctx_free(ctx);
 }
 
+/* Repeated loads of one checkpoint and layout reuse the checked
+ * .metadata on every rank; a change of the boxes on the last rank only,
+ * or a new checkpoint in the path, makes every rank check afresh. */
+static void test_load_cache(void)
+{
+    dcp_ctx *ctx = new_ctx(), *wc = new_ctx();
+    struct rs s;
+    int rc;
+    CHECK_OK(wc, save_step(wc, 50, sub("l"), V_BASE, &nosync));
+    check_load(ctx, sub("l"), 50);
+    CHECK(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD) == 0);
+    check_load(ctx, sub("l"), 50);
+    CHECK(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD) == 1);
+    CHECK(mt_same(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD)));
+    /* The last rank drops its replica of "b": valid, and not cached. */
+    build(&s, 0, V_BOX);
+    rc = dcp_load(ctx, s.st, sub("l"), NULL);
+    drop(&s);
+    CHECK_OK(ctx, rc);
+    CHECK(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD) == 0);
+    CHECK(mt_same(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD)));
+    check_load(ctx, sub("l"), 50);
+    CHECK(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD) == 0);
+    check_load(ctx, sub("l"), 50);
+    CHECK(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD) == 1);
+    /* A new checkpoint in the same path (cached save: a new .metadata). */
+    CHECK_OK(wc, save_step(wc, 51, sub("l"), V_BASE, &nosync));
+    check_load(ctx, sub("l"), 51);
+    CHECK(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD) == 0);
+    check_load(ctx, sub("l"), 51);
+    CHECK(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD) == 1);
+    dcp_ctx_free(wc);
+    dcp_ctx_free(ctx);
+}
+
 int main(int argc, char **argv)
 {
     mt_init(&argc, &argv);
@@ -449,11 +485,12 @@ int main(int argc, char **argv)
     RUN(async_loop);
     RUN(overwrite);
     RUN(fault);
+    RUN(load_cache);
     dcp_comm_free(comm);
     if (mt_rank == 0) {
         static const char *dirs[] = {"h1", "h2", "h3", "h3c", "h4", "h5", "h6",
                                      "i0", "i1", "i2", "i3",  "i4", "a0", "a1",
-                                     "a2", "a3", "a4", "o",   "f"};
+                                     "a2", "a3", "a4", "o",   "f",  "l"};
         size_t i;
         for (i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
             rm_dir(sub(dirs[i]));

@@ -1,8 +1,10 @@
 /*
- * The save plan cache in one process (no communicator): the structure
- * comparison of local plans (value contents ignored, value sizes and
- * boxes not), a cached second save writing the bytes of a fresh one, a
- * changed box planning afresh, and a failed save leaving no cache. The
+ * The save and load plan caches in one process (no communicator): the
+ * structure comparison of local plans (value contents ignored, value
+ * sizes and boxes not), a cached second save writing the bytes of a fresh
+ * one, a changed box planning afresh, a failed save leaving no cache; a
+ * repeated load reusing the checked .metadata until the checkpoint, the
+ * boxes, the path or the flags change or a load fails. The
  * MPI side (a change on one rank, async loops, overwrite) is
  * tests/mpi/mpi_plancache.c.
  */
@@ -208,6 +210,66 @@ TEST(failure_drops_cache)
     dcp_ctx_free(ctx);
 }
 
+/* The load plan cache: reused for the same checkpoint and layout, not
+ * for a new .metadata, other boxes, another path or other flags, nor after
+ * a failed load. */
+TEST(load_cache)
+{
+    dcp_ctx *ctx = NULL, *wc = NULL;
+    dcp_load_options nv = {sizeof(dcp_load_options), DCP_LOAD_NO_VERIFY};
+    dcp_state *st;
+    int64_t four = 4, zero = 0;
+    float extra[4];
+    ASSERT_OK(dcp_ctx_create(&ctx, NULL, NULL));
+    ASSERT_OK(dcp_ctx_create(&wc, NULL, NULL));
+    ASSERT_OK(save(wc, 1, 3, sub("l"), &nosync));
+    ASSERT_OK(save(wc, 1, 3, sub("l2"), &nosync));
+    check_load(ctx, sub("l"), 1);
+    ASSERT_EQ(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD), 0);
+    check_load(ctx, sub("l"), 1);
+    ASSERT_EQ(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD), 1);
+    check_load(ctx, sub("l"), 1);
+    ASSERT_EQ(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD), 1);
+    ASSERT_EQ(dcp_ctx_plan_cached(ctx, DCP_IO_SAVE), 0);
+    /* A new checkpoint in the same path: a new .metadata. */
+    ASSERT_OK(save(wc, 2, 3, sub("l"), &nosync));
+    check_load(ctx, sub("l"), 2);
+    ASSERT_EQ(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD), 0);
+    check_load(ctx, sub("l"), 2);
+    ASSERT_EQ(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD), 1);
+    /* Another path holding the same bytes but for save_id. */
+    check_load(ctx, sub("l2"), 1);
+    ASSERT_EQ(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD), 0);
+    /* Other flags. */
+    st = make(0, 3);
+    ASSERT(st);
+    ASSERT_OK(dcp_load(ctx, st, sub("l2"), &nv));
+    ASSERT_EQ(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD), 0);
+    dcp_state_free(st);
+    /* Other boxes of the same tensor. */
+    st = make(0, 2);
+    ASSERT(st);
+    ASSERT_OK(dcp_load(ctx, st, sub("l2"), NULL));
+    ASSERT_EQ(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD), 0);
+    ASSERT_OK(dcp_load(ctx, st, sub("l2"), NULL));
+    ASSERT_EQ(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD), 1);
+    dcp_state_free(st);
+    /* A failed load (a missing key) keeps nothing. */
+    st = make(0, 3);
+    ASSERT(st);
+    ASSERT_OK(dcp_state_add_tensor(st, "extra", DCP_F32, 1, &four, &zero, &four,
+                                   extra, DCP_MEM_HOST));
+    ASSERT_RC(dcp_load(ctx, st, sub("l2"), NULL), DCP_EKEY);
+    ASSERT_EQ(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD), 0);
+    dcp_state_free(st);
+    check_load(ctx, sub("l2"), 1);
+    ASSERT_EQ(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD), 0);
+    check_load(ctx, sub("l2"), 1);
+    ASSERT_EQ(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD), 1);
+    dcp_ctx_free(wc);
+    dcp_ctx_free(ctx);
+}
+
 int main(void)
 {
     char cmd[400];
@@ -218,6 +280,7 @@ int main(void)
     RUN(structure_compare);
     RUN(cached_save_bytes);
     RUN(failure_drops_cache);
+    RUN(load_cache);
     rc = TEST_SUMMARY();
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
     if (system(cmd) != 0)
