@@ -813,7 +813,11 @@ enum dcp_load_flags {
      * PyTorch's default: dcp.load with DefaultLoadPlanner loads a subset
      * of a checkpoint but fails on a key it cannot find. (A library older
      * than this flag ignores the bit and stays strict.) */
-    DCP_LOAD_ALLOW_UNEXPECTED = 1 << 3
+    DCP_LOAD_ALLOW_UNEXPECTED = 1 << 3,
+    /* Decode and check .metadata afresh, and keep nothing on the context
+     * for the next load (see "Plan cache" at dcp_load). (A library older
+     * than this flag ignores the bit and has no cache.) */
+    DCP_LOAD_NO_PLAN_CACHE = 1 << 4
 };
 
 /* Options for dcp_load. Zero-initialise and set struct_size. */
@@ -855,8 +859,8 @@ typedef struct dcp_load_options {
  * new save into path writes a new .metadata) makes every rank decode and
  * check afresh. The data is read and verified as always. The kept
  * .metadata costs memory on every rank (about its decoded size) until
- * the next load or dcp_ctx_free. dcp_ctx_plan_cached says which
- * happened.
+ * the next load or dcp_ctx_free; DCP_LOAD_NO_PLAN_CACHE disables it.
+ * dcp_ctx_plan_cached says which happened.
  * Returns, on every rank the same code: DCP_OK, DCP_EINVAL, DCP_ENOENT (no
  * checkpoint in path), DCP_EFORMAT, DCP_EUNSAFE, DCP_ECORRUPT, DCP_EKEY,
  * DCP_EMISMATCH, DCP_ELIMIT, DCP_EIO, DCP_ENOMEM, DCP_ENOTSUP (CUDA

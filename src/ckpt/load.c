@@ -298,8 +298,9 @@ static int read_metadata_bytes(dcp_ctx *ctx, const char *path, uint8_t **p,
  * (this rank matches; its cached identity as min and max; rank 0's
  * current identity). A changed .metadata (every save writes a new
  * save_id) or any difference on any rank makes every rank decode and
- * check afresh. The cache is taken off the context at the start and given
- * back on success only. The data files are read and their CRCs checked
+ * check afresh, as does DCP_LOAD_NO_PLAN_CACHE (which keeps nothing). The
+ * cache is taken off the context at the start and given back on success
+ * only. The data files are read and their CRCs checked
  * as on any load.
  */
 
@@ -330,7 +331,8 @@ static int ld_cache_agree(dcp_ctx *ctx, const struct ld_cache *lc,
 {
     struct dcp_err ignore;
     int64_t v[7];
-    int rc, match = lc && !strcmp(lc->path, path) && lc->flags == flags;
+    int rc, match = lc && !strcmp(lc->path, path) && lc->flags == flags &&
+                    !(flags & DCP_LOAD_NO_PLAN_CACHE);
     *hit = 0;
     dcp__err_clear(&ignore);
     /* The structure is wanted for the next load too; failing to encode it
@@ -368,7 +370,8 @@ static void ld_cache_keep(dcp_ctx *ctx, struct ld_cache *lc,
 {
     dcp__ld_cache_free(ctx->load_cache);
     ctx->load_cache = NULL;
-    if (ctx->nmissing || ctx->nunexpected || !lp->blob.len) {
+    if (ctx->nmissing || ctx->nunexpected || !lp->blob.len ||
+        (flags & DCP_LOAD_NO_PLAN_CACHE)) {
         dcp__ld_cache_free(lc);
         return;
     }

@@ -217,6 +217,8 @@ TEST(load_cache)
 {
     dcp_ctx *ctx = NULL, *wc = NULL;
     dcp_load_options nv = {sizeof(dcp_load_options), DCP_LOAD_NO_VERIFY};
+    dcp_load_options nocache_load = {sizeof(dcp_load_options),
+                                     DCP_LOAD_NO_PLAN_CACHE};
     dcp_state *st;
     int64_t four = 4, zero = 0;
     float extra[4];
@@ -246,6 +248,17 @@ TEST(load_cache)
     ASSERT_OK(dcp_load(ctx, st, sub("l2"), &nv));
     ASSERT_EQ(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD), 0);
     dcp_state_free(st);
+    /* DCP_LOAD_NO_PLAN_CACHE: not used, and nothing kept. */
+    check_load(ctx, sub("l2"), 1);
+    check_load(ctx, sub("l2"), 1);
+    ASSERT_EQ(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD), 1);
+    st = make(0, 3);
+    ASSERT(st);
+    ASSERT_OK(dcp_load(ctx, st, sub("l2"), &nocache_load));
+    ASSERT_EQ(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD), 0);
+    dcp_state_free(st);
+    check_load(ctx, sub("l2"), 1);
+    ASSERT_EQ(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD), 0);
     /* Other boxes of the same tensor. */
     st = make(0, 2);
     ASSERT(st);
