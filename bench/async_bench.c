@@ -3,17 +3,23 @@
  * floor for a copy of the same bytes, measured in the same run; and the
  * memory a save with a staging budget uses, against that budget.
  *
- *   async_bench [DIR [MIB [RUNS]]]      defaults: /dev/shm/dcp-async-bench,
- *                                       256 MiB, 7 runs
+ *   async_bench [DIR [MIB [RUNS [TENSORS]]]]  defaults:
+ *                         /dev/shm/dcp-async-bench, 256 MiB, 7 runs, 16
  *
- * State: 16 float32 tensors of MIB MiB in all (random content, faulted in)
- * and a value. Each run does, back to back:
+ * State: TENSORS float32 tensors of MIB MiB in all (random content,
+ * faulted in) and a value. Each run does, back to back:
  *  - memcpy: copies every tensor into a buffer of the same total size that
  *    was faulted in beforehand (the floor: an async save must at least
  *    copy the state once);
  *  - async: dcp_save_async into DIR on a context whose staging buffers
  *    were allocated by a warm-up save, timing the call (the blocking time),
- *    then dcp_request_wait (the total, reported for information).
+ *    then dcp_request_wait (the total, reported for information). The
+ *    save reuses the context's cached plan (dcp_ctx_plan_cached, checked),
+ *    as every save after the first with the same structure does;
+ *  - planned: the same on a second context with DCP_SAVE_NO_PLAN_CACHE,
+ *    so that the blocking time includes planning, as a first save's does
+ *    (async_block_ratio_planned; with many tensors the plan is what a
+ *    cached plan saves).
  * async_block_ratio = median(async) / median(memcpy); its min and max are
  * the ratios of the runs' pairs. The warm-up save's blocking time (which
  * allocates and pre-faults the staging buffers) is reported apart.
@@ -34,7 +40,6 @@
 #include <string.h>
 #include <time.h>
 
-#define NT 16
 #define BRUNS 3 /* budgeted saves */
 
 static double now(void)
@@ -115,11 +120,14 @@ int main(int argc, char **argv)
     const char *dir = argc > 1 ? argv[1] : "/dev/shm/dcp-async-bench";
     long mib = argc > 2 ? strtol(argv[2], NULL, 10) : 256;
     int runs = argc > 3 ? (int)strtol(argv[3], NULL, 10) : 7;
-    size_t total = (size_t)mib << 20, each = total / NT, i;
-    int64_t shape[2] = {(int64_t)(each / 4 / 1024), 1024};
-    float *t[NT];
+    int nt = argc > 4 ? (int)strtol(argv[4], NULL, 10) : 16;
+    size_t total = (size_t)mib << 20, each, i;
+    int64_t shape[2] = {0, 1024};
+    float **t;
     unsigned char *dst;
-    double *cp, *blk, *tot, *ratio, warm, t0, t1;
+    double *cp, *blk, *tot, *ratio, *pblk, *pratio, warm, t0, t1;
+    dcp_save_options nocache;
+    dcp_ctx *pctx;
     double bblock[BRUNS], bpeak[BRUNS];
     uint64_t bstaged = 0;
     dcp_ctx *ctx, *bctx;
@@ -128,19 +136,27 @@ int main(int argc, char **argv)
     dcp_request *req;
     long rss0, peak;
     int r;
-    if (mib < 16 || runs < 1) {
-        fprintf(stderr, "usage: async_bench [DIR [MIB>=16 [RUNS]]]\n");
+    if (mib < 16 || runs < 1 || nt < 1 || total / (size_t)nt < 4096) {
+        fprintf(stderr, "usage: async_bench [DIR [MIB>=16 [RUNS [TENSORS, "
+                        "at least 4 KiB each]]]]\n");
         return 2;
     }
+    shape[0] = (int64_t)(total / (size_t)nt / 4 / 1024);
     each = (size_t)shape[0] * 1024 * 4;
-    total = each * NT;
+    t = calloc((size_t)nt, sizeof(*t));
+    pblk = calloc((size_t)runs, sizeof(double));
+    pratio = calloc((size_t)runs, sizeof(double));
+    memset(&nocache, 0, sizeof(nocache));
+    nocache.struct_size = sizeof(nocache);
+    nocache.flags = DCP_SAVE_NO_PLAN_CACHE;
+    total = each * nt;
     cp = calloc((size_t)runs, sizeof(double));
     blk = calloc((size_t)runs, sizeof(double));
     tot = calloc((size_t)runs, sizeof(double));
     ratio = calloc((size_t)runs, sizeof(double));
     if (dcp_state_create(&st) != DCP_OK)
         return 1;
-    for (i = 0; i < NT; i++) {
+    for (i = 0; i < (size_t)nt; i++) {
         char name[32];
         size_t k;
         t[i] = malloc(each);
@@ -156,7 +172,8 @@ int main(int argc, char **argv)
     memset(dst, 1, total); /* faulted in */
 
     /* ---- blocking time against memcpy */
-    if (dcp_ctx_create(&ctx, NULL, NULL) != DCP_OK)
+    if (dcp_ctx_create(&ctx, NULL, NULL) != DCP_OK ||
+        dcp_ctx_create(&pctx, NULL, NULL) != DCP_OK)
         return 1;
     t0 = now();
     if (dcp_save_async(ctx, st, dir, NULL, &req) != DCP_OK)
@@ -165,22 +182,38 @@ int main(int argc, char **argv)
     if (dcp_request_wait(req) != DCP_OK)
         DIE("warm-up wait", ctx);
     dcp_request_free(req);
+    if (dcp_save_async(pctx, st, dir, &nocache, &req) != DCP_OK ||
+        dcp_request_wait(req) != DCP_OK)
+        DIE("warm-up save (planned)", pctx);
+    dcp_request_free(req);
     for (r = 0; r < runs; r++) {
         t0 = now();
-        for (i = 0; i < NT; i++)
+        for (i = 0; i < (size_t)nt; i++)
             memcpy(dst + i * each, t[i], each);
         cp[r] = now() - t0;
         t0 = now();
         if (dcp_save_async(ctx, st, dir, NULL, &req) != DCP_OK)
             DIE("save", ctx);
         t1 = now();
+        if (dcp_ctx_plan_cached(ctx, DCP_IO_SAVE) != 1)
+            DIE("save did not reuse its plan", ctx);
         if (dcp_request_wait(req) != DCP_OK)
             DIE("wait", ctx);
         dcp_request_free(req);
         blk[r] = t1 - t0;
         tot[r] = now() - t0;
         ratio[r] = blk[r] / cp[r];
+        t0 = now();
+        if (dcp_save_async(pctx, st, dir, &nocache, &req) != DCP_OK)
+            DIE("save (planned)", pctx);
+        pblk[r] = now() - t0;
+        pratio[r] = pblk[r] / cp[r];
+        if (dcp_ctx_plan_cached(pctx, DCP_IO_SAVE) != 0 ||
+            dcp_request_wait(req) != DCP_OK)
+            DIE("wait (planned)", pctx);
+        dcp_request_free(req);
     }
+    dcp_ctx_free(pctx);
     if (dcp_ctx_staging_bytes(ctx) < total)
         DIE("staging buffers smaller than the state", ctx);
     dcp_ctx_free(ctx);
@@ -214,15 +247,19 @@ int main(int argc, char **argv)
             "dcp_save_async blocking:    median %.2f ms (%.2f..%.2f); "
             "to completion %.1f ms\n"
             "async_block_ratio:          %.3f (runs %.3f..%.3f)\n"
+            "planned each save:          median %.2f ms, ratio %.3f "
+            "(runs %.3f..%.3f)\n"
             "first save (allocates and pre-faults the staging buffers): "
             "%.2f ms blocking\n"
             "budget %.1f MiB: staging buffers %.1f MiB, peak RSS over the "
             "save %.3f x budget (%.3f..%.3f), blocking %.1f ms\n",
-            (double)total / 1048576.0, NT, runs, dir, median(cp, runs) * 1e3,
+            (double)total / 1048576.0, nt, runs, dir, median(cp, runs) * 1e3,
             vmin(cp, runs) * 1e3, vmax(cp, runs) * 1e3, median(blk, runs) * 1e3,
             vmin(blk, runs) * 1e3, vmax(blk, runs) * 1e3,
             median(tot, runs) * 1e3, median(blk, runs) / median(cp, runs),
-            vmin(ratio, runs), vmax(ratio, runs), warm * 1e3,
+            vmin(ratio, runs), vmax(ratio, runs), median(pblk, runs) * 1e3,
+            median(pblk, runs) / median(cp, runs), vmin(pratio, runs),
+            vmax(pratio, runs), warm * 1e3,
             (double)o.staging_budget / 1048576.0,
             (double)bstaged / 1048576.0, median(bpeak, BRUNS),
             vmin(bpeak, BRUNS), vmax(bpeak, BRUNS),
@@ -231,6 +268,10 @@ int main(int argc, char **argv)
            "\"min\": %.3f, \"max\": %.3f},\n",
            median(blk, runs) / median(cp, runs), vmin(ratio, runs),
            vmax(ratio, runs));
+    printf("  \"async_block_ratio_planned\": {\"value\": %.3f, \"unit\": "
+           "\"x memcpy\", \"min\": %.3f, \"max\": %.3f},\n",
+           median(pblk, runs) / median(cp, runs), vmin(pratio, runs),
+           vmax(pratio, runs));
     printf("  \"async_block_ms\": {\"value\": %.2f, \"unit\": \"ms\", "
            "\"min\": %.2f, \"max\": %.2f},\n",
            median(blk, runs) * 1e3, vmin(blk, runs) * 1e3,
@@ -242,8 +283,11 @@ int main(int argc, char **argv)
            "\"x budget\", \"min\": %.3f, \"max\": %.3f}\n",
            median(bpeak, BRUNS), vmin(bpeak, BRUNS), vmax(bpeak, BRUNS));
     dcp_state_free(st);
-    for (i = 0; i < NT; i++)
+    for (i = 0; i < (size_t)nt; i++)
         free(t[i]);
+    free(t);
+    free(pblk);
+    free(pratio);
     free(dst);
     free(cp);
     free(blk);

@@ -15,7 +15,14 @@
  *    at load;
  *  - load_plan_ms: one rank's load planning with the sharding it saved
  *    with: finding, for each of its T boxes, the stored chunks it overlaps.
- * The JSON printed on stdout has those four keys as
+ *  - plan_cached_seconds: rank 0's part of a second save with the same
+ *    structure, which reuses the first save's plan (save.c's plan cache):
+ *    its new local plan compared with the kept one, the file names redone;
+ *    plan_cached_commit_seconds: that save's finish on rank 0 (extents,
+ *    .metadata encoded: the same work as in every save), checked to give
+ *    the first save's .metadata bytes; plan_cached_kept_gib: the resident
+ *    memory the kept global plan holds on rank 0 between saves.
+ * The JSON printed on stdout has those seven keys as
  * {"value": median, "unit", "min", "max"}.
  *
  * It uses the library's internals (plan.h, meta.h), so it links the static
@@ -41,6 +48,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "hashtab.h"
 #include "meta.h"
 #include "reshard.h"
 #include "plan.h"
@@ -80,19 +88,26 @@ static double wall(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Peak resident set (VmHWM) in bytes, and its reset. */
-static double peak_rss(void)
+/* A field of /proc/self/status (VmHWM:, VmRSS:) in bytes. */
+static double status_bytes(const char *field)
 {
     char line[256];
     double kib = 0;
+    size_t n = strlen(field);
     FILE *f = fopen("/proc/self/status", "r");
     if (!f)
         return 0;
     while (fgets(line, sizeof(line), f))
-        if (strncmp(line, "VmHWM:", 6) == 0)
-            kib = strtod(line + 6, NULL);
+        if (strncmp(line, field, n) == 0)
+            kib = strtod(line + n, NULL);
     (void)fclose(f);
     return kib * 1024.0;
+}
+
+/* Peak resident set (VmHWM) in bytes, and its reset. */
+static double peak_rss(void)
+{
+    return status_bytes("VmHWM:");
 }
 
 static void reset_peak(void)
@@ -140,7 +155,10 @@ static void box_of(const int64_t *s, int nranks, int r, int64_t *off,
     size[1] = s[1];
 }
 
-static int local_plan(int r, int nranks, int ntensors, struct dcp_buf *all)
+/* Rank r's local plan appended to all; with keep, kept there (the value
+ * "step" = step) instead of released. */
+static int local_plan(int r, int nranks, int ntensors, struct dcp_buf *all,
+                      int64_t step, struct pl_local *keep)
 {
     static char dummy[1];
     struct pl_local lp;
@@ -167,43 +185,51 @@ static int local_plan(int r, int nranks, int ntensors, struct dcp_buf *all)
     while (rc == DCP_OK && dcp_state_pop(st) == DCP_OK)
         ;
     if (rc == DCP_OK)
-        rc = dcp_state_add_value(st, "step", dcp_value_int(1000));
+        rc = dcp_state_add_value(st, "step", dcp_value_int(step));
     if (rc == DCP_OK)
         rc = dcp_state_add_value(st, "lr", dcp_value_float(3e-4));
     if (rc == DCP_OK)
         rc = dcp__plan_local(st, &lp, &err);
     if (rc == DCP_OK) {
         rc = dcp__buf_put(all, lp.blob.p, lp.blob.len);
-        dcp__plan_local_release(&lp);
+        if (keep)
+            *keep = lp;
+        else
+            dcp__plan_local_release(&lp);
     }
     dcp_state_free(st);
     return rc;
 }
 
-/* Rank 0's work after the gather: plan, extents back, .metadata bytes. */
-static int coordinate(const uint8_t *blobs, const size_t *lens,
-                      const size_t *displs, int nranks, struct dcp_buf *md_out)
+/* The data file names of a plan, as save.c names them (a cached plan's
+ * are dropped first, as save.c's name_files does at every save). */
+static void name_files(struct pl_global *g, int nranks)
 {
-    struct pl_global g;
+    size_t i;
+    int r;
+    for (i = 0; i < g->md->nfiles; i++)
+        dcp__free(g->md->files[i]);
+    dcp__free(g->md->files);
+    g->md->nfiles = 0;
+    g->md->files = dcp__calloc((size_t)nranks, sizeof(*g->md->files));
+    for (r = 0; r < nranks; r++) {
+        char name[32];
+        (void)snprintf(name, sizeof(name), "__%d_0.distcp", r);
+        g->md->files[g->md->nfiles++] = dcp__strdup(name);
+    }
+}
+
+/* Rank 0's work at the finish: every rank's extents, .metadata bytes. */
+static int commit_side(struct pl_global *g, int nranks, struct dcp_buf *md_out)
+{
     struct dcp_err err;
     struct dcp_buf res = {0};
     uint64_t *offlen = NULL;
     size_t cap = 0;
-    int r, rc;
-    double t0 = now();
+    int r, rc = DCP_OK;
     memset(&err, 0, sizeof(err));
-    rc = dcp__plan_global(blobs, lens, displs, nranks, &g, &err);
-    fprintf(stderr, "  global plan alone: %.2f s\n", now() - t0);
-    if (rc != DCP_OK) {
-        fprintf(stderr, "plan: %s\n", err.msg);
-        return rc;
-    }
-    g.md->files = dcp__calloc((size_t)nranks, sizeof(*g.md->files));
     for (r = 0; rc == DCP_OK && r < nranks; r++) {
-        size_t n = g.recbase[r + 1] - g.recbase[r], i;
-        char name[32];
-        (void)snprintf(name, sizeof(name), "__%d_0.distcp", r);
-        g.md->files[g.md->nfiles++] = dcp__strdup(name);
+        size_t n = g->recbase[r + 1] - g->recbase[r], i;
         if (2 * n > cap) {
             cap = 2 * n;
             offlen = realloc(offlen, cap * sizeof(*offlen));
@@ -215,18 +241,44 @@ static int coordinate(const uint8_t *blobs, const size_t *lens,
         res.len = 0;
         rc = dcp__plan_results_encode(offlen, n, &res);
         if (rc == DCP_OK)
-            rc = dcp__plan_results_apply(&g, r, (uint32_t)r, res.p, res.len,
+            rc = dcp__plan_results_apply(g, r, (uint32_t)r, res.p, res.len,
                                          &err);
     }
-    g.md->save_id = dcp__strdup("plan-sim");
-    g.md->checkpoint_id = dcp__strdup("/ckpt/step-100");
-    fprintf(stderr, "  + extents applied: %.2f s\n", now() - t0);
+    dcp__free(g->md->save_id);
+    dcp__free(g->md->checkpoint_id);
+    g->md->save_id = dcp__strdup("plan-sim");
+    g->md->checkpoint_id = dcp__strdup("/ckpt/step-100");
     if (rc == DCP_OK)
-        rc = dcp__meta_encode(g.md, md_out);
-    fprintf(stderr, "  + encoded: %.2f s\n", now() - t0);
+        rc = dcp__meta_encode(g->md, md_out);
     free(offlen);
     dcp__buf_free(&res);
-    dcp__plan_global_release(&g);
+    return rc;
+}
+
+/* Rank 0's work after the gather: plan, extents back, .metadata bytes.
+ * With keep, the plan is kept there (as the plan cache keeps it). */
+static int coordinate(const uint8_t *blobs, const size_t *lens,
+                      const size_t *displs, int nranks, struct dcp_buf *md_out,
+                      struct pl_global *keep)
+{
+    struct pl_global g;
+    struct dcp_err err;
+    int rc;
+    double t0 = now();
+    memset(&err, 0, sizeof(err));
+    rc = dcp__plan_global(blobs, lens, displs, nranks, &g, &err);
+    fprintf(stderr, "  global plan alone: %.2f s\n", now() - t0);
+    if (rc != DCP_OK) {
+        fprintf(stderr, "plan: %s\n", err.msg);
+        return rc;
+    }
+    name_files(&g, nranks);
+    rc = commit_side(&g, nranks, md_out);
+    fprintf(stderr, "  + extents applied, encoded: %.2f s\n", now() - t0);
+    if (keep)
+        *keep = g;
+    else
+        dcp__plan_global_release(&g);
     return rc;
 }
 
@@ -263,6 +315,65 @@ static size_t load_plan(const struct dcp_metadata *md, int r, int nranks,
         hits += dcp__meta_overlapping(e, off, size, mark);
     }
     return hits;
+}
+
+/*
+ * The second save with the plan cache (save.c): the first save's global
+ * plan kept; rank 0's new local plan (another "step" value) compared with
+ * the structure it kept, the data files named again (pc: what replaces
+ * the gather, the global plan and the scatter on rank 0; the allreduce
+ * that decides is not simulated); then the finish as in every save, the
+ * extents applied and .metadata encoded (pcc), whose bytes must equal the
+ * first save's (fresh_hash).
+ */
+static int second_save(const struct dcp_buf *all, const size_t *lens,
+                       const size_t *displs, int nranks, int ntensors, int reps,
+                       double *pc, double *pcc, uint64_t fresh_hash,
+                       double *kept_gib)
+{
+    double rss;
+    struct pl_global g;
+    struct pl_local lp0, lp1;
+    struct dcp_buf tmp = {0}, sblob = {0}, md = {0};
+    int k, same, rc;
+    rc = coordinate(all->p, lens, displs, nranks, &md, &g);
+    dcp__buf_free(&md);
+    if (rc != DCP_OK)
+        return rc;
+    if (local_plan(0, nranks, ntensors, &tmp, 1000, &lp0) != DCP_OK ||
+        dcp__plan_local_structure(&lp0, &sblob) != DCP_OK)
+        return DCP_ENOMEM;
+    tmp.len = 0;
+    if (local_plan(0, nranks, ntensors, &tmp, 1001, &lp1) != DCP_OK)
+        return DCP_ENOMEM;
+    for (k = 0; k < reps && rc == DCP_OK; k++) {
+        double t1 = now();
+        same = dcp__plan_local_same(&lp1, &sblob);
+        name_files(&g, nranks);
+        pc[k] = now() - t1;
+        t1 = now();
+        rc = commit_side(&g, nranks, &md);
+        pcc[k] = now() - t1;
+        if (!same || dcp__fnv1a64(md.p, md.len) != fresh_hash) {
+            fprintf(stderr, "second save: %s\n",
+                    !same ? "structure differs" : ".metadata differs");
+            rc = DCP_EPLAN;
+        }
+        fprintf(stderr,
+                "second save %d: cached plan %.2f ms, extents + encode "
+                "%.2f s\n",
+                k, pc[k] * 1e3, pcc[k]);
+        dcp__buf_free(&md);
+    }
+    dcp__plan_local_release(&lp0);
+    dcp__plan_local_release(&lp1);
+    dcp__buf_free(&tmp);
+    dcp__buf_free(&sblob);
+    rss = status_bytes("VmRSS:");
+    dcp__plan_global_release(&g);
+    *kept_gib = (rss - status_bytes("VmRSS:")) / (1024.0 * 1024.0 * 1024.0);
+    fprintf(stderr, "the kept global plan: %.2f GiB resident\n", *kept_gib);
+    return rc;
 }
 
 /*
@@ -339,7 +450,9 @@ int main(int argc, char **argv)
     int reps = argc > 3 ? atoi(argv[3]) : 3, r, k;
     struct dcp_buf all = {0};
     size_t *lens, *displs;
-    double t0, *ps, *pk, *ds, *lp;
+    double t0, *ps, *pk, *ds, *lp, *pc, *pcc;
+    uint64_t fresh_hash = 0;
+    double kept = 0;
     const char *clk = getenv("PLAN_SIM_CLOCK");
     if (clk && strcmp(clk, "cpu") == 0)
         sim_clock = CLOCK_PROCESS_CPUTIME_ID;
@@ -354,11 +467,13 @@ int main(int argc, char **argv)
     pk = calloc((size_t)reps, sizeof(double));
     ds = calloc((size_t)reps, sizeof(double));
     lp = calloc((size_t)reps, sizeof(double));
+    pc = calloc((size_t)reps, sizeof(double));
+    pcc = calloc((size_t)reps, sizeof(double));
     t0 = now();
     if (!load_blobs(nranks, ntensors, &all, lens, displs)) {
         for (r = 0; r < nranks; r++) {
             displs[r] = all.len;
-            if (local_plan(r, nranks, ntensors, &all) != DCP_OK) {
+            if (local_plan(r, nranks, ntensors, &all, 1000, NULL) != DCP_OK) {
                 fprintf(stderr, "local plan of rank %d failed\n", r);
                 return 1;
             }
@@ -377,10 +492,12 @@ int main(int argc, char **argv)
         reset_peak();
         t1 = now();
         w1 = wall();
-        if (coordinate(all.p, lens, displs, nranks, &md) != DCP_OK)
+        if (coordinate(all.p, lens, displs, nranks, &md, NULL) != DCP_OK)
             return 1;
         ps[k] = now() - t1;
         pw = wall() - w1;
+        if (k == 0)
+            fresh_hash = dcp__fnv1a64(md.p, md.len);
         if (k == 0 && getenv("PLAN_SIM_DUMP")) { /* for byte comparisons */
             FILE *f = fopen(getenv("PLAN_SIM_DUMP"), "wb");
             if (!f || fwrite(md.p, 1, md.len, f) != md.len || fclose(f))
@@ -407,11 +524,17 @@ int main(int argc, char **argv)
         dcp__meta_free(dec);
         dcp__buf_free(&md);
     }
+    if (second_save(&all, lens, displs, nranks, ntensors, reps, pc, pcc,
+                    fresh_hash, &kept) != DCP_OK)
+        return 1;
     printf("{\n");
     stat_json("plan_sim_seconds", ps, reps, "s", 0);
     stat_json("plan_sim_peak_gib", pk, reps, "GiB", 0);
     stat_json("metadata_decode_seconds", ds, reps, "s", 0);
-    stat_json("load_plan_ms", lp, reps, "ms", 1);
+    stat_json("load_plan_ms", lp, reps, "ms", 0);
+    stat_json("plan_cached_seconds", pc, reps, "s", 0);
+    stat_json("plan_cached_commit_seconds", pcc, reps, "s", 0);
+    stat_json("plan_cached_kept_gib", &kept, 1, "GiB", 1);
     printf("}\n");
     dcp__buf_free(&all);
     free(lens);
@@ -420,5 +543,7 @@ int main(int argc, char **argv)
     free(pk);
     free(ds);
     free(lp);
+    free(pc);
+    free(pcc);
     return 0;
 }

@@ -339,6 +339,8 @@ ROWS = [
     ("async_save_gbps_gpt2_4rank", "dcp_save_async to completion, 4 ranks"),
     ("async_block_ratio", "dcp_save_async blocking time / memcpy of the "
      "same bytes (bench/async_bench: 16 tensors, 256 MiB, tmpfs)"),
+    ("async_block_ratio_planned", "the same with DCP_SAVE_NO_PLAN_CACHE: "
+     "planning inside the blocking time, as in a first save"),
     ("async_block_ms", "dcp_save_async blocking time"),
     ("async_memcpy_ms", "memcpy of the same bytes"),
     ("async_budget_peak_ratio", "save with staging_budget = 1/8 of the "

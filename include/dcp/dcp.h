@@ -299,6 +299,17 @@ DCP_API int dcp_ctx_size(const dcp_ctx *ctx);
  * set. Not collective.
  */
 DCP_API uint64_t dcp_ctx_staging_bytes(const dcp_ctx *ctx);
+/*
+ * 1 when this rank's last save on ctx (op DCP_IO_SAVE: dcp_save or
+ * dcp_save_async) reused the plan of the save before it instead of
+ * planning (see "Plan cache" at dcp_save), or its last dcp_load (op
+ * DCP_IO_LOAD) reused the checked .metadata of the load before it (see
+ * "Plan cache" at dcp_load); the same answer on every rank. 0 when it
+ * planned, failed before deciding, or none ran yet; 0 for a NULL ctx or
+ * an unknown op. Not collective.
+ */
+DCP_API int dcp_ctx_plan_cached(const dcp_ctx *ctx, int op);
+
 /* Which operation dcp_ctx_io_report describes. */
 enum dcp_io_op { DCP_IO_SAVE = 0, DCP_IO_LOAD = 1 };
 
@@ -703,12 +714,22 @@ DCP_API const dcp_value *dcp_state_value(const dcp_state *st, const char *fqn);
 /* Save and load                                                          */
 /* ---------------------------------------------------------------------- */
 
+/* Save flags (dcp_save_options.flags). */
+enum dcp_save_flags {
+    /* Plan this save from scratch, and keep no plan on the context for
+     * the next one (see "Plan cache" at dcp_save). Pass the same flags on
+     * every rank. */
+    DCP_SAVE_NO_PLAN_CACHE = 1 << 0
+};
+
 /* Options for dcp_save. Zero-initialise and set struct_size. */
 typedef struct dcp_save_options {
     uint32_t struct_size;
     /* Skip fsync of data files, .metadata and the directory (faster, not
      * durable; for tests and scratch data only). */
     int no_fsync;
+    /* enum dcp_save_flags (default 0); read when struct_size covers it. */
+    unsigned flags;
 } dcp_save_options;
 
 /*
@@ -745,6 +766,26 @@ typedef struct dcp_save_options {
  * use, every rank writes __<rank>_0.<tag>.distcp instead (one random tag
  * chosen by rank 0), and the old data files are removed only after the
  * commit.
+ *
+ * Plan cache. The context keeps the plan of its last successful save.
+ * When every rank's state has the same structure as then (keys, nesting
+ * paths, kinds, dtypes, global shapes, boxes, the pickled size of each
+ * value; not the tensors' data, not buffer addresses, not the values'
+ * contents) and every rank holds the same values (equal keys and
+ * contents on every rank, as a step counter usually is), the save reuses
+ * it: one small agreement (an allreduce) replaces the gather of the local
+ * plans, rank 0's global plan and the scatter of the assignments. The
+ * checkpoint is byte for byte the one a fresh plan writes (but for its
+ * random save_id): the values' current bytes, the record extents, the
+ * path (another path is fine) and the file names are redone every save.
+ * Any difference on any rank, a value held by some ranks only or with
+ * different contents on different ranks, a failed previous save or
+ * DCP_SAVE_NO_PLAN_CACHE on any rank makes every rank plan afresh, with
+ * every check above. dcp_ctx_plan_cached says which happened. The kept
+ * plan costs memory between saves: on each rank a copy of its local plan
+ * (tens of bytes per box) and its assignment; on rank 0 the whole global
+ * plan (about 1 GiB at 4096 ranks x 2000 tensors, bench/RESULTS.md);
+ * a save with DCP_SAVE_NO_PLAN_CACHE, or dcp_ctx_free, frees it.
  *
  * Data goes to the files with O_DIRECT where the filesystem allows it
  * (dcp_ctx_io_report): a host tensor whose buffer is 4096-byte aligned
@@ -789,6 +830,11 @@ typedef struct dcp_request dcp_request;
  * background thread; dcp_request_wait finishes the save. Collective, with
  * the arguments, checks and planning of dcp_save (all done before the call
  * returns, failures agreed on every rank).
+ *
+ * Planning happens during the call: the whole plan exchange, or, when
+ * the plan of the previous save is reused (see "Plan cache" at dcp_save),
+ * one small allreduce and rank 0's directory checks, so that the call's
+ * blocking time is then little more than the staging copy.
  *
  * Threads and MPI. Every communication (the plan exchange here; the
  * agreement on the outcome and the commit of .metadata in
@@ -880,7 +926,11 @@ enum dcp_load_flags {
      * PyTorch's default: dcp.load with DefaultLoadPlanner loads a subset
      * of a checkpoint but fails on a key it cannot find. (A library older
      * than this flag ignores the bit and stays strict.) */
-    DCP_LOAD_ALLOW_UNEXPECTED = 1 << 3
+    DCP_LOAD_ALLOW_UNEXPECTED = 1 << 3,
+    /* Decode and check .metadata afresh, and keep nothing on the context
+     * for the next load (see "Plan cache" at dcp_load). (A library older
+     * than this flag ignores the bit and has no cache.) */
+    DCP_LOAD_NO_PLAN_CACHE = 1 << 4
 };
 
 /* Options for dcp_load. Zero-initialise and set struct_size. */
@@ -911,6 +961,19 @@ typedef struct dcp_load_options {
  * keys are (missing keys remain DCP_EKEY, as in PyTorch's default load).
  * A CRC error is found while copying: the call fails, and the boxes read
  * so far may hold partial data.
+ *
+ * Plan cache. The context keeps the decoded and checked .metadata of its
+ * last successful load that reported no missing or unexpected key. A
+ * load of the same path with the same flags, whose state has the same
+ * structure on every rank (keys, kinds, dtypes, shapes, boxes, the
+ * pickled size of each value template) and whose .metadata bytes (read
+ * by rank 0 every time) are the same, skips the broadcast, the decoding
+ * and the key checks after one small agreement; any change anywhere (a
+ * new save into path writes a new .metadata) makes every rank decode and
+ * check afresh. The data is read and verified as always. The kept
+ * .metadata costs memory on every rank (about its decoded size) until
+ * the next load or dcp_ctx_free; DCP_LOAD_NO_PLAN_CACHE disables it.
+ * dcp_ctx_plan_cached says which happened.
  * Returns, on every rank the same code: DCP_OK, DCP_EINVAL, DCP_ENOENT (no
  * checkpoint in path), DCP_EFORMAT, DCP_EUNSAFE, DCP_ECORRUPT, DCP_EKEY,
  * DCP_EMISMATCH, DCP_ELIMIT, DCP_EIO, DCP_ENOMEM, DCP_ENOTSUP (CUDA

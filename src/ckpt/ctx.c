@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "meta.h"
+
 int dcp_ctx_create(dcp_ctx **out, dcp_comm *comm, const dcp_ctx_options *opts)
 {
     dcp_ctx *ctx;
@@ -113,6 +115,23 @@ int dcp_ctx_io_report(const dcp_ctx *ctx, int op, dcp_io_report *out)
     out->files = s->files;
     out->buffer_bytes = s->buffer_bytes;
     return DCP_OK;
+}
+
+void dcp__ld_cache_free(struct ld_cache *lc)
+{
+    if (!lc)
+        return;
+    dcp__meta_free(lc->md);
+    dcp__buf_free(&lc->sblob);
+    dcp__free(lc->path);
+    dcp__free(lc);
+}
+
+int dcp_ctx_plan_cached(const dcp_ctx *ctx, int op)
+{
+    if (!ctx || (op != DCP_IO_SAVE && op != DCP_IO_LOAD))
+        return 0;
+    return ctx->plan_cached[op];
 }
 
 void dcp__ctx_clear_report(dcp_ctx *ctx)

@@ -39,6 +39,20 @@ void dcp__ph_end(struct dcp__phrec *r, int phase, double t0, uint64_t bytes);
 /* Emits PROGRESS with bytes done so far. */
 void dcp__ph_progress(const struct dcp__phrec *r, int phase, uint64_t bytes);
 
+struct sv_cache;
+struct dcp_metadata;
+
+/* The load plan cache (load.c): the decoded .metadata of the last
+ * successful load, identified by its bytes' hash and length (id), with
+ * the path, flags and state structure it was checked against. */
+struct ld_cache {
+    int64_t id[2];
+    struct dcp_metadata *md;
+    struct dcp_buf sblob; /* the state's structure (plan.h) */
+    unsigned flags;
+    char *path;
+};
+
 struct dcp_ctx {
     struct dcp_err err;
     dcp_comm *comm; /* borrowed; NULL: single process */
@@ -75,6 +89,13 @@ struct dcp_ctx {
     int ph_done[2];
     dcp_event_fn ev_fn;
     void *ev_arg;
+    /* Plan cache (save.c): the last successful save's plan, the count of
+     * successful saves (equal on every rank) and whether the last save
+     * (op 0) or load (op 1) reused a cached plan. */
+    struct sv_cache *plan_cache;
+    struct ld_cache *load_cache;
+    uint64_t saves;
+    int plan_cached[2];
 };
 
 /* At the start of an API call: clears err, makes the context's storage back
@@ -88,6 +109,9 @@ int dcp__ctx_io_begin(dcp_ctx *ctx, struct io_eng **out);
 void dcp__ctx_io_end(dcp_ctx *ctx, int op);
 /* Resets the report of op to "no data file touched". */
 void dcp__ctx_io_clear(dcp_ctx *ctx, int op);
+/* Frees a load plan cache (NULL: no-op). */
+void dcp__ld_cache_free(struct ld_cache *lc);
+
 /* Empties the last load's report (dcp_load_report). */
 void dcp__ctx_clear_report(dcp_ctx *ctx);
 /* The report's lists, numbered as dcp_load_report's which. */

@@ -22,6 +22,7 @@
 #include "comm.h"
 #include "cuda.h"
 #include "meta.h"
+#include "plan.h"
 #include "read.h"
 #include "request.h"
 #include "state.h"
@@ -285,9 +286,123 @@ static int read_metadata_bytes(dcp_ctx *ctx, const char *path, uint8_t **p,
     return DCP_OK;
 }
 
+/*
+ * Load plan cache. The context keeps the decoded .metadata of its last
+ * successful load that reported no missing or unexpected key, with what
+ * it was checked against. A load of the same path with the same flags,
+ * whose state has the same structure on every rank (plan.h: keys, kinds,
+ * dtypes, shapes, boxes, value sizes) and whose .metadata bytes, read by
+ * rank 0 as always, have the cached identity (hash and length), reuses
+ * it: no broadcast of the bytes, no decode, no key checks (their outcome
+ * depends on nothing else). One allreduce decides on every rank alike:
+ * (this rank matches; its cached identity as min and max; rank 0's
+ * current identity). A changed .metadata (every save writes a new
+ * save_id) or any difference on any rank makes every rank decode and
+ * check afresh, as does DCP_LOAD_NO_PLAN_CACHE (which keeps nothing). The
+ * cache is taken off the context at the start and given back on success
+ * only. The data files are read and their CRCs checked
+ * as on any load.
+ */
+
+/* An identity of .metadata's bytes: a 64-bit multiply-xor hash, 8 bytes
+ * a step (rank 0 hashes every load's bytes: FNV-1a's byte steps would
+ * cost about a second at 887 MiB). */
+static uint64_t bytes_id(const uint8_t *p, size_t n)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ (uint64_t)n, w;
+    size_t i;
+    for (i = 0; i + 8 <= n; i += 8) {
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h;
+}
+
+static int ld_cache_agree(dcp_ctx *ctx, const struct ld_cache *lc,
+                          const dcp_state *st, const char *path, unsigned flags,
+                          const uint8_t *bytes, size_t len, struct pl_local *lp,
+                          int64_t id[2], int *hit)
+{
+    struct dcp_err ignore;
+    int64_t v[7];
+    int rc, match = lc && !strcmp(lc->path, path) && lc->flags == flags &&
+                    !(flags & DCP_LOAD_NO_PLAN_CACHE);
+    *hit = 0;
+    dcp__err_clear(&ignore);
+    /* The structure is wanted for the next load too; failing to encode it
+     * only loses the cache. */
+    if (dcp__plan_local(st, lp, &ignore) != DCP_OK)
+        match = 0;
+    else if (match)
+        match = dcp__plan_local_same(lp, &lc->sblob);
+    /* Rank 0's bytes' identity reaches every rank through the minimum
+     * (the others pass the largest value). */
+    v[0] = match;
+    v[1] = lc ? lc->id[0] : -1;
+    v[2] = -v[1];
+    v[3] = lc ? lc->id[1] : -1;
+    v[4] = -v[3];
+    v[5] = v[6] = INT64_MAX;
+    if (ctx->rank == 0) {
+        uint64_t h = bytes_id(bytes, len);
+        v[5] = (int64_t)(h >> 1);
+        v[6] = (int64_t)((((uint64_t)len << 1) | (h & 1)) & INT64_MAX);
+    }
+    rc = dcp__comm_allreduce_min(ctx->comm, v, 7, &ctx->err);
+    id[0] = v[5];
+    id[1] = v[6];
+    *hit = rc == DCP_OK && v[0] == 1 && v[1] == -v[2] && v[3] == -v[4] &&
+           v[1] == v[5] && v[3] == v[6];
+    return rc;
+}
+
+/* After a load that succeeded on every rank: md (taken) becomes the
+ * context's cache, when nothing was reported missing or unexpected. */
+static void ld_cache_keep(dcp_ctx *ctx, struct ld_cache *lc,
+                          struct dcp_metadata **md, const struct pl_local *lp,
+                          const char *path, unsigned flags, const int64_t id[2])
+{
+    dcp__ld_cache_free(ctx->load_cache);
+    ctx->load_cache = NULL;
+    if (ctx->nmissing || ctx->nunexpected || !lp->blob.len ||
+        (flags & DCP_LOAD_NO_PLAN_CACHE)) {
+        dcp__ld_cache_free(lc);
+        return;
+    }
+    if (!lc)
+        lc = dcp__calloc(1, sizeof(*lc));
+    if (!lc || dcp__plan_local_structure(lp, &lc->sblob) != DCP_OK) {
+        dcp__ld_cache_free(lc);
+        return;
+    }
+    dcp__free(lc->path);
+    lc->path = dcp__strdup(path);
+    if (!lc->path) {
+        dcp__ld_cache_free(lc);
+        return;
+    }
+    dcp__meta_free(lc->md);
+    lc->md = *md;
+    *md = NULL;
+    lc->flags = flags;
+    lc->id[0] = id[0];
+    lc->id[1] = id[1];
+    ctx->load_cache = lc;
+}
+
 int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
                     const dcp_load_options *opts)
 {
+    struct ld_cache *lc;
+    struct pl_local lp;
+    int64_t id[2] = {0, 0};
+    int hit = 0;
     struct dcp_metadata *md = NULL;
     struct rd_files f;
     uint8_t *bytes = NULL, *got = NULL;
@@ -301,6 +416,10 @@ int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
     ph = &ctx->ph[DCP_IO_LOAD];
     dcp__ctx_begin(ctx);
     dcp__ctx_clear_report(ctx);
+    memset(&lp, 0, sizeof(lp));
+    lc = ctx->load_cache; /* back on the context on success */
+    ctx->load_cache = NULL;
+    ctx->plan_cached[DCP_IO_LOAD] = 0;
     if (!st || !path)
         rc = dcp__err(&ctx->err, DCP_EINVAL, "load: state and path needed");
     if (opts && opts->struct_size >= sizeof(dcp_load_options))
@@ -313,6 +432,19 @@ int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
     if (rc == DCP_OK && ctx->rank == 0)
         rc = read_metadata_bytes(ctx, path, &bytes, &len);
     rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+    if (rc == DCP_OK)
+        rc =
+            ld_cache_agree(ctx, lc, st, path, flags, bytes, len, &lp, id, &hit);
+    if (rc == DCP_OK && hit) {
+        /* The cached plan: no broadcast, no decode, no key checks. */
+        md = lc->md;
+        lc->md = NULL;
+        dcp__free(bytes);
+        bytes = NULL;
+        ctx->plan_cached[DCP_IO_LOAD] = 1;
+        dcp__ph_end(ph, DCP_PHASE_METADATA, t, len);
+        goto read;
+    }
     if (rc == DCP_OK)
         rc = dcp__comm_bcast_blob(ctx->comm, bytes, len, 0, &got, &gotlen,
                                   &ctx->err);
@@ -337,6 +469,7 @@ int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
     dcp__ph_end(ph, DCP_PHASE_VERIFY, t, 0);
     if (rc != DCP_OK)
         goto out;
+read:
     t = dcp__ph_start(ph, DCP_PHASE_READ);
     rc = dcp__rd_open(&f, path, md, &ctx->err);
     if (rc == DCP_OK) {
@@ -346,7 +479,13 @@ int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
     rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
     dcp__ph_end(ph, DCP_PHASE_READ, t,
                 rc == DCP_OK ? ctx->io_last[DCP_IO_LOAD].bytes : 0);
+    if (rc == DCP_OK) {
+        ld_cache_keep(ctx, lc, &md, &lp, path, flags, id);
+        lc = NULL;
+    }
 out:
+    dcp__ld_cache_free(lc);
+    dcp__plan_local_release(&lp);
     dcp__free(bytes);
     dcp__free(got);
     dcp__meta_free(md);

@@ -117,7 +117,7 @@ static int enc_path(struct dcp_buf *b, const struct st_entry *se)
 }
 
 static int enc_entry(struct pl_local *lp, size_t i, const struct st_entry *se,
-                     struct dcp_buf *path, struct dcp_err *err)
+                     struct dcp_buf *path, size_t *capv, struct dcp_err *err)
 {
     struct dcp_buf *b = &lp->blob;
     size_t klen = strlen(se->key), j;
@@ -143,7 +143,19 @@ static int enc_entry(struct pl_local *lp, size_t i, const struct st_entry *se,
             return dcp__err(err, rc, "cannot encode value '%s'", se->key);
         rc = put_uv(b, pk->len);
         if (rc == DCP_OK)
-            rc = dcp__buf_put_le64(b, dcp__fnv1a64(pk->p, pk->len));
+            rc = dcp__grow_huge((void **)&lp->vpos, capv, *capv, lp->nvpos + 1,
+                                sizeof(*lp->vpos), 64);
+        if (rc == DCP_OK) {
+            uint64_t h = dcp__fnv1a64(pk->p, pk->len);
+            uint8_t le[8];
+            int k;
+            for (k = 0; k < 8; k++)
+                le[k] = (uint8_t)(h >> (8 * k));
+            lp->vpos[lp->nvpos++] = b->len;
+            lp->vhash = dcp__fnv1a64_add(lp->vhash, se->key, klen + 1);
+            lp->vhash = dcp__fnv1a64_add(lp->vhash, le, sizeof(le));
+            rc = dcp__buf_put(b, le, sizeof(le));
+        }
         return rc == DCP_OK ? DCP_OK
                             : dcp__err(err, rc,
                                        "out of memory planning "
@@ -170,9 +182,10 @@ int dcp__plan_local(const dcp_state *st, struct pl_local *lp,
                     struct dcp_err *err)
 {
     struct dcp_buf path = {0};
-    size_t i;
+    size_t i, capv = 0;
     int rc = DCP_OK;
     memset(lp, 0, sizeof(*lp));
+    lp->vhash = DCP__FNV1A64_INIT;
     lp->pickles = dcp__calloc(st->n ? st->n : 1, sizeof(*lp->pickles));
     if (!lp->pickles)
         return dcp__err(err, DCP_ENOMEM, "out of memory planning the save");
@@ -183,7 +196,7 @@ int dcp__plan_local(const dcp_state *st, struct pl_local *lp,
     if (rc != DCP_OK)
         rc = dcp__err(err, rc, "out of memory planning the save");
     for (i = 0; rc == DCP_OK && i < st->n; i++)
-        rc = enc_entry(lp, i, &st->e[i], &path, err);
+        rc = enc_entry(lp, i, &st->e[i], &path, &capv, err);
     dcp__buf_free(&path);
     if (rc != DCP_OK)
         dcp__plan_local_release(lp);
@@ -196,8 +209,39 @@ void dcp__plan_local_release(struct pl_local *lp)
     for (i = 0; lp->pickles && i < lp->n; i++)
         dcp__buf_free(&lp->pickles[i]);
     dcp__free(lp->pickles);
+    dcp__free(lp->vpos);
     dcp__buf_free(&lp->blob);
     memset(lp, 0, sizeof(*lp));
+}
+
+int dcp__plan_local_structure(const struct pl_local *lp, struct dcp_buf *out)
+{
+    size_t i;
+    out->len = 0;
+    if (dcp__buf_put(out, lp->blob.p, lp->blob.len) != DCP_OK)
+        return DCP_ENOMEM;
+    for (i = 0; i < lp->nvpos; i++)
+        memset(out->p + lp->vpos[i], 0, 8);
+    return DCP_OK;
+}
+
+/*
+ * The blob is read front to back by one grammar, so when every byte but
+ * those of lp's value hashes equals s's, s has its value hashes at the
+ * same places: comparing the stretches between them compares structures.
+ */
+int dcp__plan_local_same(const struct pl_local *lp, const struct dcp_buf *s)
+{
+    size_t i, at = 0;
+    if (lp->blob.len != s->len)
+        return 0;
+    for (i = 0; i <= lp->nvpos; i++) {
+        size_t end = i < lp->nvpos ? lp->vpos[i] : lp->blob.len;
+        if (memcmp(lp->blob.p + at, s->p + at, end - at))
+            return 0;
+        at = end + 8;
+    }
+    return 1;
 }
 
 /* -------------------------------------------------- coordinator: parse */

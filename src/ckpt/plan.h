@@ -18,11 +18,28 @@ struct pl_local {
     struct dcp_buf blob;
     struct dcp_buf *pickles; /* one per state entry; empty for tensors */
     size_t n;
+    /* Where the 8-byte hash of each value's pickle lies in blob (ascending):
+     * everything else in blob is the plan's structure, on which the global
+     * plan depends (value sizes included: they weigh in the writer choice). */
+    size_t *vpos;
+    size_t nvpos;
+    /* FNV-1a of every value's key and pickle hash, in state order: equal on
+     * two ranks when they hold the same values with the same contents. */
+    uint64_t vhash;
 };
 
 int dcp__plan_local(const dcp_state *st, struct pl_local *lp,
                     struct dcp_err *err);
 void dcp__plan_local_release(struct pl_local *lp);
+
+/* The structure of lp's blob (a copy with the value hashes zeroed) into
+ * out (emptied first), for dcp__plan_local_same later. DCP_OK or
+ * DCP_ENOMEM. */
+int dcp__plan_local_structure(const struct pl_local *lp, struct dcp_buf *out);
+
+/* 1 when lp's blob has the structure s (from dcp__plan_local_structure):
+ * byte for byte equal but for the value hashes; else 0. */
+int dcp__plan_local_same(const struct pl_local *lp, const struct dcp_buf *s);
 
 /* One record a rank writes: its state entry and box (0 for a value), and
  * the metadata entry and chunk the record becomes. */

@@ -255,6 +255,8 @@ void dcp_ctx_free(dcp_ctx *ctx)
     if (!ctx)
         return;
     dcp__async_ctx_release(ctx);
+    dcp__save_cache_drop(ctx);
+    dcp__ld_cache_free(ctx->load_cache);
     dcp__ctx_clear_report(ctx);
     dcp__io_eng_free(ctx->io);
     dcp__storage_forget(&ctx->storage);

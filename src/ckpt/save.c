@@ -40,6 +40,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdatomic.h>
+#include <stddef.h> /* offsetof */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,6 +299,7 @@ struct coord {
     int old_unknown;          /* there is one, but it could not be read */
     int dirfd;
     int *fidx;          /* per rank: its file's index in md->files, or -1 */
+    char tag[24];       /* the data files' fresh tag, "" when none */
     struct dcp_buf asg; /* every rank's assignment, back to back */
     size_t *alens;
     size_t *adispls;
@@ -315,15 +317,32 @@ static void coord_release(struct coord *co)
     dcp__free(co->adispls);
 }
 
+/* Rank r's data file name, with tag ("" for none). */
+static void file_name(char *out, size_t n, int r, const char *tag)
+{
+    if (*tag)
+        (void)snprintf(out, n, "__%d_0.%.8s.distcp", r, tag);
+    else
+        (void)snprintf(out, n, "__%d_0.distcp", r);
+}
+
 /* Names the data file of every rank that writes: __<r>_0.distcp, or with
- * one fresh tag for all when the committed checkpoint uses such a name. */
+ * one fresh tag for all (co->tag) when the committed checkpoint uses such a
+ * name. A cached plan's previous names are dropped first. */
 static int name_files(struct coord *co, struct dcp_err *err)
 {
     struct dcp_metadata *md = co->g.md;
     const char **old = sorted_files(co->old);
-    size_t nold = co->old ? co->old->nfiles : 0;
-    char name[96], tag[24];
+    size_t nold = co->old ? co->old->nfiles : 0, i;
+    char name[96];
     int r, n = co->g.nranks, need_tag = co->old_unknown, rc = DCP_OK;
+    for (i = 0; i < md->nfiles; i++)
+        dcp__free(md->files[i]);
+    dcp__free(md->files);
+    md->files = NULL;
+    md->nfiles = 0;
+    dcp__free(co->fidx);
+    co->tag[0] = '\0';
     co->fidx = dcp__malloc((size_t)n * sizeof(*co->fidx));
     md->files = dcp__calloc((size_t)n, sizeof(*md->files));
     if (!old || !co->fidx || !md->files) {
@@ -337,15 +356,12 @@ static int name_files(struct coord *co, struct dcp_err *err)
     }
     dcp__free(old);
     if (need_tag)
-        random_tag(tag, sizeof(tag));
+        random_tag(co->tag, sizeof(co->tag));
     for (r = 0; r < n && rc == DCP_OK; r++) {
         co->fidx[r] = -1;
         if (co->g.recbase[r + 1] == co->g.recbase[r])
             continue;
-        if (need_tag)
-            (void)snprintf(name, sizeof(name), "__%d_0.%.8s.distcp", r, tag);
-        else
-            (void)snprintf(name, sizeof(name), "__%d_0.distcp", r);
+        file_name(name, sizeof(name), r, co->tag);
         md->files[md->nfiles] = dcp__strdup(name);
         if (!md->files[md->nfiles])
             rc = dcp__err(err, DCP_ENOMEM, "out of memory");
@@ -373,14 +389,11 @@ static int encode_assignments(struct coord *co, struct dcp_err *err)
 }
 
 /* Step 2 on rank 0: plan, directory, file names, assignments. */
-static int coord_plan(dcp_ctx *ctx, struct coord *co, const char *path,
-                      const uint8_t *blobs, const size_t *lens,
-                      const size_t *displs)
+/* Step 2's directory part on rank 0, with a plan in co->g (new or
+ * cached): the directory, the committed checkpoint there, file names. */
+static int coord_dir(dcp_ctx *ctx, struct coord *co, const char *path)
 {
-    int rc =
-        dcp__plan_global(blobs, lens, displs, ctx->size, &co->g, &ctx->err);
-    if (rc == DCP_OK)
-        rc = dcp__fs_mkdirs(path, &ctx->err);
+    int rc = dcp__fs_mkdirs(path, &ctx->err);
     if (rc == DCP_OK)
         rc = dcp__fs_open_dir(path, &co->dirfd, &ctx->err);
     if (rc != DCP_OK)
@@ -396,7 +409,17 @@ static int coord_plan(dcp_ctx *ctx, struct coord *co, const char *path,
             co->old_unknown = 1;
         }
     }
-    rc = name_files(co, &ctx->err);
+    return name_files(co, &ctx->err);
+}
+
+static int coord_plan(dcp_ctx *ctx, struct coord *co, const char *path,
+                      const uint8_t *blobs, const size_t *lens,
+                      const size_t *displs)
+{
+    int rc =
+        dcp__plan_global(blobs, lens, displs, ctx->size, &co->g, &ctx->err);
+    if (rc == DCP_OK)
+        rc = coord_dir(ctx, co, path);
     return rc == DCP_OK ? encode_assignments(co, &ctx->err) : rc;
 }
 
@@ -415,11 +438,58 @@ static int coord_commit(dcp_ctx *ctx, struct coord *co, const char *path,
     if (rc != DCP_OK)
         return rc;
     random_tag(save_id, sizeof(save_id));
+    dcp__free(md->save_id); /* a cached plan's, from the previous save */
+    dcp__free(md->checkpoint_id);
     md->save_id = dcp__strdup(save_id);
     md->checkpoint_id = dcp__strdup(path);
     if (!md->save_id || !md->checkpoint_id)
         return dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
     return dcp__commit_metadata(co->dirfd, path, md, sync, renamed, &ctx->err);
+}
+
+/* ------------------------------------------------------- plan cache */
+
+/*
+ * The plan of the last successful save on a context, kept for the next
+ * one: when every rank's local plan has the same structure as then (keys,
+ * paths, kinds, dtypes, shapes, boxes, value sizes: everything the global
+ * plan depends on; not the values' contents, not buffer addresses), the
+ * global plan and every assignment are the same, so the save skips the
+ * gather, the global plan and the scatter (dcp__save_begin). What depends
+ * on the path (the directory, the committed checkpoint there, the file
+ * names and their tag) and on the data (record extents, .metadata's
+ * storage fields, its save_id) is redone every save.
+ *
+ * Safety: a save takes the cache off the context at its start and gives
+ * it back only when it succeeded on every rank (the agreed outcome), so a
+ * failed save leaves none; the decision to use it is one allreduce, so
+ * every rank decides alike, and any rank without a matching cache makes
+ * every rank plan afresh.
+ */
+struct sv_cache {
+    struct dcp_buf sblob; /* this rank's local plan, value hashes zeroed */
+    struct pl_rec *recs;  /* this rank's assignment */
+    size_t n;
+    uint64_t gen;       /* ctx->saves when it was kept */
+    struct pl_global g; /* rank 0: the global plan */
+    int *fidx;          /* rank 0: per rank, its file in g.md->files */
+};
+
+static void cache_free(struct sv_cache *c)
+{
+    if (!c)
+        return;
+    dcp__buf_free(&c->sblob);
+    dcp__free(c->recs);
+    dcp__plan_global_release(&c->g);
+    dcp__free(c->fidx);
+    dcp__free(c);
+}
+
+void dcp__save_cache_drop(dcp_ctx *ctx)
+{
+    cache_free(ctx->plan_cache);
+    ctx->plan_cache = NULL;
 }
 
 /* ------------------------------------------------------------ ranks */
@@ -444,6 +514,13 @@ struct sv_job {
     struct stg_pipe *pipe;
     int wrote;    /* the data file was created */
     int finished; /* dcp__save_finish ran: files are settled */
+    /* Plan cache: this rank's assignment (kept for the next save), the
+     * context's cache taken for this save (given back on success), and
+     * DCP_SAVE_NO_PLAN_CACHE. */
+    struct pl_rec *arecs;
+    size_t narecs;
+    struct sv_cache *cache;
+    int nocache;
     /* The context's I/O engine (borrowed; set on the caller's thread, used
      * by the worker only while it writes) and its figures for this save,
      * copied to the context's report at the finish. */
@@ -522,24 +599,157 @@ static int build_recs(struct sv_job *job, const dcp_state *st,
 /* Local preparation after the assignment arrived: decode it, describe the
  * records, open the directory, get the I/O engine ready. A failure here is
  * the job's, agreed on in dcp__save_finish. */
-static int prepare(dcp_ctx *ctx, struct sv_job *job, const dcp_state *st,
-                   const uint8_t *mine, size_t len)
+static int prepare_recs(dcp_ctx *ctx, struct sv_job *job, const dcp_state *st,
+                        struct pl_assign *a)
 {
-    struct pl_assign a;
-    int rc = dcp__plan_assign_decode(mine, len, st, &a, &ctx->err);
-    if (rc != DCP_OK)
-        return rc;
-    rc = build_recs(job, st, &a, &ctx->err);
-    if (rc == DCP_OK && a.n) {
-        job->file = a.file;
-        a.file = NULL;
+    int rc = build_recs(job, st, a, &ctx->err);
+    if (rc == DCP_OK && a->n) {
+        job->file = a->file;
+        a->file = NULL;
         if (job->dirfd < 0)
             rc = dcp__fs_open_dir(job->path, &job->dirfd, &ctx->err);
         if (rc == DCP_OK)
             rc = dcp__ctx_io_begin(ctx, &job->io);
     }
-    dcp__plan_assign_release(&a);
+    job->arecs = a->recs; /* for the plan cache */
+    job->narecs = a->n;
+    a->recs = NULL;
+    dcp__plan_assign_release(a);
     return rc;
+}
+
+static int prepare(dcp_ctx *ctx, struct sv_job *job, const dcp_state *st,
+                   const uint8_t *mine, size_t len)
+{
+    struct pl_assign a;
+    int rc = dcp__plan_assign_decode(mine, len, st, &a, &ctx->err);
+    return rc == DCP_OK ? prepare_recs(ctx, job, st, &a) : rc;
+}
+
+/*
+ * Whether this save reuses the cached plan, on every rank alike: one
+ * allreduce of (this rank's cache matches its local plan, the hash of its
+ * values' contents and the cache's generation, each with its negation for
+ * a maximum). The contents must be equal everywhere, since a new global
+ * plan would check that values held by several ranks are equal: ranks
+ * holding different values (or a changed one on some rank) plan afresh.
+ */
+static int cache_agree(dcp_ctx *ctx, struct sv_job *job, int *hit)
+{
+    const struct sv_cache *c = job->cache;
+    int64_t v[5];
+    int rc;
+    *hit = 0;
+    v[0] = c && !job->nocache && c->gen == ctx->saves &&
+           dcp__plan_local_same(&job->lp, &c->sblob);
+    v[1] = (int64_t)(job->lp.vhash >> 1);
+    v[2] = -v[1];
+    v[3] = (int64_t)(ctx->saves & INT64_MAX);
+    v[4] = -v[3];
+    rc = dcp__comm_allreduce_min(ctx->comm, v, 5, &ctx->err);
+    *hit = rc == DCP_OK && v[0] == 1 && v[1] == -v[2] && v[3] == -v[4];
+    return rc;
+}
+
+static int hex_tag(const uint8_t *p, size_t n, char *out, size_t cap)
+{
+    size_t i;
+    if (n >= cap)
+        return 0;
+    for (i = 0; i < n; i++)
+        if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f')))
+            return 0;
+    if (n)
+        memcpy(out, p, n);
+    out[n] = '\0';
+    return 1;
+}
+
+/*
+ * Step 2 with the cached plan: rank 0 redoes what depends on the path
+ * (directory, committed checkpoint, file names) and broadcasts the files'
+ * tag; each rank takes its assignment from the cache.
+ */
+static int begin_cached(dcp_ctx *ctx, struct sv_job *job, const dcp_state *st)
+{
+    struct sv_cache *c = job->cache;
+    struct pl_assign a;
+    uint8_t *tag = NULL;
+    size_t taglen = 0;
+    char name[96];
+    int rc = DCP_OK;
+    if (ctx->rank == 0) {
+        job->co.g = c->g;
+        memset(&c->g, 0, sizeof(c->g));
+        job->co.fidx = c->fidx;
+        c->fidx = NULL;
+        rc = coord_dir(ctx, &job->co, job->path);
+        if (rc != DCP_OK && ctx->size > 1)
+            (void)dcp__err_prefix(&ctx->err, "rank 0 failed");
+        job->dirfd = job->co.dirfd;
+    }
+    rc = dcp__comm_share_err(ctx->comm, rc, &ctx->err, 0);
+    if (rc == DCP_OK)
+        rc = dcp__comm_bcast_blob(ctx->comm, job->co.tag, strlen(job->co.tag),
+                                  0, &tag, &taglen, &ctx->err);
+    if (rc != DCP_OK)
+        return rc;
+    /* Local from here: a failure is the job's, agreed on at the finish. */
+    memset(&a, 0, sizeof(a));
+    if (ctx->rank != 0 &&
+        !hex_tag(tag, taglen, job->co.tag, sizeof(job->co.tag)))
+        rc = dcp__err(&ctx->err, DCP_EFORMAT,
+                      "corrupt data file tag from rank 0");
+    dcp__free(tag);
+    a.recs = c->recs;
+    a.n = c->n;
+    c->recs = NULL;
+    c->n = 0;
+    file_name(name, sizeof(name), ctx->rank, job->co.tag);
+    a.file = dcp__strdup(a.n ? name : "");
+    if (rc == DCP_OK && !a.file)
+        rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
+    if (rc == DCP_OK)
+        rc = prepare_recs(ctx, job, st, &a);
+    else
+        dcp__plan_assign_release(&a);
+    (void)dcp__save_fail(job, rc, &ctx->err);
+    dcp__err_clear(&ctx->err);
+    return DCP_OK;
+}
+
+/* After a save that succeeded on every rank: its plan becomes the
+ * context's cache. Out of memory here only loses the cache (this rank
+ * then votes against using one, so every rank plans the next save). */
+static void cache_keep(dcp_ctx *ctx, struct sv_job *job)
+{
+    struct sv_cache *c = job->cache;
+    job->cache = NULL;
+    dcp__save_cache_drop(ctx);
+    if (job->nocache) {
+        cache_free(c);
+        return;
+    }
+    if (!c)
+        c = dcp__calloc(1, sizeof(*c));
+    if (!c || dcp__plan_local_structure(&job->lp, &c->sblob) != DCP_OK) {
+        cache_free(c);
+        return;
+    }
+    dcp__free(c->recs);
+    c->recs = job->arecs;
+    c->n = job->narecs;
+    job->arecs = NULL;
+    if (ctx->rank == 0) {
+        dcp__plan_global_release(&c->g);
+        c->g = job->co.g;
+        memset(&job->co.g, 0, sizeof(job->co.g));
+        dcp__free(c->fidx);
+        c->fidx = job->co.fidx;
+        job->co.fidx = NULL;
+    }
+    c->gen = ctx->saves;
+    ctx->plan_cache = c;
 }
 
 void dcp__save_job_free(struct sv_job *job)
@@ -553,6 +763,8 @@ void dcp__save_job_free(struct sv_job *job)
     if (job->dirfd >= 0 && job->dirfd != job->co.dirfd)
         dcp__fs_release(job->dirfd);
     coord_release(&job->co);
+    cache_free(job->cache);
+    dcp__free(job->arecs);
     dcp__plan_local_release(&job->lp);
     for (i = 0; i < job->nrecs; i++)
         dcp__free(job->recs[i].key);
@@ -575,28 +787,54 @@ int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
     const dcp_comm *c = ctx->comm;
     uint8_t *blobs = NULL, *mine = NULL;
     size_t *lens = NULL, *displs = NULL, minelen = 0;
+    int hit = 0;
     *out = NULL;
     dcp__ctx_io_clear(ctx, DCP_IO_SAVE);
+    ctx->plan_cached[DCP_IO_SAVE] = 0;
     if (job) {
         job->dirfd = job->co.dirfd = -1;
         job->sync = 1;
         dcp__ph_reset(&job->ph, DCP_IO_SAVE, ctx->ev_fn, ctx->ev_arg);
         atomic_init(&job->rc, DCP_OK);
+        job->cache = ctx->plan_cache; /* back on the context on success */
+        ctx->plan_cache = NULL;
     }
+    dcp__save_cache_drop(ctx);
     if (rc == DCP_OK && !job)
         rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
     if (rc == DCP_OK && (!st || !path || !*path))
         rc = dcp__err(&ctx->err, DCP_EINVAL, "save: state and path needed");
     if (rc == DCP_OK && !(job->path = dcp__strdup(path)))
         rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
-    if (job && opts && opts->struct_size >= sizeof(dcp_save_options))
+    if (job && opts &&
+        opts->struct_size >= offsetof(dcp_save_options, no_fsync) + sizeof(int))
         job->sync = !opts->no_fsync;
+    if (job && opts &&
+        opts->struct_size >=
+            offsetof(dcp_save_options, flags) + sizeof(opts->flags))
+        job->nocache = (opts->flags & DCP_SAVE_NO_PLAN_CACHE) != 0;
     /* 1. Local plans. */
     if (rc == DCP_OK)
         rc = dcp__plan_local(st, &job->lp, &ctx->err);
     rc = dcp__comm_agree_err(c, rc, &ctx->err);
     if (rc == DCP_OK)
         rc = dcp__comm_same_string(c, path, "checkpoint path", &ctx->err);
+    /* 1b. The plan of the last save, when every rank's still fits. */
+    if (rc == DCP_OK)
+        rc = cache_agree(ctx, job, &hit);
+    if (rc == DCP_OK && hit) {
+        rc = begin_cached(ctx, job, st);
+        if (rc != DCP_OK)
+            goto out;
+        ctx->plan_cached[DCP_IO_SAVE] = 1;
+        *out = job;
+        job = NULL;
+        goto out;
+    }
+    if (job) {
+        cache_free(job->cache);
+        job->cache = NULL;
+    }
     if (rc == DCP_OK)
         rc = dcp__comm_gather_blob(c, job->lp.blob.p, job->lp.blob.len, 0,
                                    &blobs, &lens, &displs, &ctx->err);
@@ -862,6 +1100,10 @@ int dcp__save_finish(dcp_ctx *ctx, struct sv_job *job)
     if (rc != DCP_OK && ctx->size > 1)
         share_renamed(c, &renamed);
     dcp__ph_end(ph, DCP_PHASE_COMMIT, t, 0);
+    if (rc == DCP_OK) {
+        ctx->saves++;
+        cache_keep(ctx, job);
+    }
 out:
     if (rc != DCP_OK && job->wrote && !renamed)
         (void)dcp__fs_unlink(job->dirfd, job->file, NULL);

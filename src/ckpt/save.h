@@ -59,6 +59,9 @@ int dcp__save_failed(struct sv_job *job);
 
 const char *dcp__save_path(const struct sv_job *job);
 
+/* Frees the context's cached save plan (save.c, "plan cache"), if any. */
+void dcp__save_cache_drop(dcp_ctx *ctx);
+
 /* Frees the job (the worker must be done with it); a job that did not
  * finish removes the data file it wrote. NULL: no-op. */
 void dcp__save_job_free(struct sv_job *job);

@@ -53,7 +53,7 @@ static struct {
 } cu;
 
 static int npass, nfail, cur_fail;
-static dcp_save_options nosync = {sizeof(dcp_save_options), 1};
+static dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0};
 
 #define CHECK(c)                                                             \
     do {                                                                     \

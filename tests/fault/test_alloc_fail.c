@@ -2,7 +2,8 @@
  * Allocation failure: for every k, the k-th allocation made by dcp fails
  * (dcp__alloc_fail_once: that one only; dcp__alloc_fail_after: it and all
  * later ones), in: a save over a committed checkpoint, a save into a new
- * directory, a load, the inspection API with dcp_verify, and each parser
+ * directory, a load, a save and a load reusing cached plans, the
+ * inspection API with dcp_verify, and each parser
  * alone (the pickle decoder, the metadata decoder and encoder, the
  * torch.save record reader, the value pickler and unpickler).
  * After each case: the call returned DCP_ENOMEM (or, where the failed
@@ -159,6 +160,47 @@ static const char *check_load(int rc, int injected)
     if (rc == DCP_OK && !rs_equal(&loaded, &olds))
         return "loaded, but wrong data";
     return NULL;
+}
+
+/* ------------------------------------- with the plan caches in use */
+
+/* A save and a load on the context first, so that the run reuses their
+ * plans (save.c, load.c): a failure there must leave no cache that could
+ * be wrong (the next clean run checks the result again). */
+static int cached_runs; /* the first run is every_k's clean one */
+
+static void prep_save_cached(void)
+{
+    dcp_save_options so = {sizeof(so), 1, 0};
+    fresh = 0;
+    prep_save();
+    if (dcp_save(ctx, news.st, dirpath("warm"), &so) != DCP_OK)
+        abort();
+}
+
+/* The clean run must use the cache (or the test tests nothing); an
+ * injected failure may make it plan afresh instead (optional work). */
+static int run_save_cached(void)
+{
+    int rc = run_save();
+    if (cached_runs++ == 0 && !dcp_ctx_plan_cached(ctx, DCP_IO_SAVE))
+        return DCP_EINVAL;
+    return rc;
+}
+
+static void prep_load_cached(void)
+{
+    if (dcp_load(ctx, loaded.st, dirpath("base"), NULL) != DCP_OK)
+        abort();
+    prep_load();
+}
+
+static int run_load_cached(void)
+{
+    int rc = run_load();
+    if (cached_runs++ == 0 && !dcp_ctx_plan_cached(ctx, DCP_IO_LOAD))
+        return DCP_EINVAL;
+    return rc;
 }
 
 /* ------------------------------------------------ inspection, verify */
@@ -339,6 +381,19 @@ TEST(load)
     EVERY_K(op);
 }
 
+TEST(cached_plans)
+{
+    struct op ops[] = {{"save with a cached plan", prep_save_cached,
+                        run_save_cached, check_save},
+                       {"load with a cached plan", prep_load_cached,
+                        run_load_cached, check_load}};
+    size_t i;
+    for (i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+        cached_runs = 0;
+        EVERY_K(ops[i]);
+    }
+}
+
 TEST(inspect_and_verify)
 {
     struct op op = {"inspect + verify", prep_none, run_inspect, check_none};
@@ -393,6 +448,7 @@ int main(void)
     RUN(save_over_committed);
     RUN(save_new_directory);
     RUN(load);
+    RUN(cached_plans);
     RUN(inspect_and_verify);
     RUN(parsers);
     printf("allocation failures: %ld handled\n", nhandled);

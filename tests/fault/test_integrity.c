@@ -557,7 +557,7 @@ static void cost(void)
                              DCP_MEM_HOST))
         abort();
     {
-        dcp_save_options so = {sizeof(so), 1};
+        dcp_save_options so = {sizeof(so), 1, 0};
         if (dcp_save(c2, st, dir, &so))
             abort();
     }
@@ -640,7 +640,7 @@ static int save2_rank(int rank, dcp_comm *comm, void *arg)
     const char *dir = arg;
     struct refstate r;
     dcp_ctx *c;
-    dcp_save_options so = {sizeof(so), 1};
+    dcp_save_options so = {sizeof(so), 1, 0};
     int rc;
     if (dcp_ctx_create(&c, comm, NULL) ||
         rs_build_part(&r, nranks_saved, rank, 2))

@@ -22,7 +22,7 @@
 #include "save.h" /* dcp__save_write_fail_after */
 
 static char root[256];
-static dcp_save_options nosync = {sizeof(dcp_save_options), 1};
+static dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0};
 
 static const char *sub(const char *name)
 {

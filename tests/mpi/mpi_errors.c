@@ -15,7 +15,7 @@
 static dcp_comm *comm;
 static dcp_ctx *ctx;
 static char root[256];
-static dcp_save_options so = {sizeof(dcp_save_options), 1};
+static dcp_save_options so = {sizeof(dcp_save_options), 1, 0};
 
 static const char *sub(const char *name)
 {

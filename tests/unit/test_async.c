@@ -28,7 +28,7 @@
 #include "test.h"
 
 static char root[256];
-static dcp_save_options nosync = {sizeof(dcp_save_options), 1};
+static dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0};
 
 static void make_root(void)
 {
