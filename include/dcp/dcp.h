@@ -90,7 +90,20 @@ DCP_API void dcp_free(void *p);
 /* Element types                                                          */
 /* ---------------------------------------------------------------------- */
 
-/* Tensor element types. Values are fixed forever. */
+/*
+ * Tensor element types: every dtype torch 2.13 can put in a DCP checkpoint
+ * (torch names in dcp_dtype_name). Values are fixed forever; 13 and up
+ * were appended after 0.1.0 (an older library returns 0 from
+ * dcp_dtype_size for them). Multi-byte elements are little-endian.
+ * Complex dtypes hold the real part first, then the imaginary part;
+ * DCP_C32 is torch.complex32 (two float16), DCP_C64 two float32, DCP_C128
+ * two float64. The float8 "fnuz" types have no infinity, no -0 and one NaN
+ * (0x80); float8_e8m0fnu is an exponent only (2^(x-127), 0xFF NaN);
+ * float4_e2m1fn_x2 packs two 4-bit floats in a byte and is loaded and saved
+ * as bytes but never converted (torch does not convert it either).
+ * Conversions (DCP_LOAD_CAST, dcp_convert_elements, export --dtype) are
+ * torch's Tensor.to() on the CPU, bit for bit: see docs/FORMAT.md.
+ */
 typedef enum dcp_dtype {
     DCP_F64 = 1,
     DCP_F32 = 2,
@@ -103,7 +116,17 @@ typedef enum dcp_dtype {
     DCP_I16 = 9,
     DCP_I8 = 10,
     DCP_U8 = 11,
-    DCP_BOOL = 12
+    DCP_BOOL = 12,
+    DCP_C32 = 13,          /* complex32 (torch.chalf) */
+    DCP_C64 = 14,          /* complex64 (torch.cfloat) */
+    DCP_C128 = 15,         /* complex128 (torch.cdouble) */
+    DCP_U16 = 16,          /* uint16 */
+    DCP_U32 = 17,          /* uint32 */
+    DCP_U64 = 18,          /* uint64 */
+    DCP_F8_E4M3FNUZ = 19,  /* float8_e4m3fnuz */
+    DCP_F8_E5M2FNUZ = 20,  /* float8_e5m2fnuz */
+    DCP_F8_E8M0FNU = 21,   /* float8_e8m0fnu (MX block scales) */
+    DCP_F4_E2M1FN_X2 = 22  /* float4_e2m1fn_x2 (bytes only) */
 } dcp_dtype;
 
 /* Bytes per element, or 0 for an unknown dtype. */
@@ -113,8 +136,10 @@ DCP_API size_t dcp_dtype_size(dcp_dtype dt);
  * NULL for an unknown dtype. */
 DCP_API const char *dcp_dtype_name(dcp_dtype dt);
 
-/* Parses a PyTorch dtype name ("float32" or "torch.float32"; also the short
- * names f32, bf16, fp16, ...). Returns DCP_OK or DCP_EINVAL. */
+/* Parses a PyTorch dtype name ("float32" or "torch.float32"; torch's other
+ * names half, float, double, long, int, short, chalf, cfloat, cdouble; the
+ * short names f32, bf16, fp16, u16, c64, f8e4m3, f8e8m0, ...). Returns
+ * DCP_OK or DCP_EINVAL (unknown name, or a NULL argument). Thread-safe. */
 DCP_API int dcp_dtype_from_name(const char *name, dcp_dtype *out);
 
 /* Largest number of tensor dimensions dcp accepts. */

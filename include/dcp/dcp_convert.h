@@ -210,9 +210,15 @@ DCP_API int dcp_load_file(dcp_ctx *ctx, dcp_state *st, const char *file,
 
 /*
  * Converts n elements from src (dtype src_dt) to dst (dtype dst_dt), as
- * torch's Tensor.to() does (round to nearest even, overflow to infinity,
- * float8_e4m3fn saturating, float to integer truncating). Same dtypes copy
- * bytes. Returns DCP_OK, DCP_EINVAL (unknown dtype, NULL with n > 0).
+ * torch 2.13's Tensor.to() does on the CPU, bit for bit (round to nearest
+ * even, narrower-than-float32 targets through float32, overflow to
+ * infinity, float8_e4m3fn saturating, the fnuz float8s overflowing to NaN,
+ * float to integer truncating with x86-64's out-of-range results, integers
+ * wrapping, complex to real taking the real part; docs/FORMAT.md has the
+ * rules). Same dtypes copy bytes. dst and src must not overlap unless
+ * equal with the same dtype. Returns DCP_OK, DCP_EINVAL (unknown dtype,
+ * NULL with n > 0), DCP_ENOTSUP (float4_e2m1fn_x2 to or from another
+ * dtype: torch does not convert it either; nothing is written).
  * Thread safe.
  */
 DCP_API int dcp_convert_elements(void *dst, dcp_dtype dst_dt, const void *src,

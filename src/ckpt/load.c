@@ -21,6 +21,7 @@
 
 #include "comm.h"
 #include "cuda.h"
+#include "dtype.h"
 #include "meta.h"
 #include "plan.h"
 #include "read.h"
@@ -52,6 +53,12 @@ static int check_entry(dcp_ctx *ctx, const struct st_entry *se,
         rc = dcp__err(&ctx->err, DCP_EMISMATCH,
                       "'%s': dtype mismatch: saved %s, requested %s "
                       "(DCP_LOAD_CAST converts)",
+                      se->key, dcp_dtype_name(e->dtype),
+                      dcp_dtype_name(se->dtype));
+    } else if (!dcp__can_convert(se->dtype, e->dtype)) {
+        rc = dcp__err(&ctx->err, DCP_ENOTSUP,
+                      "'%s': cannot cast saved %s to requested %s (torch "
+                      "does not convert it either)",
                       se->key, dcp_dtype_name(e->dtype),
                       dcp_dtype_name(se->dtype));
     }

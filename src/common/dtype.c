@@ -1,7 +1,26 @@
 /*
- * Element conversion. Every value goes through double, which holds every
- * supported dtype exactly except int64 beyond 2^53 (int64 to int64 copies
- * bytes, so only cross-type casts of huge integers round).
+ * The dtype table (sizes, torch names, aliases, the torch.save storage
+ * class and the safetensors name of each dtype) and element conversion,
+ * which does what PyTorch 2.13's Tensor.to() does on the CPU, bit for bit
+ * (tests/unit/test_cast_table.c checks it against a table torch made,
+ * tests/data/cast_table.bin):
+ *
+ *  - float64 <-> float32 and integer -> float64/float32 round once, to
+ *    nearest even (from the 64-bit integer, not through a double);
+ *  - every target narrower than float32 (float16, bfloat16, the float8s) is
+ *    reached through float32, as c10's types are constructed from a float:
+ *    a float64 or an int64 source is rounded twice, then torch's own
+ *    float32 -> small routines (ported below) round to nearest even;
+ *  - float -> integer follows the x86-64 instructions torch's kernels
+ *    compile to: int64 and uint8 truncate to int64 (out of range or NaN:
+ *    INT64_MIN), int32, int16, int8 and uint16 truncate to int32 (out of
+ *    range or NaN: INT32_MIN) and keep the low bits, uint32 keeps the low 32
+ *    bits of the int64, uint64 handles [2^63, 2^64) by subtracting 2^63;
+ *  - integer -> integer keeps the low bits (two's complement);
+ *  - anything -> bool is x != 0 (NaN is true; complex: either part);
+ *  - complex -> real takes the real part, real -> complex has imaginary 0,
+ *    complex -> complex converts each part;
+ *  - float4_e2m1fn_x2 converts to nothing else (torch refuses it too).
  */
 #include "dtype.h"
 
@@ -13,42 +32,78 @@
 #include <string.h>
 
 /* ------------------------------------------------------------- table */
-static const struct {
-    dcp_dtype dt;
-    size_t size;
-    const char *name;
-    const char *alias;
-} dtypes[] = {
-    {DCP_F64, 8, "float64", "f64"},
-    {DCP_F32, 4, "float32", "f32"},
-    {DCP_F16, 2, "float16", "f16"},
-    {DCP_BF16, 2, "bfloat16", "bf16"},
-    {DCP_F8_E4M3FN, 1, "float8_e4m3fn", "f8e4m3"},
-    {DCP_F8_E5M2, 1, "float8_e5m2", "f8e5m2"},
-    {DCP_I64, 8, "int64", "i64"},
-    {DCP_I32, 4, "int32", "i32"},
-    {DCP_I16, 2, "int16", "i16"},
-    {DCP_I8, 1, "int8", "i8"},
-    {DCP_U8, 1, "uint8", "u8"},
-    {DCP_BOOL, 1, "bool", "bool"},
+
+enum {
+    C_FLOAT = 1, /* a real floating type */
+    C_INT,       /* a signed integer */
+    C_UINT,      /* an unsigned integer */
+    C_BOOL,
+    C_COMPLEX,
+    C_OPAQUE /* stored and loaded as bytes, never converted */
 };
 
-size_t dcp_dtype_size(dcp_dtype dt)
+static const struct dtype_info {
+    dcp_dtype dt;
+    size_t size;
+    int cls;
+    const char *name;    /* torch.<name> */
+    const char *alias;   /* short name */
+    const char *alias2;  /* torch's other attribute name, or NULL */
+    const char *storage; /* torch.<storage> that torch.save writes, or NULL
+                            (then torch.storage.UntypedStorage + dtype) */
+    const char *st;      /* safetensors dtype, or NULL */
+} dtypes[] = {
+    {DCP_F64, 8, C_FLOAT, "float64", "f64", "double", "DoubleStorage", "F64"},
+    {DCP_F32, 4, C_FLOAT, "float32", "f32", "float", "FloatStorage", "F32"},
+    {DCP_F16, 2, C_FLOAT, "float16", "f16", "half", "HalfStorage", "F16"},
+    {DCP_BF16, 2, C_FLOAT, "bfloat16", "bf16", NULL, "BFloat16Storage",
+     "BF16"},
+    {DCP_F8_E4M3FN, 1, C_FLOAT, "float8_e4m3fn", "f8e4m3", NULL, NULL,
+     "F8_E4M3"},
+    {DCP_F8_E5M2, 1, C_FLOAT, "float8_e5m2", "f8e5m2", NULL, NULL, "F8_E5M2"},
+    {DCP_I64, 8, C_INT, "int64", "i64", "long", "LongStorage", "I64"},
+    {DCP_I32, 4, C_INT, "int32", "i32", "int", "IntStorage", "I32"},
+    {DCP_I16, 2, C_INT, "int16", "i16", "short", "ShortStorage", "I16"},
+    {DCP_I8, 1, C_INT, "int8", "i8", NULL, "CharStorage", "I8"},
+    {DCP_U8, 1, C_UINT, "uint8", "u8", NULL, "ByteStorage", "U8"},
+    {DCP_BOOL, 1, C_BOOL, "bool", "bool", NULL, "BoolStorage", "BOOL"},
+    {DCP_C32, 4, C_COMPLEX, "complex32", "c32", "chalf", NULL, NULL},
+    {DCP_C64, 8, C_COMPLEX, "complex64", "c64", "cfloat", "ComplexFloatStorage",
+     "C64"},
+    {DCP_C128, 16, C_COMPLEX, "complex128", "c128", "cdouble",
+     "ComplexDoubleStorage", NULL},
+    {DCP_U16, 2, C_UINT, "uint16", "u16", NULL, NULL, "U16"},
+    {DCP_U32, 4, C_UINT, "uint32", "u32", NULL, NULL, "U32"},
+    {DCP_U64, 8, C_UINT, "uint64", "u64", NULL, NULL, "U64"},
+    {DCP_F8_E4M3FNUZ, 1, C_FLOAT, "float8_e4m3fnuz", "f8e4m3fnuz", NULL, NULL,
+     NULL},
+    {DCP_F8_E5M2FNUZ, 1, C_FLOAT, "float8_e5m2fnuz", "f8e5m2fnuz", NULL, NULL,
+     NULL},
+    {DCP_F8_E8M0FNU, 1, C_FLOAT, "float8_e8m0fnu", "f8e8m0", NULL, NULL,
+     "F8_E8M0"},
+    {DCP_F4_E2M1FN_X2, 1, C_OPAQUE, "float4_e2m1fn_x2", "f4e2m1x2", NULL, NULL,
+     NULL},
+};
+
+static const struct dtype_info *info(dcp_dtype dt)
 {
     size_t i;
     for (i = 0; i < DCP_ARRAY_LEN(dtypes); i++)
         if (dtypes[i].dt == dt)
-            return dtypes[i].size;
-    return 0;
+            return &dtypes[i];
+    return NULL;
+}
+
+size_t dcp_dtype_size(dcp_dtype dt)
+{
+    const struct dtype_info *d = info(dt);
+    return d ? d->size : 0;
 }
 
 const char *dcp_dtype_name(dcp_dtype dt)
 {
-    size_t i;
-    for (i = 0; i < DCP_ARRAY_LEN(dtypes); i++)
-        if (dtypes[i].dt == dt)
-            return dtypes[i].name;
-    return NULL;
+    const struct dtype_info *d = info(dt);
+    return d ? d->name : NULL;
 }
 
 int dcp_dtype_from_name(const char *name, dcp_dtype *out)
@@ -56,9 +111,8 @@ int dcp_dtype_from_name(const char *name, dcp_dtype *out)
     static const struct {
         const char *name;
         dcp_dtype dt;
-    } extra[] = {{"fp32", DCP_F32}, {"fp16", DCP_F16},   {"half", DCP_F16},
-                 {"float", DCP_F32}, {"double", DCP_F64}, {"fp64", DCP_F64},
-                 {"long", DCP_I64},  {"int", DCP_I32},    {"bfloat", DCP_BF16}};
+    } extra[] = {{"fp32", DCP_F32}, {"fp16", DCP_F16}, {"fp64", DCP_F64},
+                 {"bfloat", DCP_BF16}};
     size_t i;
     if (!name || !out)
         return DCP_EINVAL;
@@ -66,7 +120,8 @@ int dcp_dtype_from_name(const char *name, dcp_dtype *out)
         name += 6;
     for (i = 0; i < DCP_ARRAY_LEN(dtypes); i++) {
         if (strcmp(name, dtypes[i].name) == 0 ||
-            strcmp(name, dtypes[i].alias) == 0) {
+            strcmp(name, dtypes[i].alias) == 0 ||
+            (dtypes[i].alias2 && strcmp(name, dtypes[i].alias2) == 0)) {
             *out = dtypes[i].dt;
             return DCP_OK;
         }
@@ -80,7 +135,70 @@ int dcp_dtype_from_name(const char *name, dcp_dtype *out)
     return DCP_EINVAL;
 }
 
-/* ------------------------------------------------------- conversion */
+int dcp__dtype_from_torch(const char *name, size_t len, dcp_dtype *out)
+{
+    size_t i;
+    for (i = 0; i < DCP_ARRAY_LEN(dtypes); i++) {
+        if (strlen(dtypes[i].name) == len &&
+            memcmp(name, dtypes[i].name, len) == 0) {
+            *out = dtypes[i].dt;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+const char *dcp__dtype_storage(dcp_dtype dt)
+{
+    const struct dtype_info *d = info(dt);
+    return d ? d->storage : NULL;
+}
+
+int dcp__dtype_from_storage(const char *name, dcp_dtype *out)
+{
+    size_t i;
+    for (i = 0; i < DCP_ARRAY_LEN(dtypes); i++) {
+        if (dtypes[i].storage && strcmp(name, dtypes[i].storage) == 0) {
+            *out = dtypes[i].dt;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+const char *dcp__dtype_st_name(dcp_dtype dt)
+{
+    const struct dtype_info *d = info(dt);
+    return d ? d->st : NULL;
+}
+
+int dcp__dtype_from_st_name(const char *name, dcp_dtype *out)
+{
+    size_t i;
+    for (i = 0; i < DCP_ARRAY_LEN(dtypes); i++) {
+        if (dtypes[i].st && strcmp(name, dtypes[i].st) == 0) {
+            *out = dtypes[i].dt;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int dcp__dtype_is_float(dcp_dtype dt)
+{
+    const struct dtype_info *d = info(dt);
+    return d && d->cls == C_FLOAT;
+}
+
+int dcp__can_convert(dcp_dtype dst, dcp_dtype src)
+{
+    const struct dtype_info *d = info(dst), *s = info(src);
+    if (!d || !s)
+        return 0;
+    return dst == src || (d->cls != C_OPAQUE && s->cls != C_OPAQUE);
+}
+
+/* ------------------------------------------------ float32 <-> small */
 
 static float f32_from_bits(uint32_t b)
 {
@@ -96,193 +214,436 @@ static uint32_t f32_bits(float f)
     return b;
 }
 
-/* Small float (1 sign bit, ebits, mbits, bias) to double. */
-static double small_to_double(uint32_t v, int ebits, int mbits, int bias,
-                              int has_inf)
+static int clz32(uint32_t x)
 {
-    uint32_t sign = v >> (ebits + mbits);
-    uint32_t e = (v >> mbits) & ((1u << ebits) - 1);
-    uint32_t m = v & ((1u << mbits) - 1);
-    double r;
-    if (e == (1u << ebits) - 1) {
-        if (has_inf) {
-            r = m ? NAN : INFINITY;
-            return sign ? -r : r;
-        }
-        if (m == (1u << mbits) - 1) /* e4m3fn: only S.1111.111 is NaN */
-            return NAN;
+    int n = 0;
+    if (!x)
+        return 32;
+    while (!(x & 0x80000000u)) {
+        x <<= 1;
+        n++;
     }
-    if (e == 0)
-        r = ldexp((double)m, 1 - bias - mbits);
-    else
-        r = ldexp((double)(m | (1u << mbits)), (int)e - bias - mbits);
-    return sign ? -r : r;
+    return n;
 }
 
-/* double to small float with round to nearest even. */
-static uint32_t double_to_small(double x, int ebits, int mbits, int bias,
-                                int has_inf)
+/* float16 -> float32, as the F16C instruction (NaN: quieted, payload kept). */
+static uint32_t f16_to_f32(uint32_t h)
 {
-    uint32_t sign = signbit(x) ? 1u << (ebits + mbits) : 0;
-    uint32_t emax = (1u << ebits) - 1, nan, maxfin;
-    double a = fabs(x), scaled, fl;
-    int e;
-    uint64_t q;
-    if (has_inf) {
-        nan = (emax << mbits) | (1u << (mbits - 1));
-        maxfin = ((emax - 1) << mbits) | ((1u << mbits) - 1);
-    } else {
-        nan = (emax << mbits) | ((1u << mbits) - 1);
-        maxfin = (emax << mbits) | ((1u << mbits) - 2);
-    }
-    if (isnan(x))
-        return sign | nan;
-    if (isinf(x))
-        return sign | (has_inf ? emax << mbits : maxfin);
-    if (a == 0.0)
+    uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FF;
+    int sh;
+    if (e == 0x1F)
+        return sign | 0x7F800000u | (m ? 0x400000u | (m << 13) : 0);
+    if (e != 0)
+        return sign | ((e + 112) << 23) | (m << 13);
+    if (m == 0)
         return sign;
-    (void)frexp(a, &e); /* a = f * 2^e, f in [0.5, 1) */
-    e -= 1;             /* a = 1.x * 2^e */
-    if (e < 1 - bias)
-        e = 1 - bias; /* subnormal range: fixed exponent */
-    scaled = ldexp(a, mbits - e);
-    fl = floor(scaled);
-    q = (uint64_t)fl;
-    if (scaled - fl > 0.5 || (scaled - fl == 0.5 && (q & 1)))
-        q++;
-    /* q now holds the significand (with the implicit bit) at exponent e. */
-    if (q >= (2ull << mbits)) {
-        q >>= 1;
-        e++;
+    sh = clz32(m) - 21; /* bring the leading 1 to bit 10 */
+    return sign | ((uint32_t)(113 - sh) << 23) | ((m << sh) & 0x3FF) << 13;
+}
+
+/* float32 -> float16, round to nearest even, as the F16C instruction
+ * (overflow to infinity; NaN: quieted, the top payload bits kept). */
+static uint32_t f32_to_f16(uint32_t f)
+{
+    uint32_t sign = (f >> 16) & 0x8000u, a = f & 0x7FFFFFFFu, r;
+    if (a > 0x7F800000u)
+        return sign | 0x7E00u | ((a >> 13) & 0x3FF);
+    if (a >= 0x477FF000u) /* 65520 and up round to infinity */
+        return sign | 0x7C00u;
+    if (a >= 0x38800000u) { /* normal: 2^-14 and up */
+        r = a - (112u << 23);
+        r = (r + 0xFFF + ((r >> 13) & 1)) >> 13;
+        return sign | r;
     }
+    if (a < 0x33000000u) /* below half the smallest subnormal: 0 */
+        return sign;
     {
-        uint32_t bits;
-        if (q < (1ull << mbits)) {
-            bits = (uint32_t)q; /* subnormal (or rounded up to normal) */
-        } else {
-            int be = e + bias;
-            if (be >= (int)emax + (has_inf ? 0 : 1))
-                return sign | (has_inf ? emax << mbits : maxfin);
-            bits = ((uint32_t)be << mbits) | ((uint32_t)q & ((1u << mbits) - 1));
-        }
-        if (bits > maxfin)
-            return sign | (has_inf ? emax << mbits : maxfin);
-        return sign | bits;
+        /* subnormal: shift the significand, round to nearest even */
+        uint32_t e = a >> 23, m = (a & 0x7FFFFF) | 0x800000;
+        uint32_t shift = 126 - e; /* 14..24 */
+        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1);
+        uint32_t half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1)))
+            q++;
+        return sign | q;
     }
 }
 
-static double load_elem(const uint8_t *p, dcp_dtype dt)
+/* bfloat16: c10::detail::round_to_nearest_even (NaN: 0x7FC0), or torch's
+ * vectorised float32 -> bfloat16 kernel (NaN: 0xFFFF, what a float32
+ * tensor cast to bfloat16 gives). */
+static uint32_t f32_to_bf16(uint32_t b, uint32_t nan)
 {
-    switch (dt) {
-    case DCP_F64: {
-        double d;
-        memcpy(&d, p, 8);
-        return d;
-    }
-    case DCP_F32: {
-        float f;
-        memcpy(&f, p, 4);
-        return f;
-    }
-    case DCP_F16:
-        return small_to_double((uint32_t)(p[0] | (p[1] << 8)), 5, 10, 15, 1);
-    case DCP_BF16:
-        return f32_from_bits((uint32_t)(p[0] | (p[1] << 8)) << 16);
-    case DCP_F8_E4M3FN:
-        return small_to_double(p[0], 4, 3, 7, 0);
-    case DCP_F8_E5M2:
-        return small_to_double(p[0], 5, 2, 15, 1);
-    case DCP_I64: {
-        int64_t v;
-        memcpy(&v, p, 8);
-        return (double)v;
-    }
-    case DCP_I32: {
-        int32_t v;
-        memcpy(&v, p, 4);
-        return v;
-    }
-    case DCP_I16: {
-        int16_t v;
-        memcpy(&v, p, 2);
-        return v;
-    }
-    case DCP_I8:
-        return (int8_t)p[0];
-    case DCP_U8:
-        return p[0];
-    case DCP_BOOL:
-        return p[0] != 0;
-    }
-    return 0.0;
+    if ((b & 0x7FFFFFFFu) > 0x7F800000u)
+        return nan;
+    return (b + 0x7FFF + ((b >> 16) & 1)) >> 16;
 }
 
-static int64_t to_int(double d, int64_t lo, int64_t hi)
+/* c10::detail::fp8e4m3fn_to_fp32_value */
+static uint32_t e4m3fn_to_f32(uint32_t x)
 {
-    if (isnan(d))
+    uint32_t w = x << 24, sign = w & 0x80000000u, nonsign = w & 0x7FFFFFFFu;
+    uint32_t renorm = (uint32_t)clz32(nonsign);
+    uint32_t inf_nan, zero;
+    renorm = renorm > 4 ? renorm - 4 : 0;
+    /* only S.1111.111 (NaN) carries into bit 31 */
+    inf_nan = (nonsign + 0x01000000u) & 0x80000000u ? 0x7F800000u : 0;
+    zero = nonsign == 0 ? 0xFFFFFFFFu : 0;
+    return sign |
+           ((((nonsign << renorm >> 4) + ((0x78 - renorm) << 23)) | inf_nan) &
+            ~zero);
+}
+
+/* c10::detail::fp8e4m3fn_from_fp32_value: saturates at 448. */
+static uint32_t f32_to_e4m3fn(uint32_t f)
+{
+    uint32_t sign = f & 0x80000000u, r;
+    f ^= sign;
+    if (f >= 1087u << 20) {
+        r = f > 0x7F800000u ? 0x7F : 0x7E;
+    } else if (f < 121u << 23) {
+        uint32_t dm = 141u << 23;
+        r = (uint8_t)(f32_bits(f32_from_bits(f) + f32_from_bits(dm)) - dm);
+    } else {
+        uint32_t odd = (f >> 20) & 1;
+        f += ((uint32_t)(7 - 127) << 23) + 0x7FFFF;
+        f += odd;
+        r = (uint8_t)(f >> 20);
+        if (r == 0x7F)
+            r = 0x7E;
+    }
+    return r | (sign >> 24);
+}
+
+/* c10::detail::fp8e5m2_from_fp32_value */
+static uint32_t f32_to_e5m2(uint32_t f)
+{
+    uint32_t sign = f & 0x80000000u, r;
+    f ^= sign;
+    if (f >= 143u << 23) {
+        r = f > 0x7F800000u ? 0x7F : 0x7C;
+    } else if (f < 113u << 23) {
+        uint32_t dm = 134u << 23;
+        r = (uint8_t)(f32_bits(f32_from_bits(f) + f32_from_bits(dm)) - dm);
+    } else {
+        uint32_t odd = (f >> 21) & 1;
+        f += ((uint32_t)(15 - 127) << 23) + 0xFFFFF;
+        f += odd;
+        r = (uint8_t)(f >> 21);
+    }
+    return r | (sign >> 24);
+}
+
+/* c10::detail::fp8_fnuz_to_fp32_value<we, wm> */
+static uint32_t fnuz_to_f32(uint32_t x, uint32_t we, uint32_t wm)
+{
+    uint32_t m = x & ((1u << wm) - 1), e = (x & 0x7F) >> wm;
+    if (x == 0)
         return 0;
-    d = trunc(d);
-    if (d <= (double)lo)
-        return lo;
-    if (d >= (double)hi)
-        return hi;
+    if (x == 0x80)
+        return 0x7F800001u;
+    if (e == 0) {
+        uint32_t sh = 1 + (uint32_t)clz32(m) - (32 - wm);
+        m <<= sh;
+        e += 1 - sh;
+        m &= (1u << wm) - 1;
+    }
+    e += (1u << 7) - (1u << (we - 1)) - 1;
+    return ((x >> 7) << 31) | (e << 23) | (m << (23 - wm));
+}
+
+/* c10::detail::fp8e4m3fnuz_from_fp32_value and the e5m2fnuz one:
+ * overflow and NaN give NaN (0x80), -0 gives 0. */
+static uint32_t f32_to_fnuz(uint32_t f, uint32_t max, uint32_t dm,
+                            uint32_t minnorm, int bias, int mshift)
+{
+    uint32_t sign = f & 0x80000000u, r;
+    f ^= sign;
+    if (f >= max)
+        return 0x80;
+    if (f < minnorm) {
+        r = (uint8_t)(f32_bits(f32_from_bits(f) + f32_from_bits(dm)) - dm);
+        if (r == 0)
+            return 0;
+    } else {
+        uint32_t odd = (f >> mshift) & 1;
+        f += ((uint32_t)(bias - 127) << 23) + ((1u << (mshift - 1)) - 1);
+        f += odd;
+        r = (uint8_t)(f >> mshift);
+    }
+    return r | (sign >> 24);
+}
+
+/* c10 Float8_e8m0fnu -> float: 0 is 2^-127, 0xFF is NaN. */
+static uint32_t e8m0_to_f32(uint32_t x)
+{
+    if (x == 0)
+        return 0x00400000u;
+    if (x == 0xFF)
+        return 0x7F800001u;
+    return x << 23;
+}
+
+/* c10::detail::fp8e8m0fnu_from_fp32_value: the exponent, rounded to
+ * nearest even on the significand; the sign is dropped. */
+static uint32_t f32_to_e8m0(uint32_t f)
+{
+    uint32_t e = (f >> 23) & 0xFF;
+    int g, rs;
+    if (e == 0xFF)
+        return 0xFF;
+    g = (f & 0x400000) != 0;
+    rs = (f & 0x3FFFFF) != 0;
+    if (g && (rs || e > 0))
+        e++;
+    return e;
+}
+
+/* ------------------------------------------------------- conversion */
+
+/* One element on its way: an integer (two's complement bits; is_u for
+ * uint64) or a float/complex value, kept both as float32 (what a narrower
+ * target is made from) and as float64. */
+struct num {
+    int is_int, is_u;
+    int nan_int0; /* a NaN that torch turns into integer 0 (see num_int) */
+    uint64_t v;
+    double re, im;
+    float re32, im32;
+};
+
+static uint64_t rd_le(const uint8_t *p, size_t n)
+{
+    uint64_t v = 0;
+    memcpy(&v, p, n); /* little-endian host */
+    return v;
+}
+
+static void set_f32(struct num *x, uint32_t re, uint32_t im)
+{
+    x->re32 = f32_from_bits(re);
+    x->im32 = f32_from_bits(im);
+    x->re = x->re32;
+    x->im = x->im32;
+}
+
+static void set_int(struct num *x, int64_t v)
+{
+    x->is_int = 1;
+    x->v = (uint64_t)v;
+}
+
+static void load_num(const uint8_t *p, dcp_dtype dt, struct num *x)
+{
+    memset(x, 0, sizeof(*x));
+    switch (dt) {
+    case DCP_F64:
+    case DCP_C128: {
+        memcpy(&x->re, p, 8);
+        if (dt == DCP_C128)
+            memcpy(&x->im, p + 8, 8);
+        x->re32 = (float)x->re;
+        x->im32 = (float)x->im;
+        return;
+    }
+    case DCP_F32:
+    case DCP_C64:
+        set_f32(x, (uint32_t)rd_le(p, 4),
+                dt == DCP_C64 ? (uint32_t)rd_le(p + 4, 4) : 0);
+        return;
+    case DCP_F16:
+        set_f32(x, f16_to_f32((uint32_t)rd_le(p, 2)), 0);
+        return;
+    case DCP_C32:
+        set_f32(x, f16_to_f32((uint32_t)rd_le(p, 2)),
+                f16_to_f32((uint32_t)rd_le(p + 2, 2)));
+        return;
+    case DCP_BF16:
+        set_f32(x, (uint32_t)rd_le(p, 2) << 16, 0);
+        return;
+    case DCP_F8_E4M3FN:
+        set_f32(x, e4m3fn_to_f32(p[0]), 0);
+        return;
+    case DCP_F8_E5M2:
+        set_f32(x, f16_to_f32((uint32_t)p[0] << 8), 0);
+        return;
+    case DCP_F8_E4M3FNUZ:
+        set_f32(x, fnuz_to_f32(p[0], 4, 3), 0);
+        x->nan_int0 = p[0] == 0x80;
+        return;
+    case DCP_F8_E5M2FNUZ:
+        set_f32(x, fnuz_to_f32(p[0], 5, 2), 0);
+        x->nan_int0 = p[0] == 0x80;
+        return;
+    case DCP_F8_E8M0FNU:
+        set_f32(x, e8m0_to_f32(p[0]), 0);
+        x->nan_int0 = p[0] == 0xFF;
+        return;
+    case DCP_I64:
+        set_int(x, (int64_t)rd_le(p, 8));
+        return;
+    case DCP_I32:
+        set_int(x, (int32_t)(uint32_t)rd_le(p, 4));
+        return;
+    case DCP_I16:
+        set_int(x, (int16_t)(uint16_t)rd_le(p, 2));
+        return;
+    case DCP_I8:
+        set_int(x, (int8_t)p[0]);
+        return;
+    case DCP_U8:
+    case DCP_U16:
+    case DCP_U32:
+    case DCP_U64:
+        x->is_int = 1;
+        x->is_u = dt == DCP_U64;
+        x->v = rd_le(p, dcp_dtype_size(dt));
+        return;
+    case DCP_BOOL:
+        set_int(x, p[0] != 0);
+        return;
+    case DCP_F4_E2M1FN_X2:
+        return;
+    }
+}
+
+static double num_f64(const struct num *x)
+{
+    if (!x->is_int)
+        return x->re;
+    return x->is_u ? (double)x->v : (double)(int64_t)x->v;
+}
+
+static float num_f32(const struct num *x)
+{
+    if (!x->is_int)
+        return x->re32;
+    return x->is_u ? (float)x->v : (float)(int64_t)x->v;
+}
+
+/* cvttsd2si with a 64-bit and a 32-bit destination: out of range and NaN
+ * give the "integer indefinite" value. */
+static int64_t cvt_i64(double d)
+{
+    if (!(d > -9223372036854777856.0 && d < 9223372036854775808.0))
+        return INT64_MIN;
     return (int64_t)d;
 }
 
-static void store_elem(uint8_t *p, dcp_dtype dt, double d)
+static int32_t cvt_i32(double d)
+{
+    if (!(d > -2147483649.0 && d < 2147483648.0))
+        return INT32_MIN;
+    return (int32_t)d;
+}
+
+static uint64_t cvt_u64(double d)
+{
+    if (d >= 9223372036854775808.0)
+        return (uint64_t)cvt_i64(d - 9223372036854775808.0) ^
+               0x8000000000000000u;
+    return (uint64_t)cvt_i64(d);
+}
+
+/* The low bits of the integer an element becomes, for an integer target of
+ * the given class and size. */
+static uint64_t num_int(const struct num *x, dcp_dtype dt)
+{
+    double d;
+    if (x->is_int)
+        return x->v;
+    /* The NaN of the fnuz and e8m0 float8s is a constant in c10's
+     * conversion to float, and the compiler folds its conversion to an
+     * integer to 0 where the instruction would give INT_MIN. */
+    if (x->nan_int0)
+        return 0;
+    d = x->re;
+    if (dt == DCP_I64 || dt == DCP_U8 || dt == DCP_U32)
+        return (uint64_t)cvt_i64(d);
+    if (dt == DCP_U64)
+        return cvt_u64(d);
+    return (uint64_t)(int64_t)cvt_i32(d); /* int32, int16, int8, uint16 */
+}
+
+static void wr_le(uint8_t *p, uint64_t v, size_t n)
+{
+    memcpy(p, &v, n); /* little-endian host */
+}
+
+static uint32_t small_from_f32(dcp_dtype dt, float f)
+{
+    uint32_t b = f32_bits(f);
+    if (dt == DCP_F16 || dt == DCP_C32)
+        return f32_to_f16(b);
+    if (dt == DCP_BF16)
+        return f32_to_bf16(b, 0x7FC0u);
+    if (dt == DCP_F8_E4M3FN)
+        return f32_to_e4m3fn(b);
+    if (dt == DCP_F8_E5M2)
+        return f32_to_e5m2(b);
+    if (dt == DCP_F8_E4M3FNUZ)
+        return f32_to_fnuz(b, 0x87u << 23, 0x8Cu << 23, 0x78u << 23, 8, 20);
+    if (dt == DCP_F8_E5M2FNUZ)
+        return f32_to_fnuz(b, 0x8Fu << 23, 0x85u << 23, 0x70u << 23, 16, 21);
+    return f32_to_e8m0(b); /* DCP_F8_E8M0FNU */
+}
+
+static void store_num(uint8_t *p, dcp_dtype dt, const struct num *x)
 {
     switch (dt) {
-    case DCP_F64:
+    case DCP_F64: {
+        double d = num_f64(x);
         memcpy(p, &d, 8);
         return;
+    }
+    case DCP_C128: {
+        double d[2];
+        d[0] = num_f64(x);
+        d[1] = x->is_int ? 0.0 : x->im;
+        memcpy(p, d, 16);
+        return;
+    }
     case DCP_F32: {
-        float f = (float)d;
+        float f = num_f32(x);
         memcpy(p, &f, 4);
         return;
     }
-    case DCP_F16: {
-        uint32_t h = double_to_small(d, 5, 10, 15, 1);
-        p[0] = (uint8_t)h;
-        p[1] = (uint8_t)(h >> 8);
+    case DCP_C64: {
+        float f[2];
+        f[0] = num_f32(x);
+        f[1] = x->is_int ? 0.0f : x->im32;
+        memcpy(p, f, 8);
         return;
     }
-    case DCP_BF16: {
-        uint32_t b = f32_bits((float)d), r;
-        if (isnan(d))
-            r = (b >> 16) | 0x40;
-        else
-            r = (b + 0x7FFF + ((b >> 16) & 1)) >> 16;
-        p[0] = (uint8_t)r;
-        p[1] = (uint8_t)(r >> 8);
+    case DCP_F16:
+    case DCP_BF16:
+        wr_le(p, small_from_f32(dt, num_f32(x)), 2);
         return;
-    }
+    case DCP_C32:
+        wr_le(p, small_from_f32(dt, num_f32(x)), 2);
+        wr_le(p + 2, x->is_int ? 0 : small_from_f32(dt, x->im32), 2);
+        return;
     case DCP_F8_E4M3FN:
-        p[0] = (uint8_t)double_to_small(d, 4, 3, 7, 0);
-        return;
     case DCP_F8_E5M2:
-        p[0] = (uint8_t)double_to_small(d, 5, 2, 15, 1);
+    case DCP_F8_E4M3FNUZ:
+    case DCP_F8_E5M2FNUZ:
+    case DCP_F8_E8M0FNU:
+        p[0] = (uint8_t)small_from_f32(dt, num_f32(x));
         return;
-    case DCP_I64: {
-        int64_t v = to_int(d, INT64_MIN, INT64_MAX);
-        memcpy(p, &v, 8);
-        return;
-    }
-    case DCP_I32: {
-        uint32_t v = (uint32_t)to_int(d, INT64_MIN, INT64_MAX);
-        memcpy(p, &v, 4);
-        return;
-    }
-    case DCP_I16: {
-        uint16_t v = (uint16_t)to_int(d, INT64_MIN, INT64_MAX);
-        memcpy(p, &v, 2);
-        return;
-    }
+    case DCP_I64:
+    case DCP_I32:
+    case DCP_I16:
     case DCP_I8:
     case DCP_U8:
-        p[0] = (uint8_t)to_int(d, INT64_MIN, INT64_MAX);
+    case DCP_U16:
+    case DCP_U32:
+    case DCP_U64:
+        wr_le(p, num_int(x, dt), dcp_dtype_size(dt));
         return;
     case DCP_BOOL:
-        p[0] = d != 0.0;
+        p[0] = x->is_int ? x->v != 0 : (x->re != 0.0 || x->im != 0.0);
+        return;
+    case DCP_F4_E2M1FN_X2:
         return;
     }
 }
@@ -293,33 +654,30 @@ void dcp__convert(void *dst, dcp_dtype dt_dst, const void *src,
     size_t sd = dcp_dtype_size(dt_dst), ss = dcp_dtype_size(dt_src), i;
     uint8_t *d = dst;
     const uint8_t *s = src;
+    struct num x;
     if (dt_dst == dt_src) {
         memcpy(dst, src, n * sd);
         return;
     }
+    if (!dcp__can_convert(dt_dst, dt_src))
+        return;
     if (dt_src == DCP_F32 && dt_dst == DCP_BF16) {
-        /* The common export cast, without the trip through double: the
-         * same rounding as store_elem (nearest even, NaN kept quiet). */
-        for (i = 0; i < n; i++) {
-            uint32_t b = (uint32_t)s[4 * i] | ((uint32_t)s[4 * i + 1] << 8) |
-                         ((uint32_t)s[4 * i + 2] << 16) |
-                         ((uint32_t)s[4 * i + 3] << 24);
-            uint32_t r = (b & 0x7FFFFFFFu) > 0x7F800000u
-                             ? (b >> 16) | 0x40
-                             : (b + 0x7FFF + ((b >> 16) & 1)) >> 16;
-            d[2 * i] = (uint8_t)r;
-            d[2 * i + 1] = (uint8_t)(r >> 8);
-        }
+        /* The common export cast; torch has its own kernel for it. */
+        for (i = 0; i < n; i++)
+            wr_le(d + 2 * i,
+                  f32_to_bf16((uint32_t)rd_le(s + 4 * i, 4), 0xFFFFu), 2);
         return;
     }
-    for (i = 0; i < n; i++)
-        store_elem(d + i * sd, dt_dst, load_elem(s + i * ss, dt_src));
-}
-
-static int is_float(dcp_dtype dt)
-{
-    return dt == DCP_F64 || dt == DCP_F32 || dt == DCP_F16 ||
-           dt == DCP_BF16 || dt == DCP_F8_E4M3FN || dt == DCP_F8_E5M2;
+    if (dt_src == DCP_C32 && dt_dst == DCP_F16) {
+        /* the real part as it is (a NaN keeps its payload) */
+        for (i = 0; i < n; i++)
+            memcpy(d + 2 * i, s + 4 * i, 2);
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        load_num(s + i * ss, dt_src, &x);
+        store_num(d + i * sd, dt_dst, &x);
+    }
 }
 
 size_t dcp__convert_overflow(const void *dst, dcp_dtype dt_dst,
@@ -327,18 +685,23 @@ size_t dcp__convert_overflow(const void *dst, dcp_dtype dt_dst,
 {
     size_t sd = dcp_dtype_size(dt_dst), ss = dcp_dtype_size(dt_src), i;
     const uint8_t *d = dst, *s = src;
-    if (dt_dst == dt_src || !is_float(dt_dst) || !is_float(dt_src))
+    struct num x, y;
+    if (dt_dst == dt_src || !dcp__dtype_is_float(dt_dst) ||
+        !dcp__dtype_is_float(dt_src))
         return n;
     for (i = 0; i < n; i++) {
-        double x = load_elem(s + i * ss, dt_src), y;
-        if (!isfinite(x))
+        load_num(s + i * ss, dt_src, &x);
+        if (!isfinite(x.re))
             continue;
-        y = load_elem(d + i * sd, dt_dst);
-        if (!isfinite(y))
+        load_num(d + i * sd, dt_dst, &y);
+        if (!isfinite(y.re))
             return i;
         /* float8_e4m3fn saturates at 448: beyond the rounding boundary of
          * its largest value (464) the result is not x rounded. */
-        if (dt_dst == DCP_F8_E4M3FN && fabs(x) >= 464.0)
+        if (dt_dst == DCP_F8_E4M3FN && fabs(x.re) >= 464.0)
+            return i;
+        /* float8_e8m0fnu holds neither zero nor a sign */
+        if (dt_dst == DCP_F8_E8M0FNU && x.re <= 0.0)
             return i;
     }
     return n;
@@ -350,6 +713,8 @@ int dcp_convert_elements(void *dst, dcp_dtype dst_dt, const void *src,
     if (!dcp_dtype_size(dst_dt) || !dcp_dtype_size(src_dt) ||
         (n && (!dst || !src)))
         return DCP_EINVAL;
+    if (!dcp__can_convert(dst_dt, src_dt))
+        return DCP_ENOTSUP;
     dcp__convert(dst, dst_dt, src, src_dt, n);
     return DCP_OK;
 }

@@ -16,8 +16,7 @@
 
 int dcp__cv_is_float(dcp_dtype dt)
 {
-    return dt == DCP_F64 || dt == DCP_F32 || dt == DCP_F16 || dt == DCP_BF16 ||
-           dt == DCP_F8_E4M3FN || dt == DCP_F8_E5M2;
+    return dcp__dtype_is_float(dt);
 }
 
 int dcp__cv_options(const dcp_convert_options *in, dcp_convert_options *out,

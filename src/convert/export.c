@@ -590,6 +590,12 @@ static int export_safetensors(struct xp *xp, const char *out)
     size_t i, nshards = 1, start;
     uint64_t cur = 0;
     DCP_RETURN_IF(select_entries(xp, 0));
+    for (i = 0; i < xp->nx; i++)
+        if (!dcp__sf_dtype_name(xp->x[i].odt))
+            return dcp__err(xp->err, DCP_ENOTSUP,
+                            "'%s': safetensors has no dtype for %s (export "
+                            "it to a torch.save file, or leave it out)",
+                            xp->x[i].e->key, dcp_dtype_name(xp->x[i].odt));
     qsort(xp->x, xp->nx, sizeof(*xp->x), cmp_sf);
     for (i = 0; i < xp->nx; i++) {
         if (xp->o.max_shard_bytes && cur > 0 &&

@@ -326,6 +326,13 @@ static int answer(struct lf *lf, int r, const struct req *q, size_t nq,
                                 "requested %s (DCP_LOAD_CAST converts)",
                                 r, q[i].key, dcp_dtype_name(e->dtype),
                                 dcp_dtype_name(q[i].dtype));
+            if (!dcp__can_convert(q[i].dtype, e->dtype))
+                return dcp__err(err, DCP_ENOTSUP,
+                                "rank %d: '%s': cannot cast saved %s to "
+                                "requested %s (torch does not convert it "
+                                "either)",
+                                r, q[i].key, dcp_dtype_name(e->dtype),
+                                dcp_dtype_name(q[i].dtype));
             for (j = 0; j < q[i].nboxes; j++) {
                 struct slab_it it;
                 const int64_t *b = q[i].boxes + 2 * (size_t)q[i].ndim * j;

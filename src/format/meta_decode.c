@@ -73,6 +73,7 @@ static const struct pk_global meta_allow[] = {
     {"torch", "float8_e4m3fnuz"},
     {"torch", "float8_e5m2fnuz"},
     {"torch", "float8_e8m0fnu"},
+    {"torch", "float4_e2m1fn_x2"},
     {"torch", "qint8"},
     {"torch", "quint8"},
     {"torch", "qint32"},

@@ -10,44 +10,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtype.h"
 #include "json.h"
 #include "storage.h"
 
 #define SF_MAX_NODES ((size_t)1 << 22)
 
-static const struct {
-    const char *name;
-    dcp_dtype dt; /* 0: a safetensors dtype dcp does not hold */
-} sf_dtypes[] = {
-    {"F64", DCP_F64},
-    {"F32", DCP_F32},
-    {"F16", DCP_F16},
-    {"BF16", DCP_BF16},
-    {"F8_E4M3", DCP_F8_E4M3FN},
-    {"F8_E5M2", DCP_F8_E5M2},
-    {"I64", DCP_I64},
-    {"I32", DCP_I32},
-    {"I16", DCP_I16},
-    {"I8", DCP_I8},
-    {"U8", DCP_U8},
-    {"BOOL", DCP_BOOL},
-    {"U16", 0},
-    {"U32", 0},
-    {"U64", 0},
-    {"C64", 0},
-    {"F8_E8M0", 0},
-    {"F4", 0},
-    {"F6_E2M3", 0},
-    {"F6_E3M2", 0},
-};
+/* safetensors dtypes dcp does not hold (the others come from the one dtype
+ * table, common/dtype.c): named in a DCP_ENOTSUP message. F4 is one 4-bit
+ * float per element, which is not torch's two-per-byte float4_e2m1fn_x2. */
+static const char *const sf_unsupported[] = {"F4", "F6_E2M3", "F6_E3M2"};
 
 const char *dcp__sf_dtype_name(dcp_dtype dt)
 {
-    size_t i;
-    for (i = 0; i < DCP_ARRAY_LEN(sf_dtypes); i++)
-        if (sf_dtypes[i].dt == dt && dt != 0)
-            return sf_dtypes[i].name;
-    return NULL;
+    return dcp__dtype_st_name(dt);
 }
 
 void dcp__sf_release(struct sf_file *f)
@@ -71,17 +47,14 @@ static int parse_dtype(const struct json_node *n, const char *name,
     if (!n || n->kind != JSON_STR)
         return dcp__err(err, DCP_EFORMAT,
                         "safetensors: tensor '%s' has no dtype string", name);
-    for (i = 0; i < DCP_ARRAY_LEN(sf_dtypes); i++) {
-        if (strcmp(n->s, sf_dtypes[i].name) != 0)
-            continue;
-        if (sf_dtypes[i].dt == 0)
+    if (dcp__dtype_from_st_name(n->s, out))
+        return DCP_OK;
+    for (i = 0; i < DCP_ARRAY_LEN(sf_unsupported); i++)
+        if (strcmp(n->s, sf_unsupported[i]) == 0)
             return dcp__err(err, DCP_ENOTSUP,
                             "safetensors: tensor '%s' has dtype %s, which "
                             "dcp does not support",
                             name, n->s);
-        *out = sf_dtypes[i].dt;
-        return DCP_OK;
-    }
     return dcp__err(err, DCP_EFORMAT,
                     "safetensors: tensor '%s' has unknown dtype '%.32s'", name,
                     n->s);

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "crc32.h"
+#include "dtype.h"
 #include "pickle.h"
 
 #define SIG_LOCAL       0x04034b50u
@@ -77,27 +78,14 @@ struct dtype_info {
     uint32_t size;
 };
 
-static const struct dtype_info dtypes[] = {
-    {DCP_F64, "float64", "DoubleStorage", 8},
-    {DCP_F32, "float32", "FloatStorage", 4},
-    {DCP_F16, "float16", "HalfStorage", 2},
-    {DCP_BF16, "bfloat16", "BFloat16Storage", 2},
-    {DCP_F8_E4M3FN, "float8_e4m3fn", NULL, 1},
-    {DCP_F8_E5M2, "float8_e5m2", NULL, 1},
-    {DCP_I64, "int64", "LongStorage", 8},
-    {DCP_I32, "int32", "IntStorage", 4},
-    {DCP_I16, "int16", "ShortStorage", 2},
-    {DCP_I8, "int8", "CharStorage", 1},
-    {DCP_U8, "uint8", "ByteStorage", 1},
-    {DCP_BOOL, "bool", "BoolStorage", 1},
-};
-
-static const struct dtype_info *dtype_find(dcp_dtype dt)
+/* From the one dtype table (common/dtype.c); 0 for an unknown dtype. */
+static int dtype_find(dcp_dtype dt, struct dtype_info *out)
 {
-    for (size_t i = 0; i < DCP_ARRAY_LEN(dtypes); i++)
-        if (dtypes[i].dt == dt)
-            return &dtypes[i];
-    return NULL;
+    out->dt = dt;
+    out->name = dcp_dtype_name(dt);
+    out->storage = dcp__dtype_storage(dt);
+    out->size = (uint32_t)dcp_dtype_size(dt);
+    return out->name != NULL;
 }
 
 /* ------------------------------------------------------------------ */
@@ -635,7 +623,7 @@ static int tensor_layout(const struct dtype_info *info, int ndim,
 int dcp__tz_tensor_emit(struct pk_writer *pw, dcp_dtype dt, int ndim,
                    const int64_t *sizes, const char *key)
 {
-    const struct dtype_info *info = dtype_find(dt);
+    struct dtype_info di, *info = dtype_find(dt, &di) ? &di : NULL;
     int64_t storage_numel, stride[DCP_MAX_NDIM];
     int rc;
 
@@ -651,7 +639,7 @@ int dcp__tz_tensor_emit(struct pk_writer *pw, dcp_dtype dt, int ndim,
 int dcp__tz_tensor_pickle(struct dcp_buf *out, dcp_dtype dt, int ndim,
                      const int64_t *sizes)
 {
-    const struct dtype_info *info = dtype_find(dt);
+    struct dtype_info di, *info = dtype_find(dt, &di) ? &di : NULL;
     int64_t storage_numel, stride[DCP_MAX_NDIM];
     struct pk_writer pw;
     size_t mark;
@@ -689,7 +677,7 @@ int dcp__tz_tensor_item_begin(struct tz_writer *w, dcp_dtype dt, int ndim,
                          const int64_t *sizes, uint64_t nbytes,
                          uint64_t *data_off)
 {
-    const struct dtype_info *info = dtype_find(dt);
+    struct dtype_info di, *info = dtype_find(dt, &di) ? &di : NULL;
     struct dcp_buf pkl = {0};
     int64_t numel;
     uint64_t want;
@@ -1615,87 +1603,84 @@ enum g_role {
     G_REBUILD_V3,
     G_REBUILD_QTENSOR,
     G_QSCHEME,
-    G_STORAGE, /* dt: its element type, 0 when dcp does not support it */
+    G_STORAGE, /* a typed storage class: global_dt */
     G_UNTYPED, /* bytes */
-    G_DTYPE,   /* dt as for G_STORAGE */
+    G_DTYPE,   /* torch.<dtype>: global_dt */
     G_ORDERED_DICT,
     G_SIZE
 };
 
 /* The allow-list, with what each global means here. Unsupported dtypes and
  * storages are listed so that they fail as DCP_ENOTSUP, not DCP_EUNSAFE. */
-#define TZ_GLOBALS(XX)                                            \
-    XX("torch._utils", "_rebuild_tensor_v2", G_REBUILD_V2, 0)     \
-    XX("torch._utils", "_rebuild_tensor_v3", G_REBUILD_V3, 0)     \
-    XX("torch._utils", "_rebuild_qtensor", G_REBUILD_QTENSOR, 0)  \
-    XX("torch", "per_tensor_affine", G_QSCHEME, 0)                \
-    XX("torch", "per_channel_affine", G_QSCHEME, 0)               \
-    XX("torch", "per_tensor_symmetric", G_QSCHEME, 0)             \
-    XX("torch", "per_channel_symmetric", G_QSCHEME, 0)            \
-    XX("torch", "per_channel_affine_float_qparams", G_QSCHEME, 0) \
-    XX("collections", "OrderedDict", G_ORDERED_DICT, 0)           \
-    XX("torch", "Size", G_SIZE, 0)                                \
-    XX("torch.storage", "UntypedStorage", G_UNTYPED, DCP_U8)      \
-    XX("torch", "UntypedStorage", G_UNTYPED, DCP_U8)              \
-    XX("torch", "DoubleStorage", G_STORAGE, DCP_F64)              \
-    XX("torch", "FloatStorage", G_STORAGE, DCP_F32)               \
-    XX("torch", "HalfStorage", G_STORAGE, DCP_F16)                \
-    XX("torch", "BFloat16Storage", G_STORAGE, DCP_BF16)           \
-    XX("torch", "LongStorage", G_STORAGE, DCP_I64)                \
-    XX("torch", "IntStorage", G_STORAGE, DCP_I32)                 \
-    XX("torch", "ShortStorage", G_STORAGE, DCP_I16)               \
-    XX("torch", "CharStorage", G_STORAGE, DCP_I8)                 \
-    XX("torch", "ByteStorage", G_STORAGE, DCP_U8)                 \
-    XX("torch", "BoolStorage", G_STORAGE, DCP_BOOL)               \
-    XX("torch", "ComplexDoubleStorage", G_STORAGE, 0)             \
-    XX("torch", "ComplexFloatStorage", G_STORAGE, 0)              \
-    XX("torch", "QUInt8Storage", G_STORAGE, 0)                    \
-    XX("torch", "QInt8Storage", G_STORAGE, 0)                     \
-    XX("torch", "QInt32Storage", G_STORAGE, 0)                    \
-    XX("torch", "QUInt4x2Storage", G_STORAGE, 0)                  \
-    XX("torch", "QUInt2x4Storage", G_STORAGE, 0)                  \
-    XX("torch", "float64", G_DTYPE, DCP_F64)                      \
-    XX("torch", "float32", G_DTYPE, DCP_F32)                      \
-    XX("torch", "float16", G_DTYPE, DCP_F16)                      \
-    XX("torch", "bfloat16", G_DTYPE, DCP_BF16)                    \
-    XX("torch", "float8_e4m3fn", G_DTYPE, DCP_F8_E4M3FN)          \
-    XX("torch", "float8_e5m2", G_DTYPE, DCP_F8_E5M2)              \
-    XX("torch", "int64", G_DTYPE, DCP_I64)                        \
-    XX("torch", "int32", G_DTYPE, DCP_I32)                        \
-    XX("torch", "int16", G_DTYPE, DCP_I16)                        \
-    XX("torch", "int8", G_DTYPE, DCP_I8)                          \
-    XX("torch", "uint8", G_DTYPE, DCP_U8)                         \
-    XX("torch", "bool", G_DTYPE, DCP_BOOL)                        \
-    XX("torch", "float8_e4m3fnuz", G_DTYPE, 0)                    \
-    XX("torch", "float8_e5m2fnuz", G_DTYPE, 0)                    \
-    XX("torch", "float8_e8m0fnu", G_DTYPE, 0)                     \
-    XX("torch", "float4_e2m1fn_x2", G_DTYPE, 0)                   \
-    XX("torch", "complex32", G_DTYPE, 0)                          \
-    XX("torch", "complex64", G_DTYPE, 0)                          \
-    XX("torch", "complex128", G_DTYPE, 0)                         \
-    XX("torch", "uint16", G_DTYPE, 0)                             \
-    XX("torch", "uint32", G_DTYPE, 0)                             \
-    XX("torch", "uint64", G_DTYPE, 0)                             \
-    XX("torch", "qint8", G_DTYPE, 0)                              \
-    XX("torch", "quint8", G_DTYPE, 0)                             \
-    XX("torch", "qint32", G_DTYPE, 0)                             \
-    XX("torch", "quint4x2", G_DTYPE, 0)                           \
-    XX("torch", "quint2x4", G_DTYPE, 0)                           \
-    XX("torch", "bits1x8", G_DTYPE, 0)                            \
-    XX("torch", "bits2x4", G_DTYPE, 0)                            \
-    XX("torch", "bits4x2", G_DTYPE, 0)                            \
-    XX("torch", "bits8", G_DTYPE, 0)                              \
-    XX("torch", "bits16", G_DTYPE, 0)
+#define TZ_GLOBALS(XX)                                        \
+    XX("torch._utils", "_rebuild_tensor_v2", G_REBUILD_V2)    \
+    XX("torch._utils", "_rebuild_tensor_v3", G_REBUILD_V3)    \
+    XX("torch._utils", "_rebuild_qtensor", G_REBUILD_QTENSOR) \
+    XX("torch", "per_tensor_affine", G_QSCHEME)               \
+    XX("torch", "per_channel_affine", G_QSCHEME)              \
+    XX("torch", "per_tensor_symmetric", G_QSCHEME)            \
+    XX("torch", "per_channel_symmetric", G_QSCHEME)           \
+    XX("torch", "per_channel_affine_float_qparams", G_QSCHEME)\
+    XX("collections", "OrderedDict", G_ORDERED_DICT)          \
+    XX("torch", "Size", G_SIZE)                               \
+    XX("torch.storage", "UntypedStorage", G_UNTYPED)          \
+    XX("torch", "UntypedStorage", G_UNTYPED)                  \
+    XX("torch", "DoubleStorage", G_STORAGE)                   \
+    XX("torch", "FloatStorage", G_STORAGE)                    \
+    XX("torch", "HalfStorage", G_STORAGE)                     \
+    XX("torch", "BFloat16Storage", G_STORAGE)                 \
+    XX("torch", "LongStorage", G_STORAGE)                     \
+    XX("torch", "IntStorage", G_STORAGE)                      \
+    XX("torch", "ShortStorage", G_STORAGE)                    \
+    XX("torch", "CharStorage", G_STORAGE)                     \
+    XX("torch", "ByteStorage", G_STORAGE)                     \
+    XX("torch", "BoolStorage", G_STORAGE)                     \
+    XX("torch", "ComplexDoubleStorage", G_STORAGE)            \
+    XX("torch", "ComplexFloatStorage", G_STORAGE)             \
+    XX("torch", "QUInt8Storage", G_STORAGE)                   \
+    XX("torch", "QInt8Storage", G_STORAGE)                    \
+    XX("torch", "QInt32Storage", G_STORAGE)                   \
+    XX("torch", "QUInt4x2Storage", G_STORAGE)                 \
+    XX("torch", "QUInt2x4Storage", G_STORAGE)                 \
+    XX("torch", "float64", G_DTYPE)                           \
+    XX("torch", "float32", G_DTYPE)                           \
+    XX("torch", "float16", G_DTYPE)                           \
+    XX("torch", "bfloat16", G_DTYPE)                          \
+    XX("torch", "float8_e4m3fn", G_DTYPE)                     \
+    XX("torch", "float8_e5m2", G_DTYPE)                       \
+    XX("torch", "int64", G_DTYPE)                             \
+    XX("torch", "int32", G_DTYPE)                             \
+    XX("torch", "int16", G_DTYPE)                             \
+    XX("torch", "int8", G_DTYPE)                              \
+    XX("torch", "uint8", G_DTYPE)                             \
+    XX("torch", "bool", G_DTYPE)                              \
+    XX("torch", "float8_e4m3fnuz", G_DTYPE)                   \
+    XX("torch", "float8_e5m2fnuz", G_DTYPE)                   \
+    XX("torch", "float8_e8m0fnu", G_DTYPE)                    \
+    XX("torch", "float4_e2m1fn_x2", G_DTYPE)                  \
+    XX("torch", "complex32", G_DTYPE)                         \
+    XX("torch", "complex64", G_DTYPE)                         \
+    XX("torch", "complex128", G_DTYPE)                        \
+    XX("torch", "uint16", G_DTYPE)                            \
+    XX("torch", "uint32", G_DTYPE)                            \
+    XX("torch", "uint64", G_DTYPE)                            \
+    XX("torch", "qint8", G_DTYPE)                             \
+    XX("torch", "quint8", G_DTYPE)                            \
+    XX("torch", "qint32", G_DTYPE)                            \
+    XX("torch", "quint4x2", G_DTYPE)                          \
+    XX("torch", "quint2x4", G_DTYPE)                          \
+    XX("torch", "bits1x8", G_DTYPE)                           \
+    XX("torch", "bits2x4", G_DTYPE)                           \
+    XX("torch", "bits4x2", G_DTYPE)                           \
+    XX("torch", "bits8", G_DTYPE)                             \
+    XX("torch", "bits16", G_DTYPE)
 
-#define TZ_GLOBAL_ENTRY(mod, name, role, dt) {mod, name},
+#define TZ_GLOBAL_ENTRY(mod, name, role) {mod, name},
 static const struct pk_global tensor_allow[] = {TZ_GLOBALS(TZ_GLOBAL_ENTRY)};
 #undef TZ_GLOBAL_ENTRY
 
-static const struct {
-    int role;
-    int dt;
-} tensor_roles[] = {
-#define TZ_GLOBAL_ROLE(mod, name, role, dt) {role, dt},
+static const int tensor_roles[] = {
+#define TZ_GLOBAL_ROLE(mod, name, role) role,
     TZ_GLOBALS(TZ_GLOBAL_ROLE)
 #undef TZ_GLOBAL_ROLE
 };
@@ -1706,12 +1691,26 @@ static int global_role(const struct pk_node *n)
     if (!n || n->kind != PK_GLOBAL || n->u.g.id < 0 ||
         (size_t)n->u.g.id >= DCP_ARRAY_LEN(tensor_roles))
         return -1;
-    return tensor_roles[n->u.g.id].role;
+    return tensor_roles[n->u.g.id];
 }
 
+/* The element type a storage class or dtype global names (from the one
+ * dtype table), bytes for UntypedStorage, or 0 when dcp does not hold it. */
 static int global_dt(const struct pk_node *n)
 {
-    return tensor_roles[n->u.g.id].dt;
+    dcp_dtype dt;
+    switch (global_role(n)) {
+    case G_UNTYPED:
+        return DCP_U8;
+    case G_STORAGE:
+        return dcp__dtype_from_storage(n->u.g.name, &dt) ? (int)dt : 0;
+    case G_DTYPE:
+        return dcp__dtype_from_torch(n->u.g.name, strlen(n->u.g.name), &dt)
+                   ? (int)dt
+                   : 0;
+    default:
+        return 0;
+    }
 }
 
 static int is_seq(const struct pk_node *n)
@@ -1743,8 +1742,7 @@ static int is_str(const struct pk_node *n, const char *s)
 
 static size_t elem_size(int dt)
 {
-    const struct dtype_info *info = dtype_find((dcp_dtype)dt);
-    return info ? info->size : 0;
+    return dcp_dtype_size((dcp_dtype)dt);
 }
 
 static const char *global_text(char *buf, size_t cap, const struct pk_node *g)

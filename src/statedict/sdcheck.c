@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "ctx.h"
+#include "dtype.h"
 
 /* How much of each list a message shows. */
 #define NOTE_LIMIT 360
@@ -426,6 +427,15 @@ static int expect_tensor(struct chk *c, dcp_dtype dtype, int ndim,
         c->nmism++;
         return dcp__sd_note(&c->mism, "'%s': dtype %s saved, %s expected", key,
                             dcp_dtype_name(e.dtype), dcp_dtype_name(dtype));
+    }
+    if (!dcp__can_convert(dtype, e.dtype)) {
+        *idx = -1;
+        c->nmism++;
+        return dcp__sd_note(&c->mism,
+                            "'%s': dtype %s saved, %s expected, and torch "
+                            "does not convert it either",
+                            key, dcp_dtype_name(e.dtype),
+                            dcp_dtype_name(dtype));
     }
     return DCP_OK;
 }

@@ -367,9 +367,9 @@ def metadata_cases():
     add("md-negative-dim", "DCP_EFORMAT", "a negative dimension", md)
 
     md = copy.deepcopy(MD)
-    md.state_dict_metadata["w"].properties.dtype = torch.complex64
+    md.state_dict_metadata["w"].properties.dtype = torch.qint8
     add("md-unsupported-dtype", "DCP_ENOTSUP",
-        "dtype complex64 (not supported: named, not guessed)", md)
+        "dtype qint8 (not supported: named, not guessed)", md)
 
     md = copy.deepcopy(MD)
     del md.storage_data[index(md, "w")]
@@ -696,9 +696,8 @@ def safetensors_cases():
     st_case("st-unknown-dtype", "DCP_EFORMAT", 'dtype "F128"',
             st_bytes(hdr.replace('"F32"', '"F128"')))
     st_case("st-unsupported-dtype", "DCP_ENOTSUP",
-            "a complex64 tensor written by the safetensors package (C64: "
-            "a dtype dcp does not hold)",
-            st_save({"c": torch.zeros(2, dtype=torch.complex64)}))
+            "an F6_E2M3 tensor (a safetensors dtype dcp does not hold)",
+            st_bytes(hdr.replace('"F32"', '"F6_E2M3"')))
     st_case("st-trailing-bytes", "DCP_EFORMAT",
             "a zip archive appended after the data (polyglot file; Trail of "
             "Bits audit)", good + zip_record([("x/data.pkl", b"\x80\x02N.")]))
@@ -897,9 +896,9 @@ def torch_file_cases():
             "a list that contains itself (a cycle through the memo)",
             pt_edit(sd, lambda s, c: (P2 + b"}q\x00" + uni("l") + loop[2:-1] +
                                       b"s" + STOP) if s == "data.pkl" else c))
-    pt_case("pt-complex-tensor", "DCP_ENOTSUP",
-            "a complex64 tensor (a dtype dcp does not hold)",
-            pt_bytes({"c": torch.zeros(2, dtype=torch.complex64)}))
+    pt_case("pt-bits-tensor", "DCP_ENOTSUP",
+            "a bits8 tensor (a dtype dcp does not hold; DCP cannot save it)",
+            pt_bytes({"c": torch.zeros(2, dtype=torch.uint8).view(torch.bits8)}))
 
 
 if __name__ == "__main__":

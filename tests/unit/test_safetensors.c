@@ -149,10 +149,18 @@ TEST(header_hostile)
                     "\"data_offsets\":[0,8]}}",
                     8, "unknown dtype"),
               DCP_EFORMAT);
-    ASSERT_RC(rc_of("{\"a\":{\"dtype\":\"U16\",\"shape\":[4],"
+    ASSERT_RC(rc_of("{\"a\":{\"dtype\":\"F6_E2M3\",\"shape\":[4],"
                     "\"data_offsets\":[0,8]}}",
                     8, "does not support"),
               DCP_ENOTSUP);
+    ASSERT_RC(rc_of("{\"a\":{\"dtype\":\"U16\",\"shape\":[4],"
+                    "\"data_offsets\":[0,8]}}",
+                    8, NULL),
+              DCP_OK);
+    ASSERT_RC(rc_of("{\"a\":{\"dtype\":\"C64\",\"shape\":[4],"
+                    "\"data_offsets\":[0,8]}}",
+                    8, "need 32"),
+              DCP_EFORMAT); /* 4 complex64 need 32 bytes */
     ASSERT_RC(rc_of("{\"a\":{\"dtype\":7,\"shape\":[4],"
                     "\"data_offsets\":[0,8]}}",
                     8, "no dtype"),

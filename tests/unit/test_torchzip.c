@@ -1406,13 +1406,18 @@ TEST(parse_torch_pickles)
     ASSERT_EQ(t.stride[0], 1);
     ASSERT_EQ(t.stride[1], 3);
 
+    /* torch.ComplexFloatStorage (v2) and torch.uint16 (v3, UntypedStorage
+     * of 4 bytes): 2 elements each */
     p = unhex(complex_pkl_hex, &n);
-    ASSERT_RC(dcp__tz_parse_tensor_pickle(p, n, &t, &err), DCP_ENOTSUP);
-    ASSERT(contains(err.msg, "torch.ComplexFloatStorage"));
+    ASSERT_OK(dcp__tz_parse_tensor_pickle(p, n, &t, &err));
+    ASSERT_EQ(t.dtype, DCP_C64);
+    ASSERT_U64_EQ(t.storage_numel, 2);
+    ASSERT_EQ(t.size[0], 2);
     free(p);
     p = unhex(uint16_pkl_hex, &n);
-    ASSERT_RC(dcp__tz_parse_tensor_pickle(p, n, &t, &err), DCP_ENOTSUP);
-    ASSERT(contains(err.msg, "torch.uint16"));
+    ASSERT_OK(dcp__tz_parse_tensor_pickle(p, n, &t, &err));
+    ASSERT_EQ(t.dtype, DCP_U16);
+    ASSERT_U64_EQ(t.storage_numel, 2);
     free(p);
     p = unhex(qint8_pkl_hex, &n);
     ASSERT_RC(dcp__tz_parse_tensor_pickle(p, n, &t, &err), DCP_ENOTSUP);
@@ -1519,9 +1524,16 @@ TEST(parse_built_pickles)
     s.numel = 24;
     s.smod = "torch";
     ASSERT_OK(parse_spec(&s, &t, &err));
-    s.dtype = "complex64";
+    s.dtype = "complex64"; /* 8-byte elements: 48 bytes hold the 6 */
+    s.numel = 48;
+    ASSERT_OK(parse_spec(&s, &t, &err));
+    ASSERT_EQ(t.dtype, DCP_C64);
+    ASSERT_U64_EQ(t.storage_numel, 6);
+    s.numel = 24;
+    ASSERT_RC(parse_spec(&s, &t, &err), DCP_EFORMAT);
+    s.dtype = "bits8";
     ASSERT_RC(parse_spec(&s, &t, &err), DCP_ENOTSUP);
-    ASSERT(contains(err.msg, "torch.complex64"));
+    ASSERT(contains(err.msg, "torch.bits8"));
     s.dtype = "float8_e5m2";
     ASSERT_OK(parse_spec(&s, &t, &err));
     ASSERT_EQ(t.dtype, DCP_F8_E5M2);

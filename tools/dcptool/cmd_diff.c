@@ -78,20 +78,30 @@ static void report(struct diff *d, const char *what, const char *key,
 static int is_float(dcp_dtype dt)
 {
     return dt == DCP_F64 || dt == DCP_F32 || dt == DCP_F16 || dt == DCP_BF16 ||
-           dt == DCP_F8_E4M3FN || dt == DCP_F8_E5M2;
+           dt == DCP_F8_E4M3FN || dt == DCP_F8_E5M2 ||
+           dt == DCP_F8_E4M3FNUZ || dt == DCP_F8_E5M2FNUZ ||
+           dt == DCP_F8_E8M0FNU;
+}
+
+/* Whether elements are compared as numbers (with a tolerance): not the
+ * complex dtypes (one double cannot hold them) nor float4 (bytes only). */
+static int is_real(dcp_dtype dt)
+{
+    return dt != DCP_C32 && dt != DCP_C64 && dt != DCP_C128 &&
+           dt != DCP_F4_E2M1FN_X2;
 }
 
 /* Grows the four comparison buffers to n elements (of any dtype: the
- * element buffers are sized for 8-byte elements). */
+ * element buffers are sized for 16-byte elements). */
 static int reserve(struct diff *d, size_t n)
 {
     void *p;
     if (n <= d->cap)
         return DCP_OK;
-    p = realloc(d->ba, n * 8);
+    p = realloc(d->ba, n * 16);
     if (p)
         d->ba = p;
-    p = p ? realloc(d->bb, n * 8) : NULL;
+    p = p ? realloc(d->bb, n * 16) : NULL;
     if (p)
         d->bb = p;
     p = p ? realloc(d->fa, n * sizeof(double)) : NULL;
@@ -120,7 +130,8 @@ static void compare(struct diff *d, const dcp_entry_info *e, const int64_t *off,
 {
     size_t es = dcp_dtype_size(e->dtype), i;
     const unsigned char *x = d->ba, *y = d->bb;
-    int tol = d->rtol > 0 || d->atol > 0, fl = is_float(e->dtype);
+    int tol = (d->rtol > 0 || d->atol > 0) && is_real(e->dtype);
+    int fl = is_float(e->dtype);
     if (memcmp(x, y, n * es) == 0)
         return;
     if (tol || fl) {
@@ -249,7 +260,8 @@ static int diff_tensor(struct diff *d, size_t ia, size_t ib,
     if (rc == DCP_OK && t.count) {
         char idx[256], detail[512];
         index_text(idx, sizeof(idx), t.first, e->ndim, e->shape);
-        if (is_float(e->dtype) || d->rtol > 0 || d->atol > 0)
+        if (is_float(e->dtype) ||
+            ((d->rtol > 0 || d->atol > 0) && is_real(e->dtype)))
             (void)snprintf(detail, sizeof(detail),
                            "%llu of %llu elements (first at %s, largest "
                            "difference %g)",
