@@ -494,7 +494,11 @@ int dcp__rd_chunk(struct rd_files *f, const struct md_entry *e, size_t ci,
             !needed_span(e, c, &t, dest, ndest, data, &lo, &hi))
             return DCP_OK;
     }
-    rc = rec_read(&r, data->data_off + lo, dst + lo, (size_t)(hi - lo), err);
+    /* An empty record has no scratch buffer: dst may be NULL, and NULL + 0
+     * is undefined. */
+    if (hi > lo)
+        rc = rec_read(&r, data->data_off + lo, dst + lo, (size_t)(hi - lo),
+                      err);
     if (rc != DCP_OK)
         return dcp__err_prefix(err, "'%s'", e->key);
     /* Every block checked is the whole record checked too: dcp__tz_open

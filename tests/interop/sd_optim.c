@@ -178,7 +178,7 @@ int main(int argc, char **argv)
     }
     if (save) {
         char name[64];
-        long long step;
+        long long step = 0;
         float v;
         file_io(argv[3], "model", model, n, 0);
         for (k = 0; k < sp.layout.ntensors; k++)
