@@ -200,6 +200,16 @@ TEST(exclusive_and_errors)
     ASSERT_EQ(dcp__s3_put(s3, "excl/x", "2", 1, DCP__S3_PUT_EXCLUSIVE, &err),
               DCP_EEXIST);
     ASSERT(strstr(err.msg, "excl/x") && strstr(err.msg, "412"));
+    /* an exclusive multipart complete onto an existing key: refused, and
+     * the upload aborted */
+    uint8_t *big = pattern((6u << 20) + 1, 5);
+    ASSERT_EQ(dcp__s3_put_multipart(s3, "excl/x", big, (6u << 20) + 1,
+                                    DCP__S3_PUT_EXCLUSIVE, &err),
+              DCP_EEXIST);
+    free(big);
+    size_t nu = 9;
+    ASSERT_EQ(dcp__s3_count_uploads(s3, "excl/", &nu, &err), 0);
+    ASSERT_EQ(nu, 0);
     void *b = NULL;
     size_t bl = 0;
     ASSERT_EQ(dcp__s3_get(s3, "excl/x", 10, &b, &bl, &err), 0);
