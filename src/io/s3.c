@@ -509,6 +509,8 @@ static size_t on_read(char *p, size_t sz, size_t nm, void *u)
     size_t n = sz * nm, left = r->body_len - r->sent;
     if (n > left)
         n = left;
+    if (n == 0)
+        return 0;
     memcpy(p, r->body + r->sent, n);
     r->sent += n;
     return n;
@@ -740,6 +742,15 @@ static int prepare(struct dcp__s3 *s3, struct req *r)
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME,
                      (s3->c.stall_timeout_ms + 999) / 1000);
+    /* No attempt outlives the request's budget: a server trickling bytes
+     * faster than the stall limit is still cut when the budget ends. */
+    {
+        uint64_t used = now_ms() - r->t0;
+        long left = used >= (uint64_t)s3->c.retry_budget_ms
+                        ? 1000
+                        : s3->c.retry_budget_ms - (long)used;
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, left < 1000 ? 1000L : left);
+    }
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, r->cerr);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, r);

@@ -300,6 +300,26 @@ TEST(faults_fatal)
         ASSERT(strstr(err.msg, "fatal/obj") && strstr(err.msg, cs[i].text));
         ASSERT(time(NULL) - t0 < 30);
     }
+    /* many attempts allowed, but the total budget ends the retries */
+    {
+        struct dcp__s3_config c = {0};
+        c.endpoint = getenv("DCP_S3_PROXY");
+        c.max_attempts = 1000;
+        c.retry_budget_ms = 1500;
+        c.backoff_base_ms = 10;
+        c.backoff_cap_ms = 100;
+        struct dcp__s3 *q = NULL;
+        ASSERT_EQ(dcp__s3_create(&c, bucket, &q, &err), 0);
+        faults("slowdown", 100000);
+        time_t t0 = time(NULL);
+        int rc = dcp__s3_get_range(q, "fatal/obj", 0, buf, 10, &err);
+        faults(NULL, 0);
+        dcp__s3_free(q);
+        fprintf(stderr, "  budget: %s\n", err.msg);
+        ASSERT_EQ(rc, DCP_ETIMEOUT);
+        ASSERT(strstr(err.msg, "fatal/obj") && strstr(err.msg, "budget"));
+        ASSERT(time(NULL) - t0 < 10);
+    }
     /* a multipart upload whose parts keep failing is aborted */
     uint8_t *big = pattern(11u << 20, 3);
     faults("slowdown_put", 1000);
