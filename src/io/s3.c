@@ -22,17 +22,17 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
-#define S3_RESP_MAX (16u << 20)  /* listing and error bodies */
-#define S3_ETAG_MAX 80
+#define S3_RESP_MAX  (16u << 20) /* listing and error bodies */
+#define S3_ETAG_MAX  80
 #define S3_MAX_PARTS 10000
-#define S3_MIN_PART (5u << 20)
-#define S3_UNSIGNED "UNSIGNED-PAYLOAD"
+#define S3_MIN_PART  (5u << 20)
+#define S3_UNSIGNED  "UNSIGNED-PAYLOAD"
 
 struct dcp__s3 {
     char *bucket, *ak, *sk, *token, *region;
-    char *base;      /* scheme://authority[/bucket] for URLs */
-    char *host;      /* Host header value */
-    char *uri_base;  /* "/bucket" (path style) or "" (virtual host) */
+    char *base;     /* scheme://authority[/bucket] for URLs */
+    char *host;     /* Host header value */
+    char *uri_base; /* "/bucket" (path style) or "" (virtual host) */
     struct dcp__s3_config c;
     CURLSH *share;
     pthread_mutex_t locks[CURL_LOCK_DATA_LAST];
@@ -320,15 +320,13 @@ int dcp__s3_create(const struct dcp__s3_config *cfg, const char *bucket,
                         curl_easy_strerror(curl_init_rc));
     const char *ak = cfg->access_key ? cfg->access_key
                                      : env_first("AWS_ACCESS_KEY_ID", NULL);
-    const char *sk = cfg->secret_key
-                         ? cfg->secret_key
-                         : env_first("AWS_SECRET_ACCESS_KEY", NULL);
-    const char *tok = cfg->session_token
-                          ? cfg->session_token
-                          : env_first("AWS_SESSION_TOKEN", NULL);
-    const char *region =
-        cfg->region ? cfg->region
-                    : env_first("AWS_REGION", "AWS_DEFAULT_REGION");
+    const char *sk = cfg->secret_key ? cfg->secret_key
+                                     : env_first("AWS_SECRET_ACCESS_KEY", NULL);
+    const char *tok = cfg->session_token ? cfg->session_token
+                                         : env_first("AWS_SESSION_TOKEN", NULL);
+    const char *region = cfg->region
+                             ? cfg->region
+                             : env_first("AWS_REGION", "AWS_DEFAULT_REGION");
     const char *ep = cfg->endpoint
                          ? cfg->endpoint
                          : env_first("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL");
@@ -405,8 +403,8 @@ int dcp__s3_create(const struct dcp__s3_config *cfg, const char *bucket,
         if (path_style) {
             rc = dcp__buf_printf(&host, "%.*s", (int)al, a);
             if (!rc)
-                rc = dcp__buf_printf(&base, "%.*s%.*s", (int)schl, ep,
-                                     (int)al, a);
+                rc = dcp__buf_printf(&base, "%.*s%.*s", (int)schl, ep, (int)al,
+                                     a);
         } else {
             rc = dcp__buf_printf(&host, "%s.%.*s", bucket, (int)al, a);
             if (!rc)
@@ -470,20 +468,20 @@ enum req_kind { RQ_PLAIN, RQ_GET_RANGE, RQ_GET_ALL, RQ_PUT_DATA };
 struct req {
     /* what to send */
     const char *method;
-    const char *key;   /* NULL: the bucket itself */
-    char *query;       /* canonical query string, owned */
-    const char *hdr1;  /* an extra header line, or NULL */
+    const char *key;  /* NULL: the bucket itself */
+    char *query;      /* canonical query string, owned */
+    const char *hdr1; /* an extra header line, or NULL */
     const char *hdr2;
     const uint8_t *body;
     size_t body_len;
-    int sign_body;     /* hash the body (small XML bodies) */
+    int sign_body; /* hash the body (small XML bodies) */
     enum req_kind kind;
-    int64_t off;       /* ranged get */
-    uint8_t *dst;      /* ranged get: caller's buffer of body_len... */
-    size_t want;       /* ...bytes wanted */
-    size_t resp_max;   /* RQ_GET_ALL / RQ_PLAIN body limit */
-    int no_range;      /* RQ_GET_ALL: the object is empty (416 to bytes=0-) */
-    char md5_hex[33];  /* RQ_PUT_DATA: the expected ETag */
+    int64_t off;      /* ranged get */
+    uint8_t *dst;     /* ranged get: caller's buffer of body_len... */
+    size_t want;      /* ...bytes wanted */
+    size_t resp_max;  /* RQ_GET_ALL / RQ_PLAIN body limit */
+    int no_range;     /* RQ_GET_ALL: the object is empty (416 to bytes=0-) */
+    char md5_hex[33]; /* RQ_PUT_DATA: the expected ETag */
     char md5_b64[25];
     /* per attempt */
     CURL *h;
@@ -540,8 +538,8 @@ static size_t on_write(char *p, size_t sz, size_t nm, void *u)
         r->got += n;
         return n;
     }
-    size_t lim = (r->kind == RQ_GET_ALL && st / 100 == 2) ? r->resp_max
-                                                           : S3_RESP_MAX;
+    size_t lim =
+        (r->kind == RQ_GET_ALL && st / 100 == 2) ? r->resp_max : S3_RESP_MAX;
     if (n > lim - r->resp.len) {
         r->overflow = 1;
         return 0;
@@ -663,8 +661,9 @@ static int prepare(struct dcp__s3 *s3, struct req *r)
         rc = rc ? rc : DCP_EIO;
         goto out;
     }
-    rc = dcp__buf_printf(&sts, "AWS4-HMAC-SHA256\n%s\n%s/%s/s3/aws4_request\n%s",
-                         amzdate, day, s3->region, chash);
+    rc =
+        dcp__buf_printf(&sts, "AWS4-HMAC-SHA256\n%s\n%s/%s/s3/aws4_request\n%s",
+                        amzdate, day, s3->region, chash);
     if (!rc)
         rc = dcp__buf_put_u8(&sts, 0);
     if (rc)
@@ -672,11 +671,11 @@ static int prepare(struct dcp__s3 *s3, struct req *r)
     {
         struct dcp_buf kk = {0};
         rc = dcp__buf_printf(&kk, "AWS4%s", s3->sk);
-        if (!rc && (hmac256(kk.p, kk.len, day, k1) ||
-                    hmac256(k1, 32, s3->region, k2) ||
-                    hmac256(k2, 32, "s3", k3) ||
-                    hmac256(k3, 32, "aws4_request", k4) ||
-                    hmac256(k4, 32, (char *)sts.p, sig)))
+        if (!rc &&
+            (hmac256(kk.p, kk.len, day, k1) ||
+             hmac256(k1, 32, s3->region, k2) || hmac256(k2, 32, "s3", k3) ||
+             hmac256(k3, 32, "aws4_request", k4) ||
+             hmac256(k4, 32, (char *)sts.p, sig)))
             rc = DCP_EIO;
         if (kk.p)
             memset(kk.p, 0, kk.cap);
@@ -765,8 +764,7 @@ static int prepare(struct dcp__s3 *s3, struct req *r)
         curl_easy_setopt(h, CURLOPT_READDATA, r);
         curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, on_seek);
         curl_easy_setopt(h, CURLOPT_SEEKDATA, r);
-        curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE,
-                         (curl_off_t)r->body_len);
+        curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->body_len);
     } else if (strcmp(r->method, "POST") == 0) {
         curl_easy_setopt(h, CURLOPT_POST, 1L);
         curl_easy_setopt(h, CURLOPT_POSTFIELDS,
@@ -908,8 +906,8 @@ static const char *etag_bare(const char *e, char *buf, size_t cap)
  * *code_out is the DCP code to report if a retry is not possible; msg the
  * reason.
  */
-static int judge(struct dcp__s3 *s3, struct req *r, CURLcode cc,
-                 int *code_out, char *msg, size_t cap)
+static int judge(struct dcp__s3 *s3, struct req *r, CURLcode cc, int *code_out,
+                 char *msg, size_t cap)
 {
     char code[64];
     const char *obj = r->key ? r->key : "";
@@ -917,8 +915,7 @@ static int judge(struct dcp__s3 *s3, struct req *r, CURLcode cc,
     if (cc != CURLE_OK) {
         if (r->overflow) {
             snprintf(msg, cap, "body longer than %s at offset %" PRId64,
-                     r->kind == RQ_GET_RANGE ? "the range asked"
-                                             : "the limit",
+                     r->kind == RQ_GET_RANGE ? "the range asked" : "the limit",
                      r->off + (int64_t)r->got);
             *code_out = r->kind == RQ_GET_RANGE ? DCP_ECORRUPT : DCP_ELIMIT;
             return r->kind == RQ_GET_RANGE ? 1 : *code_out;
@@ -956,8 +953,8 @@ static int judge(struct dcp__s3 *s3, struct req *r, CURLcode cc,
         if (r->clen >= 0 && strcmp(r->method, "HEAD") != 0 &&
             (uint64_t)r->clen != r->got) {
             snprintf(msg, cap,
-                     "HTTP %ld: Content-Length %" PRId64 " but %zu bytes",
-                     st, r->clen, r->got);
+                     "HTTP %ld: Content-Length %" PRId64 " but %zu bytes", st,
+                     r->clen, r->got);
             *code_out = DCP_ECORRUPT;
             return 1;
         }
@@ -1112,8 +1109,7 @@ static int run_reqs(struct dcp__s3 *s3, struct req *rs, size_t n,
     while (done < n && rc == DCP_OK) {
         uint64_t now = now_ms();
         long wait = 100;
-        for (size_t i = 0; i < n && active < (size_t)s3->c.max_in_flight;
-             i++) {
+        for (size_t i = 0; i < n && active < (size_t)s3->c.max_in_flight; i++) {
             struct req *r = &rs[i];
             if (r->done || r->active)
                 continue;
@@ -1186,8 +1182,8 @@ static int run_reqs(struct dcp__s3 *s3, struct req *rs, size_t n,
         if (rc != DCP_OK || done == n)
             break;
         int nfd = 0;
-        if (curl_multi_poll(m, NULL, 0, (int)(active ? (wait > 50 ? 50 : wait)
-                                                     : wait),
+        if (curl_multi_poll(m, NULL, 0,
+                            (int)(active ? (wait > 50 ? 50 : wait) : wait),
                             &nfd) != CURLM_OK) {
             rc = dcp__err(err, DCP_EIO, "curl_multi_poll failed");
             break;
@@ -1329,17 +1325,15 @@ int dcp__s3_get(struct dcp__s3 *s3, const char *key, size_t max, void **buf,
     return rc;
 }
 
-static int put_prep(struct req *r, const char *key, const void *buf,
-                    size_t len)
+static int put_prep(struct req *r, const char *key, const void *buf, size_t len)
 {
     r->method = "PUT";
     r->key = key;
     r->kind = RQ_PUT_DATA;
     r->body = buf;
     r->body_len = len;
-    return md5_both(len ? buf : "", len, r->md5_hex, r->md5_b64) == 0
-               ? DCP_OK
-               : DCP_EIO;
+    return md5_both(len ? buf : "", len, r->md5_hex, r->md5_b64) == 0 ? DCP_OK
+                                                                      : DCP_EIO;
 }
 
 int dcp__s3_put(struct dcp__s3 *s3, const char *key, const void *buf,
@@ -1440,8 +1434,8 @@ int dcp__s3_list(struct dcp__s3 *s3, const char *prefix, size_t max_keys,
             cpos = (size_t)(c - x);
             const char *e = find_mem(c, xl - cpos, "</Contents>", 11);
             if (!e) {
-                rc = dcp__err(err, DCP_EFORMAT,
-                              "s3://%s: malformed listing", s3->bucket);
+                rc = dcp__err(err, DCP_EFORMAT, "s3://%s: malformed listing",
+                              s3->bucket);
                 break;
             }
             cend = (size_t)(e - x);
@@ -1512,8 +1506,8 @@ int dcp__s3_list(struct dcp__s3 *s3, const char *prefix, size_t max_keys,
     return rc;
 }
 
-int dcp__s3_count_uploads(struct dcp__s3 *s3, const char *prefix,
-                          size_t *count, struct dcp_err *err)
+int dcp__s3_count_uploads(struct dcp__s3 *s3, const char *prefix, size_t *count,
+                          struct dcp_err *err)
 {
     *count = 0;
     char *pfx = enc_dup(prefix ? prefix : "");
@@ -1546,9 +1540,8 @@ static int mpu_abort(struct dcp__s3 *s3, const char *key, const char *upid)
     return rc;
 }
 
-int dcp__s3_put_multipart(struct dcp__s3 *s3, const char *key,
-                          const void *buf, size_t len, unsigned flags,
-                          struct dcp_err *err)
+int dcp__s3_put_multipart(struct dcp__s3 *s3, const char *key, const void *buf,
+                          size_t len, unsigned flags, struct dcp_err *err)
 {
     DCP_RETURN_IF(dcp__s3_check_key(key, err));
     size_t ps = s3->c.part_size;
@@ -1566,8 +1559,8 @@ int dcp__s3_put_multipart(struct dcp__s3 *s3, const char *key,
         rc = one(s3, &c, err);
     if (rc == DCP_OK) {
         size_t pos = 0;
-        if (xml_next((const char *)c.resp.p, c.resp.len, &pos, "UploadId",
-                     upid, sizeof(upid)) != 1 ||
+        if (xml_next((const char *)c.resp.p, c.resp.len, &pos, "UploadId", upid,
+                     sizeof(upid)) != 1 ||
             !upid[0])
             rc = dcp__err(err, DCP_EFORMAT,
                           "s3://%s/%s: CreateMultipartUpload answer without "

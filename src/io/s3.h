@@ -42,7 +42,7 @@ struct dcp__s3_config {
     const char *access_key;    /* AWS_ACCESS_KEY_ID (required) */
     const char *secret_key;    /* AWS_SECRET_ACCESS_KEY (required) */
     const char *session_token; /* AWS_SESSION_TOKEN (optional) */
-    const char *region; /* AWS_REGION, AWS_DEFAULT_REGION, "us-east-1" */
+    const char *region;        /* AWS_REGION, AWS_DEFAULT_REGION, "us-east-1" */
     /* AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL; none: https://s3.<region>.
      * amazonaws.com. http:// or https://, host[:port], no path. */
     const char *endpoint;
@@ -52,12 +52,12 @@ struct dcp__s3_config {
     long connect_timeout_ms; /* 5000 */
     /* A transfer slower than 1 byte/s for this long is cut: 10 s. */
     long stall_timeout_ms;
-    int max_attempts;       /* per request, 8 */
-    long retry_budget_ms;   /* total time per request incl. backoff, 120000 */
-    long backoff_base_ms;   /* 100; attempt k sleeps U(0, min(cap, base*2^k)) */
-    long backoff_cap_ms;    /* 5000 */
-    int max_in_flight;      /* parallel requests of one call, 16 (max 256) */
-    size_t part_size;       /* multipart part size, 8 MiB (5 MiB .. 5 GiB) */
+    int max_attempts;     /* per request, 8 */
+    long retry_budget_ms; /* total time per request incl. backoff, 120000 */
+    long backoff_base_ms; /* 100; attempt k sleeps U(0, min(cap, base*2^k)) */
+    long backoff_cap_ms;  /* 5000 */
+    int max_in_flight;    /* parallel requests of one call, 16 (max 256) */
+    size_t part_size;     /* multipart part size, 8 MiB (5 MiB .. 5 GiB) */
 };
 
 struct dcp__s3;
@@ -113,9 +113,8 @@ int dcp__s3_put(struct dcp__s3 *s3, const char *key, const void *buf,
  * complete with the part list (exclusive when flags say so). Any failure
  * aborts the upload, so no parts are left behind.
  */
-int dcp__s3_put_multipart(struct dcp__s3 *s3, const char *key,
-                          const void *buf, size_t len, unsigned flags,
-                          struct dcp_err *err);
+int dcp__s3_put_multipart(struct dcp__s3 *s3, const char *key, const void *buf,
+                          size_t len, unsigned flags, struct dcp_err *err);
 
 int dcp__s3_delete(struct dcp__s3 *s3, const char *key, struct dcp_err *err);
 /* Deletes n keys, max_in_flight at a time; a missing key is not an error. */
@@ -133,7 +132,7 @@ int dcp__s3_list(struct dcp__s3 *s3, const char *prefix, size_t max_keys,
 
 /* Number of multipart uploads in progress under prefix (for tests and
  * cleanup checks), at most 1000. */
-int dcp__s3_count_uploads(struct dcp__s3 *s3, const char *prefix,
-                          size_t *count, struct dcp_err *err);
+int dcp__s3_count_uploads(struct dcp__s3 *s3, const char *prefix, size_t *count,
+                          struct dcp_err *err);
 
 #endif
