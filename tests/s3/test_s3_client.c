@@ -5,6 +5,7 @@
  * Every request is bounded (connect/stall timeouts, retry budget), so no
  * test can hang; ctest's TIMEOUT is the outer bound.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -337,6 +338,44 @@ TEST(faults_fatal)
     dcp__s3_free(s3);
 }
 
+/* One client from several threads at once (the shared connection pool). */
+struct thr {
+    struct dcp__s3 *s3;
+    int id, rc;
+};
+
+static void *thr_main(void *u)
+{
+    struct thr *t = u;
+    char key[64];
+    for (int i = 0; i < 8 && t->rc == 0; i++) {
+        snprintf(key, sizeof(key), "threads/t%d/k%d", t->id, i);
+        t->rc = roundtrip(t->s3, key, 1000u * (unsigned)(t->id + i + 1), 0);
+    }
+    return NULL;
+}
+
+TEST(threads)
+{
+    struct dcp__s3 *s3 = client(0, 4, NULL);
+    ASSERT(s3);
+    struct thr t[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        t[i] = (struct thr){s3, i, 0};
+        ASSERT_EQ(pthread_create(&th[i], NULL, thr_main, &t[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++)
+        ASSERT_EQ(t[i].rc, 0);
+    size_t n = 0;
+    struct dcp_err err = {0};
+    ASSERT_EQ(dcp__s3_list(s3, "threads/", 100, count_any, &n, &err), 0);
+    ASSERT_EQ(n, 32);
+    dcp__s3_free(s3);
+}
+
 /* Under --auth: moto verifies every signature (botocore's S3SigV4Auth), so
  * these pass only if ours is right; and wrong credentials are refused. */
 TEST(auth)
@@ -405,6 +444,7 @@ int main(void)
     }
     RUN(sizes);
     RUN(odd_keys);
+    RUN(threads);
     RUN(list_continuation);
     RUN(exclusive_and_errors);
     RUN(faults_retried);
