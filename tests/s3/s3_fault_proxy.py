@@ -1,0 +1,115 @@
+"""A small HTTP proxy between the S3 client and the server that injects faults.
+
+The fault file holds one line, "MODE COUNT": the next COUNT requests the mode
+applies to get it (the count is decremented here; an empty file: no faults).
+Modes:
+  slowdown      every request: 503 SlowDown, not forwarded
+  slowdown_put  PUT requests only (multipart parts fail, create/abort pass)
+  reset         every request: the connection is reset (RST), no answer
+  stall         every request: no answer for 4 s, then the connection closes
+  truncate      GETs with a body: the full Content-Length, half the body, close
+  badlen        GETs with a body: one byte short, with a matching Content-Length
+  badetag       PUTs: the server's answer with a wrong ETag
+"""
+import http.client
+import http.server
+import socket
+import struct
+import threading
+import time
+
+_lock = threading.Lock()
+
+
+def _take(path, method, has_body):
+    with _lock:
+        try:
+            with open(path) as f:
+                parts = f.read().split()
+        except OSError:
+            return None
+        if len(parts) != 2 or int(parts[1]) <= 0:
+            return None
+        mode, n = parts[0], int(parts[1])
+        applies = {"slowdown": True, "reset": True, "stall": True,
+                   "slowdown_put": method == "PUT", "badetag": method == "PUT",
+                   "truncate": method == "GET", "badlen": method == "GET"}.get(mode, False)
+        if not applies:
+            return None
+        with open(path, "w") as f:
+            f.write(f"{mode} {n - 1}\n")
+        return mode
+
+
+def start(host, port, up_host, up_port, fault_path):
+    class H(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def _any(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(n) if n else b""
+            mode = _take(fault_path, self.command, True)
+            if mode in ("slowdown", "slowdown_put"):
+                msg = b"<Error><Code>SlowDown</Code><Message>Reduce</Message></Error>"
+                self.send_response(503)
+                self.send_header("Content-Length", str(len(msg)))
+                self.end_headers()
+                self.wfile.write(msg)
+                return
+            if mode == "reset":
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                           struct.pack("ii", 1, 0))
+                self.close_connection = True
+                self.connection.close()
+                return
+            if mode == "stall":
+                time.sleep(4)
+                self.close_connection = True
+                return
+            c = http.client.HTTPConnection(up_host, up_port, timeout=30)
+            hdrs = {k: v for k, v in self.headers.items()}
+            c.request(self.command, self.path, body=body if n else None, headers=hdrs)
+            r = c.getresponse()
+            data = r.read() if self.command != "HEAD" else b""
+            rh = r.getheaders()
+            c.close()
+            if mode in ("truncate", "badlen") and len(data) < 2:
+                mode = None
+            self.send_response(r.status)
+            for k, v in rh:
+                kl = k.lower()
+                if kl in ("content-length", "transfer-encoding", "connection", "date", "server"):
+                    continue
+                if kl == "etag" and mode == "badetag":
+                    v = '"00000000000000000000000000000000"'
+                self.send_header(k, v)
+            if self.command == "HEAD":
+                self.send_header("Content-Length", r.getheader("Content-Length", "0"))
+                self.end_headers()
+                return
+            if mode == "badlen":
+                data = data[:-1]
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if mode == "truncate":
+                self.wfile.write(data[: len(data) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            self.wfile.write(data)
+
+        def _safe(self):
+            try:
+                self._any()
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _safe
+
+    srv = http.server.ThreadingHTTPServer((host, port), H)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
