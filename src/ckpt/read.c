@@ -311,6 +311,22 @@ static int ensure_scratch(struct rd_files *f, uint64_t n, struct dcp_err *err)
     return DCP_OK;
 }
 
+/* Opens the record of chunk c and finds its data.pkl entry, *pe. */
+static int open_pkl(struct rd_files *f, const struct md_entry *e,
+                    const struct md_chunk *c, struct rec *r,
+                    struct tz_archive *a, const struct tz_entry **pe,
+                    struct dcp_err *err)
+{
+    int rc = open_record(f, e, c, r, a, err);
+    if (rc != DCP_OK)
+        return rc;
+    *pe = dcp__tz_find(a, "data.pkl");
+    if (!*pe)
+        return dcp__err(err, DCP_EFORMAT, "'%s': record in '%s' has no "
+                        "data.pkl", e->key, f->md->files[c->file]);
+    return DCP_OK;
+}
+
 /* Opens chunk ci's record and checks its archive against the metadata:
  * *t is the stored tensor, *data its storage record (NULL for an empty
  * chunk without one). */
@@ -322,13 +338,9 @@ static int parse_chunk(struct rd_files *f, const struct md_entry *e,
     const char *file = f->md->files[c->file];
     const struct tz_entry *pe;
     uint8_t *pkl = NULL;
-    int rc = open_record(f, e, c, r, a, err);
+    int rc = open_pkl(f, e, c, r, a, &pe, err);
     if (rc != DCP_OK)
         return rc;
-    pe = dcp__tz_find(a, "data.pkl");
-    if (!pe)
-        return dcp__err(err, DCP_EFORMAT, "'%s': record in '%s' has no "
-                        "data.pkl", e->key, file);
     rc = dcp__tz_read_entry(a, pe, PKL_MAX, verify, rec_read, r, &pkl, err);
     if (rc == DCP_OK)
         rc = dcp__tz_parse_tensor_pickle(pkl, pe->size, t, err);
@@ -533,13 +545,9 @@ int dcp__rd_value(struct rd_files *f, const struct md_entry *e, int verify,
     uint8_t *pkl = NULL;
     int rc;
     *out = NULL;
-    rc = open_record(f, e, c, &r, &a, err);
+    rc = open_pkl(f, e, c, &r, &a, &pe, err);
     if (rc != DCP_OK)
         return rc;
-    pe = dcp__tz_find(&a, "data.pkl");
-    if (!pe)
-        return dcp__err(err, DCP_EFORMAT, "'%s': record in '%s' has no "
-                        "data.pkl", e->key, f->md->files[c->file]);
     rc = dcp__tz_read_entry(&a, pe, max_bytes > SIZE_MAX ? SIZE_MAX
                                                     : (size_t)max_bytes,
                        verify, rec_read, &r, &pkl, err);
@@ -577,26 +585,12 @@ int dcp__rd_chunk_locate(struct rd_files *f, const struct md_entry *e,
                          size_t ci, struct rd_loc *loc, struct dcp_err *err)
 {
     const struct md_chunk *c = &e->chunks[ci];
-    const struct tz_entry *pe, *data = NULL;
+    const struct tz_entry *data = NULL;
     struct tz_archive a;
     struct rec r;
-    uint8_t *pkl = NULL;
     int rc;
     memset(loc, 0, sizeof(*loc));
-    rc = open_record(f, e, c, &r, &a, err);
-    if (rc != DCP_OK)
-        return rc;
-    pe = dcp__tz_find(&a, "data.pkl");
-    if (!pe)
-        return dcp__err(err, DCP_EFORMAT, "'%s': record in '%s' has no "
-                        "data.pkl", e->key, r.file);
-    rc = dcp__tz_read_entry(&a, pe, PKL_MAX, 1, rec_read, &r, &pkl, err);
-    if (rc == DCP_OK)
-        rc = dcp__tz_parse_tensor_pickle(pkl, pe->size, &loc->t, err);
-    dcp__free(pkl);
-    if (rc != DCP_OK)
-        return dcp__err_prefix(err, "'%s': record in '%s'", e->key, r.file);
-    rc = check_archive(&a, e, c, r.file, &loc->t, &data, err);
+    rc = parse_chunk(f, e, c, 1, &r, &loc->t, &data, &a, err);
     if (rc != DCP_OK)
         return rc;
     loc->fd = r.fd;

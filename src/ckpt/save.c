@@ -181,16 +181,14 @@ static int write_box(struct io_writer *w, const struct sv_rec *r,
                      struct stg_pipe *pipe, uint64_t *off, uint64_t *len)
 {
     uint64_t nbytes = r->nbytes;
-    uint64_t data_off, bsize = dcp__tz_block_size(nbytes);
-    uint64_t nblk = dcp__tz_block_count(nbytes, bsize);
+    uint64_t data_off, bsize;
+    /* Block CRCs (docs/FORMAT.md §4), unless a record is too large for
+     * the field: the whole CRC is derived from them. */
+    uint64_t nblk = dcp__tz_block_layout(nbytes, &bsize);
     uint32_t *blk = NULL;
     struct crc_blocks crc;
     struct tz_writer z;
     int rc;
-    /* Block CRCs (docs/FORMAT.md §4), unless a record is too large for
-     * the field: the whole CRC is derived from them. */
-    if (nblk > TZ_BLK_WCOUNT)
-        bsize = nblk = 0;
     if (nblk) {
         blk = dcp__malloc((size_t)nblk * sizeof(*blk));
         if (!blk) {

@@ -109,16 +109,13 @@ static int write_tensor(struct imp *im, const struct src_entry *s,
     dcp_dtype dt = dcp__cv_out_dtype(&im->o, s->dtype);
     size_t is = dcp_dtype_size(s->dtype), os = dcp_dtype_size(dt);
     uint64_t numel = dcp__box_numel(s->ndim, s->shape), i, step;
-    uint64_t start = im->off, data_off;
-    uint64_t bsize = dcp__tz_block_size(numel * os);
-    uint64_t nblk = dcp__tz_block_count(numel * os, bsize);
+    uint64_t start = im->off, data_off, bsize;
+    /* Block CRCs, as a save writes them (docs/FORMAT.md §4). */
+    uint64_t nblk = dcp__tz_block_layout(numel * os, &bsize);
     uint32_t *blk = NULL;
     struct crc_blocks crc;
     struct tz_writer z;
     int rc;
-    /* Block CRCs, as a save writes them (docs/FORMAT.md §4). */
-    if (nblk > TZ_BLK_WCOUNT)
-        bsize = nblk = 0;
     if (nblk && !(blk = dcp__malloc((size_t)nblk * sizeof(*blk))))
         return dcp__err(err, DCP_ENOMEM, "out of memory");
     dcp__crcb_init(&crc, bsize, blk, (size_t)nblk);

@@ -321,6 +321,16 @@ uint64_t dcp__tz_block_size(uint64_t nbytes)
     return b;
 }
 
+uint64_t dcp__tz_block_layout(uint64_t nbytes, uint64_t *bsize)
+{
+    uint64_t n;
+    *bsize = dcp__tz_block_size(nbytes);
+    n = dcp__tz_block_count(nbytes, *bsize);
+    if (n > TZ_BLK_WCOUNT)
+        *bsize = n = 0;
+    return n;
+}
+
 int dcp__tz_stream_end_blocks(struct tz_writer *w, uint32_t crc,
                               uint64_t bsize, const uint32_t *blk, size_t n)
 {

@@ -111,6 +111,11 @@ int dcp__tz_stream_end(struct tz_writer *w, uint32_t crc);
 uint64_t dcp__tz_block_size(uint64_t nbytes);
 uint64_t dcp__tz_block_count(uint64_t nbytes, uint64_t bsize);
 
+/* The block CRCs a writer gives a record of nbytes (docs/FORMAT.md §4):
+ * returns their count and sets *bsize; 0 and *bsize 0 when the record gets
+ * none (empty, or more blocks than the field holds). */
+uint64_t dcp__tz_block_layout(uint64_t nbytes, uint64_t *bsize);
+
 /*
  * dcp__tz_stream_end that also records the streamed data's block CRCs
  * (crc32.h's crc_blocks): n = dcp__tz_block_count(len, bsize) CRCs of

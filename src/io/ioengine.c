@@ -371,20 +371,25 @@ static void mark_done(struct io_eng *e, struct io_req *r)
     e->busy--;
 }
 
-/* Runs r through the storage back end's write_at/read_at, which transfer
- * everything or fail (dcp_storage.h). */
+/* The rest of r, n bytes, through the storage back end's write_at/read_at,
+ * which transfer everything or fail (dcp_storage.h): DCP_OK or its code
+ * with err filled. No lock is held; the caller records the outcome. */
+static int via_io(const struct io_req *r, size_t n, struct dcp_err *err)
+{
+    dcp__err_clear(err);
+    if (r->write)
+        return dcp__fs_pwrite(r->fd, r->mem + r->done, n, r->off + r->done,
+                              r->name, err);
+    return dcp__fs_pread(r->fd, r->mem + r->done, n, r->off + r->done,
+                         r->name, err);
+}
+
+/* Runs r through the back end on the calling thread. */
 static void exec_via(struct io_eng *e, struct io_req *r)
 {
     size_t n = r->len - r->done;
     struct dcp_err err;
-    int rc;
-    dcp__err_clear(&err);
-    if (r->write)
-        rc = dcp__fs_pwrite(r->fd, r->mem + r->done, n, r->off + r->done,
-                            r->name, &err);
-    else
-        rc = dcp__fs_pread(r->fd, r->mem + r->done, n, r->off + r->done,
-                           r->name, &err);
+    int rc = via_io(r, n, &err);
     if (rc == DCP_OK) {
         r->done = r->len;
         e->st.bytes += n;
@@ -423,13 +428,7 @@ static void *pool_main(void *arg)
         p->qcount--;
         (void)pthread_mutex_unlock(&p->mu);
         n = r->len - r->done;
-        dcp__err_clear(&err);
-        if (r->write)
-            rc = dcp__fs_pwrite(r->fd, r->mem + r->done, n, r->off + r->done,
-                                r->name, &err);
-        else
-            rc = dcp__fs_pread(r->fd, r->mem + r->done, n, r->off + r->done,
-                               r->name, &err);
+        rc = via_io(r, n, &err);
         (void)pthread_mutex_lock(&p->mu);
         if (rc == DCP_OK) {
             r->done = r->len;

@@ -1202,6 +1202,19 @@ static int run_reqs(struct dcp__s3 *s3, struct req *rs, size_t n,
     return rc;
 }
 
+/* The end of a batch: runs the n requests rs when rc (their setup) is
+ * DCP_OK, then releases them and frees rs. Returns the first failure. */
+static int run_batch(struct dcp__s3 *s3, struct req *rs, size_t n, int rc,
+                     struct dcp_err *err)
+{
+    if (rc == DCP_OK)
+        rc = run_reqs(s3, rs, n, err);
+    for (size_t i = 0; i < n; i++)
+        req_release(&rs[i]);
+    dcp__free(rs);
+    return rc;
+}
+
 static int set_query(struct req *r, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static int set_query(struct req *r, const char *fmt, ...)
@@ -1294,12 +1307,7 @@ int dcp__s3_get_range(struct dcp__s3 *s3, const char *key, int64_t off,
         if (set_query(&rs[i], "%s", ""))
             rc = dcp__err(err, DCP_ENOMEM, "out of memory");
     }
-    if (rc == DCP_OK)
-        rc = run_reqs(s3, rs, n, err);
-    for (size_t i = 0; i < n; i++)
-        req_release(&rs[i]);
-    dcp__free(rs);
-    return rc;
+    return run_batch(s3, rs, n, rc, err);
 }
 
 int dcp__s3_get(struct dcp__s3 *s3, const char *key, size_t max, void **buf,
@@ -1380,12 +1388,7 @@ int dcp__s3_delete_many(struct dcp__s3 *s3, const char *const *keys, size_t n,
         if (set_query(&rs[i], "%s", ""))
             rc = dcp__err(err, DCP_ENOMEM, "out of memory");
     }
-    if (rc == DCP_OK)
-        rc = run_reqs(s3, rs, n, err);
-    for (size_t i = 0; i < n; i++)
-        req_release(&rs[i]);
-    dcp__free(rs);
-    return rc;
+    return run_batch(s3, rs, n, rc, err);
 }
 
 int dcp__s3_list(struct dcp__s3 *s3, const char *prefix, size_t max_keys,
