@@ -136,10 +136,12 @@ TEST(memstore_round_trip_in_parallel)
     ASSERT(atomic_load(&m.writes) >= 64);
     ASSERT(atomic_load(&m.max_seen) > 1);
     ASSERT(atomic_load(&m.max_seen) <= 4);
-    /* Committed through publish: no temporary, no rename. */
-    ASSERT_EQ(m.publishes, 1);
+    /* Locked and committed through publish (the exclusive ".lock", then
+     * ".metadata"): no temporary, no rename, the lock gone after. */
+    ASSERT_EQ(m.publishes, 2);
     ASSERT_EQ(m.renames, 0);
     ASSERT(ms_find(&m, ".metadata") != NULL);
+    ASSERT(ms_find(&m, ".lock") == NULL);
     for (i = 0; i < m.nobj; i++)
         ASSERT(strstr(m.obj[i].name, ".tmp") == NULL);
     atomic_store(&m.max_seen, 0);
