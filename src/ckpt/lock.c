@@ -13,7 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ctx.h"
 #include "dcp/dcp_storage.h"
+#include "read.h"
 #include "storage.h"
 
 #define LOCK_MAX   4096 /* bytes of a lock file read */
@@ -121,6 +123,8 @@ static int parse_holder(const uint8_t *p, size_t n, struct holder *h)
         }
         s = nl ? nl + 1 : end;
     }
+    if (!strcmp(h->boot, "-"))
+        h->boot[0] = '\0'; /* unknown: the boot id is not compared */
     return h->token[0] != '\0';
 }
 
@@ -169,7 +173,8 @@ static int busy(struct dcp_err *err, const char *path, const struct holder *h,
 /* One take-over attempt of the dead holder h's lock. DCP_OK: the lock is
  * gone (try publishing again); DCP_EBUSY: another taker is at it. */
 static int take_over(int dirfd, const char *path, const struct holder *h,
-                     const char *mine, size_t minelen, struct dcp_err *err)
+                     const char *mine, size_t minelen, unsigned flags,
+                     struct dcp_err *err)
 {
     char marker[128];
     uint8_t *p = NULL;
@@ -181,6 +186,19 @@ static int take_over(int dirfd, const char *path, const struct holder *h,
     rc = dcp__fs_publish(dirfd, path, marker, mine, minelen,
                          DCP_PUBLISH_EXCLUSIVE | DCP_PUBLISH_NOSYNC, &visible,
                          err);
+    if (rc == DCP_EEXIST && (flags & DCP__LOCK_FORCE)) {
+        /* dcptool clean --force: the user says the taker is gone. */
+        dcp__err_clear(err);
+        rc = dcp__fs_unlink(dirfd, marker, err);
+        if (rc == DCP_OK)
+            rc = dcp__fs_publish(dirfd, path, marker, mine, minelen,
+                                 DCP_PUBLISH_EXCLUSIVE | DCP_PUBLISH_NOSYNC,
+                                 &visible, err);
+    }
+    if (rc == DCP_ENOENT) { /* our temporary went: try again */
+        dcp__err_clear(err);
+        return DCP_OK;
+    }
     if (rc == DCP_EEXIST)
         return busy(err, path, h,
                     ": its holder is gone and another writer is taking the "
@@ -239,6 +257,12 @@ int dcp__lock_acquire(int dirfd, const char *path, const char *token,
             dcp__err_clear(err); /* no exclusion on this back end */
             return DCP_OK;
         }
+        if (rc == DCP_ENOENT) {
+            /* Our temporary was removed as a dead writer's by the holder
+             * cleaning (dcp__clean_leftovers): the lock is held. */
+            dcp__err_clear(err);
+            continue;
+        }
         if (rc != DCP_EEXIST)
             return rc;
         rc = dcp__fs_read_all(dirfd, DCP__LOCK_NAME, LOCK_MAX, &p, &len, err);
@@ -264,7 +288,7 @@ int dcp__lock_acquire(int dirfd, const char *path, const char *token,
         }
         if (holder_dead(&h, &me, &other) ||
             (other && (flags & DCP__LOCK_FORCE))) {
-            rc = take_over(dirfd, path, &h, mine, (size_t)n, err);
+            rc = take_over(dirfd, path, &h, mine, (size_t)n, flags, err);
             if (rc != DCP_OK)
                 return rc;
             continue;
@@ -368,7 +392,16 @@ static int clean_prefix(int dirfd, const char *prefix,
     }
     for (i = 0; rc == DCP_OK && i < count; i++) {
         const char *name = ent[i].name;
-        int ours = lockfiles ? strncmp(name, DCP__LOCK_NAME ".", 6) == 0
+        size_t len = strlen(name);
+        /* The lock's own: its publication temporaries (a contender whose
+         * temporary goes retries, lock.c), and with force the take-over
+         * markers too. */
+        int ours = lockfiles ? strncmp(name, DCP__LOCK_NAME ".", 6) == 0 &&
+                                   (lockfiles > 1 ||
+                                    (len > 10 &&
+                                     !strcmp(name + len - 4, ".tmp") &&
+                                     strncmp(name, DCP__LOCK_NAME ".takeover-",
+                                             15) != 0))
                              : dcp__leftover_name(name);
         if (!ours || named_by(md, name))
             continue;
@@ -393,12 +426,58 @@ int dcp__clean_leftovers(int dirfd, const char *path,
     rc = clean_prefix(dirfd, "__", md, 0, ent, files, bytes, err);
     if (rc == DCP_OK)
         rc = clean_prefix(dirfd, ".metadata.", md, 0, ent, files, bytes, err);
-    if (rc == DCP_OK && force)
-        rc = clean_prefix(dirfd, DCP__LOCK_NAME ".", md, 1, ent, files, bytes,
-                          err);
+    if (rc == DCP_OK)
+        rc = clean_prefix(dirfd, DCP__LOCK_NAME ".", md, force ? 2 : 1, ent,
+                          files, bytes, err);
     dcp__free(ent);
     if (rc != DCP_OK && rc != DCP_ENOTSUP)
         (void)dcp__err_prefix(err, "cannot remove the leftovers in '%s'",
                               path);
+    return rc;
+}
+
+/* dcp_clean (dcp.h). */
+int dcp_clean(dcp_ctx *ctx, const char *dir, unsigned flags,
+              dcp_clean_result *res)
+{
+    struct dcp_metadata *md = NULL;
+    struct dcp__lock lk;
+    char token[24];
+    uint64_t files = 0, bytes = 0;
+    int dirfd = -1, rc;
+    if (!ctx)
+        return DCP_EINVAL;
+    dcp__ctx_begin(ctx);
+    if (!dir || !*dir || (flags & ~DCP_CLEAN_FORCE))
+        return dcp__err(&ctx->err, DCP_EINVAL,
+                        "clean: a directory and flags 0 or "
+                        "DCP_CLEAN_FORCE needed");
+    if (res && res->struct_size < sizeof(*res))
+        return dcp__err(&ctx->err, DCP_EINVAL,
+                        "clean: result struct_size too small");
+    lk.dirfd = -1;
+    (void)snprintf(token, sizeof(token), "clean-%08lx",
+                   (unsigned long)((unsigned long)getpid() ^
+                                   (unsigned long)time(NULL)));
+    rc = dcp__fs_open_dir(dir, &dirfd, &ctx->err);
+    if (rc == DCP_OK)
+        rc = dcp__lock_acquire(dirfd, dir, token,
+                               (flags & DCP_CLEAN_FORCE) ? DCP__LOCK_FORCE
+                                                         : 0u,
+                               &lk, &ctx->err);
+    if (rc == DCP_OK && dcp__fs_exists(dirfd, ".metadata"))
+        rc = dcp__rd_metadata(dirfd, dir, ctx->max_metadata_bytes, &md,
+                              &ctx->err);
+    if (rc == DCP_OK)
+        rc = dcp__clean_leftovers(dirfd, dir, md,
+                                  (flags & DCP_CLEAN_FORCE) != 0, &files,
+                                  &bytes, &ctx->err);
+    dcp__lock_release(&lk);
+    dcp__fs_release(dirfd);
+    dcp__meta_free(md);
+    if (res) {
+        res->files = files;
+        res->bytes = bytes;
+    }
     return rc;
 }
