@@ -70,14 +70,18 @@
  * only through publish and never call them (dcp_export still syncs the
  * directory of its output file through sync_dir).
  *
- * One writer per path (the lock of the lifecycle work) is an exclusive
- * publish: the saver publishes a lock object (e.g. ".lock", holding the
- * holder's identity) with DCP_PUBLISH_EXCLUSIVE, and DCP_EEXIST means
- * another writer holds the path; the holder removes it with unlink after
- * its commit. Every back end that implements publish with a real
+ * One writer per path is an exclusive publish: the coordinator of a save
+ * or import publishes ".lock" (holding the holder's identity) with
+ * DCP_PUBLISH_EXCLUSIVE (and DCP_PUBLISH_NOSYNC) before it plans, and
+ * DCP_EEXIST means another writer holds the path (DCP_EBUSY for the
+ * caller); the holder removes it with unlink after its commit or failure
+ * (docs/FORMAT.md §5). Every back end that implements publish with a real
  * no-replace primitive (POSIX: link(2); S3: If-None-Match) excludes across
  * processes and nodes; the version-1 adapter cannot, and refuses an
- * exclusive publish with DCP_ENOTSUP.
+ * exclusive publish with DCP_ENOTSUP: such a back end gets no lock (the
+ * writer proceeds unexcluded). With list, the holder removes what
+ * interrupted writers left (data files and temporaries no committed
+ * .metadata names); without it (DCP_ENOTSUP) leftovers stay.
  */
 #ifndef DCP_DCP_STORAGE_H
 #define DCP_DCP_STORAGE_H

@@ -46,7 +46,7 @@
  * Threads: callable from any thread (handles reach their back end from
  * any thread, the current-back-end setting is not used); not collective,
  * one process commits. Two commits into one directory at once must not
- * happen: they share the name .metadata.tmp.
+ * happen: every caller holds the directory's one-writer lock (lock.h).
  */
 int dcp__commit_metadata(int dirfd, const char *dir,
                          const struct dcp_metadata *md, int sync, int *renamed,

@@ -6,20 +6,23 @@
  * failing rank's message, and nothing is committed:
  *  1. plan: each rank encodes what it holds (plan.c) and pickles its
  *     values; agree.
- *  2. gather the local plans on rank 0, which creates the directory, reads
- *     the committed checkpoint there (if any), builds and checks the global
- *     plan (dedup, writers), names the data files and encodes each rank's
- *     assignment; its verdict is shared.
+ *  2. gather the local plans on rank 0, which creates the directory, takes
+ *     its one-writer lock (lock.h: DCP_EBUSY when another writer holds
+ *     it), reads the committed checkpoint there (if any), removes the
+ *     leftovers of interrupted writers, builds and checks the global plan
+ *     (dedup, writers), picks the save id, names the data files and
+ *     encodes each rank's assignment; its verdict and the save id are
+ *     shared.
  *  3. scatter the assignments; each rank writes its records into its data
  *     file (values first, then tensors; a tensor's bytes go from the
  *     caller's buffer straight to the file, with the CRC computed on the
- *     way), fsyncs it; agree.
+ *     way; the save id in every record's save-id field), fsyncs it; agree.
  *  4. gather each rank's (offset, length) per record on rank 0, which
  *     writes .metadata.tmp, fsyncs it, renames it to .metadata and fsyncs
  *     the directory: the commit (commit.c); its verdict is shared. On
  *     failure every rank removes the data file it wrote; on success rank 0
  *     removes the old checkpoint's data files that the new one does not
- *     use.
+ *     use. Rank 0 releases the lock when the job is freed.
  * With no communicator (one process) the same code runs, each collective
  * degenerating to a local copy.
  *
@@ -30,10 +33,11 @@
  * the caller's state. Step 3's agreement opens step 4, in
  * dcp__save_finish.
  *
- * Overwriting: when the directory holds a committed checkpoint that uses
- * any of the data file names this save would use, every rank's file gets
- * the same fresh tag, so the old checkpoint stays loadable until the new
- * .metadata replaces the old one.
+ * Overwriting: when the directory holds a committed checkpoint, every
+ * rank's file is named with the save id (fresh names for every overwrite,
+ * never one the old checkpoint uses), so the old checkpoint stays loadable
+ * until the new .metadata replaces the old one, and a reader holding the
+ * old .metadata never opens a file of the new save.
  */
 #include "save.h"
 

@@ -584,7 +584,7 @@ TEST(readers_during_overwrites)
     dcp_ctx_options o;
     dcp_ctx *ctx;
     pid_t pids[2];
-    int loads = full ? 5000 : 1000, i, k, ok = 0, err = 0, status;
+    int loads = 1000, i, k, ok = 0, err = 0, status;
     int seen[64] = {0};
     volatile int *stop = (volatile int *)&res[7].rc;
     slow_us = full ? 20000 : 500;
