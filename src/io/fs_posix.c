@@ -343,11 +343,12 @@ static int px_write_tmp(void *impl, void *dir, const char *tmp, const void *p,
 }
 
 /*
- * publish: "<name>.tmp" created, written, fsynced, closed; renamed over
- * name (exclusive: "<name>.<pid>-<n>.tmp", unique to the call, linked to
- * name, which refuses an existing one, then unlinked); the directory fsynced; on failure the temporary unlinked.
+ * publish: a temporary unique to the call ("<name>.<pid>-<n>-<random>.tmp",
+ * dcp__unique_tmp) created, written, fsynced, closed; renamed over name
+ * (exclusive: linked to name, which refuses an existing one, then
+ * unlinked); the directory fsynced; on failure the temporary unlinked.
  * The non-exclusive sequence is the commit's system calls before version 2,
- * call for call (tests/fault/strace_commit.py).
+ * call for call, but for the temporary's name (tests/fault/strace_commit.py).
  */
 static int px_publish(void *impl, void *dir, const char *path,
                       const char *name, const void *p, size_t n,
@@ -358,22 +359,11 @@ static int px_publish(void *impl, void *dir, const char *path,
     char tmp[NAME_MAX + 48];
     int rc;
     *visible = 0;
-    if (flags & DCP_PUBLISH_EXCLUSIVE) {
-        /* Contenders must not share the temporary (one would write into
-         * the other's, and its unlink could pull it from under the
-         * other's link): a name unique to this process and call. */
-        static atomic_uint seq;
-        char suffix[40];
-        (void)snprintf(suffix, sizeof(suffix), ".%ld-%u", (long)getpid(),
-                       atomic_fetch_add(&seq, 1u));
-        if (strlen(name) + strlen(suffix) + sizeof(".tmp") > NAME_MAX + 1)
-            return dcp__err(err, DCP_EINVAL,
-                            "object name '%.64s...' is too long", name);
-        (void)snprintf(tmp, sizeof(tmp), "%s%s.tmp", name, suffix);
-        rc = DCP_OK;
-    } else {
-        rc = px_tmp(tmp, sizeof(tmp), name, err);
-    }
+    /* Contenders must not share the temporary (one would write into the
+     * other's, and its unlink could pull it from under the other's link
+     * or rename): a name unique to this process and call, for every
+     * publish (the lock excludes writers, but not on every back end). */
+    rc = dcp__unique_tmp(tmp, sizeof(tmp), name, err);
     if (rc != DCP_OK)
         return rc;
     rc = px_write_tmp(impl, dir, tmp, p, n, nosync, err);

@@ -16,8 +16,12 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h> /* offsetof */
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h> /* qsort */
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #define CHUNK_SLOTS 256
 #define MAX_CHUNKS  4096 /* 1M handles open at once */
@@ -403,21 +407,37 @@ uint32_t dcp__fs_max_inflight(int fd)
     return f->s->ops.max_inflight;
 }
 
-/* "<name>.tmp" into buf, the temporary of the version-1 adapters. */
-static int tmp_name(char *buf, size_t cap, const char *name,
+int dcp__unique_tmp(char *buf, size_t cap, const char *name,
                     struct dcp_err *err)
 {
-    size_t len = strlen(name);
-    if (len > DCP_STORAGE_NAME_MAX || len + sizeof(".tmp") > cap)
+    static atomic_uint seq;
+    struct timespec ts;
+    uint64_t x;
+    int n;
+    (void)clock_gettime(CLOCK_REALTIME, &ts);
+    x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
+        (uint64_t)(uintptr_t)buf;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    n = snprintf(buf, cap, "%s.%ld-%u-%08x.tmp", name, (long)getpid(),
+                 atomic_fetch_add(&seq, 1u), (unsigned)(x & 0xffffffffu));
+    if (n < 0 || (size_t)n >= cap || (size_t)n > DCP_STORAGE_NAME_MAX)
         return dcp__err(err, DCP_EINVAL, "object name '%.64s...' is too long",
                         name);
-    memcpy(buf, name, len);
-    memcpy(buf + len, ".tmp", sizeof(".tmp"));
     return DCP_OK;
 }
 
+/* The temporary of the version-1 adapters: unique (dcp__unique_tmp). */
+static int tmp_name(char *buf, size_t cap, const char *name,
+                    struct dcp_err *err)
+{
+    return dcp__unique_tmp(buf, cap, name, err);
+}
+
 /*
- * The version-1 sequence of publish and put: "<name>.tmp" created,
+ * The version-1 sequence of publish and put: a temporary unique to the
+ * call ("<name>.<pid>-<n>-<random>.tmp", dcp__unique_tmp) created,
  * written, synced (unless nosync), closed and renamed over name; for
  * publish (path not NULL) the directory synced (unless nosync); on any
  * failure the temporary removed, ignoring errors. These are exactly the
@@ -429,7 +449,7 @@ static int v1_publish(const struct slot *d, const char *path, const char *name,
                       struct dcp_err *err)
 {
     const struct dcp__storage *s = d->s;
-    char tmp[DCP_STORAGE_NAME_MAX + 8];
+    char tmp[DCP_STORAGE_NAME_MAX + 1];
     void *h = NULL;
     int rc = tmp_name(tmp, sizeof(tmp), name, err);
     if (rc != DCP_OK)

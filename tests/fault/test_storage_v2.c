@@ -23,6 +23,7 @@
 #include "memstore.h"
 #include "storage.h"
 #include "test.h"
+#include "../tmpnames.h"
 
 #define N_A (1u << 20) /* 4 MiB of f32: 64 requests of 64 KiB */
 #define N_B 1000
@@ -344,7 +345,7 @@ TEST(v1_failed_publish_keeps_old_checkpoint)
 {
     struct faultfs ff;
     dcp_ctx *ctx;
-    char dir[300], p[400];
+    char dir[300];
     ff_init(&ff);
     snprintf(dir, sizeof(dir), "%s/v1fail", root);
     ctx = ctx_on(ff_ops(), &ff);
@@ -356,8 +357,7 @@ TEST(v1_failed_publish_keeps_old_checkpoint)
     ASSERT_RC(save_seed(ctx, dir, 7), DCP_EIO);
     ff_reset(&ff);
     ASSERT_OK(load_is_seed(ctx, dir, 6));
-    snprintf(p, sizeof(p), "%s/.metadata.tmp", dir);
-    ASSERT(fopen(p, "rb") == NULL);
+    ASSERT_EQ(dcp_test_meta_tmps(dir), 0);
     dcp_ctx_free(ctx);
     ff_release(&ff);
 }
