@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h> /* renameat */
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ------------------------------------------------- system call table */
@@ -87,6 +88,29 @@ static int sys_err(struct dcp_err *err, const char *what, const char *name)
                         "refusing to follow symbolic link '%s'", name);
     return dcp__err(err, errno_code(e), "cannot %s '%s': %s", what, name,
                     strerror(e));
+}
+
+/* dcp__unique_tmp (storage.h): here, below storage.c, so that both the
+ * POSIX back end and the version-1 adapters use it. */
+int dcp__unique_tmp(char *buf, size_t cap, const char *name,
+                    struct dcp_err *err)
+{
+    static atomic_uint seq;
+    struct timespec ts;
+    uint64_t x;
+    int n;
+    (void)clock_gettime(CLOCK_REALTIME, &ts);
+    x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
+        (uint64_t)(uintptr_t)buf;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    n = snprintf(buf, cap, "%s.%ld-%u-%08x.tmp", name, (long)getpid(),
+                 atomic_fetch_add(&seq, 1u), (unsigned)(x & 0xffffffffu));
+    if (n < 0 || (size_t)n >= cap || (size_t)n > DCP_STORAGE_NAME_MAX)
+        return dcp__err(err, DCP_EINVAL, "object name '%.64s...' is too long",
+                        name);
+    return DCP_OK;
 }
 
 /* -------------------------------------------------------- operations */

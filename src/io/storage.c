@@ -16,12 +16,8 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h> /* offsetof */
-#include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h> /* qsort */
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #define CHUNK_SLOTS 256
 #define MAX_CHUNKS  4096 /* 1M handles open at once */
@@ -405,27 +401,6 @@ uint32_t dcp__fs_max_inflight(int fd)
     if (!f || f->s->ops.max_inflight < 1)
         return 1;
     return f->s->ops.max_inflight;
-}
-
-int dcp__unique_tmp(char *buf, size_t cap, const char *name,
-                    struct dcp_err *err)
-{
-    static atomic_uint seq;
-    struct timespec ts;
-    uint64_t x;
-    int n;
-    (void)clock_gettime(CLOCK_REALTIME, &ts);
-    x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
-        (uint64_t)(uintptr_t)buf;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    n = snprintf(buf, cap, "%s.%ld-%u-%08x.tmp", name, (long)getpid(),
-                 atomic_fetch_add(&seq, 1u), (unsigned)(x & 0xffffffffu));
-    if (n < 0 || (size_t)n >= cap || (size_t)n > DCP_STORAGE_NAME_MAX)
-        return dcp__err(err, DCP_EINVAL, "object name '%.64s...' is too long",
-                        name);
-    return DCP_OK;
 }
 
 /* The temporary of the version-1 adapters: unique (dcp__unique_tmp). */
