@@ -32,6 +32,7 @@
 #define _GNU_SOURCE
 #include <dcp/dcp.h>
 #include <dcp/dcp_convert.h>
+#include <dcp/dcp_manager.h>
 #include <dcp/dcp_storage.h>
 
 #include <dirent.h>
@@ -782,6 +783,12 @@ TEST(stale_locks)
     ASSERT(strstr(dcp_errmsg(ctx), "pid 1"));
     ASSERT(strstr(dcp_errmsg(ctx), "save 00000000000000aa"));
     ASSERT_RC(dcp_clean(ctx, dir, 0, NULL), DCP_EBUSY);
+    /* dcp_manager_remove (dcptool rm) takes the lock too: nothing
+     * removed while a live writer holds it. */
+    ASSERT_RC(dcp_manager_remove(ctx, dir), DCP_EBUSY);
+    ASSERT(strstr(dcp_errmsg(ctx), "pid 1"));
+    ASSERT(has(dir, ".metadata"));
+    ASSERT_EQ(load_seed(ctx, dir, 1, &lrc), 2);
     /* Another host: cannot be checked; only --force removes it. */
     write_lock(dir, "elsewhere.example", 42, 7, "00000000000000bb");
     ASSERT_RC(save_seed(ctx, dir, 3), DCP_EBUSY);
@@ -812,6 +819,12 @@ TEST(stale_locks)
     ASSERT(!has(dir, ".lock.takeover-00000000000000cc"));
     ASSERT_OK(save_seed(ctx, dir, 4));
     ASSERT_EQ(load_seed(ctx, dir, 1, &lrc), 4);
+    /* A dead writer's lock does not stop a removal; then the path is
+     * saved afresh. */
+    write_lock(dir, host, (long)dead, 0, "00000000000000ee");
+    ASSERT_OK(dcp_manager_remove(ctx, dir));
+    ASSERT(access(dir, F_OK) != 0);
+    ASSERT_OK(save_seed(ctx, dir, 4));
     /* Two takers of one dead lock at once. */
     for (r = 0; r < rounds; r++) {
         int go[2], k, nok = 0, seed;
