@@ -95,7 +95,8 @@ static int same_bytes(const char *a, const char *b, int meta)
     int ok = read_file(a, &pa, &na) == 0 && read_file(b, &pb, &nb) == 0 &&
              na == nb && na > 0;
     if (ok && !meta) { /* each save's id is in its records (sidmask.h) */
-        ok = dcp_test_mask_sids(pa, na) == dcp_test_mask_sids(pb, nb);
+        size_t ka = dcp_test_mask_sids(pa, na);
+        ok = ka > 0 && ka == dcp_test_mask_sids(pb, nb); /* every record */
     }
     for (k = 0; ok && k < na; k++)
         if (pa[k] != pb[k]) {
