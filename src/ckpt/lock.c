@@ -125,6 +125,12 @@ static int parse_holder(const uint8_t *p, size_t n, struct holder *h)
     }
     if (!strcmp(h->boot, "-"))
         h->boot[0] = '\0'; /* unknown: the boot id is not compared */
+    /* The token names the take-over marker: letters, digits, '-', '_'
+     * only (a hostile lock must not put '/' or ".." into a name). */
+    for (p = (const uint8_t *)h->token; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') ||
+              (*p >= 'A' && *p <= 'Z') || *p == '-' || *p == '_'))
+            return 0;
     return h->token[0] != '\0';
 }
 

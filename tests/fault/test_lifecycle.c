@@ -803,6 +803,13 @@ TEST(stale_locks)
     write_lock(dir, host, 1, 0, "");
     ASSERT_RC(save_seed(ctx, dir, 4), DCP_EBUSY);
     ASSERT_OK(dcp_clean(ctx, dir, DCP_CLEAN_FORCE, NULL));
+    /* A hostile token (it would name the take-over marker) of a dead
+     * holder: no marker outside the directory, DCP_EBUSY until --force. */
+    write_lock(dir, host, (long)dead, 0, "../../escape");
+    ASSERT_RC(save_seed(ctx, dir, 4), DCP_EBUSY);
+    ASSERT(strstr(dcp_errmsg(ctx), "names no holder"));
+    ASSERT_OK(dcp_clean(ctx, dir, DCP_CLEAN_FORCE, NULL));
+    ASSERT(!has(dir, ".lock"));
     /* A take-over marker left by a killed taker: DCP_EBUSY until
      * --force. */
     write_lock(dir, host, (long)dead, 0, "00000000000000cc");
