@@ -69,12 +69,18 @@ static const char *sub(const char *name)
 
 /* ---------------------------------------------------------- state */
 
-/* w: int32 [n * NEL], element i = seed * 1000000 + i; b: int32 [n * NB],
+/* w: int32 [n * NEL], element i = wval(seed, i); b: int32 [n * NB],
  * every element = seed. Rank r of n holds its rows. */
 struct data {
     int32_t *w, *b;
     dcp_state *st;
 };
+
+/* Element i of seed's w: distinct per seed, no overflow (unsigned). */
+static int32_t wval(int seed, int64_t i)
+{
+    return (int32_t)(((uint32_t)seed * 2654435761u + (uint32_t)i) & 0x7fffffffu);
+}
 
 static int data_make(struct data *d, int rank, int n, int seed, int whole)
 {
@@ -88,7 +94,7 @@ static int data_make(struct data *d, int rank, int n, int seed, int whole)
     if (!d->w || !d->b || dcp_state_create(&d->st) != DCP_OK)
         return -1;
     for (i = 0; i < lw[0]; i++)
-        d->w[i] = seed * 1000000 + (int32_t)(ow[0] + i);
+        d->w[i] = wval(seed, ow[0] + i);
     for (i = 0; i < lb[0]; i++)
         d->b[i] = seed;
     if (dcp_state_add_tensor(d->st, "w", DCP_I32, 1, sw, ow, lw, d->w,
@@ -116,7 +122,7 @@ static int data_seed(const struct data *d, int n)
         if (d->b[i] != s)
             return -1;
     for (i = 0; i < (int64_t)n * NEL; i++)
-        if (d->w[i] != s * 1000000 + (int32_t)i)
+        if (d->w[i] != wval(s, i))
             return -1;
     return s;
 }
@@ -267,6 +273,7 @@ static int only_committed(dcp_ctx *ctx, const char *dir)
 
 struct result {
     int rc;
+    int seed[2]; /* the overwriting writer's ranks (res[6]) */
     char msg[512];
 };
 static struct result *res; /* 8, shared with the children */
@@ -596,7 +603,7 @@ TEST(readers_during_overwrites)
     o.storage = &slow_ops;
     ASSERT_OK(dcp_ctx_create(&ctx, NULL, &o));
     wa.dir = dir;
-    wa.seed = (volatile int *)res[6].msg;
+    wa.seed = res[6].seed;
     wa.stop = stop;
     /* A first checkpoint (seed 100), then the writer overwrites it
      * continuously (101, ...). */
