@@ -57,6 +57,9 @@ run crash "$build/tests/test_crash"
     bash tests/mpi/mpi_crash.sh
 # The checkpoint manager killed at every point of a save and of retention.
 run crash_manager "$build/tests/test_manager_crash" --full
+# One writer per path, readers during overwrites (open sleeping 20 ms),
+# kill -9 debris, stale locks (issue 14).
+run lifecycle env DCPTOOL="$build/dcptool" "$build/tests/test_lifecycle" --full
 # T5: a rank that hangs, in each phase of a save and a load (one mpiexec
 # per phase; the survivors time out).
 if [ $have_mpi = 1 ]; then
@@ -103,6 +106,7 @@ fig strace '^ok|FAIL'
 fig crash 'crash points'
 [ $have_mpi = 1 ] && fig crash_mpi 'MPI crash points|victim'
 fig crash_manager 'manager crash points|passed'
+fig lifecycle '^    |passed'
 [ $have_mpi = 1 ] && fig timeouts 'hung-rank phases|FAILED'
 fig faults 'fault cases'
 [ $have_mpi = 1 ] && fig faults_mpi2 'fault cases'

@@ -1106,6 +1106,42 @@ DCP_API int dcp_metadata_read_value(dcp_ctx *ctx, const dcp_metadata *md,
  */
 DCP_API int dcp_verify(dcp_ctx *ctx, const char *path);
 
+/* Flags of dcp_clean. */
+/* Also remove a lock whose holder cannot be checked (it runs on another
+ * host, or the lock names no holder) and what a writer killed while
+ * taking a lock over left (".lock.*"). Only when that writer is known to
+ * be gone: a lock of a live writer on another host is removed too. */
+#define DCP_CLEAN_FORCE 0x1u
+
+/* What dcp_clean removed. Zero-initialise, set struct_size. */
+typedef struct dcp_clean_result {
+    uint32_t struct_size; /* sizeof(dcp_clean_result) */
+    uint32_t reserved0;
+    uint64_t files; /* files removed */
+    uint64_t bytes; /* their sizes */
+} dcp_clean_result;
+
+/*
+ * Removes the leftovers of interrupted writers from the checkpoint
+ * directory dir: the data files (__<r>_<n>[.<tag>].distcp) and temporary
+ * metadata files (.metadata.tmp, .metadata.<...>.tmp) that no committed
+ * .metadata names. Never a file the committed checkpoint names, never a
+ * file whose name is not one dcp writes (a user's own files stay), never
+ * through a symbolic link (links are not listed). Takes the directory's
+ * one-writer lock (as dcp_save) for the time it runs, so a save or import
+ * in progress there is never touched: DCP_EBUSY naming that writer.
+ * A lock left by a dead writer of this host is taken over; one of another
+ * host needs DCP_CLEAN_FORCE. flags: 0 or DCP_CLEAN_FORCE. res may be
+ * NULL. Returns DCP_OK, DCP_EINVAL (NULL ctx or dir, unknown flag,
+ * struct_size too small), DCP_ENOENT (no such directory), DCP_EBUSY,
+ * DCP_ENOTSUP (the storage back end cannot list), the code of an
+ * unreadable .metadata (nothing removed: which files it names is
+ * unknown), or the back end's code of a failed removal. Not collective:
+ * one process calls it; not thread safe (the context's rule).
+ */
+DCP_API int dcp_clean(dcp_ctx *ctx, const char *dir, unsigned flags,
+                      dcp_clean_result *res);
+
 #ifdef __cplusplus
 }
 #endif

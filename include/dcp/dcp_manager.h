@@ -19,8 +19,10 @@
  * step that is not complete, never one that loads half. A removal never
  * goes through a symbolic link and never removes what is not a checkpoint
  * file: a step entry that is a link, or a directory holding a subdirectory
- * or a file other than `.metadata`, `.metadata.*` and `*.distcp`, is
- * refused (DCP_EUNSAFE naming it, nothing removed).
+ * or a file other than `.metadata`, `.metadata.*`, `*.distcp`, `.lock` and
+ * `.lock.*`, is refused (DCP_EUNSAFE naming it, nothing removed). A
+ * removal takes the directory's one-writer lock first (as dcp_save does):
+ * a save or import writing there makes it DCP_EBUSY, nothing removed.
  *
  * Root scanning and removal use the POSIX file system directly (not the
  * context's storage back end, whose contract has no directory listing
@@ -206,9 +208,11 @@ DCP_API int dcp_manager_prune(dcp_ctx *ctx, const char *root,
  * directory synced), then every other file, then the directory (and its
  * parent synced). Refuses (DCP_EUNSAFE, nothing removed) when dir is a
  * symbolic link, not a directory, or holds a subdirectory or a file other
- * than `.metadata`, `.metadata.*` and `*.distcp`. Not collective.
- * Returns DCP_OK, DCP_ENOENT, DCP_EUNSAFE, DCP_EIO, DCP_EINVAL; the message
- * names the path.
+ * than `.metadata`, `.metadata.*`, `*.distcp`, `.lock` and `.lock.*`;
+ * DCP_EBUSY (nothing removed, the message naming the writer) when a live
+ * save or import holds the directory's lock. Not collective.
+ * Returns DCP_OK, DCP_ENOENT, DCP_EUNSAFE, DCP_EBUSY, DCP_EIO, DCP_EINVAL;
+ * the message names the path.
  */
 DCP_API int dcp_manager_remove(dcp_ctx *ctx, const char *dir);
 

@@ -36,7 +36,7 @@
  *  - close releases the handle whatever it returns; an error it returns (a
  *    deferred write error) fails the save. close_dir cannot fail.
  *  - rename replaces `to` by `from` atomically, both in dir (the commit
- *    point of a save is the rename of ".metadata.tmp" to ".metadata").
+ *    point of a save is the rename of its temporary to ".metadata").
  *    sync_dir makes the directory's entries durable (creations, renames,
  *    removals).
  *  - dcp calls the members of one context from the thread that made the
@@ -49,7 +49,8 @@
  * The order in which dcp calls these members during a save is the commit
  * protocol of docs/FORMAT.md: every data file is written, synced and
  * closed on every rank; then rank 0 publishes ".metadata" (see publish
- * below; on POSIX: writes ".metadata.tmp", syncs and closes it, renames it
+ * below; on POSIX: writes a temporary unique to the call
+ * (".metadata.<pid>-<n>-<random>.tmp"), syncs and closes it, renames it
  * to ".metadata" and syncs the directory).
  *
  * Version 2 (DCP_STORAGE_OPS_VERSION 2) appends what an object store and
@@ -70,14 +71,18 @@
  * only through publish and never call them (dcp_export still syncs the
  * directory of its output file through sync_dir).
  *
- * One writer per path (the lock of the lifecycle work) is an exclusive
- * publish: the saver publishes a lock object (e.g. ".lock", holding the
- * holder's identity) with DCP_PUBLISH_EXCLUSIVE, and DCP_EEXIST means
- * another writer holds the path; the holder removes it with unlink after
- * its commit. Every back end that implements publish with a real
+ * One writer per path is an exclusive publish: the coordinator of a save
+ * or import publishes ".lock" (holding the holder's identity) with
+ * DCP_PUBLISH_EXCLUSIVE (and DCP_PUBLISH_NOSYNC) before it plans, and
+ * DCP_EEXIST means another writer holds the path (DCP_EBUSY for the
+ * caller); the holder removes it with unlink after its commit or failure
+ * (docs/FORMAT.md §5). Every back end that implements publish with a real
  * no-replace primitive (POSIX: link(2); S3: If-None-Match) excludes across
  * processes and nodes; the version-1 adapter cannot, and refuses an
- * exclusive publish with DCP_ENOTSUP.
+ * exclusive publish with DCP_ENOTSUP: such a back end gets no lock (the
+ * writer proceeds unexcluded). With list, the holder removes what
+ * interrupted writers left (data files and temporaries no committed
+ * .metadata names); without it (DCP_ENOTSUP) leftovers stay.
  */
 #ifndef DCP_DCP_STORAGE_H
 #define DCP_DCP_STORAGE_H
@@ -238,14 +243,14 @@ typedef struct dcp_storage_ops {
      * other writer. *visible receives 1 once the new object is visible
      * under name (a later failure, e.g. of the directory sync, leaves it
      * visible but maybe not durable), 0 before. On failure no temporary
-     * object is left behind. POSIX: "<name>.tmp" created, written, fsync,
-     * close; renameat over name (exclusive: the temporary is
-     * "<name>.<pid>-<n>.tmp", unique to the call so that contenders never
-     * share it, linkat'ed to name, which fails with EEXIST, then
-     * unlinked); fsync of the directory; on failure the temporary is
-     * unlinked. NULL: the same sequence through create, write_at, sync,
-     * close, rename, sync_dir and unlink (the exact calls and order of
-     * version 1), and an exclusive publish is DCP_ENOTSUP, since rename
+     * object is left behind. POSIX: a temporary unique to the call
+     * ("<name>.<pid>-<n>-<random>.tmp", so that two writers never share
+     * it) created, written, fsync, close; renameat over name (exclusive:
+     * linkat'ed to name, which fails with EEXIST, then unlinked); fsync
+     * of the directory; on failure the temporary is unlinked. NULL: the
+     * same sequence through create, write_at, sync, close, rename,
+     * sync_dir and unlink (the calls and order of version 1, with the
+     * unique temporary), and an exclusive publish is DCP_ENOTSUP, since rename
      * cannot refuse to replace. Returns DCP_OK, DCP_EEXIST (exclusive,
      * name exists), DCP_ENOTSUP (exclusive where the back end or file
      * system has no no-replace primitive: POSIX without hard links),

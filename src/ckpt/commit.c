@@ -1,7 +1,8 @@
 /*
  * The commit sequence (commit.h): .metadata published through the storage
  * back end's commit primitive (dcp_storage.h, publish). On POSIX, and for
- * a back end without publish, that is .metadata.tmp, fsync, rename over
+ * a back end without publish, that is a unique temporary
+ * (.metadata.<pid>-<n>-<random>.tmp), fsync, rename over
  * .metadata, fsync of the directory. The order of the storage calls is
  * the protocol; tests/fault/test_commit_trace.c and strace_commit.py
  * check it.

@@ -16,7 +16,8 @@
  * as .metadata through the back end's commit primitive (dcp_storage.h,
  * publish; DCP_PUBLISH_NOSYNC without sync). On POSIX, and for a back end
  * without publish, that is, in this order, every step through the storage
- * back end: create (or truncate) .metadata.tmp; write it; fsync it (when
+ * back end: create a temporary unique to the call
+ * (.metadata.<pid>-<n>-<random>.tmp); write it; fsync it (when
  * sync); close it; rename it over .metadata (the commit point); fsync the
  * directory (when sync).
  * Before calling, every data file md names must be written, fsynced (when
@@ -38,7 +39,7 @@
  * (and so, given the data files' fsyncs, the whole checkpoint). Without
  * sync: in place and visible, with no promise across a crash.
  *
- * Clean-up on failure: .metadata.tmp is closed and removed (ignoring
+ * Clean-up on failure: the temporary is closed and removed (ignoring
  * errors) whenever a storage step failed, the rename included; a failed
  * encoding touches no file. Data files are the caller's to remove (only
  * while *renamed is 0).
@@ -46,7 +47,7 @@
  * Threads: callable from any thread (handles reach their back end from
  * any thread, the current-back-end setting is not used); not collective,
  * one process commits. Two commits into one directory at once must not
- * happen: they share the name .metadata.tmp.
+ * happen: every caller holds the directory's one-writer lock (lock.h).
  */
 int dcp__commit_metadata(int dirfd, const char *dir,
                          const struct dcp_metadata *md, int sync, int *renamed,

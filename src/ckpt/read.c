@@ -188,6 +188,17 @@ static int open_record(struct rd_files *f, const struct md_entry *e,
     if (rc != DCP_OK)
         return dcp__err_prefix(err, "'%s': record at byte %" PRIu64 " of '%s'",
                                e->key, c->offset, file);
+    /* The record must be of the save that wrote this .metadata: one of
+     * another save (a reader racing an overwrite, a file copied in) is
+     * refused, never mixed in. Records without an id (torch, older dcp)
+     * and metadata without one (torch) are not checked. */
+    if (a->save_id[0] && f->md->save_id &&
+        strcmp(a->save_id, f->md->save_id) != 0)
+        return dcp__err(err, DCP_ECORRUPT,
+                        "'%s': record at byte %" PRIu64 " of '%s' belongs to "
+                        "save %s, not to save %.64s that .metadata names: a "
+                        "data file of another save",
+                        e->key, c->offset, file, a->save_id, f->md->save_id);
     return DCP_OK;
 }
 

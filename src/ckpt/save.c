@@ -6,20 +6,23 @@
  * failing rank's message, and nothing is committed:
  *  1. plan: each rank encodes what it holds (plan.c) and pickles its
  *     values; agree.
- *  2. gather the local plans on rank 0, which creates the directory, reads
- *     the committed checkpoint there (if any), builds and checks the global
- *     plan (dedup, writers), names the data files and encodes each rank's
- *     assignment; its verdict is shared.
+ *  2. gather the local plans on rank 0, which creates the directory, takes
+ *     its one-writer lock (lock.h: DCP_EBUSY when another writer holds
+ *     it), reads the committed checkpoint there (if any), removes the
+ *     leftovers of interrupted writers, builds and checks the global plan
+ *     (dedup, writers), picks the save id, names the data files and
+ *     encodes each rank's assignment; its verdict and the save id are
+ *     shared.
  *  3. scatter the assignments; each rank writes its records into its data
  *     file (values first, then tensors; a tensor's bytes go from the
  *     caller's buffer straight to the file, with the CRC computed on the
- *     way), fsyncs it; agree.
+ *     way; the save id in every record's save-id field), fsyncs it; agree.
  *  4. gather each rank's (offset, length) per record on rank 0, which
  *     writes .metadata.tmp, fsyncs it, renames it to .metadata and fsyncs
  *     the directory: the commit (commit.c); its verdict is shared. On
  *     failure every rank removes the data file it wrote; on success rank 0
  *     removes the old checkpoint's data files that the new one does not
- *     use.
+ *     use. Rank 0 releases the lock when the job is freed.
  * With no communicator (one process) the same code runs, each collective
  * degenerating to a local copy.
  *
@@ -30,10 +33,11 @@
  * the caller's state. Step 3's agreement opens step 4, in
  * dcp__save_finish.
  *
- * Overwriting: when the directory holds a committed checkpoint that uses
- * any of the data file names this save would use, every rank's file gets
- * the same fresh tag, so the old checkpoint stays loadable until the new
- * .metadata replaces the old one.
+ * Overwriting: when the directory holds a committed checkpoint, every
+ * rank's file is named with the save id (fresh names for every overwrite,
+ * never one the old checkpoint uses), so the old checkpoint stays loadable
+ * until the new .metadata replaces the old one, and a reader holding the
+ * old .metadata never opens a file of the new save.
  */
 #include "save.h"
 
@@ -49,6 +53,7 @@
 
 #include "commit.h"
 #include "ioengine.h"
+#include "lock.h"
 #include "meta.h"
 #include "plan.h"
 #include "read.h"
@@ -117,12 +122,14 @@ static int wf_drain(struct io_writer *w, struct tz_writer *z)
 }
 
 /* Pads the file to the next record boundary and starts a record there. */
-static int wf_record(struct io_writer *w, struct tz_writer *z)
+static int wf_record(struct io_writer *w, struct tz_writer *z, const char *sid)
 {
     int rc = dcp__iow_zero(
         w, (size_t)((ITEM_ALIGN - w->off % ITEM_ALIGN) % ITEM_ALIGN));
     if (rc == DCP_OK)
         rc = dcp__tz_writer_init(z, w->off, ITEM_ALIGN);
+    if (rc == DCP_OK)
+        rc = dcp__tz_writer_save_id(z, sid);
     if (rc == DCP_OK)
         rc = dcp__tz_writer_stream_align(z, IO_DATA_ALIGN);
     return rc;
@@ -130,10 +137,11 @@ static int wf_record(struct io_writer *w, struct tz_writer *z)
 
 /* Writes a value record from its pickle; *off and *len get its extent. */
 static int write_value(struct io_writer *w, const struct sv_rec *r,
-                       const struct dcp_buf *pkl, uint64_t *off, uint64_t *len)
+                       const struct dcp_buf *pkl, const char *sid,
+                       uint64_t *off, uint64_t *len)
 {
     struct tz_writer z;
-    int rc = wf_record(w, &z);
+    int rc = wf_record(w, &z, sid);
     *off = w->off;
     if (rc == DCP_OK)
         rc = dcp__tz_value_item(&z, pkl->p, pkl->len);
@@ -178,7 +186,8 @@ static int put_staged(struct io_writer *w, struct stg_pipe *pipe,
 }
 
 static int write_box(struct io_writer *w, const struct sv_rec *r,
-                     struct stg_pipe *pipe, uint64_t *off, uint64_t *len)
+                     struct stg_pipe *pipe, const char *sid, uint64_t *off,
+                     uint64_t *len)
 {
     uint64_t nbytes = r->nbytes;
     uint64_t data_off, bsize;
@@ -198,7 +207,7 @@ static int write_box(struct io_writer *w, const struct sv_rec *r,
         }
     }
     dcp__crcb_init(&crc, bsize, blk, (size_t)nblk);
-    rc = wf_record(w, &z);
+    rc = wf_record(w, &z, sid);
     *off = w->off;
     if (rc == DCP_OK)
         rc = dcp__tz_tensor_item_begin(&z, r->dtype, r->ndim, r->size, nbytes,
@@ -296,7 +305,9 @@ struct coord {
     struct dcp_metadata *old; /* the committed checkpoint there, if any */
     int old_unknown;          /* there is one, but it could not be read */
     int dirfd;
+    struct dcp__lock lock; /* the path's one-writer lock (lock.h) */
     int *fidx;          /* per rank: its file's index in md->files, or -1 */
+    char sid[24];       /* this save's id (records, .metadata) */
     char tag[24];       /* the data files' fresh tag, "" when none */
     struct dcp_buf asg; /* every rank's assignment, back to back */
     size_t *alens;
@@ -307,6 +318,7 @@ static void coord_release(struct coord *co)
 {
     dcp__plan_global_release(&co->g);
     dcp__meta_free(co->old);
+    dcp__lock_release(&co->lock);
     if (co->dirfd >= 0)
         dcp__fs_release(co->dirfd);
     dcp__free(co->fidx);
@@ -319,14 +331,17 @@ static void coord_release(struct coord *co)
 static void file_name(char *out, size_t n, int r, const char *tag)
 {
     if (*tag)
-        (void)snprintf(out, n, "__%d_0.%.8s.distcp", r, tag);
+        (void)snprintf(out, n, "__%d_0.%.16s.distcp", r, tag);
     else
         (void)snprintf(out, n, "__%d_0.distcp", r);
 }
 
-/* Names the data file of every rank that writes: __<r>_0.distcp, or with
- * one fresh tag for all (co->tag) when the committed checkpoint uses such a
- * name. A cached plan's previous names are dropped first. */
+/* Names the data file of every rank that writes: __<r>_0.distcp into a
+ * directory without a committed checkpoint, else __<r>_0.<save id>.distcp:
+ * fresh names for every overwrite (never a name the committed checkpoint
+ * uses, never one an earlier save used), so a reader holding an old
+ * .metadata reads the old files or finds them gone. A cached plan's
+ * previous names are dropped first. */
 static int name_files(struct coord *co, struct dcp_err *err)
 {
     struct dcp_metadata *md = co->g.md;
@@ -347,14 +362,18 @@ static int name_files(struct coord *co, struct dcp_err *err)
         dcp__free(old);
         return dcp__err(err, DCP_ENOMEM, "out of memory");
     }
-    for (r = 0; r < n && !need_tag; r++) {
-        (void)snprintf(name, sizeof(name), "__%d_0.distcp", r);
-        need_tag = co->g.recbase[r + 1] > co->g.recbase[r] &&
-                   has_name(old, nold, name);
+    need_tag = need_tag || co->old != NULL;
+    if (need_tag)
+        (void)snprintf(co->tag, sizeof(co->tag), "%s", co->sid);
+    for (r = 0; r < n && need_tag; r++) {
+        file_name(name, sizeof(name), r, co->tag);
+        if (has_name(old, nold, name)) { /* 2^-64: a new id, and again */
+            random_tag(co->sid, sizeof(co->sid));
+            (void)snprintf(co->tag, sizeof(co->tag), "%s", co->sid);
+            r = -1;
+        }
     }
     dcp__free(old);
-    if (need_tag)
-        random_tag(co->tag, sizeof(co->tag));
     for (r = 0; r < n && rc == DCP_OK; r++) {
         co->fidx[r] = -1;
         if (co->g.recbase[r + 1] == co->g.recbase[r])
@@ -394,6 +413,11 @@ static int coord_dir(dcp_ctx *ctx, struct coord *co, const char *path)
     int rc = dcp__fs_mkdirs(path, &ctx->err);
     if (rc == DCP_OK)
         rc = dcp__fs_open_dir(path, &co->dirfd, &ctx->err);
+    /* One writer per path, from here to the commit (lock.h). */
+    random_tag(co->sid, sizeof(co->sid));
+    if (rc == DCP_OK)
+        rc = dcp__lock_acquire(co->dirfd, path, co->sid, 0, &co->lock,
+                               &ctx->err);
     if (rc != DCP_OK)
         return rc;
     /* A committed checkpoint here stays loadable until ours commits. One
@@ -407,6 +431,13 @@ static int coord_dir(dcp_ctx *ctx, struct coord *co, const char *path)
             co->old_unknown = 1;
         }
     }
+    /* Leftovers of interrupted saves: named by no committed .metadata,
+     * and no live writer (we hold the lock). Best effort: a failure here
+     * leaves them for the next save or dcptool clean. */
+    if (!co->old_unknown &&
+        dcp__clean_leftovers(co->dirfd, path, co->old, 0, NULL, NULL,
+                             &ctx->err) != DCP_OK)
+        dcp__err_clear(&ctx->err);
     return name_files(co, &ctx->err);
 }
 
@@ -427,7 +458,6 @@ static int coord_commit(dcp_ctx *ctx, struct coord *co, const char *path,
                         const size_t *displs, int sync, int *renamed)
 {
     struct dcp_metadata *md = co->g.md;
-    char save_id[40];
     int r, rc = DCP_OK;
     for (r = 0; r < ctx->size && rc == DCP_OK; r++)
         rc = dcp__plan_results_apply(
@@ -435,10 +465,9 @@ static int coord_commit(dcp_ctx *ctx, struct coord *co, const char *path,
             blobs + displs[r], lens[r], &ctx->err);
     if (rc != DCP_OK)
         return rc;
-    random_tag(save_id, sizeof(save_id));
     dcp__free(md->save_id); /* a cached plan's, from the previous save */
     dcp__free(md->checkpoint_id);
-    md->save_id = dcp__strdup(save_id);
+    md->save_id = dcp__strdup(co->sid); /* the records' (coord_dir) */
     md->checkpoint_id = dcp__strdup(path);
     if (!md->save_id || !md->checkpoint_id)
         return dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
@@ -504,6 +533,7 @@ struct sv_job {
     struct coord co; /* rank 0 */
     int dirfd;       /* co.dirfd on rank 0 */
     char *file;      /* this rank's data file; NULL: nothing to write */
+    char sid[24];    /* the save id (rank 0's co.sid), into every record */
     struct sv_rec *recs;
     size_t nrecs;
     uint64_t *offlen; /* (offset, length) per record */
@@ -663,6 +693,31 @@ static int hex_tag(const uint8_t *p, size_t n, char *out, size_t cap)
     return 1;
 }
 
+/* Every rank gets rank 0's save id, job->sid, after rank 0's successful
+ * step 2. Collective; every rank returns the same code. */
+static int share_sid(dcp_ctx *ctx, struct sv_job *job)
+{
+    uint8_t *p = NULL;
+    size_t n = 0;
+    int ok, rc = dcp__comm_bcast_blob(ctx->comm, job->co.sid,
+                                      strlen(job->co.sid), 0, &p, &n,
+                                      &ctx->err);
+    if (rc != DCP_OK)
+        return rc;
+    if (ctx->rank == 0) {
+        (void)snprintf(job->sid, sizeof(job->sid), "%s", job->co.sid);
+        ok = 1;
+    } else {
+        ok = n > 0 && hex_tag(p, n, job->sid, sizeof(job->sid));
+    }
+    dcp__free(p);
+    return dcp__comm_agree_err(
+        ctx->comm,
+        ok ? DCP_OK
+           : dcp__err(&ctx->err, DCP_EFORMAT, "corrupt save id from rank 0"),
+        &ctx->err);
+}
+
 /*
  * Step 2 with the cached plan: rank 0 redoes what depends on the path
  * (directory, committed checkpoint, file names) and broadcasts the files'
@@ -690,8 +745,12 @@ static int begin_cached(dcp_ctx *ctx, struct sv_job *job, const dcp_state *st)
     if (rc == DCP_OK)
         rc = dcp__comm_bcast_blob(ctx->comm, job->co.tag, strlen(job->co.tag),
                                   0, &tag, &taglen, &ctx->err);
-    if (rc != DCP_OK)
+    if (rc == DCP_OK)
+        rc = share_sid(ctx, job);
+    if (rc != DCP_OK) {
+        dcp__free(tag);
         return rc;
+    }
     /* Local from here: a failure is the job's, agreed on at the finish. */
     memset(&a, 0, sizeof(a));
     if (ctx->rank != 0 &&
@@ -791,6 +850,7 @@ int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
     ctx->plan_cached[DCP_IO_SAVE] = 0;
     if (job) {
         job->dirfd = job->co.dirfd = -1;
+        job->co.lock.dirfd = -1;
         job->sync = 1;
         dcp__ph_reset(&job->ph, DCP_IO_SAVE, ctx->ev_fn, ctx->ev_arg);
         atomic_init(&job->rc, DCP_OK);
@@ -851,6 +911,8 @@ int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
         lens = displs = NULL;
     }
     rc = dcp__comm_share_err(c, rc, &ctx->err, 0);
+    if (rc == DCP_OK)
+        rc = share_sid(ctx, job);
     if (rc == DCP_OK)
         rc = dcp__comm_scatter_blob(c, job->co.asg.p, job->co.alens,
                                     job->co.adispls, 0, &mine, &minelen,
@@ -1011,10 +1073,10 @@ void dcp__save_write(void *arg)
         const struct sv_rec *r = &job->recs[i];
         uint64_t *ol = &job->offlen[2 * i];
         if (r->is_tensor)
-            rc = write_box(&w, r, job->pipe, &ol[0], &ol[1]);
+            rc = write_box(&w, r, job->pipe, job->sid, &ol[0], &ol[1]);
         else
-            rc =
-                write_value(&w, r, &job->lp.pickles[r->pickle], &ol[0], &ol[1]);
+            rc = write_value(&w, r, &job->lp.pickles[r->pickle], job->sid,
+                             &ol[0], &ol[1]);
         /* Another failure (staging, cancel) stops the writing too. */
         if (rc == DCP_OK && atomic_load(&job->rc) != DCP_OK)
             rc = atomic_load(&job->rc);

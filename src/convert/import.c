@@ -7,10 +7,13 @@
  * copied from the source in pieces of at most mem_limit / 2 bytes (cast on
  * the way when asked), with the CRC computed as the bytes pass. Then the
  * data file is fsynced and .metadata is committed by the sequence dcp_save
- * uses, dcp__commit_metadata (commit.h: .metadata.tmp, fsync, rename, fsync
- * of the directory). On failure the
- * data file and the temporary metadata are removed, so the directory never
- * looks like a checkpoint.
+ * uses, dcp__commit_metadata (commit.h: a temporary, fsync, rename, fsync
+ * of the directory), under the directory's one-writer lock (lock.h: a
+ * second importer or saver gets DCP_EBUSY), with the import's save id in
+ * every record. Leftovers of interrupted writers are removed first. On
+ * failure the data file this call created (and only that) and the
+ * temporary metadata are removed, so the directory never looks like a
+ * checkpoint and a refused import never touches one that is there.
  */
 #include "ctx.h"
 
@@ -24,6 +27,7 @@
 #include "crc32.h"
 #include "cvname.h"
 #include "dcp/dcp_convert.h"
+#include "lock.h"
 #include "meta.h"
 #include "srcfile.h"
 #include "storage.h"
@@ -39,6 +43,8 @@ struct imp {
     dcp_convert_options o;
     struct src_index ix;
     int dirfd, fd;
+    int created;          /* the data file is this call's */
+    struct dcp__lock lock; /* the directory's one-writer lock */
     uint64_t off;        /* bytes in the data file */
     uint8_t *buf, *cbuf; /* source piece, cast piece */
     size_t piece;        /* bytes of buf */
@@ -121,6 +127,8 @@ static int write_tensor(struct imp *im, const struct src_entry *s,
     dcp__crcb_init(&crc, bsize, blk, (size_t)nblk);
     rc = dcp__tz_writer_init(&z, im->off, ITEM_ALIGN);
     if (rc == DCP_OK)
+        rc = dcp__tz_writer_save_id(&z, im->md->save_id);
+    if (rc == DCP_OK)
         rc = dcp__tz_tensor_item_begin(&z, dt, s->ndim, s->shape, numel * os,
                                   &data_off);
     if (rc != DCP_OK) {
@@ -177,6 +185,8 @@ static int write_value(struct imp *im, const struct src_entry *s,
     int rc = dcp__value_pickle(s->value, &pkl);
     if (rc == DCP_OK)
         rc = dcp__tz_writer_init(&z, im->off, ITEM_ALIGN);
+    if (rc == DCP_OK)
+        rc = dcp__tz_writer_save_id(&z, im->md->save_id);
     if (rc == DCP_OK) {
         rc = dcp__tz_value_item(&z, pkl.p, pkl.len);
         if (rc == DCP_OK)
@@ -283,13 +293,25 @@ static int run(struct imp *im, const char *in, const char *dir)
         rc = dcp__fs_mkdirs(dir, err);
     if (rc == DCP_OK)
         rc = dcp__fs_open_dir(dir, &im->dirfd, err);
+    /* One writer per path (lock.h), from here to the commit. */
+    if (rc == DCP_OK)
+        rc = dcp__lock_acquire(im->dirfd, dir, im->md->save_id, 0, &im->lock,
+                               err);
     if (rc == DCP_OK && dcp__fs_exists(im->dirfd, ".metadata"))
         rc = dcp__err(err, DCP_EEXIST,
                       "'%s' already holds a checkpoint: import into a new "
                       "directory",
                       dir);
-    if (rc == DCP_OK)
+    /* What an interrupted writer left here (no checkpoint, no live
+     * writer): removed, so that the data file is this call's own. */
+    if (rc == DCP_OK &&
+        dcp__clean_leftovers(im->dirfd, dir, NULL, 0, NULL, NULL, err) !=
+            DCP_OK)
+        dcp__err_clear(err);
+    if (rc == DCP_OK) {
         rc = dcp__fs_create(im->dirfd, DATA_FILE, &im->fd, err);
+        im->created = rc == DCP_OK;
+    }
     if (rc == DCP_OK)
         rc = write_all(im, names);
     if (rc == DCP_OK && sync)
@@ -302,7 +324,9 @@ static int run(struct imp *im, const char *in, const char *dir)
     }
     if (rc == DCP_OK)
         rc = dcp__commit_metadata(im->dirfd, dir, im->md, sync, &renamed, err);
-    if (rc != DCP_OK && !renamed && im->dirfd >= 0 && im->md)
+    /* Only a file this call created: a refused import (another
+     * checkpoint or writer there) removes nothing. */
+    if (rc != DCP_OK && !renamed && im->created)
         (void)dcp__fs_unlink(im->dirfd, DATA_FILE, NULL);
     if (rc == DCP_OK)
         im->res.files = 1;
@@ -329,6 +353,7 @@ int dcp_import(dcp_ctx *ctx, const char *in, const char *dir,
     im.ctx = ctx;
     im.dirfd = -1;
     im.fd = -1;
+    im.lock.dirfd = -1;
     rc = dcp__cv_options(opts, &im.o, &ctx->err);
     if (rc != DCP_OK)
         return rc;
@@ -340,6 +365,7 @@ int dcp_import(dcp_ctx *ctx, const char *in, const char *dir,
     if (rc == DCP_OK)
         rc = run(&im, in, dir);
     dcp__fs_release(im.fd);
+    dcp__lock_release(&im.lock);
     dcp__fs_release(im.dirfd);
     dcp__src_close(&im.ix);
     dcp__meta_free(im.md);

@@ -112,6 +112,20 @@ int dcp__tz_writer_init(struct tz_writer *w, uint64_t item_offset, uint32_t alig
     return DCP_OK;
 }
 
+int dcp__tz_writer_save_id(struct tz_writer *w, const char *id)
+{
+    size_t i, n = id ? strlen(id) : 0;
+    if (!w || n > TZ_SID_MAX)
+        return DCP_EINVAL;
+    for (i = 0; i < n; i++)
+        if (id[i] < 0x21 || id[i] > 0x7e)
+            return DCP_EINVAL;
+    if (n)
+        memcpy(w->sid, id, n);
+    w->sid[n] = '\0';
+    return DCP_OK;
+}
+
 int dcp__tz_writer_set_max(struct tz_writer *w, size_t max)
 {
     if (!w || max == 0 || max < w->n || max > SIZE_MAX / sizeof(*w->ent))
@@ -364,9 +378,17 @@ int dcp__tz_stream_end_blocks(struct tz_writer *w, uint32_t crc,
     return DCP_OK;
 }
 
-static uint32_t central_extra_len(const struct tz_wentry *e)
+/* The save-id field's length on entry i (0: none). */
+static uint32_t sid_len(const struct tz_writer *w, size_t i)
 {
-    uint32_t n = e->nblk ? TZ_BLK_HEAD + 4u * (uint32_t)e->nblk : 0u;
+    return i == 0 && w->sid[0] ? 6u + (uint32_t)strlen(w->sid) : 0u;
+}
+
+static uint32_t central_extra_len(const struct tz_writer *w, size_t i)
+{
+    const struct tz_wentry *e = &w->ent[i];
+    uint32_t n = (e->nblk ? TZ_BLK_HEAD + 4u * (uint32_t)e->nblk : 0u) +
+                 sid_len(w, i);
     if (!e->zip64)
         return n;
     return n + 4u + (e->size >= U32_MARK ? 16u : 0u) +
@@ -382,7 +404,7 @@ int dcp__tz_finish(struct tz_writer *w)
         return DCP_EINVAL;
     for (size_t i = 0; i < w->n; i++)
         cd_size += CENTRAL_LEN + strlen(w->ent[i].name) +
-                   central_extra_len(&w->ent[i]);
+                   central_extra_len(w, i);
     total = (size_t)cd_size + Z64_END_LEN + Z64_LOCATOR_LEN + END_LEN;
     if (dcp__buf_reserve(&w->out, total) != DCP_OK)
         return DCP_ENOMEM;
@@ -392,8 +414,10 @@ int dcp__tz_finish(struct tz_writer *w)
         const struct tz_wentry *e = &w->ent[i];
         size_t nlen = strlen(e->name);
         int big_len = e->size >= U32_MARK, big_off = e->header_off >= U32_MARK;
-        uint32_t xlen = central_extra_len(e);
-        uint32_t blen = e->nblk ? TZ_BLK_HEAD + 4u * (uint32_t)e->nblk : 0u;
+        uint32_t xlen = central_extra_len(w, i);
+        uint32_t slen = sid_len(w, i);
+        uint32_t blen =
+            (e->nblk ? TZ_BLK_HEAD + 4u * (uint32_t)e->nblk : 0u) + slen;
 
         (void)dcp__buf_put_le32(&w->out, SIG_CENTRAL);
         (void)dcp__buf_put_le16(&w->out, 0); /* version made by */
@@ -426,14 +450,20 @@ int dcp__tz_finish(struct tz_writer *w)
             if (big_off)
                 (void)dcp__buf_put_le64(&w->out, e->header_off);
         }
-        if (blen) {
+        if (blen > slen) {
             (void)dcp__buf_put_le16(&w->out, TZ_BLK_ID);
-            (void)dcp__buf_put_le16(&w->out, (uint16_t)(blen - 4u));
+            (void)dcp__buf_put_le16(&w->out, (uint16_t)(blen - slen - 4u));
             (void)dcp__buf_put_le32(&w->out, TZ_BLK_VERSION);
             (void)dcp__buf_put_le32(&w->out, e->blk_size);
             (void)dcp__buf_put_le64(&w->out, e->size);
             for (size_t k = 0; k < e->nblk; k++)
                 (void)dcp__buf_put_le32(&w->out, e->blk[k]);
+        }
+        if (slen) {
+            (void)dcp__buf_put_le16(&w->out, TZ_SID_ID);
+            (void)dcp__buf_put_le16(&w->out, (uint16_t)(slen - 4u));
+            (void)dcp__buf_put_le16(&w->out, TZ_SID_VERSION);
+            (void)dcp__buf_put(&w->out, w->sid, slen - 6u);
         }
     }
     z64_off = cd_off + cd_size;
@@ -1091,6 +1121,7 @@ static int check_blk_field(struct reader *r, struct tz_entry *e,
 
 /* The entries being parsed: a tz_archive's fixed array or a tz_file's. */
 struct tz_list {
+    char *sid; /* TZ_SID_MAX + 1 bytes, or NULL: save-id field ignored */
     char *prefix;
     struct tz_entry *ent;
     size_t n;
@@ -1143,6 +1174,52 @@ static int take_name(struct reader *r, struct tz_list *a, struct tz_entry *e,
     return DCP_OK;
 }
 
+/*
+ * Takes the save-id field (TZ_SID_ID) among a central entry's extra fields
+ * x (xlen bytes) into a->sid, walking as find_blk_field does: version 1,
+ * 1 to TZ_SID_MAX printable ASCII bytes, the same id in every entry that
+ * carries one (DCP_EFORMAT otherwise). A field running past the end stops
+ * the walk.
+ */
+static int take_sid_field(struct reader *r, struct tz_list *a, const uint8_t *x,
+                          size_t xlen, uint64_t ent_off)
+{
+    size_t i = 0, k, n;
+    char id[TZ_SID_MAX + 1];
+    while (a->sid && i + 4 <= xlen) {
+        uint16_t fid = dcp__le16(x + i), len = dcp__le16(x + i + 2);
+        if (len > xlen - i - 4)
+            break;
+        if (fid == TZ_SID_ID) {
+            n = len >= 2 ? len - 2u : 0u;
+            if (len < 3 || n > TZ_SID_MAX ||
+                dcp__le16(x + i + 4) != TZ_SID_VERSION)
+                return dcp__err(r->err, DCP_EFORMAT,
+                                "zip: central directory entry at byte %llu "
+                                "has a malformed save-id field",
+                                (ull)ent_off);
+            for (k = 0; k < n; k++) {
+                id[k] = (char)x[i + 6 + k];
+                if (x[i + 6 + k] < 0x21 || x[i + 6 + k] > 0x7e)
+                    return dcp__err(r->err, DCP_EFORMAT,
+                                    "zip: central directory entry at byte "
+                                    "%llu has a save-id field that is not "
+                                    "printable",
+                                    (ull)ent_off);
+            }
+            id[n] = '\0';
+            if (a->sid[0] && strcmp(a->sid, id) != 0)
+                return dcp__err(r->err, DCP_EFORMAT,
+                                "zip: central directory entry at byte %llu "
+                                "has save id '%s', another entry '%s'",
+                                (ull)ent_off, id, a->sid);
+            memcpy(a->sid, id, n + 1);
+        }
+        i += 4u + len;
+    }
+    return DCP_OK;
+}
+
 /* Parses one central directory entry at cd[*pos], advancing *pos. */
 static int parse_central_entry(struct reader *r, struct tz_list *a,
                                const uint8_t *cd, uint64_t cd_size,
@@ -1178,6 +1255,8 @@ static int parse_central_entry(struct reader *r, struct tz_list *a,
                         (ull)ent_off);
     rc = find_blk_field(r, p + CENTRAL_LEN + nlen, xlen, ent_off, &blk_at,
                         &blk_len);
+    if (rc == DCP_OK)
+        rc = take_sid_field(r, a, p + CENTRAL_LEN + nlen, xlen, ent_off);
     if (rc != DCP_OK)
         return rc;
     if (xlen + clen - blk_len > MAX_CD_EXTRA)
@@ -1436,6 +1515,7 @@ int dcp__tz_open(struct tz_archive *a, uint64_t item_len, tz_read_fn read,
         return dcp__err(err, DCP_EINVAL, "zip: invalid argument");
     memset(a, 0, sizeof(*a));
     a->item_len = item_len;
+    l.sid = a->save_id;
     l.prefix = a->prefix;
     l.ent = a->ent;
     l.n = 0;
@@ -1455,6 +1535,7 @@ int dcp__tz_file_open(struct tz_file *f, uint64_t len, size_t max_entries,
         return dcp__err(err, DCP_EINVAL, "zip: invalid argument");
     memset(f, 0, sizeof(*f));
     f->item_len = len;
+    l.sid = NULL;
     l.prefix = f->prefix;
     l.ent = NULL;
     l.n = 0;

@@ -64,7 +64,19 @@ struct tz_wentry {
 /* Blocks one field can hold: its length is a u16. */
 #define TZ_BLK_RCOUNT  ((0xFFFFu - (TZ_BLK_HEAD - 4u)) / 4u)
 
+/*
+ * dcp's save-id extra field (docs/FORMAT.md §4), in the central directory
+ * entry of an item's first record: ID 0x4953 ("SI"), then u16 version 1,
+ * then the save id's bytes (1 to TZ_SID_MAX printable ASCII, no NUL): the
+ * save_id of the .metadata that names the item. torch ignores it; a reader
+ * compares it with the .metadata's (read.c).
+ */
+#define TZ_SID_ID      0x4953u
+#define TZ_SID_VERSION 1u
+#define TZ_SID_MAX     64u
+
 struct tz_writer {
+    char sid[TZ_SID_MAX + 1]; /* save id for entry 0, "" for none */
     struct dcp_buf out;    /* bytes produced and not yet drained */
     uint64_t pos;          /* item-relative offset of the next byte */
     uint64_t item_offset;  /* absolute file offset of the item's first byte */
@@ -78,6 +90,11 @@ struct tz_writer {
 
 /* align: power of two (64 for torch's layout, 4096 for O_DIRECT). */
 int dcp__tz_writer_init(struct tz_writer *w, uint64_t item_offset, uint32_t align);
+
+/* Gives the item the save-id field (TZ_SID_ID) with id (1 to TZ_SID_MAX
+ * printable ASCII bytes; NULL or "" for none). Call before dcp__tz_finish.
+ * Returns DCP_OK or DCP_EINVAL. */
+int dcp__tz_writer_save_id(struct tz_writer *w, const char *id);
 
 /* Aligns the data of streamed records (tensor storages) to stream_align
  * instead (a power of two >= align, at most 32768), so that a tensor's
@@ -200,6 +217,7 @@ struct tz_entry {
 
 struct tz_archive {
     uint64_t item_len;
+    char save_id[TZ_SID_MAX + 1]; /* the save-id field's, "" when none */
     char prefix[TZ_MAX_NAME + 1]; /* text before the first '/' of entry 0 */
     struct tz_entry ent[TZ_MAX_ENTRIES];
     size_t n;

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h> /* renameat */
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ------------------------------------------------- system call table */
@@ -87,6 +88,29 @@ static int sys_err(struct dcp_err *err, const char *what, const char *name)
                         "refusing to follow symbolic link '%s'", name);
     return dcp__err(err, errno_code(e), "cannot %s '%s': %s", what, name,
                     strerror(e));
+}
+
+/* dcp__unique_tmp (storage.h): here, below storage.c, so that both the
+ * POSIX back end and the version-1 adapters use it. */
+int dcp__unique_tmp(char *buf, size_t cap, const char *name,
+                    struct dcp_err *err)
+{
+    static atomic_uint seq;
+    struct timespec ts;
+    uint64_t x;
+    int n;
+    (void)clock_gettime(CLOCK_REALTIME, &ts);
+    x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
+        (uint64_t)(uintptr_t)buf;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    n = snprintf(buf, cap, "%s.%ld-%u-%08x.tmp", name, (long)getpid(),
+                 atomic_fetch_add(&seq, 1u), (unsigned)(x & 0xffffffffu));
+    if (n < 0 || (size_t)n >= cap || (size_t)n > DCP_STORAGE_NAME_MAX)
+        return dcp__err(err, DCP_EINVAL, "object name '%.64s...' is too long",
+                        name);
+    return DCP_OK;
 }
 
 /* -------------------------------------------------------- operations */
@@ -343,11 +367,12 @@ static int px_write_tmp(void *impl, void *dir, const char *tmp, const void *p,
 }
 
 /*
- * publish: "<name>.tmp" created, written, fsynced, closed; renamed over
- * name (exclusive: "<name>.<pid>-<n>.tmp", unique to the call, linked to
- * name, which refuses an existing one, then unlinked); the directory fsynced; on failure the temporary unlinked.
+ * publish: a temporary unique to the call ("<name>.<pid>-<n>-<random>.tmp",
+ * dcp__unique_tmp) created, written, fsynced, closed; renamed over name
+ * (exclusive: linked to name, which refuses an existing one, then
+ * unlinked); the directory fsynced; on failure the temporary unlinked.
  * The non-exclusive sequence is the commit's system calls before version 2,
- * call for call (tests/fault/strace_commit.py).
+ * call for call, but for the temporary's name (tests/fault/strace_commit.py).
  */
 static int px_publish(void *impl, void *dir, const char *path,
                       const char *name, const void *p, size_t n,
@@ -358,22 +383,11 @@ static int px_publish(void *impl, void *dir, const char *path,
     char tmp[NAME_MAX + 48];
     int rc;
     *visible = 0;
-    if (flags & DCP_PUBLISH_EXCLUSIVE) {
-        /* Contenders must not share the temporary (one would write into
-         * the other's, and its unlink could pull it from under the
-         * other's link): a name unique to this process and call. */
-        static atomic_uint seq;
-        char suffix[40];
-        (void)snprintf(suffix, sizeof(suffix), ".%ld-%u", (long)getpid(),
-                       atomic_fetch_add(&seq, 1u));
-        if (strlen(name) + strlen(suffix) + sizeof(".tmp") > NAME_MAX + 1)
-            return dcp__err(err, DCP_EINVAL,
-                            "object name '%.64s...' is too long", name);
-        (void)snprintf(tmp, sizeof(tmp), "%s%s.tmp", name, suffix);
-        rc = DCP_OK;
-    } else {
-        rc = px_tmp(tmp, sizeof(tmp), name, err);
-    }
+    /* Contenders must not share the temporary (one would write into the
+     * other's, and its unlink could pull it from under the other's link
+     * or rename): a name unique to this process and call, for every
+     * publish (the lock excludes writers, but not on every back end). */
+    rc = dcp__unique_tmp(tmp, sizeof(tmp), name, err);
     if (rc != DCP_OK)
         return rc;
     rc = px_write_tmp(impl, dir, tmp, p, n, nosync, err);

@@ -403,21 +403,16 @@ uint32_t dcp__fs_max_inflight(int fd)
     return f->s->ops.max_inflight;
 }
 
-/* "<name>.tmp" into buf, the temporary of the version-1 adapters. */
+/* The temporary of the version-1 adapters: unique (dcp__unique_tmp). */
 static int tmp_name(char *buf, size_t cap, const char *name,
                     struct dcp_err *err)
 {
-    size_t len = strlen(name);
-    if (len > DCP_STORAGE_NAME_MAX || len + sizeof(".tmp") > cap)
-        return dcp__err(err, DCP_EINVAL, "object name '%.64s...' is too long",
-                        name);
-    memcpy(buf, name, len);
-    memcpy(buf + len, ".tmp", sizeof(".tmp"));
-    return DCP_OK;
+    return dcp__unique_tmp(buf, cap, name, err);
 }
 
 /*
- * The version-1 sequence of publish and put: "<name>.tmp" created,
+ * The version-1 sequence of publish and put: a temporary unique to the
+ * call ("<name>.<pid>-<n>-<random>.tmp", dcp__unique_tmp) created,
  * written, synced (unless nosync), closed and renamed over name; for
  * publish (path not NULL) the directory synced (unless nosync); on any
  * failure the temporary removed, ignoring errors. These are exactly the
@@ -429,7 +424,7 @@ static int v1_publish(const struct slot *d, const char *path, const char *name,
                       struct dcp_err *err)
 {
     const struct dcp__storage *s = d->s;
-    char tmp[DCP_STORAGE_NAME_MAX + 8];
+    char tmp[DCP_STORAGE_NAME_MAX + 1];
     void *h = NULL;
     int rc = tmp_name(tmp, sizeof(tmp), name, err);
     if (rc != DCP_OK)

@@ -108,6 +108,14 @@ int dcp__fs_publish(int dirfd, const char *path, const char *name,
                     const void *p, size_t n, uint32_t flags, int *visible,
                     struct dcp_err *err);
 
+/* A temporary name unique to the call, for publishing name:
+ * "<name>.<pid>-<n>-<8 random hex>.tmp" (DCP_EINVAL when longer than
+ * DCP_STORAGE_NAME_MAX or cap - 1). Used by every publish, so that two
+ * writers never share a temporary (not even on a back end without the
+ * lock). Thread safe. */
+int dcp__unique_tmp(char *buf, size_t cap, const char *name,
+                    struct dcp_err *err);
+
 /* Closes a file or directory handle on an error path, ignoring errors;
  * -1 is a no-op. */
 void dcp__fs_release(int fd);

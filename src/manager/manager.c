@@ -25,7 +25,9 @@
 
 #include "comm.h"
 #include "ctx.h"
+#include "lock.h"
 #include "manager.h"
+#include "storage.h"
 #include "util.h"
 
 struct dcp_manager {
@@ -279,11 +281,13 @@ int dcp_manager_list(dcp_ctx *ctx, const char *root,
 /* ---------------------------------------------------------------------- */
 
 /* A file a checkpoint directory may hold: .metadata, its temporaries
- * (.metadata.*), data files (*.distcp, tagged or not). */
+ * (.metadata.*), data files (*.distcp, tagged or not), the one-writer lock
+ * (.lock, which the removal holds itself, and .lock.*: lock.h). */
 static int checkpoint_file(const char *name)
 {
     size_t n = strlen(name);
     return !strcmp(name, ".metadata") || !strncmp(name, ".metadata.", 10) ||
+           !strcmp(name, DCP__LOCK_NAME) || !strncmp(name, ".lock.", 6) ||
            (n > 7 && !strcmp(name + n - 7, ".distcp"));
 }
 
@@ -340,13 +344,28 @@ int dcp__mgr_remove(dcp_ctx *ctx, const char *dir)
     int fd = pfd < 0 ? -1
                      : openat(pfd, base,
                               O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int rc = DCP_OK;
+    int rc = DCP_OK, sfd = -1;
+    struct dcp__lock lk;
     DIR *d = NULL;
+    lk.dirfd = -1;
     if (fd < 0) {
         rc = dcp__err(err, errno == ELOOP ? DCP_EUNSAFE : DCP_EIO,
                       "cannot open \"%s\" for removal: %s", dir,
                       strerror(errno));
         goto out;
+    }
+    /* The directory's one-writer lock (lock.h): a save or import writing
+     * there now makes the removal DCP_EBUSY, nothing removed; a dead
+     * writer's lock is taken over. The removal then unlinks it with the
+     * rest. */
+    {
+        char token[32];
+        (void)snprintf(token, sizeof(token), "remove-%ld", (long)getpid());
+        rc = dcp__fs_open_dir(dir, &sfd, err);
+        if (rc == DCP_OK)
+            rc = dcp__lock_acquire(sfd, dir, token, 0, &lk, err);
+        if (rc != DCP_OK)
+            goto out;
     }
     /* First pass: every entry must be a checkpoint file (a link is removed
      * as itself, never followed); a subdirectory or another name means
@@ -415,6 +434,8 @@ int dcp__mgr_remove(dcp_ctx *ctx, const char *dir)
         rc = dcp__err(err, DCP_EIO, "cannot sync \"%s\": %s", pdir,
                       strerror(errno));
 out:
+    dcp__lock_release(&lk); /* gone with the directory, or left as it was */
+    dcp__fs_release(sfd);
     if (d)
         closedir(d);
     if (fd >= 0)

@@ -39,6 +39,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../sidmask.h"
+
 #define KIND_DEFAULT 4 /* cudaMemcpyDefault */
 
 static struct {
@@ -344,6 +346,9 @@ static unsigned char *slurp(const char *path, size_t *n)
     }
     fclose(f);
     *n = (size_t)len;
+    /* Each save's id is in its records (sidmask.h): the rest compares. */
+    if (p)
+        (void)dcp_test_mask_sids(p, *n);
     return p;
 }
 

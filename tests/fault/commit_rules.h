@@ -4,9 +4,11 @@
  * single-process trace test and the MPI one (which merges every rank's
  * trace by CLOCK_MONOTONIC time):
  *  R1 every data file: created, written, synced after its last write, then
- *     closed, all before .metadata.tmp is created;
- *  R2 .metadata.tmp: created, written, synced after its last write, closed,
- *     then renamed to .metadata (exactly once);
+ *     closed, all before the metadata's temporary is created;
+ *  R2 the metadata's temporary (".metadata.<pid>-<n>-<random>.tmp", a name
+ *     unique to the save: no fixed ".metadata.tmp" that two writers could
+ *     share): created, written, synced after its last write, closed, then
+ *     renamed to .metadata (exactly once);
  *  R3 the directory is synced after that rename (the save returns only
  *     after the whole trace, so before success is reported);
  *  R4 no file of the checkpoint committed before is created, written,
@@ -25,7 +27,27 @@
 
 #include "faultfs.h"
 
-#define CR_TMP ".metadata.tmp"
+/* A name of the metadata's temporary (the negative controls use this
+ * one), and the test for one: ".metadata." ... ".tmp". */
+#define CR_TMP ".metadata.1-0-00000000.tmp"
+
+static inline int cr_tmp_name(const char *s)
+{
+    size_t n = strlen(s);
+    return n > 14 && !strncmp(s, ".metadata.", 10) && !strcmp(s + n - 4, ".tmp");
+}
+
+/* "<temporary>>.metadata": the faultfs name of the commit's rename. */
+static inline int cr_commit_rename(const char *s)
+{
+    const char *gt = strchr(s, '>');
+    char tmp[256];
+    if (!gt || strcmp(gt, ">.metadata") || (size_t)(gt - s) >= sizeof(tmp))
+        return 0;
+    memcpy(tmp, s, (size_t)(gt - s));
+    tmp[gt - s] = '\0';
+    return cr_tmp_name(tmp);
+}
 
 static inline int cr_is(const struct ff_event *e, enum ff_op op,
                         const char *name)
@@ -33,16 +55,17 @@ static inline int cr_is(const struct ff_event *e, enum ff_op op,
     return e->rc == 0 && e->op == op && (!name || !strcmp(e->name, name));
 }
 
-static const char *cr_check(const struct ff_event *t, size_t n,
+static inline const char *cr_check(const struct ff_event *t, size_t n,
                             const char *old_files, char *why, size_t whylen)
 {
     long create_tmp = -1, rename_i = -1, dsync = -1;
     size_t i, j, nfiles = 0, nsync = 0, ndsync = 0;
     char pat[100];
     for (i = 0; i < n; i++) {
-        if (cr_is(&t[i], FF_CREATE, CR_TMP) && create_tmp < 0)
+        if (cr_is(&t[i], FF_CREATE, NULL) && cr_tmp_name(t[i].name) &&
+            create_tmp < 0)
             create_tmp = (long)i;
-        if (cr_is(&t[i], FF_RENAME, CR_TMP ">.metadata")) {
+        if (cr_is(&t[i], FF_RENAME, NULL) && cr_commit_rename(t[i].name)) {
             if (rename_i >= 0) {
                 snprintf(why, whylen, "R2: .metadata.tmp renamed twice");
                 return why;
@@ -76,7 +99,7 @@ static const char *cr_check(const struct ff_event *t, size_t n,
         int is_tmp;
         if (!cr_is(&t[i], FF_CREATE, NULL))
             continue;
-        is_tmp = !strcmp(t[i].name, CR_TMP);
+        is_tmp = cr_tmp_name(t[i].name);
         nfiles++;
         for (j = i + 1; j < n; j++) {
             if (strcmp(t[j].name, t[i].name) || t[j].rc != 0)

@@ -2,10 +2,11 @@
 the storage-level trace test (test_commit_trace.c): the POSIX back end must
 issue, for a save into a new directory and for one over a committed
 checkpoint:
-  - fsync of every data file after its last pwrite, before .metadata.tmp
+  - fsync of every data file after its last pwrite, before the metadata's
+    temporary (.metadata.<pid>-<n>-<random>.tmp, unique to the save)
     is opened;
-  - fsync of .metadata.tmp after its last pwrite, before the rename;
-  - renameat(.metadata.tmp -> .metadata), then fsync of the checkpoint
+  - fsync of that temporary after its last pwrite, before the rename;
+  - renameat(temporary -> .metadata), then fsync of the checkpoint
     directory, before the program prints its marker (the API returned);
   - fsync of the parent directory after mkdir of the checkpoint directory;
   - every fsync and close of a written file returning 0.
@@ -68,14 +69,19 @@ def check(lines, d, label):
             if pred(e):
                 r = e[0]
         return r
-    tmpmeta = os.path.join(d, ".metadata.tmp")
-    open_tmp = first(lambda e: e[1] == "openat" and ".metadata.tmp" in e[3])
+    tmpname = re.compile(r"\.metadata\.[0-9]+-[0-9]+-[0-9a-f]{8}\.tmp")
+    opened = [e for e in events if e[1] == "openat" and tmpname.search(e[3])]
+    tmpmeta = (os.path.join(d, tmpname.search(opened[0][3]).group(0))
+               if opened else os.path.join(d, ".metadata.?.tmp"))
+    open_tmp = opened[0][0] if opened else None
+    if any(".metadata.tmp" in e[3] for e in events):
+        bad.append("a fixed .metadata.tmp is used")
     rename = first(lambda e: e[1].startswith("rename") and
-                   ".metadata.tmp" in e[3] and e[4] == 0)
+                   tmpname.search(e[3]) and e[4] == 0)
     dsync = first(lambda e: e[1] == "fsync" and e[2] == d and
                   rename is not None and e[0] > rename)
     if open_tmp is None or rename is None:
-        bad.append("no .metadata.tmp written and renamed")
+        bad.append("no metadata temporary written and renamed")
     if dsync is None:
         bad.append("no fsync of the directory after the rename")
     data = sorted({e[2] for e in events
@@ -91,10 +97,11 @@ def check(lines, d, label):
         limit = open_tmp if p != tmpmeta else rename
         if limit is not None and fs > limit:
             bad.append("%s: fsync after %s" % (
-                p, ".metadata.tmp was opened" if p != tmpmeta else "rename"))
+                p, "the metadata temporary was opened" if p != tmpmeta
+                else "rename"))
     for e in events:
         if e[1] in ("fsync", "close") and e[4] != 0 and \
-                (e[2].endswith(".distcp") or e[2].endswith(".metadata.tmp")):
+                (e[2].endswith(".distcp") or tmpname.search(e[2])):
             bad.append("%s of %s returned %d" % (e[1], e[2], e[4]))
     made = first(lambda e: e[1] == "mkdir" and e[3].startswith('"%s"' % d)
                  and e[4] == 0)

@@ -116,12 +116,12 @@ TEST(checker_rejects_broken_traces)
         for (i = 0; i < n; i++) {
             const struct ff_event *e = &good[i];
             if (!done && kind == 0 && e->op == FF_SYNC &&
-                strcmp(e->name, CR_TMP)) {
+                !cr_tmp_name(e->name)) {
                 done = 1; /* a data file's sync dropped */
                 continue;
             }
             if (!done && kind == 1 && e->op == FF_SYNC &&
-                !strcmp(e->name, CR_TMP)) {
+                cr_tmp_name(e->name)) {
                 done = 1; /* the metadata's sync dropped */
                 continue;
             }
@@ -131,7 +131,7 @@ TEST(checker_rejects_broken_traces)
             }
             t[m++] = *e;
             if (!done && kind == 3 && e->op == FF_CREATE &&
-                !strcmp(e->name, CR_TMP)) {
+                cr_tmp_name(e->name)) {
                 /* an old file overwritten before the commit */
                 t[m] = *e;
                 snprintf(t[m].name, sizeof(t[m].name), "%.*s",
@@ -141,7 +141,7 @@ TEST(checker_rejects_broken_traces)
                 done = 1;
             }
             if (!done && kind == 4 && e->op == FF_CREATE &&
-                strcmp(e->name, CR_TMP)) {
+                !cr_tmp_name(e->name)) {
                 /* metadata created before the data file is durable */
                 t[m] = *e;
                 snprintf(t[m].name, sizeof(t[m].name), "%s", CR_TMP);

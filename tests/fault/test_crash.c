@@ -41,6 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "commit_rules.h"
 #include "faultfs.h"
 #include "forkcomm.h"
 #include "refstate.h"
@@ -136,7 +137,7 @@ static int rank_main(int rank, dcp_comm *comm, void *arg)
     for (i = 0; i < ff.ntrace; i++) {
         const struct ff_event *e = &ff.trace[i];
         if (e->op == FF_RENAME && e->rc == 0 &&
-            !strcmp(e->name, ".metadata.tmp>.metadata")) {
+            cr_commit_rename(e->name)) {
             me->renamed = 1;
             me->rename_op = i + 1;
         }

@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "commit_rules.h"
 #include "faultfs.h"
 #include "refstate.h"
 #include "storage.h"
@@ -118,7 +119,7 @@ static long touched_old_files(const char *old)
     for (i = 0; i < ff.ntrace; i++) {
         const struct ff_event *e = &ff.trace[i];
         if (e->op == FF_RENAME && e->rc == 0 &&
-            !strcmp(e->name, ".metadata.tmp>.metadata"))
+            cr_commit_rename(e->name))
             return -1;
         if (e->op != FF_CREATE && e->op != FF_WRITE && e->op != FF_UNLINK &&
             e->op != FF_RENAME)

@@ -23,6 +23,7 @@
 #include "memstore.h"
 #include "storage.h"
 #include "test.h"
+#include "../tmpnames.h"
 
 #define N_A (1u << 20) /* 4 MiB of f32: 64 requests of 64 KiB */
 #define N_B 1000
@@ -136,10 +137,12 @@ TEST(memstore_round_trip_in_parallel)
     ASSERT(atomic_load(&m.writes) >= 64);
     ASSERT(atomic_load(&m.max_seen) > 1);
     ASSERT(atomic_load(&m.max_seen) <= 4);
-    /* Committed through publish: no temporary, no rename. */
-    ASSERT_EQ(m.publishes, 1);
+    /* Locked and committed through publish (the exclusive ".lock", then
+     * ".metadata"): no temporary, no rename, the lock gone after. */
+    ASSERT_EQ(m.publishes, 2);
     ASSERT_EQ(m.renames, 0);
     ASSERT(ms_find(&m, ".metadata") != NULL);
+    ASSERT(ms_find(&m, ".lock") == NULL);
     for (i = 0; i < m.nobj; i++)
         ASSERT(strstr(m.obj[i].name, ".tmp") == NULL);
     atomic_store(&m.max_seen, 0);
@@ -342,7 +345,7 @@ TEST(v1_failed_publish_keeps_old_checkpoint)
 {
     struct faultfs ff;
     dcp_ctx *ctx;
-    char dir[300], p[400];
+    char dir[300];
     ff_init(&ff);
     snprintf(dir, sizeof(dir), "%s/v1fail", root);
     ctx = ctx_on(ff_ops(), &ff);
@@ -354,8 +357,7 @@ TEST(v1_failed_publish_keeps_old_checkpoint)
     ASSERT_RC(save_seed(ctx, dir, 7), DCP_EIO);
     ff_reset(&ff);
     ASSERT_OK(load_is_seed(ctx, dir, 6));
-    snprintf(p, sizeof(p), "%s/.metadata.tmp", dir);
-    ASSERT(fopen(p, "rb") == NULL);
+    ASSERT_EQ(dcp_test_meta_tmps(dir), 0);
     dcp_ctx_free(ctx);
     ff_release(&ff);
 }

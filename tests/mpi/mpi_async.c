@@ -20,6 +20,7 @@
 #include "mpitest.h"
 #include "mt_usercomm.h"
 #include "save.h" /* dcp__save_write_fail_after */
+#include "../tmpnames.h"
 
 static char root[256];
 static dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0};
@@ -299,7 +300,7 @@ static void test_background_failure_on_one_rank(void)
     MPI_Barrier(MPI_COMM_WORLD);
     if (mt_rank == 0) {
         CHECK(count_files(dir) == before);
-        CHECK(!has_file(dir, ".metadata.tmp"));
+        CHECK(dcp_test_meta_tmps(dir) == 0);
     }
     data_check(ctx, &gold, dir); /* the first checkpoint, intact */
     data_free(&d);

@@ -6,7 +6,10 @@
  */
 #include <dcp/dcp.h>
 #include <dcp/dcp_mpi.h>
+#include <dcp/dcp_storage.h>
 
+#include <dirent.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,6 +34,35 @@ static int exists(const char *dir, const char *name)
     char p[600];
     snprintf(p, sizeof(p), "%s/%s", dir, name);
     return access(p, F_OK) == 0;
+}
+
+/* Entries of dir whose names start with prefix and end with suffix. */
+static int count_names(const char *dir, const char *prefix, const char *suffix)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d)) != NULL) {
+        size_t l = strlen(e->d_name), ls = strlen(suffix);
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0 && l >= ls &&
+             strcmp(e->d_name + l - ls, suffix) == 0;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* The POSIX back end, except that creating rank 1's data file fails: data
+ * file names are fresh for every overwrite, so no obstacle in the
+ * directory can be placed ahead. */
+static dcp_storage_ops failing;
+static int fail_create(void *impl, void *dir, const char *name, void **file,
+                       struct dcp_err *err)
+{
+    if (strncmp(name, "__1_0.", 6) == 0)
+        return dcp_storage_set_error(err, DCP_EIO,
+                                     "cannot create '%s': injected", name);
+    return dcp_storage_posix()->create(impl, dir, name, file, err);
 }
 
 /* Same code and message everywhere, with the expected code. */
@@ -72,19 +104,26 @@ static void test_io_error_on_rank1(void)
     CHECK_OK(ctx, dcp_save(ctx, sa, dir, &so)); /* __r_0.distcp */
     CHECK_OK(ctx, dcp_save(ctx, sb, dir, &so)); /* tagged names */
     CHECK(!exists(dir, "__0_0.distcp"));        /* a's files removed */
-    if (mt_rank == 0) {
-        snprintf(obstacle, sizeof(obstacle), "%s/__1_0.distcp", dir);
-        CHECK(mkdir(obstacle, 0755) == 0);
-    }
+    CHECK(count_names(dir, "__", ".distcp") == mt_size);
+    (void)obstacle;
+    failing = *dcp_storage_posix();
+    failing.create = fail_create;
+    if (mt_rank == 1)
+        CHECK(dcp_ctx_set_storage(ctx, &failing, NULL) == DCP_OK);
     MPI_Barrier(MPI_COMM_WORLD);
     rc = dcp_save(ctx, sc, dir, &so);
     CHECK_AGREED(rc, DCP_EIO);
     CHECK_MSG(ctx, "rank 1 failed");
-    CHECK_MSG(ctx, "__1_0.distcp");
+    CHECK_MSG(ctx, "__1_0.");
+    CHECK_MSG(ctx, ".distcp");
     CHECK_MSG(ctx, "nothing committed");
+    if (mt_rank == 1)
+        CHECK(dcp_ctx_set_storage(ctx, NULL, NULL) == DCP_OK);
     MPI_Barrier(MPI_COMM_WORLD);
-    CHECK(!exists(dir, "__0_0.distcp")); /* rank 0's new file removed */
-    CHECK(!exists(dir, ".metadata.tmp"));
+    /* Rank 0's new file removed: b's files only, no temporary, no lock. */
+    CHECK(count_names(dir, "__", ".distcp") == mt_size);
+    CHECK(count_names(dir, "", ".tmp") == 0);
+    CHECK(!exists(dir, ".lock"));
     /* b is still the checkpoint. */
     CHECK_OK(ctx, dcp_load(ctx, sl, dir, NULL));
     memcpy(want, b, sizeof(b));

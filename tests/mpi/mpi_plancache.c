@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include "mpitest.h"
+
+#include "../sidmask.h"
 #include "save.h" /* dcp__save_write_fail_after */
 
 static char root[256];
@@ -210,6 +212,9 @@ static int same_files(const char *a, const char *b)
             ok = 0;
             break;
         }
+        /* Each save's id is in its records (sidmask.h). */
+        (void)dcp_test_mask_sids(o->p, o->n);
+        (void)dcp_test_mask_sids(fa[i].p, fa[i].n);
         for (k = 0; k < o->n; k++)
             if (o->p[k] != fa[i].p[k]) {
                 lo = lo < k ? lo : k;

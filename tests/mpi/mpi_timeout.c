@@ -68,8 +68,8 @@ static const struct phase {
      "rank 2 hangs closing its data file, written and synced (before the "
      "commit agreement)",
      "nothing committed"},
-    {"save-commit", SAVE, 0, 0, 1u << FF_SYNC, ".metadata.tmp",
-     "rank 0 hangs in the fsync of .metadata.tmp, every rank's data "
+    {"save-commit", SAVE, 0, 0, 1u << FF_SYNC, ".metadata.",
+     "rank 0 hangs in the fsync of the metadata's temporary, every rank's data "
      "durable (commit, before the rename)",
      "rank 0 did not say whether it committed"},
     {"save-async", SAVE_ASYNC, 1, 0, 1u << FF_WRITE, ".distcp",

@@ -26,6 +26,7 @@
 #include "save.h" /* dcp__save_write_fail_after */
 #include "stage.h"
 #include "test.h"
+#include "../tmpnames.h"
 
 static char root[256];
 static dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0};
@@ -511,7 +512,7 @@ static void background_failure(uint64_t budget, uint64_t fail_at)
     ASSERT_STR_EQ(dcp_errmsg(ctx), dcp_request_errmsg(req));
     dcp_request_free(req);
     ASSERT_EQ(count_files(dir), before); /* the new data file is gone */
-    ASSERT(!has_file(dir, ".metadata.tmp"));
+    ASSERT_EQ(dcp_test_meta_tmps(dir), 0);
     ASSERT(!model_check(ctx, &m, dir)); /* still the first checkpoint */
     model_snapshot(&m);
     ASSERT_OK(dcp_save_async(ctx, st, dir, &nosync, &req));

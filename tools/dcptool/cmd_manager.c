@@ -1,6 +1,8 @@
 /*
  * dcptool list ROOT, latest ROOT, prune ROOT --keep K, rm DIR: a root of
- * step-named checkpoints (dcp_manager.h). Each takes --json.
+ * step-named checkpoints (dcp_manager.h); clean DIR: the leftovers of
+ * interrupted writers in one checkpoint directory (dcp_clean, dcp.h).
+ * Each takes --json.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -81,6 +83,7 @@ static int parse_common(int argc, char **argv, struct margs *m,
 #define PRUNE_USAGE \
     "prune ROOT --keep K [--keep-every N] [--json] [--prefix P --suffix S]"
 #define RM_USAGE "rm DIR [--json]"
+#define CLEAN_USAGE "clean DIR [--force] [--json]"
 
 static int list_root(struct margs *m, dcp_ctx **ctx, dcp_manager_entry **e,
                      size_t *n)
@@ -253,6 +256,46 @@ int cmd_rm(int argc, char **argv)
         tool_text(stdout, dir);
         putchar('\n');
     }
+    dcp_ctx_free(ctx);
+    return 0;
+}
+
+int cmd_clean(int argc, char **argv)
+{
+    const char *dir = NULL;
+    int json = 0;
+    unsigned flags = 0;
+    dcp_ctx *ctx = NULL;
+    dcp_clean_result res;
+    for (int a = 1; a < argc; a++) {
+        if (strcmp(argv[a], "--json") == 0)
+            json = 1;
+        else if (strcmp(argv[a], "--force") == 0)
+            flags |= DCP_CLEAN_FORCE;
+        else if (!dir && argv[a][0] != '-')
+            dir = argv[a];
+        else
+            return tool_usage(CLEAN_USAGE);
+    }
+    if (!dir)
+        return tool_usage(CLEAN_USAGE);
+    int rc = dcp_ctx_create(&ctx, NULL, NULL);
+    if (rc != DCP_OK)
+        return tool_fail(NULL, rc);
+    memset(&res, 0, sizeof(res));
+    res.struct_size = sizeof(res);
+    rc = dcp_clean(ctx, dir, flags, &res);
+    if (rc != DCP_OK) {
+        tool_fail(ctx, rc);
+        dcp_ctx_free(ctx);
+        return 1;
+    }
+    if (json)
+        printf("{\"files\": %" PRIu64 ", \"bytes\": %" PRIu64 "}\n",
+               res.files, res.bytes);
+    else
+        printf("removed %" PRIu64 " files, %" PRIu64 " bytes\n", res.files,
+               res.bytes);
     dcp_ctx_free(ctx);
     return 0;
 }

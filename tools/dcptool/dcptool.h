@@ -23,6 +23,7 @@ int cmd_list(int argc, char **argv);
 int cmd_latest(int argc, char **argv);
 int cmd_prune(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
+int cmd_clean(int argc, char **argv);
 
 /* Prints "dcptool: <detail or strerror>" for a failed call; returns 1. */
 int tool_fail(const dcp_ctx *ctx, int rc);

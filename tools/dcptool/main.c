@@ -36,6 +36,8 @@ static const struct {
      "                         step checkpoints (.metadata first)"},
     {"rm", cmd_rm,
      "DIR [--json]             remove one checkpoint, crash safe"},
+    {"clean", cmd_clean,
+     "DIR [--force] [--json]  remove what interrupted saves left"},
 };
 
 static void usage(FILE *f)
