@@ -138,6 +138,15 @@ extern const struct dcp__storage dcp__posix_storage;
 void *dcp__posix_handle(int fd);
 int dcp__posix_fd(void *h);
 
+/* The S3 back end (fs_s3.c): every path that starts with "s3://" is its,
+ * whatever the thread's current back end (dcp__fs_mkdirs,
+ * dcp__fs_open_dir); built as a stub that refuses with DCP_ENOTSUP
+ * without libcurl and libcrypto. dcp__s3_max_inflight is its max_inflight
+ * as dcp_s3_configure set it. */
+extern const struct dcp__storage dcp__s3_storage;
+int dcp__path_is_s3(const char *path);
+uint32_t dcp__s3_max_inflight(void);
+
 /* Validates and copies ops into s (ops NULL: the POSIX back end).
  * Returns DCP_OK or DCP_EINVAL. */
 int dcp__storage_init(struct dcp__storage *s, const dcp_storage_ops *ops,
