@@ -75,6 +75,9 @@ typedef struct dcp_s3_config {
     /* A transfer moving less than 1 byte/s for this long is cut: 10000. */
     int64_t stall_timeout_ms;
     int64_t retry_budget_ms; /* per request, backoff included: 120000 */
+    /* Retry k sleeps a uniform time in [0, min(cap, base * 2^k)]. */
+    int64_t backoff_base_ms; /* 100 */
+    int64_t backoff_cap_ms;  /* 5000 */
 } dcp_s3_config;
 
 /*

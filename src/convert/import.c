@@ -268,7 +268,8 @@ static int run(struct imp *im, const char *in, const char *dir)
 {
     struct dcp_err *err = &im->ctx->err;
     struct cv_name *names = NULL;
-    int rc, renamed = 0, sync = !(im->o.flags & DCP_CONVERT_NO_FSYNC);
+    int rc, renamed = 0, created = 0,
+        sync = !(im->o.flags & DCP_CONVERT_NO_FSYNC);
     size_t i;
     rc = dcp__src_open(in, im->o.format, MAX_PICKLE, &im->ix, err);
     if (rc != DCP_OK)
@@ -291,6 +292,8 @@ static int run(struct imp *im, const char *in, const char *dir)
     if (rc == DCP_OK)
         rc = dcp__fs_create(im->dirfd, DATA_FILE, &im->fd, err);
     if (rc == DCP_OK)
+        created = 1;
+    if (rc == DCP_OK)
         rc = write_all(im, names);
     if (rc == DCP_OK && sync)
         rc = dcp__fs_fsync(im->fd, DATA_FILE, err);
@@ -302,7 +305,9 @@ static int run(struct imp *im, const char *in, const char *dir)
     }
     if (rc == DCP_OK)
         rc = dcp__commit_metadata(im->dirfd, dir, im->md, sync, &renamed, err);
-    if (rc != DCP_OK && !renamed && im->dirfd >= 0 && im->md)
+    /* Only the data file this call created: never the one of the
+     * checkpoint already there (DCP_EEXIST). */
+    if (rc != DCP_OK && !renamed && created)
         (void)dcp__fs_unlink(im->dirfd, DATA_FILE, NULL);
     if (rc == DCP_OK)
         im->res.files = 1;

@@ -116,7 +116,8 @@ int dcp_s3_configure(const dcp_s3_config *c)
         (in.part_size && (in.part_size < MIN_PART || in.part_size > MAX_PART ||
                           in.part_size > SIZE_MAX)) ||
         in.max_attempts > 1000 || in.connect_timeout_ms < 0 ||
-        in.stall_timeout_ms < 0 || in.retry_budget_ms < 0)
+        in.stall_timeout_ms < 0 || in.retry_budget_ms < 0 ||
+        in.backoff_base_ms < 0 || in.backoff_cap_ms < 0)
         return DCP_EINVAL;
     memset(&nc, 0, sizeof(nc));
     if (dup_opt(in.access_key, &no[0]) | dup_opt(in.secret_key, &no[1]) |
@@ -134,6 +135,8 @@ int dcp_s3_configure(const dcp_s3_config *c)
     nc.connect_timeout_ms = (long)in.connect_timeout_ms;
     nc.stall_timeout_ms = (long)in.stall_timeout_ms;
     nc.retry_budget_ms = (long)in.retry_budget_ms;
+    nc.backoff_base_ms = (long)in.backoff_base_ms;
+    nc.backoff_cap_ms = (long)in.backoff_cap_ms;
     nc.max_in_flight = (int)in.max_inflight;
     (void)pthread_mutex_lock(&cfg_lock);
     cfg_clear();
