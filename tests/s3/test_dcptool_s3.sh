@@ -51,4 +51,13 @@ fi
 grep -q "dcp-no-such-bucket" "$tmp/err" || fail "message: $(cat "$tmp/err")"
 if "$tool" ls "$b/none" 2>"$tmp/err"; then fail "ls of nothing"; fi
 grep -q ".metadata" "$tmp/err" || fail "message: $(cat "$tmp/err")"
+# rm: .metadata first, then the data objects; then it is no checkpoint
+"$tool" rm "$b/second" >/dev/null
+if "$tool" info "$b/second" 2>/dev/null; then fail "info after rm"; fi
+"$tool" info "$b/odd dir+1" >/dev/null || fail "rm touched another"
+# the manager's step roots: refused clearly on s3:// (not supported yet)
+for cmd in list latest; do
+    if "$tool" $cmd "$b" 2>"$tmp/err"; then fail "$cmd on s3"; fi
+    grep -q "not supported" "$tmp/err" || fail "$cmd: $(cat "$tmp/err")"
+done
 echo "dcptool on s3: ok"
