@@ -65,7 +65,7 @@ int dcp_path_is_s3(const char *path)
  * WIN bytes, aligned to WIN, fetched whole on a miss. */
 #define WIN       ((size_t)1 << 20)
 #define WIN_SMALL ((size_t)256 << 10)
-#define NWIN      2
+#define NWIN      4
 
 /* ------------------------------------------------ process configuration */
 

@@ -577,10 +577,14 @@ int main(int argc, char **argv)
         cfg(0, 4, 30000);
         if (dcp_ctx_create(&ctx, NULL, NULL) != DCP_OK)
             return 1;
-        return save(ctx, argv[2], (int64_t)8 << 20, 2) == DCP_OK ? 0 : 1;
+        int rc = save(ctx, argv[2], (int64_t)8 << 20, 2);
+        dcp_ctx_free(ctx);
+        (void)dcp_s3_configure(NULL);
+        return rc == DCP_OK ? 0 : 1;
     }
     if (getenv("DCP_S3_AUTH")) {
         RUN(auth);
+        (void)dcp_s3_configure(NULL);
         return TEST_SUMMARY();
     }
     RUN(config_checks);
