@@ -21,6 +21,12 @@
  * abort the upload: no parts are left behind. Part buffers are freed as
  * their parts go out; at most the parts being filled are held.
  *
+ * Reading: read_at is a ranged GET (split into parallel part-sized
+ * requests when large); a read of at most WIN_SMALL bytes is served from
+ * the object's read-ahead windows (NWIN of WIN bytes, fetched whole on a
+ * miss, under the file's lock), since zip headers and small records would
+ * otherwise cost a round trip each.
+ *
  * Commit: publish is one PUT (If-None-Match: * when exclusive). S3 PUTs
  * are atomic and durable when answered, so sync and sync_dir have nothing
  * to do, and rename is DCP_ENOTSUP (dcp commits only through publish).
