@@ -72,6 +72,13 @@ int dcp_path_is_s3(const char *path)
 #define WIN       ((size_t)1 << 20)
 #define WIN_SMALL ((size_t)256 << 10)
 #define NWIN      4
+/* Prefetch hints (dcp__fs_hint): at most PF_MAX ranges and PF_BYTES bytes
+ * per object; a hint that starts at most PF_GAP bytes after the previous
+ * one extends it, up to PF_RANGE bytes. */
+#define PF_MAX    8192u
+#define PF_BYTES  ((uint64_t)64 << 20)
+#define PF_RANGE  ((uint64_t)4 << 20)
+#define PF_GAP    ((uint64_t)256 << 10) /* merged over, read through */
 
 /* ------------------------------------------------ process configuration */
 
@@ -186,6 +193,14 @@ struct s3file {
     uint64_t win_off[NWIN];
     size_t win_len[NWIN];
     unsigned win_next;
+    /* reading: hinted ranges (buf NULL until fetched), under mu */
+    struct pf {
+        uint64_t off;
+        size_t len;
+        uint8_t *buf;
+    } *pf;
+    size_t npf, pf_unfetched;
+    uint64_t pf_bytes;
     /* writing, under mu */
     pthread_mutex_t mu;
     struct part *parts; /* MAX_PARTS */
@@ -237,6 +252,9 @@ static void file_free(struct s3file *f)
     dcp__free(f->tags);
     for (i = 0; i < NWIN; i++)
         dcp__free(f->win[i]);
+    for (i = 0; i < f->npf; i++)
+        dcp__free(f->pf[i].buf);
+    dcp__free(f->pf);
     (void)pthread_mutex_destroy(&f->mu);
     client_unref(f->cl);
     dcp__free(f->key);
@@ -502,8 +520,83 @@ static int s3_write_at(void *impl, void *file, const char *name, const void *p,
     return rc;
 }
 
-/* A read inside one window (see WIN): from the cache, or the window
- * fetched whole first. Small reads are serialised on the file's lock. */
+/* Fetches every hinted range not fetched yet, in parallel; under f->mu.
+ * Ranges that fail are dropped (their reads go to the server again and
+ * report the error there). */
+static void fetch_hinted(struct s3file *f)
+{
+    size_t n = 0, j;
+    int64_t *offs = dcp__calloc(f->pf_unfetched, sizeof(*offs));
+    size_t *lens = dcp__calloc(f->pf_unfetched, sizeof(*lens));
+    void **bufs = dcp__calloc(f->pf_unfetched, sizeof(*bufs));
+    struct dcp_err e2;
+    int ok = offs && lens && bufs;
+    for (j = 0; ok && j < f->npf; j++) {
+        struct pf *q = &f->pf[j];
+        if (q->buf)
+            continue;
+        q->buf = dcp__malloc(q->len);
+        if (!q->buf) {
+            ok = 0;
+            break;
+        }
+        offs[n] = (int64_t)q->off;
+        lens[n] = q->len;
+        bufs[n++] = q->buf;
+    }
+    if (!ok || dcp__s3_get_ranges(f->cl->s3, f->key, n, offs, lens, bufs,
+                                  &e2) != DCP_OK) {
+        for (j = 0; j < f->npf; j++) { /* drop every hint */
+            dcp__free(f->pf[j].buf);
+            f->pf[j].buf = NULL;
+        }
+        f->npf = 0;
+        f->pf_bytes = 0;
+    }
+    f->pf_unfetched = 0;
+    dcp__free(offs);
+    dcp__free(lens);
+    dcp__free(bufs);
+}
+
+void dcp__s3_hint(void *file, uint64_t off, uint64_t len)
+{
+    struct s3file *f = file;
+    struct pf *last;
+    uint64_t end;
+    if (!f || f->writing || len == 0 || off >= f->size)
+        return;
+    if (len > f->size - off)
+        len = f->size - off;
+    end = off + len;
+    (void)pthread_mutex_lock(&f->mu);
+    last = f->npf ? &f->pf[f->npf - 1] : NULL;
+    if (last && !last->buf && off >= last->off &&
+        off <= last->off + last->len + PF_GAP && end - last->off <= PF_RANGE) {
+        if (end > last->off + last->len) { /* extend the last range */
+            f->pf_bytes += end - (last->off + last->len);
+            last->len = (size_t)(end - last->off);
+        }
+    } else if (len <= PF_RANGE && f->npf < PF_MAX &&
+               f->pf_bytes + len <= PF_BYTES) {
+        if (!f->pf)
+            f->pf = dcp__calloc(PF_MAX, sizeof(*f->pf));
+        if (f->pf) {
+            f->pf[f->npf].off = off;
+            f->pf[f->npf].len = (size_t)len;
+            f->pf[f->npf].buf = NULL;
+            f->npf++;
+            f->pf_unfetched++;
+            f->pf_bytes += len;
+        }
+    }
+    (void)pthread_mutex_unlock(&f->mu);
+}
+
+/* A small read: from the hinted ranges (fetched together first if some
+ * are not yet), else from a window (see WIN), the window fetched whole on
+ * a miss; a read across two windows goes to the server. Small reads are
+ * serialised on the file's lock. */
 static int read_small(struct s3file *f, void *p, size_t n, uint64_t off,
                       struct dcp_err *err)
 {
@@ -512,6 +605,20 @@ static int read_small(struct s3file *f, void *p, size_t n, uint64_t off,
     unsigned i, k;
     int rc = DCP_OK;
     (void)pthread_mutex_lock(&f->mu);
+    if (f->pf_unfetched)
+        fetch_hinted(f); /* a failure: plain reads report it */
+    for (size_t j = 0; j < f->npf; j++) {
+        const struct pf *q = &f->pf[j];
+        if (q->buf && off >= q->off && off + n <= q->off + q->len) {
+            memcpy(p, q->buf + (off - q->off), n);
+            (void)pthread_mutex_unlock(&f->mu);
+            return DCP_OK;
+        }
+    }
+    if (off / WIN != (off + n - 1) / WIN) { /* across two windows */
+        (void)pthread_mutex_unlock(&f->mu);
+        return dcp__s3_get_range(f->cl->s3, f->key, (int64_t)off, p, n, err);
+    }
     for (i = 0; i < NWIN; i++)
         if (f->win[i] && f->win_off[i] == w0 && f->win_len[i] == wl)
             break;
@@ -553,7 +660,7 @@ static int s3_read_at(void *impl, void *file, const char *name, void *p,
                         (unsigned long long)f->size);
     if (n == 0)
         return DCP_OK;
-    if (n <= WIN_SMALL && off / WIN == (end - 1) / WIN)
+    if (n <= WIN_SMALL)
         return read_small(f, p, n, off, err);
     return dcp__s3_get_range(f->cl->s3, f->key, (int64_t)off, p, n, err);
 }
@@ -881,6 +988,13 @@ static int s3_open_dir(void *impl, const char *path, void **dir,
 uint32_t dcp__s3_max_inflight(void)
 {
     return 1;
+}
+
+void dcp__s3_hint(void *file, uint64_t off, uint64_t len)
+{
+    (void)file;
+    (void)off;
+    (void)len;
 }
 
 #define S3_OPS_INIT                                                            \

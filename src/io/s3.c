@@ -1310,6 +1310,39 @@ int dcp__s3_get_range(struct dcp__s3 *s3, const char *key, int64_t off,
     return run_batch(s3, rs, n, rc, err);
 }
 
+int dcp__s3_get_ranges(struct dcp__s3 *s3, const char *key, size_t n,
+                       const int64_t *offs, const size_t *lens, void **bufs,
+                       struct dcp_err *err)
+{
+    DCP_RETURN_IF(dcp__s3_check_key(key, err));
+    if (n == 0)
+        return DCP_OK;
+    struct req *rs = dcp__calloc(n, sizeof(*rs));
+    if (!rs)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    int rc = DCP_OK;
+    for (size_t i = 0; i < n && rc == DCP_OK; i++) {
+        int64_t end;
+        if (offs[i] < 0 || lens[i] == 0 || lens[i] > s3->c.part_size ||
+            dcp__add_overflow_i64(offs[i], (int64_t)lens[i], &end)) {
+            rc = dcp__err(err, DCP_EINVAL,
+                          "s3://%s/%s: bad range offset %" PRId64
+                          " length %zu",
+                          s3->bucket, key, offs[i], lens[i]);
+            break;
+        }
+        rs[i].method = "GET";
+        rs[i].key = key;
+        rs[i].kind = RQ_GET_RANGE;
+        rs[i].off = offs[i];
+        rs[i].dst = bufs[i];
+        rs[i].want = lens[i];
+        if (set_query(&rs[i], "%s", ""))
+            rc = dcp__err(err, DCP_ENOMEM, "out of memory");
+    }
+    return run_batch(s3, rs, n, rc, err);
+}
+
 int dcp__s3_get(struct dcp__s3 *s3, const char *key, size_t max, void **buf,
                 size_t *len, struct dcp_err *err)
 {

@@ -95,6 +95,12 @@ int dcp__s3_head(struct dcp__s3 *s3, const char *key, struct dcp__s3_stat *st,
  */
 int dcp__s3_get_range(struct dcp__s3 *s3, const char *key, int64_t off,
                       void *buf, size_t len, struct dcp_err *err);
+/* Reads n ranges (lens[i] bytes at offs[i] into bufs[i], each 1 ..
+ * part_size bytes), up to max_in_flight at once, each checked as by
+ * dcp__s3_get_range. */
+int dcp__s3_get_ranges(struct dcp__s3 *s3, const char *key, size_t n,
+                       const int64_t *offs, const size_t *lens, void **bufs,
+                       struct dcp_err *err);
 /* Reads a whole object of at most max bytes into *buf (dcp__free). */
 int dcp__s3_get(struct dcp__s3 *s3, const char *key, size_t max, void **buf,
                 size_t *len, struct dcp_err *err);

@@ -411,6 +411,13 @@ uint32_t dcp__fs_max_inflight(int fd)
     return f->s->ops.max_inflight;
 }
 
+void dcp__fs_hint(int fd, uint64_t off, uint64_t len)
+{
+    struct slot *f = lookup(fd, 0);
+    if (f && f->s == &dcp__s3_storage)
+        dcp__s3_hint(f->h, off, len);
+}
+
 /* "<name>.tmp" into buf, the temporary of the version-1 adapters. */
 static int tmp_name(char *buf, size_t cap, const char *name,
                     struct dcp_err *err)
