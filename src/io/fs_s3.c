@@ -57,15 +57,15 @@ int dcp_path_is_s3(const char *path)
 
 #include "s3.h"
 
-#define MAX_PARTS      10000u
-#define DEF_INFLIGHT   16u
-#define MAX_INFLIGHT   256u
-#define MIN_PART       ((uint64_t)5 << 20)
-#define MAX_PART       ((uint64_t)5 << 30)
-#define DEF_PART       ((size_t)8 << 20)
-#define BIG_PUT        ((size_t)64 << 20) /* put/publish go multipart above */
-#define LIST_MAX_KEYS  ((size_t)1 << 20)
-#define UPID_MAX       1100
+#define MAX_PARTS     10000u
+#define DEF_INFLIGHT  16u
+#define MAX_INFLIGHT  256u
+#define MIN_PART      ((uint64_t)5 << 20)
+#define MAX_PART      ((uint64_t)5 << 30)
+#define DEF_PART      ((size_t)8 << 20)
+#define BIG_PUT       ((size_t)64 << 20) /* put/publish go multipart above */
+#define LIST_MAX_KEYS ((size_t)1 << 20)
+#define UPID_MAX      1100
 /* Read-ahead for small reads (zip headers, pickles, small records): a read
  * of at most WIN_SMALL bytes is served from one of NWIN cached windows of
  * WIN bytes, aligned to WIN, fetched whole on a miss. */
@@ -75,10 +75,10 @@ int dcp_path_is_s3(const char *path)
 /* Prefetch hints (dcp__fs_hint): at most PF_MAX ranges and PF_BYTES bytes
  * per object; a hint that starts at most PF_GAP bytes after the previous
  * one extends it, up to PF_RANGE bytes. */
-#define PF_MAX    8192u
-#define PF_BYTES  ((uint64_t)64 << 20)
-#define PF_RANGE  ((uint64_t)4 << 20)
-#define PF_GAP    ((uint64_t)256 << 10) /* merged over, read through */
+#define PF_MAX   8192u
+#define PF_BYTES ((uint64_t)64 << 20)
+#define PF_RANGE ((uint64_t)4 << 20)
+#define PF_GAP   ((uint64_t)256 << 10) /* merged over, read through */
 
 /* ------------------------------------------------ process configuration */
 
@@ -198,7 +198,7 @@ struct s3file {
         uint64_t off;
         size_t len;
         uint8_t *buf;
-    } *pf;
+    } * pf;
     size_t npf, pf_unfetched;
     uint64_t pf_bytes;
     /* writing, under mu */
@@ -429,8 +429,8 @@ static int s3_open_read(void *impl, void *dir, const char *name, void **file,
 
 /* Sends part k (0-based) of f, whose buffer holds len bytes; creates the
  * upload first if need be. Called without f->mu. */
-static int send_part(struct s3file *f, size_t k, const uint8_t *buf,
-                     size_t len, struct dcp_err *err)
+static int send_part(struct s3file *f, size_t k, const uint8_t *buf, size_t len,
+                     struct dcp_err *err)
 {
     char tag[33];
     int rc = DCP_OK;
@@ -628,8 +628,8 @@ static int read_small(struct s3file *f, void *p, size_t n, uint64_t off,
             f->win[k] = dcp__malloc(WIN);
         f->win_len[k] = 0;
         if (!f->win[k])
-            rc = dcp__err(err, DCP_ENOMEM, "out of memory reading '%s'",
-                          f->key);
+            rc =
+                dcp__err(err, DCP_ENOMEM, "out of memory reading '%s'", f->key);
         else
             rc = dcp__s3_get_range(f->cl->s3, f->key, (int64_t)w0, f->win[k],
                                    wl, err);
@@ -690,8 +690,8 @@ static int finish(struct s3file *f, unsigned flags, struct dcp_err *err)
     size_t np = f->end ? (size_t)((f->end + P - 1) / P) : 0, i;
     int rc = DCP_OK;
     if (f->failed)
-        rc = dcp__err(err, DCP_EIO, "s3://%s/%s: a write failed",
-                      f->cl->bucket, f->key);
+        rc = dcp__err(err, DCP_EIO, "s3://%s/%s: a write failed", f->cl->bucket,
+                      f->key);
     else if (f->total != f->end)
         rc = dcp__err(err, DCP_EIO,
                       "s3://%s/%s: %llu bytes written for an object of %llu "
@@ -896,9 +896,9 @@ static int s3_list(void *impl, void *dir, const char *prefix, size_t max,
     return rc;
 }
 
-static int s3_publish(void *impl, void *dir, const char *path,
-                      const char *name, const void *p, size_t n,
-                      uint32_t flags, int *visible, struct dcp_err *err)
+static int s3_publish(void *impl, void *dir, const char *path, const char *name,
+                      const void *p, size_t n, uint32_t flags, int *visible,
+                      struct dcp_err *err)
 {
     struct s3dir *d = dir;
     char *key;
@@ -942,10 +942,10 @@ static uint32_t inflight_now(void)
 #define S3_OPS_INIT                                                            \
     .version = DCP_STORAGE_OPS_VERSION, .mkdirs = s3_mkdirs,                   \
     .open_dir = s3_open_dir, .close_dir = s3_close_dir, .create = s3_create,   \
-    .open_read = s3_open_read, .write_at = s3_write_at,                        \
-    .read_at = s3_read_at, .sync = s3_sync, .close = s3_close,                 \
-    .rename = s3_rename, .sync_dir = s3_sync_dir, .unlink = s3_unlink,         \
-    .exists = s3_exists, .max_inflight = DEF_INFLIGHT, .put = s3_put,          \
+    .open_read = s3_open_read, .write_at = s3_write_at, .read_at = s3_read_at, \
+    .sync = s3_sync, .close = s3_close, .rename = s3_rename,                   \
+    .sync_dir = s3_sync_dir, .unlink = s3_unlink, .exists = s3_exists,         \
+    .max_inflight = DEF_INFLIGHT, .put = s3_put,                               \
     .write_begin = s3_write_begin, .write_complete = s3_write_complete,        \
     .write_abort = s3_write_abort, .list = s3_list, .publish = s3_publish
 
@@ -997,8 +997,8 @@ void dcp__s3_hint(void *file, uint64_t off, uint64_t len)
     (void)len;
 }
 
-#define S3_OPS_INIT                                                            \
-    .version = DCP_STORAGE_OPS_VERSION, .mkdirs = s3_mkdirs,                   \
+#define S3_OPS_INIT                                          \
+    .version = DCP_STORAGE_OPS_VERSION, .mkdirs = s3_mkdirs, \
     .open_dir = s3_open_dir
 
 #endif /* DCP_HAVE_S3 */

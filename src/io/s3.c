@@ -1326,8 +1326,7 @@ int dcp__s3_get_ranges(struct dcp__s3 *s3, const char *key, size_t n,
         if (offs[i] < 0 || lens[i] == 0 || lens[i] > s3->c.part_size ||
             dcp__add_overflow_i64(offs[i], (int64_t)lens[i], &end)) {
             rc = dcp__err(err, DCP_EINVAL,
-                          "s3://%s/%s: bad range offset %" PRId64
-                          " length %zu",
+                          "s3://%s/%s: bad range offset %" PRId64 " length %zu",
                           s3->bucket, key, offs[i], lens[i]);
             break;
         }
@@ -1617,8 +1616,8 @@ int dcp__s3_mpu_part(struct dcp__s3 *s3, const char *key, const char *upid,
     struct req r = {0};
     if (partno < 1 || partno > S3_MAX_PARTS)
         return dcp__err(err, DCP_ELIMIT,
-                        "s3://%s/%s: part %u is over S3's %d parts",
-                        s3->bucket, key, partno, S3_MAX_PARTS);
+                        "s3://%s/%s: part %u is over S3's %d parts", s3->bucket,
+                        key, partno, S3_MAX_PARTS);
     if (put_prep(&r, key, buf, len) != DCP_OK)
         return dcp__err(err, DCP_EIO, "MD5 failed");
     char *eid = enc_dup(upid);
@@ -1664,8 +1663,8 @@ int dcp__s3_mpu_complete(struct dcp__s3 *s3, const char *key, const char *upid,
     if (rc == DCP_OK)
         rc = one(s3, &f, err);
     else
-        rc = dcp__err(err, rc, "s3://%s/%s: cannot complete upload",
-                      s3->bucket, key);
+        rc = dcp__err(err, rc, "s3://%s/%s: cannot complete upload", s3->bucket,
+                      key);
     req_release(&f);
     dcp__buf_free(&xml);
     return rc;
@@ -1705,8 +1704,8 @@ int dcp__s3_put_multipart(struct dcp__s3 *s3, const char *key, const void *buf,
     if (rc == DCP_OK)
         rc = run_reqs(s3, rs, np, err);
     if (rc == DCP_OK)
-        rc = dcp__s3_mpu_complete(s3, key, upid, np,
-                                  (const char(*)[33])tags, flags, err);
+        rc = dcp__s3_mpu_complete(s3, key, upid, np, (const char(*)[33])tags,
+                                  flags, err);
 abort:
     if (rc != DCP_OK && dcp__s3_mpu_abort(s3, key, upid, NULL) != DCP_OK)
         dcp__err_prefix(err, "and aborting upload %.40s failed", upid);

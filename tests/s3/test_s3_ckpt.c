@@ -172,8 +172,7 @@ static int save(dcp_ctx *ctx, const char *path, int64_t nw, unsigned seed)
 }
 
 /* Loads path; *seed_out gets the seed it matches bit-exact, 0 for none. */
-static int load(dcp_ctx *ctx, const char *path, int64_t nw,
-                unsigned *seed_out)
+static int load(dcp_ctx *ctx, const char *path, int64_t nw, unsigned *seed_out)
 {
     struct st s, want;
     int rc = st_make(&s, nw, 0, 1);
@@ -181,8 +180,8 @@ static int load(dcp_ctx *ctx, const char *path, int64_t nw,
     if (rc == 0)
         rc = dcp_load(ctx, s.st, path, NULL);
     if (rc == DCP_OK) {
-        unsigned seed = (unsigned)dcp_value_as_int(
-            dcp_state_value(s.st, "step"));
+        unsigned seed =
+            (unsigned)dcp_value_as_int(dcp_state_value(s.st, "step"));
         if (st_make(&want, nw, seed, 0) == 0 &&
             memcmp(want.w, s.w, (size_t)nw * sizeof(float)) == 0 &&
             memcmp(want.b, s.b, 7 * sizeof(int64_t)) == 0)
@@ -384,9 +383,9 @@ TEST(bad_places)
     ASSERT(s3);
     ASSERT_EQ(dcp__s3_put(s3, "ck/other/readme.txt", "hello", 5, 0, &err),
               DCP_OK);
-    ASSERT_EQ(dcp__s3_put(s3, "ck/other/.metadata", "not a checkpoint", 16, 0,
-                          &err),
-              DCP_OK);
+    ASSERT_EQ(
+        dcp__s3_put(s3, "ck/other/.metadata", "not a checkpoint", 16, 0, &err),
+        DCP_OK);
     ASSERT_EQ(dcp__s3_put(s3, "ck/other/sub/__0_0.distcp", "x", 1, 0, &err),
               DCP_OK);
     ASSERT(load(ctx, at("ck/other"), 1000, &got) != DCP_OK);
@@ -455,8 +454,7 @@ TEST(storage_members)
     ASSERT_EQ(dcp__fs_close(f, "mp", &err), DCP_OK);
     /* a hole: refused, aborted */
     ASSERT_EQ(dcp__fs_write_begin(d, "hole", &f, &err), DCP_OK);
-    ASSERT_EQ(dcp__fs_pwrite(f, big, (size_t)6 << 20, 0, "hole", &err),
-              DCP_OK);
+    ASSERT_EQ(dcp__fs_pwrite(f, big, (size_t)6 << 20, 0, "hole", &err), DCP_OK);
     ASSERT_EQ(dcp__fs_pwrite(f, big, 10, (size_t)7 << 20, "hole", &err),
               DCP_OK);
     ASSERT_EQ(dcp__fs_write_complete(f, "hole", 0, &err), DCP_EIO);
@@ -509,8 +507,9 @@ TEST(killed_save)
         ASSERT(got == 1 || got == 2);
         newer += got == 2;
     }
-    fprintf(stderr, "  killed saves: %d of 3 had committed; %zu uploads "
-                    "left (invisible)\n",
+    fprintf(stderr,
+            "  killed saves: %d of 3 had committed; %zu uploads "
+            "left (invisible)\n",
             newer, uploads("ck/kill/"));
     ASSERT_EQ(save(ctx, at("ck/kill"), nw, 3), DCP_OK);
     ASSERT_EQ(load(ctx, at("ck/kill"), nw, &got), DCP_OK);
