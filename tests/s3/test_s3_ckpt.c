@@ -276,6 +276,15 @@ TEST(overwrite_and_failed_saves)
     ASSERT_EQ(nkeys("ck/ow/"), 2);
     ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
     ASSERT_EQ(got, 2);
+    /* the network cut during the save: every connection reset */
+    faults("reset", 100000);
+    rc = save(ctx, at("ck/ow"), BIG, 6);
+    faults(NULL, 0);
+    ASSERT_EQ(rc, DCP_EIO);
+    ASSERT(strstr(dcp_errmsg(ctx), "ck/ow"));
+    ASSERT_EQ(uploads("ck/ow/"), 0);
+    ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
+    ASSERT_EQ(got, 2);
     /* a server that answers PUTs with a wrong ETag: not trusted */
     faults("badetag", 100000);
     rc = save(ctx, at("ck/ow"), BIG, 4);
