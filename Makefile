@@ -12,7 +12,11 @@
 #                       time box (what CI runs, through .ci/run)
 #   make bench          save/load throughput vs fio and PyTorch DCP on the
 #                       GPT-2 + AdamW state (1.5 GB; several minutes):
-#                       bench/RESULTS.md, bench/results.json, bench/io_bench.png
+#                       bench/RESULTS.md, bench/results.json, bench/io_bench.png;
+#                       then make bench-s3
+#   make bench-s3       save/load through s3:// vs boto3's transfer manager
+#                       and PyTorch DCP's fsspec S3 path, on moto (loopback):
+#                       the s3_* keys of bench/results.json
 #   make fuzz           libFuzzer targets (build-fuzz/, clang-14, ASan+UBSan),
 #                       FUZZ_TIME seconds each (tests/fuzz/run_fuzz.sh)
 #   make reliability    every reliability suite in its full version, with
@@ -48,7 +52,7 @@ CONFIGURE_COMMON = -DDCP_PYTHON=$(PYTHON) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
 
 .PHONY: all deps build configure demo check test asan asan-build tsan \
         tsan-build install install-test uninstall clean format format-check \
-        help bench fuzz fuzz-build reliability
+        help bench bench-s3 fuzz fuzz-build reliability
 
 all: build
 
@@ -103,6 +107,13 @@ BENCH_ARGS ?=
 
 bench: build
 	$(PYTHON) bench/run_bench.py --build build $(BENCH_ARGS)
+	$(PYTHON) tests/s3/s3_env.py $(PYTHON) bench/s3_bench.py --build build $(S3_BENCH_ARGS)
+
+# The S3 benchmark alone (bench/s3_bench.py against moto on loopback);
+# S3_BENCH_ARGS: e.g. '--runs 5 --scale full'.
+S3_BENCH_ARGS ?=
+bench-s3: build
+	$(PYTHON) tests/s3/s3_env.py $(PYTHON) bench/s3_bench.py --build build $(S3_BENCH_ARGS)
 
 test:
 	$(CTEST) --test-dir build --output-on-failure --no-tests=error -j$(CTEST_J) $(CTEST_ARGS)

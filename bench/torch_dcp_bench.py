@@ -13,7 +13,9 @@ MASTER_ADDR and MASTER_PORT set:
 
 save writes a fresh DIR for each run (the previous one removed first, not
 timed); load evicts DIR's files from the page cache before each run and
-checks every element once. Rank 0 prints one JSON object per run, in the
+checks every element once. DIR may be s3://bucket/prefix (bench/s3_bench.py):
+torch's FsspecWriter/FsspecReader over s3fs (from DCP_S3FS_DIR), against
+AWS_ENDPOINT_URL. Rank 0 prints one JSON object per run, in the
 shape io_bench prints.
 """
 
@@ -136,17 +138,34 @@ def main():
     params = (gpt2_params(2, 1000, 128, 256) if small else gpt2_params())
     save = mode == "save"
     sd, total = build(params, mesh, rank, world, fill=save)
+    s3 = path.startswith("s3://")
+    if s3:
+        sys.path.insert(0, os.environ["DCP_S3FS_DIR"])
+        import s3fs
+        from torch.distributed.checkpoint._fsspec_filesystem import (
+            FsspecReader, FsspecWriter)
+        opts = dict(endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+        fs = s3fs.S3FileSystem(**opts)
     for run in range(runs):
         if save and rank == 0:
-            shutil.rmtree(path, ignore_errors=True)
-            os.sync()
-        if not save and rank == 0:
+            if s3:
+                if fs.exists(path):
+                    fs.rm(path, recursive=True)
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+                os.sync()
+        if not save and rank == 0 and not s3:
             evict(path)
         dist.barrier()
         t0 = time.perf_counter()
         c0 = cpu_seconds()
         if save:
-            dcp.save(sd, checkpoint_id=path)
+            if s3:
+                dcp.save(sd, storage_writer=FsspecWriter(path, **opts))
+            else:
+                dcp.save(sd, checkpoint_id=path)
+        elif s3:
+            dcp.load(sd, storage_reader=FsspecReader(path, **opts))
         else:
             dcp.load(sd, checkpoint_id=path)
         c1 = cpu_seconds()

@@ -140,4 +140,26 @@ else
     step "pip install moto[server] boto3"
     "$PY" -m pip install -q --disable-pip-version-check "moto[server]" boto3
 fi
+# s3fs (fsspec's S3), for PyTorch DCP's FsspecReader/Writer in the S3
+# interop test (tests/s3/test_torch_s3_interop.py). Installed apart, with
+# pip --target into .pydeps/s3fs: its aiobotocore pins a botocore older
+# than the venv's boto3 accepts, which would break boto3 and moto.
+S3FS_DIR="$ROOT/.pydeps/s3fs"
+if PYTHONPATH="$S3FS_DIR" "$PY" -c 'import s3fs' 2>/dev/null; then
+    step "s3fs present in .pydeps/s3fs"
+else
+    step "pip install --target .pydeps/s3fs s3fs"
+    "$PY" -m pip install -q --disable-pip-version-check --target "$S3FS_DIR" s3fs
+fi
+# AWS's s3torchconnector (PyTorch DCP's S3StorageReader/Writer), for the
+# same test's sibling (tests/s3/test_s3tc_interop.py): apart too, and
+# --no-deps (it would pull another torch); tenacity is its one other need.
+S3TC_DIR="$ROOT/.pydeps/s3tc"
+if PYTHONPATH="$S3TC_DIR" "$PY" -c 'import s3torchconnector.dcp' 2>/dev/null; then
+    step "s3torchconnector present in .pydeps/s3tc"
+else
+    step "pip install --no-deps --target .pydeps/s3tc s3torchconnector"
+    "$PY" -m pip install -q --disable-pip-version-check --no-deps \
+        --target "$S3TC_DIR" s3torchconnector s3torchconnectorclient tenacity
+fi
 step "done"

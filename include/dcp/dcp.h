@@ -834,6 +834,14 @@ typedef struct dcp_save_options {
  * lowest failing rank's message; "ranks R to S failed; rank R: ..." when
  * several failed). On failure nothing is committed and the new data files
  * are removed; a checkpoint committed before stays loadable.
+ *
+ * path may be "s3://bucket/prefix", here and in every call that takes a
+ * checkpoint path (dcp_load, dcp_metadata_open, dcp_verify, dcp_export,
+ * dcp_import, ...): the checkpoint is then the objects under prefix in an
+ * S3 or S3-compatible store (dcp_s3.h; DCP_ENOTSUP in a build without
+ * S3). The S3 errors: DCP_EINVAL (refused credentials, bad bucket or key
+ * name), DCP_ENOENT (no such bucket or object), DCP_ECORRUPT (the server's
+ * answer disagrees with the request), DCP_ETIMEOUT (a stalled server).
  */
 DCP_API int dcp_save(dcp_ctx *ctx, const dcp_state *st, const char *path,
                      const dcp_save_options *opts);

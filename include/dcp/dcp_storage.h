@@ -63,7 +63,8 @@
  * each member; a version-1 back end works unchanged. Today dcp calls
  * publish (every commit) and honours max_inflight (every data transfer);
  * put, the multipart members and list are there for the lifecycle work
- * (the lock, removing leftovers) and the object-store back end, and
+ * (the lock, removing leftovers) and the object-store back ends (the
+ * built-in S3 one, dcp_s3.h, implements every member), and
  * dcp's data files are still written with create, write_at, sync and
  * close, which is what the multipart adapter does. A back end that
  * cannot rename (an object store) implements publish and may give rename

@@ -92,8 +92,12 @@ void dcp__rd_prefetch(struct rd_files *f, const struct md_entry *e, size_t ci)
     if (rd_file(f, c->file, NULL) != DCP_OK)
         return; /* the read reports it */
     fd = dcp__fs_raw_fd(f->fds[c->file]);
-    if (fd < 0)
-        return; /* another storage back end: no hints */
+    if (fd < 0) { /* another storage back end: its own hints (S3) */
+        if (c->length > TAIL_WIN)
+            dcp__fs_hint(f->fds[c->file], c->offset, HEAD_WIN);
+        dcp__fs_hint(f->fds[c->file], c->offset + c->length - n, n);
+        return;
+    }
     (void)posix_fadvise(fd, (off_t)(c->offset + c->length - n), (off_t)n,
                         POSIX_FADV_WILLNEED);
     if (c->length > TAIL_WIN)

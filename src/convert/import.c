@@ -278,7 +278,8 @@ static int run(struct imp *im, const char *in, const char *dir)
 {
     struct dcp_err *err = &im->ctx->err;
     struct cv_name *names = NULL;
-    int rc, renamed = 0, sync = !(im->o.flags & DCP_CONVERT_NO_FSYNC);
+    int rc, renamed = 0,
+            sync = !(im->o.flags & DCP_CONVERT_NO_FSYNC);
     size_t i;
     rc = dcp__src_open(in, im->o.format, MAX_PICKLE, &im->ix, err);
     if (rc != DCP_OK)

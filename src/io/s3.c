@@ -1310,6 +1310,38 @@ int dcp__s3_get_range(struct dcp__s3 *s3, const char *key, int64_t off,
     return run_batch(s3, rs, n, rc, err);
 }
 
+int dcp__s3_get_ranges(struct dcp__s3 *s3, const char *key, size_t n,
+                       const int64_t *offs, const size_t *lens, void **bufs,
+                       struct dcp_err *err)
+{
+    DCP_RETURN_IF(dcp__s3_check_key(key, err));
+    if (n == 0)
+        return DCP_OK;
+    struct req *rs = dcp__calloc(n, sizeof(*rs));
+    if (!rs)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    int rc = DCP_OK;
+    for (size_t i = 0; i < n && rc == DCP_OK; i++) {
+        int64_t end;
+        if (offs[i] < 0 || lens[i] == 0 || lens[i] > s3->c.part_size ||
+            dcp__add_overflow_i64(offs[i], (int64_t)lens[i], &end)) {
+            rc = dcp__err(err, DCP_EINVAL,
+                          "s3://%s/%s: bad range offset %" PRId64 " length %zu",
+                          s3->bucket, key, offs[i], lens[i]);
+            break;
+        }
+        rs[i].method = "GET";
+        rs[i].key = key;
+        rs[i].kind = RQ_GET_RANGE;
+        rs[i].off = offs[i];
+        rs[i].dst = bufs[i];
+        rs[i].want = lens[i];
+        if (set_query(&rs[i], "%s", ""))
+            rc = dcp__err(err, DCP_ENOMEM, "out of memory");
+    }
+    return run_batch(s3, rs, n, rc, err);
+}
+
 int dcp__s3_get(struct dcp__s3 *s3, const char *key, size_t max, void **buf,
                 size_t *len, struct dcp_err *err)
 {
@@ -1535,14 +1567,106 @@ int dcp__s3_count_uploads(struct dcp__s3 *s3, const char *prefix, size_t *count,
     return rc;
 }
 
-static int mpu_abort(struct dcp__s3 *s3, const char *key, const char *upid)
+int dcp__s3_mpu_abort(struct dcp__s3 *s3, const char *key, const char *upid,
+                      struct dcp_err *err)
 {
     struct req r = {.method = "DELETE", .key = key};
     struct dcp_err e2 = {0};
-    int rc = set_query(&r, "uploadId=%s", upid);
+    if (!err)
+        err = &e2;
+    char *eid = enc_dup(upid);
+    int rc = eid ? set_query(&r, "uploadId=%s", eid) : DCP_ENOMEM;
+    dcp__free(eid);
     if (rc == DCP_OK)
-        rc = one(s3, &r, &e2);
+        rc = one(s3, &r, err);
+    else
+        rc = dcp__err(err, rc, "s3://%s/%s: cannot abort upload", s3->bucket,
+                      key);
     req_release(&r);
+    return rc;
+}
+
+int dcp__s3_mpu_create(struct dcp__s3 *s3, const char *key, char *upid,
+                       size_t cap, struct dcp_err *err)
+{
+    DCP_RETURN_IF(dcp__s3_check_key(key, err));
+    struct req c = {.method = "POST", .key = key, .sign_body = 1};
+    int rc = set_query(&c, "uploads=");
+    upid[0] = '\0';
+    if (rc == DCP_OK)
+        rc = one(s3, &c, err);
+    if (rc == DCP_OK) {
+        size_t pos = 0;
+        if (xml_next((const char *)c.resp.p, c.resp.len, &pos, "UploadId", upid,
+                     cap) != 1 ||
+            !upid[0])
+            rc = dcp__err(err, DCP_EFORMAT,
+                          "s3://%s/%s: CreateMultipartUpload answer without "
+                          "a valid UploadId",
+                          s3->bucket, key);
+    }
+    req_release(&c);
+    return rc;
+}
+
+int dcp__s3_mpu_part(struct dcp__s3 *s3, const char *key, const char *upid,
+                     unsigned partno, const void *buf, size_t len,
+                     char md5_hex[33], struct dcp_err *err)
+{
+    struct req r = {0};
+    if (partno < 1 || partno > S3_MAX_PARTS)
+        return dcp__err(err, DCP_ELIMIT,
+                        "s3://%s/%s: part %u is over S3's %d parts", s3->bucket,
+                        key, partno, S3_MAX_PARTS);
+    if (put_prep(&r, key, buf, len) != DCP_OK)
+        return dcp__err(err, DCP_EIO, "MD5 failed");
+    char *eid = enc_dup(upid);
+    int rc = eid ? set_query(&r, "partNumber=%u&uploadId=%s", partno, eid)
+                 : DCP_ENOMEM;
+    dcp__free(eid);
+    if (rc != DCP_OK) {
+        req_release(&r);
+        return dcp__err(err, rc, "s3://%s/%s: cannot send part %u", s3->bucket,
+                        key, partno);
+    }
+    memcpy(md5_hex, r.md5_hex, 33);
+    rc = one(s3, &r, err);
+    req_release(&r);
+    return rc;
+}
+
+int dcp__s3_mpu_complete(struct dcp__s3 *s3, const char *key, const char *upid,
+                         size_t nparts, const char (*md5_hex)[33],
+                         unsigned flags, struct dcp_err *err)
+{
+    struct dcp_buf xml = {0};
+    int rc = dcp__buf_printf(&xml, "<CompleteMultipartUpload>");
+    for (size_t i = 0; i < nparts && rc == DCP_OK; i++)
+        rc = dcp__buf_printf(&xml,
+                             "<Part><PartNumber>%zu</PartNumber><ETag>\"%s\""
+                             "</ETag></Part>",
+                             i + 1, md5_hex[i]);
+    if (rc == DCP_OK)
+        rc = dcp__buf_printf(&xml, "</CompleteMultipartUpload>");
+    if (rc != DCP_OK) {
+        dcp__buf_free(&xml);
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    }
+    struct req f = {.method = "POST", .key = key, .sign_body = 1};
+    f.body = xml.p;
+    f.body_len = xml.len;
+    if (flags & DCP__S3_PUT_EXCLUSIVE)
+        f.hdr1 = "If-None-Match: *";
+    char *eid = enc_dup(upid);
+    rc = eid ? set_query(&f, "uploadId=%s", eid) : DCP_ENOMEM;
+    dcp__free(eid);
+    if (rc == DCP_OK)
+        rc = one(s3, &f, err);
+    else
+        rc = dcp__err(err, rc, "s3://%s/%s: cannot complete upload", s3->bucket,
+                      key);
+    req_release(&f);
+    dcp__buf_free(&xml);
     return rc;
 }
 
@@ -1557,29 +1681,14 @@ int dcp__s3_put_multipart(struct dcp__s3 *s3, const char *key, const void *buf,
                         "s3://%s/%s: %zu bytes need %zu parts of %zu, over "
                         "S3's %d",
                         s3->bucket, key, len, np, ps, S3_MAX_PARTS);
-    /* create */
-    struct req c = {.method = "POST", .key = key, .sign_body = 1};
-    char upid[1100] = "";
-    int rc = set_query(&c, "uploads=");
-    if (rc == DCP_OK)
-        rc = one(s3, &c, err);
-    if (rc == DCP_OK) {
-        size_t pos = 0;
-        if (xml_next((const char *)c.resp.p, c.resp.len, &pos, "UploadId", upid,
-                     sizeof(upid)) != 1 ||
-            !upid[0])
-            rc = dcp__err(err, DCP_EFORMAT,
-                          "s3://%s/%s: CreateMultipartUpload answer without "
-                          "an UploadId",
-                          s3->bucket, key);
-    }
-    req_release(&c);
+    char upid[1100];
+    int rc = dcp__s3_mpu_create(s3, key, upid, sizeof(upid), err);
     if (rc != DCP_OK)
         return rc;
     char *eid = enc_dup(upid);
     struct req *rs = dcp__calloc(np, sizeof(*rs));
-    struct dcp_buf xml = {0};
-    if (!eid || !rs) {
+    char(*tags)[33] = dcp__calloc(np, sizeof(*tags));
+    if (!eid || !rs || !tags) {
         rc = dcp__err(err, DCP_ENOMEM, "out of memory");
         goto abort;
     }
@@ -1590,42 +1699,21 @@ int dcp__s3_put_multipart(struct dcp__s3 *s3, const char *key, const void *buf,
         else if (set_query(&rs[i], "partNumber=%zu&uploadId=%s", i + 1, eid))
             rc = dcp__err(err, DCP_ENOMEM, "out of memory");
         rs[i].off = (int64_t)o;
+        memcpy(tags[i], rs[i].md5_hex, 33);
     }
     if (rc == DCP_OK)
         rc = run_reqs(s3, rs, np, err);
-    if (rc != DCP_OK)
-        goto abort;
-    rc = dcp__buf_printf(&xml, "<CompleteMultipartUpload>");
-    for (size_t i = 0; i < np && rc == DCP_OK; i++)
-        rc = dcp__buf_printf(&xml,
-                             "<Part><PartNumber>%zu</PartNumber><ETag>\"%s\""
-                             "</ETag></Part>",
-                             i + 1, rs[i].md5_hex);
     if (rc == DCP_OK)
-        rc = dcp__buf_printf(&xml, "</CompleteMultipartUpload>");
-    if (rc != DCP_OK) {
-        rc = dcp__err(err, DCP_ENOMEM, "out of memory");
-        goto abort;
-    }
-    {
-        struct req f = {.method = "POST", .key = key, .sign_body = 1};
-        f.body = xml.p;
-        f.body_len = xml.len;
-        if (flags & DCP__S3_PUT_EXCLUSIVE)
-            f.hdr1 = "If-None-Match: *";
-        rc = set_query(&f, "uploadId=%s", eid);
-        if (rc == DCP_OK)
-            rc = one(s3, &f, err);
-        req_release(&f);
-    }
+        rc = dcp__s3_mpu_complete(s3, key, upid, np, (const char(*)[33])tags,
+                                  flags, err);
 abort:
-    if (rc != DCP_OK && mpu_abort(s3, key, eid ? eid : upid) != DCP_OK)
+    if (rc != DCP_OK && dcp__s3_mpu_abort(s3, key, upid, NULL) != DCP_OK)
         dcp__err_prefix(err, "and aborting upload %.40s failed", upid);
     if (rs)
         for (size_t i = 0; i < np; i++)
             req_release(&rs[i]);
     dcp__free(rs);
+    dcp__free(tags);
     dcp__free(eid);
-    dcp__buf_free(&xml);
     return rc;
 }

@@ -2,8 +2,8 @@
  * S3 client (internal): SigV4-signed requests through libcurl, retried with
  * exponential backoff and full jitter, bounded in attempts, total time and
  * per-transfer stall time. Built only where CMake finds libcurl and OpenSSL's
- * libcrypto (DCP_HAVE_S3); it is not yet a storage back end (that comes with
- * storage contract v2, docs/S3.md).
+ * libcrypto (DCP_HAVE_S3); the storage back end over it is fs_s3.c
+ * (docs/S3.md).
  *
  * Errors: every function returns DCP_OK or a DCP_E* code and fills err with
  * a message naming the bucket/key, the byte offset where it applies and the
@@ -95,6 +95,12 @@ int dcp__s3_head(struct dcp__s3 *s3, const char *key, struct dcp__s3_stat *st,
  */
 int dcp__s3_get_range(struct dcp__s3 *s3, const char *key, int64_t off,
                       void *buf, size_t len, struct dcp_err *err);
+/* Reads n ranges (lens[i] bytes at offs[i] into bufs[i], each 1 ..
+ * part_size bytes), up to max_in_flight at once, each checked as by
+ * dcp__s3_get_range. */
+int dcp__s3_get_ranges(struct dcp__s3 *s3, const char *key, size_t n,
+                       const int64_t *offs, const size_t *lens, void **bufs,
+                       struct dcp_err *err);
 /* Reads a whole object of at most max bytes into *buf (dcp__free). */
 int dcp__s3_get(struct dcp__s3 *s3, const char *key, size_t max, void **buf,
                 size_t *len, struct dcp_err *err);
@@ -115,6 +121,26 @@ int dcp__s3_put(struct dcp__s3 *s3, const char *key, const void *buf,
  */
 int dcp__s3_put_multipart(struct dcp__s3 *s3, const char *key, const void *buf,
                           size_t len, unsigned flags, struct dcp_err *err);
+
+/*
+ * A multipart upload step by step (the storage back end's writer, fs_s3.c):
+ * create hands out the upload id (NUL-terminated, in cap bytes); part sends
+ * part partno (1..10000; every part but the last at least 5 MiB) and gives
+ * its MD5 in hex, which the server's ETag must match and complete lists;
+ * complete (exclusive when flags say so) makes the object; abort discards
+ * the upload and its parts (err may be NULL). Parts of one upload may be
+ * sent from many threads at once.
+ */
+int dcp__s3_mpu_create(struct dcp__s3 *s3, const char *key, char *upid,
+                       size_t cap, struct dcp_err *err);
+int dcp__s3_mpu_part(struct dcp__s3 *s3, const char *key, const char *upid,
+                     unsigned partno, const void *buf, size_t len,
+                     char md5_hex[33], struct dcp_err *err);
+int dcp__s3_mpu_complete(struct dcp__s3 *s3, const char *key, const char *upid,
+                         size_t nparts, const char (*md5_hex)[33],
+                         unsigned flags, struct dcp_err *err);
+int dcp__s3_mpu_abort(struct dcp__s3 *s3, const char *key, const char *upid,
+                      struct dcp_err *err);
 
 int dcp__s3_delete(struct dcp__s3 *s3, const char *key, struct dcp_err *err);
 /* Deletes n keys, max_in_flight at a time; a missing key is not an error. */

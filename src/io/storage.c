@@ -229,15 +229,21 @@ int dcp_storage_set_error(struct dcp_err *err, int code, const char *fmt, ...)
 
 /* -------------------------------------------------------- operations */
 
+/* The back end of a path: the one dispatch point of "s3://". */
+static const struct dcp__storage *for_path(const char *path)
+{
+    return dcp__path_is_s3(path) ? &dcp__s3_storage : cur();
+}
+
 int dcp__fs_mkdirs(const char *path, struct dcp_err *err)
 {
-    const struct dcp__storage *s = cur();
+    const struct dcp__storage *s = for_path(path);
     return s->ops.mkdirs(s->impl, path, err);
 }
 
 int dcp__fs_open_dir(const char *path, int *dirfd, struct dcp_err *err)
 {
-    const struct dcp__storage *s = cur();
+    const struct dcp__storage *s = for_path(path);
     void *h = NULL;
     int rc = s->ops.open_dir(s->impl, path, &h, err);
     if (rc != DCP_OK)
@@ -400,7 +406,16 @@ uint32_t dcp__fs_max_inflight(int fd)
     struct slot *f = lookup(fd, 0);
     if (!f || f->s->ops.max_inflight < 1)
         return 1;
+    if (f->s == &dcp__s3_storage)
+        return dcp__s3_max_inflight();
     return f->s->ops.max_inflight;
+}
+
+void dcp__fs_hint(int fd, uint64_t off, uint64_t len)
+{
+    struct slot *f = lookup(fd, 0);
+    if (f && f->s == &dcp__s3_storage)
+        dcp__s3_hint(f->h, off, len);
 }
 
 /* The temporary of the version-1 adapters: unique (dcp__unique_tmp). */

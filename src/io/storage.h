@@ -116,6 +116,12 @@ int dcp__fs_publish(int dirfd, const char *path, const char *name,
 int dcp__unique_tmp(char *buf, size_t cap, const char *name,
                     struct dcp_err *err);
 
+/* A hint that len bytes at off of file handle fd will be read soon (a
+ * stored record's zip directory and headers): the S3 back end fetches the
+ * hinted ranges together, in parallel, at the next small read; other back
+ * ends ignore it (POSIX gets posix_fadvise from the caller instead). */
+void dcp__fs_hint(int fd, uint64_t off, uint64_t len);
+
 /* Closes a file or directory handle on an error path, ignoring errors;
  * -1 is a no-op. */
 void dcp__fs_release(int fd);
@@ -145,6 +151,17 @@ struct dcp__storage {
 extern const struct dcp__storage dcp__posix_storage;
 void *dcp__posix_handle(int fd);
 int dcp__posix_fd(void *h);
+
+/* The S3 back end (fs_s3.c): every path that starts with "s3://" is its,
+ * whatever the thread's current back end (dcp__fs_mkdirs,
+ * dcp__fs_open_dir); built as a stub that refuses with DCP_ENOTSUP
+ * without libcurl and libcrypto. dcp__s3_max_inflight is its max_inflight
+ * as dcp_s3_configure set it. */
+extern const struct dcp__storage dcp__s3_storage;
+int dcp__path_is_s3(const char *path);
+uint32_t dcp__s3_max_inflight(void);
+/* The S3 back end's prefetch hint for a file it opened for reading. */
+void dcp__s3_hint(void *file, uint64_t off, uint64_t len);
 
 /* Validates and copies ops into s (ops NULL: the POSIX back end).
  * Returns DCP_OK or DCP_EINVAL. */

@@ -27,6 +27,8 @@
 #include "ctx.h"
 #include "lock.h"
 #include "manager.h"
+#include "meta.h"
+#include "read.h"
 #include "storage.h"
 #include "util.h"
 
@@ -177,12 +179,23 @@ static int entry_status(dcp_ctx *ctx, int rootfd, const char *root,
     return DCP_OK;
 }
 
+static int s3_unsupported(struct dcp_err *err, const char *root)
+{
+    return dcp__err(err, DCP_ENOTSUP,
+                    "\"%s\": step checkpoints under an s3:// root are not "
+                    "supported yet (single checkpoints are: save, load, "
+                    "remove)",
+                    root);
+}
+
 int dcp__mgr_list(dcp_ctx *ctx, const char *root, const char *prefix,
                   const char *suffix, int newest, dcp_manager_entry **out,
                   size_t *n)
 {
     *out = NULL;
     *n = 0;
+    if (dcp__path_is_s3(root))
+        return s3_unsupported(&ctx->err, root);
     int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return dcp__err(&ctx->err, errno == ENOENT ? DCP_ENOENT : DCP_EIO,
@@ -308,11 +321,36 @@ static void hook(const char *what)
         remove_hook(what, remove_hook_arg);
 }
 
+/* An s3:// checkpoint: .metadata first (from then on it is not a
+ * checkpoint), then the data objects it names; other objects under the
+ * prefix (leftovers of failed saves, anything else) are left. */
+static int s3_remove(dcp_ctx *ctx, const char *dir)
+{
+    struct dcp_err *err = &ctx->err;
+    struct dcp_metadata *md = NULL;
+    int dfd = -1, rc = dcp__fs_open_dir(dir, &dfd, err);
+    if (rc == DCP_OK)
+        rc = dcp__rd_metadata(dfd, dir, ctx->max_metadata_bytes, &md, err);
+    if (rc == DCP_OK) {
+        hook("metadata");
+        rc = dcp__fs_unlink(dfd, ".metadata", err);
+    }
+    for (size_t i = 0; rc == DCP_OK && i < md->nfiles; i++)
+        rc = dcp__fs_unlink(dfd, md->files[i], err);
+    if (rc != DCP_OK)
+        (void)dcp__err_prefix(err, "cannot remove \"%s\"", dir);
+    dcp__meta_free(md);
+    dcp__fs_release(dfd);
+    return rc;
+}
+
 /* Removes dir (a path) crash safe; see dcp_manager_remove. */
 int dcp__mgr_remove(dcp_ctx *ctx, const char *dir)
 {
     struct dcp_err *err = &ctx->err;
     struct stat sb;
+    if (dcp__path_is_s3(dir))
+        return s3_remove(ctx, dir);
     if (lstat(dir, &sb) != 0)
         return dcp__err(err, errno == ENOENT ? DCP_ENOENT : DCP_EIO,
                         "cannot remove \"%s\": %s", dir, strerror(errno));
@@ -551,6 +589,8 @@ int dcp_manager_create(dcp_manager **out, dcp_ctx *ctx, const char *root,
         rc = dcp__err(err, DCP_EINVAL, "dcp_manager_create: NULL argument");
     else if (opts && opts->struct_size < sizeof(uint32_t))
         rc = dcp__err(err, DCP_EINVAL, "dcp_manager_options: bad struct_size");
+    if (rc == DCP_OK && dcp__path_is_s3(root))
+        rc = s3_unsupported(err, root);
     if (rc == DCP_OK)
         rc = dcp__mgr_pattern(opts, &p, &s, err);
     if (rc == DCP_OK && !(m = dcp__calloc(1, sizeof *m)))

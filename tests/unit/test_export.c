@@ -224,6 +224,11 @@ TEST(cast)
     ASSERT_OK(read_all(back, "model.big", got, sizeof(got)));
     ASSERT_OK(dcp_convert_elements(want, DCP_BF16, big, DCP_F32, ROWS * COLS));
     ASSERT_MEM_EQ(got, want, sizeof(got));
+    /* a second import onto it is refused and leaves it whole (its data
+     * file was once removed by the refused import) */
+    ASSERT_RC(dcp_import(ctx, out, back, &o, NULL), DCP_EEXIST);
+    ASSERT_OK(read_all(back, "model.big", got, sizeof(got)));
+    ASSERT_MEM_EQ(got, want, sizeof(got));
     /* with overflow allowed, float16 is written (1e10 becomes inf) */
     o.dtype = DCP_F16;
     o.flags |= DCP_CONVERT_ALLOW_OVERFLOW;

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""S3 benchmark: dcp's save and load of the GPT-2 small + AdamW state
+(bench/gpt2_state.h) through its S3 back end, beside the same server's raw
+parallel throughput with a well-known client (boto3's transfer manager: a
+multipart upload of the same number of bytes in 8 MiB parts, 16 in flight,
+and the download of that object in 8 MiB ranged GETs, 16 in flight) and
+beside PyTorch DCP's S3 path (torch's FsspecWriter/FsspecReader over s3fs),
+all in the same run, against the server tests/s3/s3_env.py starts (moto on
+loopback):
+
+    python tests/s3/s3_env.py python bench/s3_bench.py [--build build]
+                                         [--runs 3] [--scale small|full]
+
+(make bench-s3). One process each. Medians of --runs runs; merges
+s3_save_vs_raw, s3_load_vs_raw, s3_save_vs_torch, s3_load_vs_torch (dcp's
+throughput over the other's: above 1 is dcp faster) and the GB/s figures
+into bench/results.json and prints them. moto is a Python server: the
+figures measure the clients against it, not S3.
+"""
+import argparse
+import io
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
+           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+
+
+def log(*a):
+    print("s3_bench:", *a, file=sys.stderr, flush=True)
+
+
+def jruns(cmd, env):
+    log(" ".join(cmd))
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                       timeout=1800)
+    if p.returncode != 0:
+        raise SystemExit(f"s3_bench: {cmd[0]} failed: {p.stderr[-2000:]}")
+    return [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+
+
+def fig(v, unit, nd=3):
+    return {"value": round(statistics.median(v), nd), "unit": unit,
+            "min": round(min(v), nd), "max": round(max(v), nd)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--scale", default="small", choices=["small", "full"])
+    ap.add_argument("--out", default=HERE)
+    a = ap.parse_args()
+    bucket = os.environ["DCP_S3_BUCKET"]
+    base = f"s3://{bucket}/bench"
+    extra = ["--runs", str(a.runs)] + (["--scale", "small"]
+                                       if a.scale == "small" else [])
+    io_bench = [os.path.join(a.build, "io_bench")]
+    res, gb = {}, {}
+    # dcp, one rank (mpiexec -n 1)
+    for op in ("save", "load"):
+        r = jruns(["mpiexec", "-n", "1"] + io_bench + [op, base + "/dcp"] + extra,
+                  ENV)
+        assert all(x.get("bad_elements", 0) == 0 for x in r)
+        gb["dcp_" + op] = [x["bytes"] / x["seconds"] / 1e9 for x in r]
+        nbytes = r[0]["bytes"]
+    # torch's S3 path, one process
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    tenv = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port), OMP_NUM_THREADS="1",
+                DCP_S3FS_DIR=os.path.join(ROOT, ".pydeps", "s3fs"))
+    for op in ("save", "load"):
+        r = jruns([sys.executable, os.path.join(HERE, "torch_dcp_bench.py"),
+                   op, base + "/torch"] + extra, tenv)
+        assert all(x.get("bad_elements", 0) == 0 for x in r)
+        gb["torch_" + op] = [x["bytes"] / x["seconds"] / 1e9 for x in r]
+    # raw: boto3's transfer manager, the same number of bytes
+    import boto3
+    from boto3.s3.transfer import TransferConfig
+    cfg = TransferConfig(multipart_threshold=8 << 20,
+                         multipart_chunksize=8 << 20, max_concurrency=16)
+    s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+    data = os.urandom(1 << 20) * (nbytes >> 20) + os.urandom(nbytes & ((1 << 20) - 1))
+    gb["raw_save"], gb["raw_load"] = [], []
+    for _ in range(a.runs):
+        t0 = time.perf_counter()
+        s3.upload_fileobj(io.BytesIO(data), bucket, "bench/raw/blob", Config=cfg)
+        gb["raw_save"].append(nbytes / (time.perf_counter() - t0) / 1e9)
+        out = io.BytesIO()
+        t0 = time.perf_counter()
+        s3.download_fileobj(bucket, "bench/raw/blob", out, Config=cfg)
+        gb["raw_load"].append(nbytes / (time.perf_counter() - t0) / 1e9)
+        assert out.getvalue() == data
+    for k, v in gb.items():
+        res[f"s3_{k}_gbps"] = fig(v, "GB/s")
+    for op in ("save", "load"):
+        for other in ("raw", "torch"):
+            res[f"s3_{op}_vs_{other}"] = {
+                "value": round(statistics.median(gb["dcp_" + op]) /
+                               statistics.median(gb[f"{other}_{op}"]), 2),
+                "unit": "x",
+                "min": round(min(gb["dcp_" + op]) / max(gb[f"{other}_{op}"]), 2),
+                "max": round(max(gb["dcp_" + op]) / min(gb[f"{other}_{op}"]), 2)}
+    res["s3_bench_bytes"] = {"value": nbytes, "unit": "B", "min": nbytes,
+                             "max": nbytes}
+    jpath = os.path.join(a.out, "results.json")
+    old = {}
+    if os.path.exists(jpath):
+        with open(jpath) as f:
+            old = json.load(f)
+    old.update(res)
+    with open(jpath, "w") as f:
+        f.write("{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}"
+                                   for k, v in old.items()) + "\n}\n")
+    for k, v in res.items():
+        print(f"{k}: {v['value']} {v['unit']} ({v['min']}..{v['max']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1006 @@
+/*
+ * The S3 storage back end (dcp_s3.h): a checkpoint "s3://bucket/prefix" is
+ * the objects "prefix/<name>" of bucket, reached through the S3 client
+ * (s3.c). storage.c sends every path that starts with "s3://" here.
+ *
+ * Handles: a directory is a client bound to the bucket (reference-counted:
+ * files opened in it keep it alive) and the key prefix; a file is a key,
+ * opened for reading (its size from HEAD, read_at = ranged GET) or for
+ * writing.
+ *
+ * Writing (create or write_begin): the object is cut into parts of the
+ * client's part size P; write_at copies its bytes into the buffers of the
+ * parts it touches, and the call that fills a part sends it (creating the
+ * multipart upload on the first), so with the I/O engine's threads
+ * (max_inflight > 1) many parts are in flight. Completion (close with an
+ * error record, write_complete) sends the last part and completes the
+ * upload, or PUTs the object whole when it never filled a part; each byte
+ * must have been written exactly once (holes or overlaps: DCP_EIO, the
+ * upload aborted). A write that failed, close without an error record
+ * (dcp's release of a handle on an error path, storage.c) and write_abort
+ * abort the upload: no parts are left behind. Part buffers are freed as
+ * their parts go out; at most the parts being filled are held.
+ *
+ * Reading: read_at is a ranged GET (split into parallel part-sized
+ * requests when large); a read of at most WIN_SMALL bytes is served from
+ * the object's read-ahead windows (NWIN of WIN bytes, fetched whole on a
+ * miss, under the file's lock), since zip headers and small records would
+ * otherwise cost a round trip each.
+ *
+ * Commit: publish is one PUT (If-None-Match: * when exclusive). S3 PUTs
+ * are atomic and durable when answered, so sync and sync_dir have nothing
+ * to do, and rename is DCP_ENOTSUP (dcp commits only through publish).
+ */
+#include "storage.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dcp/dcp_s3.h"
+
+#define S3_URL_PREFIX "s3://"
+
+int dcp__path_is_s3(const char *path)
+{
+    return path && strncmp(path, S3_URL_PREFIX, sizeof(S3_URL_PREFIX) - 1) == 0;
+}
+
+int dcp_path_is_s3(const char *path)
+{
+    return dcp__path_is_s3(path);
+}
+
+#ifdef DCP_HAVE_S3
+
+#include "s3.h"
+
+#define MAX_PARTS     10000u
+#define DEF_INFLIGHT  16u
+#define MAX_INFLIGHT  256u
+#define MIN_PART      ((uint64_t)5 << 20)
+#define MAX_PART      ((uint64_t)5 << 30)
+#define DEF_PART      ((size_t)8 << 20)
+#define BIG_PUT       ((size_t)64 << 20) /* put/publish go multipart above */
+#define LIST_MAX_KEYS ((size_t)1 << 20)
+#define UPID_MAX      1100
+/* Read-ahead for small reads (zip headers, pickles, small records): a read
+ * of at most WIN_SMALL bytes is served from one of NWIN cached windows of
+ * WIN bytes, aligned to WIN, fetched whole on a miss. */
+#define WIN       ((size_t)1 << 20)
+#define WIN_SMALL ((size_t)256 << 10)
+#define NWIN      4
+/* Prefetch hints (dcp__fs_hint): at most PF_MAX ranges and PF_BYTES bytes
+ * per object; a hint that starts at most PF_GAP bytes after the previous
+ * one extends it, up to PF_RANGE bytes. */
+#define PF_MAX   8192u
+#define PF_BYTES ((uint64_t)64 << 20)
+#define PF_RANGE ((uint64_t)4 << 20)
+#define PF_GAP   ((uint64_t)256 << 10) /* merged over, read through */
+
+/* ------------------------------------------------ process configuration */
+
+static pthread_mutex_t cfg_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct dcp__s3_config cfg; /* under cfg_lock; strings in own */
+static char *own[5];
+static uint32_t cfg_inflight; /* 0: default */
+
+static void cfg_clear(void)
+{
+    size_t i;
+    for (i = 0; i < 5; i++) {
+        dcp__free(own[i]);
+        own[i] = NULL;
+    }
+    memset(&cfg, 0, sizeof(cfg));
+    cfg_inflight = 0;
+}
+
+static int dup_opt(const char *s, char **out)
+{
+    *out = NULL;
+    if (!s)
+        return DCP_OK;
+    *out = dcp__strdup(s);
+    return *out ? DCP_OK : DCP_ENOMEM;
+}
+
+int dcp_s3_configure(const dcp_s3_config *c)
+{
+    dcp_s3_config in;
+    struct dcp__s3_config nc;
+    char *no[5];
+    size_t i;
+    int rc = DCP_OK;
+    if (!c) {
+        (void)pthread_mutex_lock(&cfg_lock);
+        cfg_clear();
+        (void)pthread_mutex_unlock(&cfg_lock);
+        return DCP_OK;
+    }
+    if (c->struct_size == 0 || c->struct_size > sizeof(in))
+        return DCP_EINVAL;
+    memset(&in, 0, sizeof(in));
+    memcpy(&in, c, c->struct_size);
+    if (in.addressing < 0 || in.addressing > 2 ||
+        in.max_inflight > MAX_INFLIGHT ||
+        (in.part_size && (in.part_size < MIN_PART || in.part_size > MAX_PART ||
+                          in.part_size > SIZE_MAX)) ||
+        in.max_attempts > 1000 || in.connect_timeout_ms < 0 ||
+        in.stall_timeout_ms < 0 || in.retry_budget_ms < 0 ||
+        in.backoff_base_ms < 0 || in.backoff_cap_ms < 0)
+        return DCP_EINVAL;
+    memset(&nc, 0, sizeof(nc));
+    if (dup_opt(in.access_key, &no[0]) | dup_opt(in.secret_key, &no[1]) |
+        dup_opt(in.session_token, &no[2]) | dup_opt(in.region, &no[3]) |
+        dup_opt(in.endpoint, &no[4]))
+        rc = DCP_ENOMEM;
+    nc.access_key = no[0];
+    nc.secret_key = no[1];
+    nc.session_token = no[2];
+    nc.region = no[3];
+    nc.endpoint = no[4];
+    nc.addressing = in.addressing;
+    nc.max_attempts = (int)in.max_attempts;
+    nc.part_size = (size_t)in.part_size;
+    nc.connect_timeout_ms = (long)in.connect_timeout_ms;
+    nc.stall_timeout_ms = (long)in.stall_timeout_ms;
+    nc.retry_budget_ms = (long)in.retry_budget_ms;
+    nc.backoff_base_ms = (long)in.backoff_base_ms;
+    nc.backoff_cap_ms = (long)in.backoff_cap_ms;
+    nc.max_in_flight = (int)in.max_inflight;
+    (void)pthread_mutex_lock(&cfg_lock);
+    cfg_clear();
+    cfg = nc;
+    for (i = 0; i < 5; i++)
+        own[i] = no[i];
+    cfg_inflight = in.max_inflight;
+    if (rc != DCP_OK)
+        cfg_clear();
+    (void)pthread_mutex_unlock(&cfg_lock);
+    return rc;
+}
+
+/* ----------------------------------------------------------- handles */
+
+struct client {
+    struct dcp__s3 *s3;
+    _Atomic int refs;
+    size_t part;
+    char *bucket;
+};
+
+struct s3dir {
+    struct client *cl;
+    char *prefix; /* "" or "p/" */
+};
+
+struct part {
+    uint8_t *buf;
+    size_t fill;
+    int sending, sent;
+};
+
+struct s3file {
+    struct client *cl;
+    char *key;
+    int writing;
+    uint64_t size; /* reading */
+    /* reading: the read-ahead windows, under mu */
+    uint8_t *win[NWIN];
+    uint64_t win_off[NWIN];
+    size_t win_len[NWIN];
+    unsigned win_next;
+    /* reading: hinted ranges (buf NULL until fetched), under mu */
+    struct pf {
+        uint64_t off;
+        size_t len;
+        uint8_t *buf;
+    } * pf;
+    size_t npf, pf_unfetched;
+    uint64_t pf_bytes;
+    /* writing, under mu */
+    pthread_mutex_t mu;
+    struct part *parts; /* MAX_PARTS */
+    char (*tags)[33];   /* MAX_PARTS */
+    uint64_t end, total;
+    char upid[UPID_MAX];
+    int have_upid;
+    int failed;
+};
+
+static void client_unref(struct client *cl)
+{
+    if (cl && atomic_fetch_sub(&cl->refs, 1) == 1) {
+        dcp__s3_free(cl->s3);
+        dcp__free(cl->bucket);
+        dcp__free(cl);
+    }
+}
+
+static int make_key(const struct s3dir *d, const char *name, char **out,
+                    struct dcp_err *err)
+{
+    size_t pl = strlen(d->prefix), nl = strlen(name);
+    char *k = dcp__malloc(pl + nl + 1);
+    *out = NULL;
+    if (!k)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    memcpy(k, d->prefix, pl);
+    memcpy(k + pl, name, nl + 1);
+    if (dcp__s3_check_key(k, err) != DCP_OK) {
+        dcp__free(k);
+        return dcp__err(err, DCP_EINVAL, "invalid S3 object name '%s%s'",
+                        d->prefix, name);
+    }
+    *out = k;
+    return DCP_OK;
+}
+
+static void file_free(struct s3file *f)
+{
+    size_t i;
+    if (!f)
+        return;
+    if (f->parts) {
+        for (i = 0; i < MAX_PARTS; i++)
+            dcp__free(f->parts[i].buf);
+        dcp__free(f->parts);
+    }
+    dcp__free(f->tags);
+    for (i = 0; i < NWIN; i++)
+        dcp__free(f->win[i]);
+    for (i = 0; i < f->npf; i++)
+        dcp__free(f->pf[i].buf);
+    dcp__free(f->pf);
+    (void)pthread_mutex_destroy(&f->mu);
+    client_unref(f->cl);
+    dcp__free(f->key);
+    dcp__free(f);
+}
+
+/* A file handle for key name in d (writing or not). */
+static int file_new(struct s3dir *d, const char *name, int writing,
+                    struct s3file **out, struct dcp_err *err)
+{
+    struct s3file *f = dcp__calloc(1, sizeof(*f));
+    int rc;
+    *out = NULL;
+    if (!f)
+        return dcp__err(err, DCP_ENOMEM, "out of memory opening '%s'", name);
+    rc = make_key(d, name, &f->key, err);
+    if (rc != DCP_OK) {
+        dcp__free(f);
+        return rc;
+    }
+    if (pthread_mutex_init(&f->mu, NULL) != 0) {
+        dcp__free(f->key);
+        dcp__free(f);
+        return dcp__err(err, DCP_ENOMEM, "out of memory opening '%s'", name);
+    }
+    f->cl = d->cl;
+    atomic_fetch_add(&f->cl->refs, 1);
+    if (writing) {
+        f->writing = 1;
+        f->parts = dcp__calloc(MAX_PARTS, sizeof(*f->parts));
+        f->tags = dcp__calloc(MAX_PARTS, sizeof(*f->tags));
+        if (!f->parts || !f->tags) {
+            file_free(f);
+            return dcp__err(err, DCP_ENOMEM, "out of memory opening '%s'",
+                            name);
+        }
+    }
+    *out = f;
+    return DCP_OK;
+}
+
+/* ----------------------------------------------------------- members */
+
+static int s3_mkdirs(void *impl, const char *path, struct dcp_err *err)
+{
+    char *b = NULL, *p = NULL;
+    int rc;
+    (void)impl;
+    rc = dcp__s3_parse_url(path, &b, &p, err);
+    dcp__free(b);
+    dcp__free(p);
+    return rc; /* prefixes need no creating */
+}
+
+static int stop_first(const char *key, int64_t size, void *ud)
+{
+    (void)key;
+    (void)size;
+    (void)ud;
+    return 1;
+}
+
+static int s3_open_dir(void *impl, const char *path, void **dir,
+                       struct dcp_err *err)
+{
+    struct s3dir *d = NULL;
+    struct client *cl = NULL;
+    char *bucket = NULL, *prefix = NULL;
+    struct dcp__s3_config c;
+    size_t pl;
+    int rc;
+    (void)impl;
+    *dir = NULL;
+    rc = dcp__s3_parse_url(path, &bucket, &prefix, err);
+    if (rc != DCP_OK)
+        return rc;
+    d = dcp__calloc(1, sizeof(*d));
+    cl = dcp__calloc(1, sizeof(*cl));
+    pl = strlen(prefix);
+    if (d)
+        d->prefix = dcp__malloc(pl + 2);
+    if (!d || !cl || !d->prefix) {
+        rc = dcp__err(err, DCP_ENOMEM, "out of memory opening '%s'", path);
+        goto out_free;
+    }
+    memcpy(d->prefix, prefix, pl);
+    if (pl)
+        d->prefix[pl++] = '/';
+    d->prefix[pl] = '\0';
+    (void)pthread_mutex_lock(&cfg_lock);
+    c = cfg;
+    if (c.max_in_flight == 0)
+        c.max_in_flight = (int)DEF_INFLIGHT;
+    rc = dcp__s3_create(&c, bucket, &cl->s3, err);
+    (void)pthread_mutex_unlock(&cfg_lock);
+    if (rc != DCP_OK)
+        goto out_free;
+    cl->part = c.part_size ? c.part_size : DEF_PART;
+    cl->bucket = bucket;
+    bucket = NULL;
+    atomic_init(&cl->refs, 1);
+    d->cl = cl;
+    /* The bucket must be there and readable: one listing of at most one
+     * key (a missing bucket, refused credentials fail here, by name). */
+    rc = dcp__s3_list(cl->s3, d->prefix, 1, stop_first, NULL, err);
+    if (rc == 1)
+        rc = DCP_OK;
+    if (rc != DCP_OK) {
+        (void)dcp__err_prefix(err, "cannot open checkpoint '%s'", path);
+        client_unref(cl);
+        cl = NULL;
+        goto out_free;
+    }
+    dcp__free(prefix);
+    *dir = d;
+    return DCP_OK;
+out_free:
+    if (cl && !cl->s3)
+        dcp__free(cl);
+    if (d)
+        dcp__free(d->prefix);
+    dcp__free(d);
+    dcp__free(bucket);
+    dcp__free(prefix);
+    return rc;
+}
+
+static void s3_close_dir(void *impl, void *dir)
+{
+    struct s3dir *d = dir;
+    (void)impl;
+    if (!d)
+        return;
+    client_unref(d->cl);
+    dcp__free(d->prefix);
+    dcp__free(d);
+}
+
+static int s3_create(void *impl, void *dir, const char *name, void **file,
+                     struct dcp_err *err)
+{
+    struct s3file *f;
+    int rc = file_new(dir, name, 1, &f, err);
+    (void)impl;
+    *file = rc == DCP_OK ? f : NULL;
+    return rc;
+}
+
+static int s3_open_read(void *impl, void *dir, const char *name, void **file,
+                        uint64_t *size, struct dcp_err *err)
+{
+    struct s3file *f;
+    struct dcp__s3_stat st;
+    int rc = file_new(dir, name, 0, &f, err);
+    (void)impl;
+    *file = NULL;
+    if (rc != DCP_OK)
+        return rc;
+    rc = dcp__s3_head(f->cl->s3, f->key, &st, err);
+    if (rc == DCP_OK && st.size < 0)
+        rc = dcp__err(err, DCP_ECORRUPT, "s3://%s/%s: negative size",
+                      f->cl->bucket, f->key);
+    if (rc != DCP_OK) {
+        file_free(f);
+        return rc;
+    }
+    f->size = (uint64_t)st.size;
+    *size = f->size;
+    *file = f;
+    return DCP_OK;
+}
+
+/* Sends part k (0-based) of f, whose buffer holds len bytes; creates the
+ * upload first if need be. Called without f->mu. */
+static int send_part(struct s3file *f, size_t k, const uint8_t *buf, size_t len,
+                     struct dcp_err *err)
+{
+    char tag[33];
+    int rc = DCP_OK;
+    (void)pthread_mutex_lock(&f->mu);
+    if (!f->have_upid && !f->failed) {
+        rc = dcp__s3_mpu_create(f->cl->s3, f->key, f->upid, sizeof(f->upid),
+                                err);
+        if (rc == DCP_OK)
+            f->have_upid = 1;
+    }
+    if (f->failed && rc == DCP_OK)
+        rc = dcp__err(err, DCP_EIO, "s3://%s/%s: an earlier part failed",
+                      f->cl->bucket, f->key);
+    (void)pthread_mutex_unlock(&f->mu);
+    if (rc == DCP_OK)
+        rc = dcp__s3_mpu_part(f->cl->s3, f->key, f->upid, (unsigned)(k + 1),
+                              buf, len, tag, err);
+    (void)pthread_mutex_lock(&f->mu);
+    if (rc == DCP_OK) {
+        memcpy(f->tags[k], tag, sizeof(tag));
+        f->parts[k].sent = 1;
+        dcp__free(f->parts[k].buf);
+        f->parts[k].buf = NULL;
+    } else {
+        f->failed = 1;
+    }
+    (void)pthread_mutex_unlock(&f->mu);
+    return rc;
+}
+
+static int s3_write_at(void *impl, void *file, const char *name, const void *p,
+                       size_t n, uint64_t off, struct dcp_err *err)
+{
+    struct s3file *f = file;
+    const uint8_t *src = p;
+    uint64_t end, P = f->cl->part;
+    int rc = DCP_OK;
+    (void)impl;
+    if (!f->writing)
+        return dcp__err(err, DCP_EINVAL, "'%s' is not open for writing", name);
+    if (dcp__add_overflow_u64(off, n, &end) || end > P * MAX_PARTS)
+        return dcp__err(err, DCP_ELIMIT,
+                        "s3://%s/%s: write at offset %llu is beyond %u "
+                        "parts of %llu bytes",
+                        f->cl->bucket, f->key, (unsigned long long)off,
+                        MAX_PARTS, (unsigned long long)P);
+    while (n > 0 && rc == DCP_OK) {
+        size_t k = (size_t)(off / P), in = (size_t)(off % P);
+        size_t len = (size_t)(P - in) < n ? (size_t)(P - in) : n;
+        struct part *pt = &f->parts[k];
+        uint8_t *buf;
+        int full;
+        (void)pthread_mutex_lock(&f->mu);
+        if (f->failed) {
+            rc = dcp__err(err, DCP_EIO, "s3://%s/%s: an earlier write failed",
+                          f->cl->bucket, f->key);
+        } else if (pt->sending || pt->fill + len > P) {
+            rc = dcp__err(err, DCP_EIO,
+                          "s3://%s/%s: bytes at offset %llu written twice",
+                          f->cl->bucket, f->key, (unsigned long long)off);
+        } else if (!pt->buf && !(pt->buf = dcp__malloc((size_t)P))) {
+            rc = dcp__err(err, DCP_ENOMEM, "out of memory writing '%s'", name);
+        }
+        if (rc != DCP_OK) {
+            f->failed = 1;
+            (void)pthread_mutex_unlock(&f->mu);
+            break;
+        }
+        buf = pt->buf;
+        (void)pthread_mutex_unlock(&f->mu);
+        memcpy(buf + in, src, len); /* distinct bytes: no lock needed */
+        (void)pthread_mutex_lock(&f->mu);
+        pt->fill += len;
+        f->total += len;
+        if (off + len > f->end)
+            f->end = off + len;
+        full = pt->fill == P;
+        if (full)
+            pt->sending = 1;
+        (void)pthread_mutex_unlock(&f->mu);
+        if (full)
+            rc = send_part(f, k, buf, (size_t)P, err);
+        src += len;
+        off += len;
+        n -= len;
+    }
+    return rc;
+}
+
+/* Fetches every hinted range not fetched yet, in parallel; under f->mu.
+ * Ranges that fail are dropped (their reads go to the server again and
+ * report the error there). */
+static void fetch_hinted(struct s3file *f)
+{
+    size_t n = 0, j;
+    int64_t *offs = dcp__calloc(f->pf_unfetched, sizeof(*offs));
+    size_t *lens = dcp__calloc(f->pf_unfetched, sizeof(*lens));
+    void **bufs = dcp__calloc(f->pf_unfetched, sizeof(*bufs));
+    struct dcp_err e2;
+    int ok = offs && lens && bufs;
+    for (j = 0; ok && j < f->npf; j++) {
+        struct pf *q = &f->pf[j];
+        if (q->buf)
+            continue;
+        q->buf = dcp__malloc(q->len);
+        if (!q->buf) {
+            ok = 0;
+            break;
+        }
+        offs[n] = (int64_t)q->off;
+        lens[n] = q->len;
+        bufs[n++] = q->buf;
+    }
+    if (!ok || dcp__s3_get_ranges(f->cl->s3, f->key, n, offs, lens, bufs,
+                                  &e2) != DCP_OK) {
+        for (j = 0; j < f->npf; j++) { /* drop every hint */
+            dcp__free(f->pf[j].buf);
+            f->pf[j].buf = NULL;
+        }
+        f->npf = 0;
+        f->pf_bytes = 0;
+    }
+    f->pf_unfetched = 0;
+    dcp__free(offs);
+    dcp__free(lens);
+    dcp__free(bufs);
+}
+
+void dcp__s3_hint(void *file, uint64_t off, uint64_t len)
+{
+    struct s3file *f = file;
+    struct pf *last;
+    uint64_t end;
+    if (!f || f->writing || len == 0 || off >= f->size)
+        return;
+    if (len > f->size - off)
+        len = f->size - off;
+    end = off + len;
+    (void)pthread_mutex_lock(&f->mu);
+    last = f->npf ? &f->pf[f->npf - 1] : NULL;
+    if (last && !last->buf && off >= last->off &&
+        off <= last->off + last->len + PF_GAP && end - last->off <= PF_RANGE) {
+        if (end > last->off + last->len) { /* extend the last range */
+            f->pf_bytes += end - (last->off + last->len);
+            last->len = (size_t)(end - last->off);
+        }
+    } else if (len <= PF_RANGE && f->npf < PF_MAX &&
+               f->pf_bytes + len <= PF_BYTES) {
+        if (!f->pf)
+            f->pf = dcp__calloc(PF_MAX, sizeof(*f->pf));
+        if (f->pf) {
+            f->pf[f->npf].off = off;
+            f->pf[f->npf].len = (size_t)len;
+            f->pf[f->npf].buf = NULL;
+            f->npf++;
+            f->pf_unfetched++;
+            f->pf_bytes += len;
+        }
+    }
+    (void)pthread_mutex_unlock(&f->mu);
+}
+
+/* A small read: from the hinted ranges (fetched together first if some
+ * are not yet), else from a window (see WIN), the window fetched whole on
+ * a miss; a read across two windows goes to the server. Small reads are
+ * serialised on the file's lock. */
+static int read_small(struct s3file *f, void *p, size_t n, uint64_t off,
+                      struct dcp_err *err)
+{
+    uint64_t w0 = off / WIN * WIN;
+    size_t wl = f->size - w0 < WIN ? (size_t)(f->size - w0) : WIN;
+    unsigned i, k;
+    int rc = DCP_OK;
+    (void)pthread_mutex_lock(&f->mu);
+    if (f->pf_unfetched)
+        fetch_hinted(f); /* a failure: plain reads report it */
+    for (size_t j = 0; j < f->npf; j++) {
+        const struct pf *q = &f->pf[j];
+        if (q->buf && off >= q->off && off + n <= q->off + q->len) {
+            memcpy(p, q->buf + (off - q->off), n);
+            (void)pthread_mutex_unlock(&f->mu);
+            return DCP_OK;
+        }
+    }
+    if (off / WIN != (off + n - 1) / WIN) { /* across two windows */
+        (void)pthread_mutex_unlock(&f->mu);
+        return dcp__s3_get_range(f->cl->s3, f->key, (int64_t)off, p, n, err);
+    }
+    for (i = 0; i < NWIN; i++)
+        if (f->win[i] && f->win_off[i] == w0 && f->win_len[i] == wl)
+            break;
+    if (i == NWIN) {
+        k = f->win_next++ % NWIN;
+        if (!f->win[k])
+            f->win[k] = dcp__malloc(WIN);
+        f->win_len[k] = 0;
+        if (!f->win[k])
+            rc =
+                dcp__err(err, DCP_ENOMEM, "out of memory reading '%s'", f->key);
+        else
+            rc = dcp__s3_get_range(f->cl->s3, f->key, (int64_t)w0, f->win[k],
+                                   wl, err);
+        if (rc == DCP_OK) {
+            f->win_off[k] = w0;
+            f->win_len[k] = wl;
+        }
+        i = k;
+    }
+    if (rc == DCP_OK)
+        memcpy(p, f->win[i] + (off - w0), n);
+    (void)pthread_mutex_unlock(&f->mu);
+    return rc;
+}
+
+static int s3_read_at(void *impl, void *file, const char *name, void *p,
+                      size_t n, uint64_t off, struct dcp_err *err)
+{
+    struct s3file *f = file;
+    uint64_t end;
+    (void)impl;
+    (void)name;
+    if (dcp__add_overflow_u64(off, n, &end) || end > f->size)
+        return dcp__err(err, DCP_ECORRUPT,
+                        "s3://%s/%s is truncated: %zu bytes at offset %llu "
+                        "asked of %llu",
+                        f->cl->bucket, f->key, n, (unsigned long long)off,
+                        (unsigned long long)f->size);
+    if (n == 0)
+        return DCP_OK;
+    if (n <= WIN_SMALL)
+        return read_small(f, p, n, off, err);
+    return dcp__s3_get_range(f->cl->s3, f->key, (int64_t)off, p, n, err);
+}
+
+static int s3_sync(void *impl, void *file, const char *name,
+                   struct dcp_err *err)
+{
+    (void)impl;
+    (void)file;
+    (void)name;
+    (void)err;
+    return DCP_OK; /* an object is durable once its upload completes */
+}
+
+static void abort_upload(struct s3file *f)
+{
+    if (f->have_upid)
+        (void)dcp__s3_mpu_abort(f->cl->s3, f->key, f->upid, NULL);
+    f->have_upid = 0;
+}
+
+/* Completes a written object (see the top); aborts it on failure. Every
+ * write_at has returned (the engine waits for its requests). */
+static int finish(struct s3file *f, unsigned flags, struct dcp_err *err)
+{
+    uint64_t P = f->cl->part;
+    size_t np = f->end ? (size_t)((f->end + P - 1) / P) : 0, i;
+    int rc = DCP_OK;
+    if (f->failed)
+        rc = dcp__err(err, DCP_EIO, "s3://%s/%s: a write failed", f->cl->bucket,
+                      f->key);
+    else if (f->total != f->end)
+        rc = dcp__err(err, DCP_EIO,
+                      "s3://%s/%s: %llu bytes written for an object of %llu "
+                      "(holes or overlaps)",
+                      f->cl->bucket, f->key, (unsigned long long)f->total,
+                      (unsigned long long)f->end);
+    if (rc == DCP_OK && !f->have_upid) {
+        /* Never filled a part: one PUT (np is 0 or 1). */
+        const void *b = np ? (const void *)f->parts[0].buf : "";
+        rc = dcp__s3_put(f->cl->s3, f->key, b, (size_t)f->end, flags, err);
+        return rc;
+    }
+    for (i = 0; rc == DCP_OK && i + 1 < np; i++)
+        if (!f->parts[i].sent)
+            rc = dcp__err(err, DCP_EIO, "s3://%s/%s: part %zu never written",
+                          f->cl->bucket, f->key, i + 1);
+    if (rc == DCP_OK && np && !f->parts[np - 1].sent) {
+        f->parts[np - 1].sending = 1;
+        rc = send_part(f, np - 1, f->parts[np - 1].buf,
+                       (size_t)(f->end - (uint64_t)(np - 1) * P), err);
+    }
+    if (rc == DCP_OK)
+        rc = dcp__s3_mpu_complete(f->cl->s3, f->key, f->upid, np,
+                                  (const char(*)[33])f->tags, flags, err);
+    if (rc == DCP_OK)
+        f->have_upid = 0;
+    else
+        abort_upload(f);
+    return rc;
+}
+
+static int s3_close(void *impl, void *file, const char *name,
+                    struct dcp_err *err)
+{
+    struct s3file *f = file;
+    int rc = DCP_OK;
+    (void)impl;
+    (void)name;
+    if (f->writing) {
+        /* No error record: dcp releasing the handle on an error path. */
+        if (err)
+            rc = finish(f, 0, err);
+        else
+            abort_upload(f);
+    }
+    file_free(f);
+    return rc;
+}
+
+static int s3_rename(void *impl, void *dir, const char *from, const char *to,
+                     struct dcp_err *err)
+{
+    (void)impl;
+    (void)dir;
+    return dcp__err(err, DCP_ENOTSUP,
+                    "cannot rename '%s' to '%s': S3 has no rename (dcp "
+                    "commits through publish)",
+                    from, to);
+}
+
+static int s3_sync_dir(void *impl, void *dir, const char *path,
+                       struct dcp_err *err)
+{
+    (void)impl;
+    (void)dir;
+    (void)path;
+    (void)err;
+    return DCP_OK;
+}
+
+static int s3_unlink(void *impl, void *dir, const char *name,
+                     struct dcp_err *err)
+{
+    struct s3dir *d = dir;
+    char *key;
+    int rc = make_key(d, name, &key, err);
+    (void)impl;
+    if (rc != DCP_OK)
+        return rc;
+    rc = dcp__s3_delete(d->cl->s3, key, err);
+    if (rc == DCP_ENOENT)
+        rc = DCP_OK;
+    dcp__free(key);
+    return rc;
+}
+
+static int s3_exists(void *impl, void *dir, const char *name, int *found,
+                     struct dcp_err *err)
+{
+    struct s3dir *d = dir;
+    struct dcp__s3_stat st;
+    char *key;
+    int rc = make_key(d, name, &key, err);
+    (void)impl;
+    *found = 1;
+    if (rc != DCP_OK)
+        return rc;
+    rc = dcp__s3_head(d->cl->s3, key, &st, err);
+    dcp__free(key);
+    if (rc == DCP_ENOENT) {
+        *found = 0;
+        return DCP_OK;
+    }
+    return rc;
+}
+
+static int put_any(struct s3dir *d, const char *key, const void *p, size_t n,
+                   unsigned flags, struct dcp_err *err)
+{
+    if (n > BIG_PUT && n > d->cl->part)
+        return dcp__s3_put_multipart(d->cl->s3, key, p, n, flags, err);
+    return dcp__s3_put(d->cl->s3, key, p, n, flags, err);
+}
+
+static int s3_put(void *impl, void *dir, const char *name, const void *p,
+                  size_t n, struct dcp_err *err)
+{
+    char *key;
+    int rc = make_key(dir, name, &key, err);
+    (void)impl;
+    if (rc != DCP_OK)
+        return rc;
+    rc = put_any(dir, key, p, n, 0, err);
+    dcp__free(key);
+    return rc;
+}
+
+static int s3_write_begin(void *impl, void *dir, const char *name, void **file,
+                          struct dcp_err *err)
+{
+    return s3_create(impl, dir, name, file, err);
+}
+
+static int s3_write_complete(void *impl, void *file, const char *name,
+                             uint32_t flags, struct dcp_err *err)
+{
+    struct s3file *f = file;
+    struct dcp_err local;
+    int rc;
+    (void)impl;
+    (void)name;
+    (void)flags;
+    rc = finish(f, 0, err ? err : &local);
+    file_free(f);
+    return rc;
+}
+
+static void s3_write_abort(void *impl, void *dir, void *file, const char *name)
+{
+    (void)impl;
+    (void)dir;
+    (void)name;
+    abort_upload(file);
+    file_free(file);
+}
+
+struct list_ud {
+    size_t plen, max, n;
+    dcp_storage_entry *out;
+};
+
+static int list_one(const char *key, int64_t size, void *ud)
+{
+    struct list_ud *u = ud;
+    const char *nm;
+    size_t nl;
+    if (strlen(key) < u->plen)
+        return 0;
+    nm = key + u->plen;
+    nl = strlen(nm);
+    if (!nl || nl > DCP_STORAGE_NAME_MAX || strchr(nm, '/') || size < 0)
+        return 0; /* deeper "directories", over-long names: not ours */
+    if (u->n == u->max)
+        return DCP_ELIMIT;
+    memcpy(u->out[u->n].name, nm, nl + 1);
+    u->out[u->n].size = (uint64_t)size;
+    u->n++;
+    return 0;
+}
+
+static int s3_list(void *impl, void *dir, const char *prefix, size_t max,
+                   dcp_storage_entry *out, size_t *count, struct dcp_err *err)
+{
+    struct s3dir *d = dir;
+    struct list_ud u = {strlen(d->prefix), max, 0, out};
+    size_t pl = strlen(prefix);
+    char *full = dcp__malloc(u.plen + pl + 1);
+    int rc;
+    (void)impl;
+    *count = 0;
+    if (!full)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    memcpy(full, d->prefix, u.plen);
+    memcpy(full + u.plen, prefix, pl + 1);
+    rc = dcp__s3_list(d->cl->s3, full, LIST_MAX_KEYS, list_one, &u, err);
+    dcp__free(full);
+    *count = u.n;
+    if (rc == DCP_ELIMIT)
+        return dcp__err(err, DCP_ELIMIT,
+                        "more than %zu objects start with '%s%s'", max,
+                        d->prefix, prefix);
+    return rc;
+}
+
+static int s3_publish(void *impl, void *dir, const char *path, const char *name,
+                      const void *p, size_t n, uint32_t flags, int *visible,
+                      struct dcp_err *err)
+{
+    struct s3dir *d = dir;
+    char *key;
+    int excl = (flags & DCP_PUBLISH_EXCLUSIVE) != 0;
+    int rc = make_key(d, name, &key, err);
+    (void)impl;
+    (void)path;
+    *visible = 0;
+    if (rc != DCP_OK)
+        return rc;
+    rc = put_any(d, key, p, n, excl ? DCP__S3_PUT_EXCLUSIVE : 0, err);
+    if (rc == DCP_EEXIST && excl) {
+        /* A retried exclusive PUT whose first attempt did land (its answer
+         * lost) is refused by our own object: the same bytes are ours. */
+        void *got = NULL;
+        size_t len = 0;
+        struct dcp_err e2;
+        if (dcp__s3_get(d->cl->s3, key, n + 1, &got, &len, &e2) == DCP_OK &&
+            len == n && (n == 0 || memcmp(got, p, n) == 0))
+            rc = DCP_OK;
+        dcp__free(got);
+        if (rc != DCP_OK)
+            rc = dcp__err(err, DCP_EEXIST, "s3://%s/%s already exists",
+                          d->cl->bucket, key);
+    }
+    if (rc == DCP_OK)
+        *visible = 1;
+    dcp__free(key);
+    return rc;
+}
+
+static uint32_t inflight_now(void)
+{
+    uint32_t n;
+    (void)pthread_mutex_lock(&cfg_lock);
+    n = cfg_inflight ? cfg_inflight : DEF_INFLIGHT;
+    (void)pthread_mutex_unlock(&cfg_lock);
+    return n;
+}
+
+#define S3_OPS_INIT                                                            \
+    .version = DCP_STORAGE_OPS_VERSION, .mkdirs = s3_mkdirs,                   \
+    .open_dir = s3_open_dir, .close_dir = s3_close_dir, .create = s3_create,   \
+    .open_read = s3_open_read, .write_at = s3_write_at, .read_at = s3_read_at, \
+    .sync = s3_sync, .close = s3_close, .rename = s3_rename,                   \
+    .sync_dir = s3_sync_dir, .unlink = s3_unlink, .exists = s3_exists,         \
+    .max_inflight = DEF_INFLIGHT, .put = s3_put,                               \
+    .write_begin = s3_write_begin, .write_complete = s3_write_complete,        \
+    .write_abort = s3_write_abort, .list = s3_list, .publish = s3_publish
+
+/* max_inflight follows dcp_s3_configure: storage.c asks through here. */
+uint32_t dcp__s3_max_inflight(void)
+{
+    return inflight_now();
+}
+
+#else /* !DCP_HAVE_S3 */
+
+int dcp_s3_configure(const dcp_s3_config *c)
+{
+    (void)c;
+    return DCP_ENOTSUP;
+}
+
+static int no_s3(const char *path, struct dcp_err *err)
+{
+    return dcp__err(err, DCP_ENOTSUP,
+                    "cannot open '%s': dcp was built without S3 support "
+                    "(libcurl and libcrypto)",
+                    path);
+}
+
+static int s3_mkdirs(void *impl, const char *path, struct dcp_err *err)
+{
+    (void)impl;
+    return no_s3(path, err);
+}
+
+static int s3_open_dir(void *impl, const char *path, void **dir,
+                       struct dcp_err *err)
+{
+    (void)impl;
+    *dir = NULL;
+    return no_s3(path, err);
+}
+
+uint32_t dcp__s3_max_inflight(void)
+{
+    return 1;
+}
+
+void dcp__s3_hint(void *file, uint64_t off, uint64_t len)
+{
+    (void)file;
+    (void)off;
+    (void)len;
+}
+
+#define S3_OPS_INIT                                          \
+    .version = DCP_STORAGE_OPS_VERSION, .mkdirs = s3_mkdirs, \
+    .open_dir = s3_open_dir
+
+#endif /* DCP_HAVE_S3 */
+
+const struct dcp__storage dcp__s3_storage = {{S3_OPS_INIT}, NULL};

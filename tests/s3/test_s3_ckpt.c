@@ -1,0 +1,608 @@
+/*
+ * Checkpoints on s3:// paths against a real server (moto, started by
+ * tests/s3/s3_env.py with the fault proxy): save and load bit-exact through
+ * the S3 back end (multipart data objects, async save, export/import), the
+ * storage contract v2 members the lock relies on (exclusive publish, list,
+ * delete, multipart begin/complete/abort), and bad input: a failed or
+ * killed save commits nothing and leaves the old checkpoint loadable, no
+ * multipart upload left by a failed one; a lying or cut or stalled server
+ * gives a clear error naming the object, never a hang; odd object names; a
+ * prefix that holds something else; a missing bucket; wrong credentials
+ * (with --auth).
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <dcp/dcp.h>
+#include <dcp/dcp_convert.h>
+#include <dcp/dcp_s3.h>
+
+#include "s3.h"
+#include "storage.h"
+#include "test.h"
+
+static const char *bucket;
+static char url[512];
+
+static const char *at(const char *prefix)
+{
+    (void)snprintf(url, sizeof(url), "s3://%s/%s", bucket, prefix);
+    return url;
+}
+
+/* The process's S3 settings: through the proxy or not, attempts, budget. */
+static void cfg(int via_proxy, unsigned attempts, long budget_ms)
+{
+    dcp_s3_config c;
+    memset(&c, 0, sizeof(c));
+    c.struct_size = sizeof(c);
+    c.endpoint = via_proxy ? getenv("DCP_S3_PROXY") : NULL;
+    c.part_size = 5u << 20;
+    c.max_attempts = attempts;
+    c.retry_budget_ms = budget_ms;
+    c.stall_timeout_ms = 1000;
+    c.connect_timeout_ms = 2000;
+    c.backoff_base_ms = 10;
+    c.backoff_cap_ms = 200;
+    if (dcp_s3_configure(&c) != DCP_OK)
+        fprintf(stderr, "dcp_s3_configure failed\n");
+}
+
+static void faults(const char *mode, int n)
+{
+    FILE *f = fopen(getenv("DCP_S3_FAULTS"), "w");
+    if (!f)
+        return;
+    if (mode)
+        fprintf(f, "%s %d\n", mode, n);
+    fclose(f);
+}
+
+static struct dcp__s3 *client(void)
+{
+    struct dcp__s3_config c = {0};
+    struct dcp__s3 *s3 = NULL;
+    struct dcp_err err = {0};
+    if (dcp__s3_create(&c, bucket, &s3, &err) != DCP_OK)
+        fprintf(stderr, "client: %s\n", err.msg);
+    return s3;
+}
+
+static size_t uploads(const char *prefix)
+{
+    struct dcp__s3 *s3 = client();
+    struct dcp_err err = {0};
+    size_t n = 999;
+    if (s3 && dcp__s3_count_uploads(s3, prefix, &n, &err) != DCP_OK)
+        n = 998;
+    dcp__s3_free(s3);
+    return n;
+}
+
+static int count_fn(const char *key, int64_t size, void *ud)
+{
+    (void)key;
+    (void)size;
+    (*(size_t *)ud)++;
+    return 0;
+}
+
+static size_t nkeys(const char *prefix)
+{
+    struct dcp__s3 *s3 = client();
+    struct dcp_err err = {0};
+    size_t n = 0;
+    if (!s3 || dcp__s3_list(s3, prefix, 100000, count_fn, &n, &err) != DCP_OK)
+        n = 9999;
+    dcp__s3_free(s3);
+    return n;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ----------------------------------------------------------- the state */
+
+/* A state of seed: "w" float32 of nw elements, "b" int64[7], value "step". */
+struct st {
+    dcp_state *st;
+    float *w;
+    int64_t *b;
+    int64_t nw;
+};
+
+static void fill(struct st *s, unsigned seed)
+{
+    uint32_t x = seed * 2654435761u + 1;
+    for (int64_t i = 0; i < s->nw; i++) {
+        x = x * 1664525u + 1013904223u;
+        s->w[i] = (float)(x >> 8) * (1.0f / 16777216.0f) + (float)seed;
+    }
+    for (int i = 0; i < 7; i++)
+        s->b[i] = (int64_t)seed * 1000 + i;
+}
+
+static int st_make(struct st *s, int64_t nw, unsigned seed, int for_load)
+{
+    int64_t off = 0, sw[1] = {nw}, sb[1] = {7};
+    memset(s, 0, sizeof(*s));
+    s->nw = nw;
+    s->w = calloc((size_t)(nw ? nw : 1), sizeof(float));
+    s->b = calloc(7, sizeof(int64_t));
+    if (!s->w || !s->b || dcp_state_create(&s->st) != DCP_OK)
+        return -1;
+    if (!for_load)
+        fill(s, seed);
+    if (dcp_state_add_tensor(s->st, "w", DCP_F32, 1, sw, &off, sw, s->w,
+                             DCP_MEM_HOST) != DCP_OK ||
+        dcp_state_add_tensor(s->st, "b", DCP_I64, 1, sb, &off, sb, s->b,
+                             DCP_MEM_HOST) != DCP_OK ||
+        dcp_state_add_value(s->st, "step", dcp_value_int(for_load ? 0 : seed)))
+        return -1;
+    return 0;
+}
+
+static void st_free(struct st *s)
+{
+    dcp_state_free(s->st);
+    free(s->w);
+    free(s->b);
+}
+
+static int save(dcp_ctx *ctx, const char *path, int64_t nw, unsigned seed)
+{
+    struct st s;
+    int rc = st_make(&s, nw, seed, 0);
+    if (rc == 0)
+        rc = dcp_save(ctx, s.st, path, NULL);
+    if (rc != DCP_OK)
+        fprintf(stderr, "  save %s: %s: %s\n", path, dcp_err_name(rc),
+                dcp_errmsg(ctx));
+    st_free(&s);
+    return rc;
+}
+
+/* Loads path; *seed_out gets the seed it matches bit-exact, 0 for none. */
+static int load(dcp_ctx *ctx, const char *path, int64_t nw, unsigned *seed_out)
+{
+    struct st s, want;
+    int rc = st_make(&s, nw, 0, 1);
+    *seed_out = 0;
+    if (rc == 0)
+        rc = dcp_load(ctx, s.st, path, NULL);
+    if (rc == DCP_OK) {
+        unsigned seed =
+            (unsigned)dcp_value_as_int(dcp_state_value(s.st, "step"));
+        if (st_make(&want, nw, seed, 0) == 0 &&
+            memcmp(want.w, s.w, (size_t)nw * sizeof(float)) == 0 &&
+            memcmp(want.b, s.b, 7 * sizeof(int64_t)) == 0)
+            *seed_out = seed;
+        st_free(&want);
+    }
+    st_free(&s);
+    return rc;
+}
+
+#define BIG ((int64_t)3 * 1024 * 1024 + 77) /* 12 MiB + : 3 parts of 5 MiB */
+
+/* ---------------------------------------------------------------- tests */
+
+TEST(roundtrip)
+{
+    dcp_ctx *ctx;
+    dcp_request *req = NULL;
+    struct st s;
+    unsigned got;
+    cfg(0, 4, 30000);
+    ASSERT_EQ(dcp_ctx_create(&ctx, NULL, NULL), DCP_OK);
+    ASSERT_EQ(save(ctx, at("ck/rt"), BIG, 1), DCP_OK);
+    ASSERT_EQ(load(ctx, at("ck/rt"), BIG, &got), DCP_OK);
+    ASSERT_EQ(got, 1);
+    ASSERT_EQ(nkeys("ck/rt/"), 2); /* .metadata, __0_0.distcp */
+    ASSERT_EQ(uploads("ck/rt/"), 0);
+    /* with a trailing slash, and empty tensors */
+    ASSERT_EQ(save(ctx, at("ck/rt0/"), 0, 5), DCP_OK);
+    ASSERT_EQ(load(ctx, at("ck/rt0"), 0, &got), DCP_OK);
+    ASSERT_EQ(got, 5);
+    /* asynchronous */
+    ASSERT_EQ(st_make(&s, BIG, 2, 0), 0);
+    ASSERT_EQ(dcp_save_async(ctx, s.st, at("ck/async"), NULL, &req), DCP_OK);
+    ASSERT_EQ(dcp_request_wait(req), DCP_OK);
+    dcp_request_free(req);
+    st_free(&s);
+    ASSERT_EQ(load(ctx, at("ck/async"), BIG, &got), DCP_OK);
+    ASSERT_EQ(got, 2);
+    ASSERT_EQ(dcp_verify(ctx, at("ck/async")), DCP_OK);
+    dcp_ctx_free(ctx);
+}
+
+TEST(export_import)
+{
+    dcp_ctx *ctx;
+    char file[] = "/tmp/dcp-s3-exp-XXXXXX";
+    unsigned got;
+    int fd = mkstemp(file);
+    ASSERT(fd >= 0);
+    close(fd);
+    unlink(file);
+    cfg(0, 4, 30000);
+    ASSERT_EQ(dcp_ctx_create(&ctx, NULL, NULL), DCP_OK);
+    ASSERT_EQ(save(ctx, at("ck/exp"), 1000, 3), DCP_OK);
+    ASSERT_EQ(dcp_export(ctx, at("ck/exp"), file, NULL, NULL), DCP_OK);
+    ASSERT_EQ(dcp_import(ctx, file, at("ck/imp"), NULL, NULL), DCP_OK);
+    unlink(file);
+    ASSERT_EQ(load(ctx, at("ck/imp"), 1000, &got), DCP_OK);
+    ASSERT_EQ(got, 3);
+    /* a second import onto a checkpoint is refused */
+    ASSERT_EQ(dcp_export(ctx, at("ck/exp"), file, NULL, NULL), DCP_OK);
+    ASSERT_EQ(dcp_import(ctx, file, at("ck/imp"), NULL, NULL), DCP_EEXIST);
+    unlink(file);
+    ASSERT_EQ(load(ctx, at("ck/imp"), 1000, &got), DCP_OK); /* untouched */
+    ASSERT_EQ(got, 3);
+    dcp_ctx_free(ctx);
+}
+
+TEST(overwrite_and_failed_saves)
+{
+    dcp_ctx *ctx;
+    unsigned got;
+    int rc;
+    cfg(0, 4, 30000);
+    ASSERT_EQ(dcp_ctx_create(&ctx, NULL, NULL), DCP_OK);
+    ASSERT_EQ(save(ctx, at("ck/ow"), BIG, 1), DCP_OK);
+    ASSERT_EQ(save(ctx, at("ck/ow"), BIG, 2), DCP_OK);
+    ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
+    ASSERT_EQ(got, 2);
+    ASSERT_EQ(nkeys("ck/ow/"), 2); /* the old data object removed */
+    /* every PUT (parts, whole objects) refused with SlowDown: fails, the
+     * uploads aborted, the old checkpoint intact */
+    cfg(1, 2, 5000);
+    faults("slowdown_put", 100000);
+    rc = save(ctx, at("ck/ow"), BIG, 3);
+    faults(NULL, 0);
+    ASSERT_EQ(rc, DCP_EIO);
+    ASSERT(strstr(dcp_errmsg(ctx), "ck/ow/"));
+    ASSERT(strstr(dcp_errmsg(ctx), "SlowDown"));
+    ASSERT_EQ(uploads("ck/ow/"), 0);
+    ASSERT_EQ(nkeys("ck/ow/"), 2);
+    ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
+    ASSERT_EQ(got, 2);
+    /* the network cut during the save: every connection reset */
+    faults("reset", 100000);
+    rc = save(ctx, at("ck/ow"), BIG, 6);
+    faults(NULL, 0);
+    ASSERT_EQ(rc, DCP_EIO);
+    ASSERT(strstr(dcp_errmsg(ctx), "ck/ow"));
+    ASSERT_EQ(uploads("ck/ow/"), 0);
+    ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
+    ASSERT_EQ(got, 2);
+    /* a server that answers PUTs with a wrong ETag: not trusted */
+    faults("badetag", 100000);
+    rc = save(ctx, at("ck/ow"), BIG, 4);
+    faults(NULL, 0);
+    ASSERT_EQ(rc, DCP_ECORRUPT);
+    ASSERT(strstr(dcp_errmsg(ctx), "ETag"));
+    ASSERT_EQ(uploads("ck/ow/"), 0);
+    ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
+    ASSERT_EQ(got, 2);
+    /* SlowDown a few times: retried, the save goes through */
+    cfg(1, 8, 30000);
+    faults("slowdown", 3);
+    ASSERT_EQ(save(ctx, at("ck/ow"), BIG, 5), DCP_OK);
+    faults(NULL, 0);
+    ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
+    ASSERT_EQ(got, 5);
+    cfg(0, 4, 30000);
+    dcp_ctx_free(ctx);
+}
+
+TEST(load_faults)
+{
+    static const char *const once[] = {"truncate", "badlen", "reset",
+                                       "slowdown"};
+    dcp_ctx *ctx;
+    unsigned got;
+    double t0;
+    int rc;
+    cfg(0, 4, 30000);
+    ASSERT_EQ(dcp_ctx_create(&ctx, NULL, NULL), DCP_OK);
+    ASSERT_EQ(save(ctx, at("ck/lf"), BIG, 7), DCP_OK);
+    /* each fault twice: retried, bytes exact */
+    cfg(1, 4, 30000);
+    for (size_t i = 0; i < sizeof(once) / sizeof(once[0]); i++) {
+        faults(once[i], 2);
+        rc = load(ctx, at("ck/lf"), BIG, &got);
+        faults(NULL, 0);
+        if (rc != DCP_OK || got != 7)
+            fprintf(stderr, "  %s: %s %s\n", once[i], dcp_err_name(rc),
+                    dcp_errmsg(ctx));
+        ASSERT_EQ(rc, DCP_OK);
+        ASSERT_EQ(got, 7);
+    }
+    /* for ever: a clear error naming the object */
+    cfg(1, 2, 5000);
+    faults("truncate", 100000);
+    rc = load(ctx, at("ck/lf"), BIG, &got);
+    faults(NULL, 0);
+    if (rc != DCP_ECORRUPT || !strstr(dcp_errmsg(ctx), "ck/lf"))
+        fprintf(stderr, "  truncate: %s\n", dcp_errmsg(ctx));
+    ASSERT_EQ(rc, DCP_ECORRUPT);
+    ASSERT(strstr(dcp_errmsg(ctx), "ck/lf"));
+    faults("reset", 100000);
+    rc = load(ctx, at("ck/lf"), BIG, &got);
+    faults(NULL, 0);
+    if (rc != DCP_EIO || !strstr(dcp_errmsg(ctx), "ck/lf"))
+        fprintf(stderr, "  reset: %s\n", dcp_errmsg(ctx));
+    ASSERT_EQ(rc, DCP_EIO);
+    ASSERT(strstr(dcp_errmsg(ctx), "ck/lf"));
+    /* a server that stops answering: cut by the stall timeout, no hang */
+    t0 = now_s();
+    faults("stall", 100000);
+    rc = load(ctx, at("ck/lf"), BIG, &got);
+    faults(NULL, 0);
+    ASSERT(rc == DCP_ETIMEOUT || rc == DCP_EIO);
+    ASSERT(now_s() - t0 < 30);
+    /* and a stalled save: nothing committed */
+    t0 = now_s();
+    faults("stall", 100000);
+    rc = save(ctx, at("ck/lf"), BIG, 8);
+    faults(NULL, 0);
+    ASSERT(rc == DCP_ETIMEOUT || rc == DCP_EIO);
+    ASSERT(now_s() - t0 < 60);
+    cfg(0, 4, 30000);
+    ASSERT_EQ(load(ctx, at("ck/lf"), BIG, &got), DCP_OK);
+    ASSERT_EQ(got, 7);
+    dcp_ctx_free(ctx);
+}
+
+TEST(bad_places)
+{
+    dcp_ctx *ctx;
+    unsigned got;
+    struct dcp__s3 *s3;
+    struct dcp_err err = {0};
+    const char *odd = "ck/odd name+\xc3\xbc=%~,;'()!*$&@";
+    cfg(0, 4, 30000);
+    ASSERT_EQ(dcp_ctx_create(&ctx, NULL, NULL), DCP_OK);
+    /* a missing bucket */
+    ASSERT_EQ(load(ctx, "s3://dcp-no-such-bucket/x", 10, &got), DCP_ENOENT);
+    ASSERT(strstr(dcp_errmsg(ctx), "dcp-no-such-bucket"));
+    ASSERT_EQ(save(ctx, "s3://dcp-no-such-bucket/x", 10, 1), DCP_ENOENT);
+    /* not a bucket name, not a valid key */
+    ASSERT_EQ(save(ctx, "s3://A_B/x", 10, 1), DCP_EINVAL);
+    ASSERT_EQ(save(ctx, "s3://dcp-test/x\ny", 10, 1), DCP_EINVAL);
+    /* no checkpoint at the prefix */
+    ASSERT_EQ(load(ctx, at("ck/none"), 10, &got), DCP_ENOENT);
+    ASSERT(strstr(dcp_errmsg(ctx), ".metadata"));
+    /* odd characters */
+    ASSERT_EQ(save(ctx, at(odd), 1000, 6), DCP_OK);
+    ASSERT_EQ(load(ctx, at(odd), 1000, &got), DCP_OK);
+    ASSERT_EQ(got, 6);
+    /* a prefix that holds something else */
+    s3 = client();
+    ASSERT(s3);
+    ASSERT_EQ(dcp__s3_put(s3, "ck/other/readme.txt", "hello", 5, 0, &err),
+              DCP_OK);
+    ASSERT_EQ(
+        dcp__s3_put(s3, "ck/other/.metadata", "not a checkpoint", 16, 0, &err),
+        DCP_OK);
+    ASSERT_EQ(dcp__s3_put(s3, "ck/other/sub/__0_0.distcp", "x", 1, 0, &err),
+              DCP_OK);
+    ASSERT(load(ctx, at("ck/other"), 1000, &got) != DCP_OK);
+    ASSERT(strstr(dcp_errmsg(ctx), ".metadata"));
+    ASSERT_EQ(save(ctx, at("ck/other"), 1000, 9), DCP_OK);
+    ASSERT_EQ(load(ctx, at("ck/other"), 1000, &got), DCP_OK);
+    ASSERT_EQ(got, 9);
+    ASSERT_EQ(nkeys("ck/other/"), 4); /* readme, sub/..., ours (2) */
+    dcp__s3_free(s3);
+    dcp_ctx_free(ctx);
+}
+
+/* The members the one-writer lock and cleanup rely on, through storage.c. */
+TEST(storage_members)
+{
+    dcp_storage_entry ents[8];
+    struct dcp_err err = {0};
+    size_t n = 0;
+    int d = -1, f = -1, vis = 0;
+    uint64_t size = 0;
+    uint8_t *big = malloc((size_t)11 << 20), *back = malloc((size_t)11 << 20);
+    const size_t blen = ((size_t)11 << 20) + 0, piece = (size_t)3 << 20;
+    ASSERT(big && back);
+    for (size_t i = 0; i < blen; i++)
+        big[i] = (uint8_t)(i * 7 + (i >> 13));
+    cfg(0, 4, 30000);
+    ASSERT_EQ(dcp__fs_mkdirs(at("ck/lock"), &err), DCP_OK);
+    ASSERT_EQ(dcp__fs_open_dir(at("ck/lock"), &d, &err), DCP_OK);
+    ASSERT_EQ(dcp__fs_max_inflight(d), 1); /* a directory handle */
+    ASSERT_EQ(dcp__fs_publish(d, url, ".lock", "me", 2, DCP_PUBLISH_EXCLUSIVE,
+                              &vis, &err),
+              DCP_OK);
+    ASSERT_EQ(vis, 1);
+    ASSERT_EQ(dcp__fs_publish(d, url, ".lock", "you", 3, DCP_PUBLISH_EXCLUSIVE,
+                              &vis, &err),
+              DCP_EEXIST);
+    ASSERT_EQ(vis, 0);
+    ASSERT_EQ(dcp__fs_list(d, ".lo", 8, ents, &n, &err), DCP_OK);
+    ASSERT_EQ(n, 1);
+    ASSERT(strcmp(ents[0].name, ".lock") == 0 && ents[0].size == 2);
+    ASSERT_EQ(dcp__fs_unlink(d, ".lock", &err), DCP_OK);
+    ASSERT_EQ(dcp__fs_unlink(d, ".lock", &err), DCP_OK); /* missing: fine */
+    ASSERT_EQ(dcp__fs_exists(d, ".lock"), 0);
+    ASSERT_EQ(dcp__fs_publish(d, url, ".lock", "you", 3, DCP_PUBLISH_EXCLUSIVE,
+                              &vis, &err),
+              DCP_OK);
+    ASSERT_EQ(dcp__fs_exists(d, ".lock"), 1);
+    ASSERT_EQ(dcp__fs_put(d, "p1", "abc", 3, &err), DCP_OK);
+    ASSERT_EQ(dcp__fs_put(d, "p2", "", 0, &err), DCP_OK);
+    ASSERT_EQ(dcp__fs_list(d, "p", 1, ents, &n, &err), DCP_ELIMIT);
+    ASSERT_EQ(dcp__fs_list(d, "p", 8, ents, &n, &err), DCP_OK);
+    ASSERT_EQ(n, 2);
+    /* multipart, pieces out of order and across part boundaries */
+    ASSERT_EQ(dcp__fs_write_begin(d, "mp", &f, &err), DCP_OK);
+    ASSERT(dcp__fs_max_inflight(f) > 1);
+    for (size_t k = 4; k-- > 0;) {
+        size_t o = k * piece, l = blen - o < piece ? blen - o : piece;
+        ASSERT_EQ(dcp__fs_pwrite(f, big + o, l, o, "mp", &err), DCP_OK);
+    }
+    ASSERT_EQ(dcp__fs_write_complete(f, "mp", 0, &err), DCP_OK);
+    ASSERT_EQ(dcp__fs_open_read(d, "mp", &f, &size, &err), DCP_OK);
+    ASSERT_U64_EQ(size, blen);
+    ASSERT_EQ(dcp__fs_pread(f, back, blen, 0, "mp", &err), DCP_OK);
+    ASSERT(memcmp(back, big, blen) == 0);
+    ASSERT_EQ(dcp__fs_pread(f, back, 10, blen - 5, "mp", &err), DCP_ECORRUPT);
+    ASSERT_EQ(dcp__fs_close(f, "mp", &err), DCP_OK);
+    /* a hole: refused, aborted */
+    ASSERT_EQ(dcp__fs_write_begin(d, "hole", &f, &err), DCP_OK);
+    ASSERT_EQ(dcp__fs_pwrite(f, big, (size_t)6 << 20, 0, "hole", &err), DCP_OK);
+    ASSERT_EQ(dcp__fs_pwrite(f, big, 10, (size_t)7 << 20, "hole", &err),
+              DCP_OK);
+    ASSERT_EQ(dcp__fs_write_complete(f, "hole", 0, &err), DCP_EIO);
+    ASSERT_EQ(dcp__fs_exists(d, "hole"), 0);
+    /* abort after parts went up */
+    ASSERT_EQ(dcp__fs_write_begin(d, "ab", &f, &err), DCP_OK);
+    ASSERT_EQ(dcp__fs_pwrite(f, big, blen, 0, "ab", &err), DCP_OK);
+    dcp__fs_write_abort(d, f, "ab");
+    ASSERT_EQ(dcp__fs_exists(d, "ab"), 0);
+    /* a handle released on an error path aborts too */
+    ASSERT_EQ(dcp__fs_create(d, "rel", &f, &err), DCP_OK);
+    ASSERT_EQ(dcp__fs_pwrite(f, big, blen, 0, "rel", &err), DCP_OK);
+    dcp__fs_release(f);
+    ASSERT_EQ(dcp__fs_exists(d, "rel"), 0);
+    ASSERT_EQ(uploads("ck/lock/"), 0);
+    ASSERT_EQ(dcp__fs_rename(d, "p1", "p3", &err), DCP_ENOTSUP);
+    dcp__fs_release(d);
+    free(big);
+    free(back);
+}
+
+/* kill -9 of a saving process at several moments: never a partial commit,
+ * the old checkpoint (or the new one, when it committed) loads. */
+TEST(killed_save)
+{
+    static const int delays_ms[] = {150, 400, 900};
+    dcp_ctx *ctx;
+    unsigned got;
+    const int64_t nw = (int64_t)8 << 20; /* 32 MiB */
+    int newer = 0;
+    char self[4096];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    ASSERT(sl > 0);
+    self[sl] = '\0';
+    cfg(0, 4, 30000);
+    ASSERT_EQ(dcp_ctx_create(&ctx, NULL, NULL), DCP_OK);
+    ASSERT_EQ(save(ctx, at("ck/kill"), nw, 1), DCP_OK);
+    for (size_t i = 0; i < sizeof(delays_ms) / sizeof(delays_ms[0]); i++) {
+        int status = 0;
+        pid_t pid = fork();
+        ASSERT(pid >= 0);
+        if (pid == 0) {
+            execl(self, self, "--child-save", at("ck/kill"), (char *)NULL);
+            _exit(127);
+        }
+        usleep((useconds_t)delays_ms[i] * 1000);
+        kill(pid, SIGKILL);
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ASSERT_EQ(load(ctx, at("ck/kill"), nw, &got), DCP_OK);
+        ASSERT(got == 1 || got == 2);
+        newer += got == 2;
+    }
+    fprintf(stderr,
+            "  killed saves: %d of 3 had committed; %zu uploads "
+            "left (invisible)\n",
+            newer, uploads("ck/kill/"));
+    ASSERT_EQ(save(ctx, at("ck/kill"), nw, 3), DCP_OK);
+    ASSERT_EQ(load(ctx, at("ck/kill"), nw, &got), DCP_OK);
+    ASSERT_EQ(got, 3);
+    dcp_ctx_free(ctx);
+}
+
+TEST(auth)
+{
+    dcp_ctx *ctx;
+    dcp_s3_config c;
+    unsigned got;
+    cfg(0, 2, 10000);
+    ASSERT_EQ(dcp_ctx_create(&ctx, NULL, NULL), DCP_OK);
+    ASSERT_EQ(save(ctx, at("ck/auth"), 100, 1), DCP_OK);
+    ASSERT_EQ(load(ctx, at("ck/auth"), 100, &got), DCP_OK);
+    ASSERT_EQ(got, 1);
+    memset(&c, 0, sizeof(c));
+    c.struct_size = sizeof(c);
+    c.secret_key = "wrong-secret";
+    c.max_attempts = 2;
+    ASSERT_EQ(dcp_s3_configure(&c), DCP_OK);
+    ASSERT_EQ(load(ctx, at("ck/auth"), 100, &got), DCP_EINVAL);
+    ASSERT(strstr(dcp_errmsg(ctx), "access denied"));
+    ASSERT(strstr(dcp_errmsg(ctx), "dcp-test"));
+    ASSERT_EQ(save(ctx, at("ck/auth"), 100, 2), DCP_EINVAL);
+    cfg(0, 2, 10000);
+    ASSERT_EQ(load(ctx, at("ck/auth"), 100, &got), DCP_OK);
+    ASSERT_EQ(got, 1);
+    dcp_ctx_free(ctx);
+}
+
+TEST(config_checks)
+{
+    dcp_s3_config c;
+    memset(&c, 0, sizeof(c));
+    ASSERT_EQ(dcp_s3_configure(&c), DCP_EINVAL); /* struct_size 0 */
+    c.struct_size = sizeof(c) + 8;
+    ASSERT_EQ(dcp_s3_configure(&c), DCP_EINVAL);
+    c.struct_size = sizeof(c);
+    c.part_size = 1 << 20;
+    ASSERT_EQ(dcp_s3_configure(&c), DCP_EINVAL);
+    c.part_size = 0;
+    c.addressing = 3;
+    ASSERT_EQ(dcp_s3_configure(&c), DCP_EINVAL);
+    c.addressing = 0;
+    c.max_inflight = 1000;
+    ASSERT_EQ(dcp_s3_configure(&c), DCP_EINVAL);
+    ASSERT_EQ(dcp_s3_configure(NULL), DCP_OK);
+    ASSERT_EQ(dcp_path_is_s3("s3://b/x"), 1);
+    ASSERT_EQ(dcp_path_is_s3("/s3://b"), 0);
+    ASSERT_EQ(dcp_path_is_s3(NULL), 0);
+}
+
+int main(int argc, char **argv)
+{
+    bucket = getenv("DCP_S3_BUCKET");
+    if (!bucket || !getenv("DCP_S3_PROXY")) {
+        printf("SKIP: run through tests/s3/s3_env.py\n");
+        return 77;
+    }
+    if (argc == 3 && strcmp(argv[1], "--child-save") == 0) {
+        dcp_ctx *ctx;
+        cfg(0, 4, 30000);
+        if (dcp_ctx_create(&ctx, NULL, NULL) != DCP_OK)
+            return 1;
+        int rc = save(ctx, argv[2], (int64_t)8 << 20, 2);
+        dcp_ctx_free(ctx);
+        (void)dcp_s3_configure(NULL);
+        return rc == DCP_OK ? 0 : 1;
+    }
+    if (getenv("DCP_S3_AUTH")) {
+        RUN(auth);
+        (void)dcp_s3_configure(NULL);
+        return TEST_SUMMARY();
+    }
+    RUN(config_checks);
+    RUN(roundtrip);
+    RUN(export_import);
+    RUN(storage_members);
+    RUN(bad_places);
+    RUN(overwrite_and_failed_saves);
+    RUN(load_faults);
+    RUN(killed_save);
+    (void)dcp_s3_configure(NULL);
+    return TEST_SUMMARY();
+}
