@@ -64,6 +64,7 @@ void dcp__rd_close(struct rd_files *f)
     dcp__free(f->sizes);
     dcp__free(f->scratch);
     dcp__free(f->win);
+    dcp__free(f->plain);
     memset(f, 0, sizeof(*f));
     f->dirfd = -1;
 }
@@ -117,6 +118,7 @@ struct rec {
     uint8_t *win[2];  /* head, tail (rd_files' buffers), or NULL */
     uint64_t woff[2]; /* record offset of each window */
     size_t wlen[2];   /* bytes held; 0: not read yet */
+    const uint8_t *mem; /* a decompressed record (rd_files.plain) */
 };
 
 static int rec_read(void *opaque, uint64_t off, void *buf, size_t len,
@@ -131,6 +133,10 @@ static int rec_read(void *opaque, uint64_t off, void *buf, size_t len,
                         (unsigned long long)off);
     if (len == 0)
         return DCP_OK; /* buf may be NULL */
+    if (r->mem) {
+        memcpy(buf, r->mem + off, len);
+        return DCP_OK;
+    }
     for (w = 0; r->win[0] && w < 2; w++) {
         if (!r->wlen[w]) {
             /* The tail window ends with the record, the head one starts
@@ -178,13 +184,24 @@ static int open_record(struct rd_files *f, const struct md_entry *e,
     r->base = c->offset;
     r->len = c->length;
     r->file = file;
+    if (c->xform != MD_XFORM_NONE) {
+        size_t n = 0;
+        dcp__free(f->plain);
+        f->plain = NULL;
+        rc = dcp__rd_inflate(r->fd, file, e, c, f->value_max, &f->plain, &n,
+                             err);
+        if (rc != DCP_OK)
+            return rc;
+        r->mem = f->plain;
+        r->len = n;
+    }
     if (!f->win)
         f->win = dcp__malloc(HEAD_WIN + TAIL_WIN);
     if (f->win) { /* else: no windows, plain reads */
         r->win[0] = f->win;
         r->win[1] = f->win + HEAD_WIN;
     }
-    rc = dcp__tz_open(a, c->length, rec_read, r, err);
+    rc = dcp__tz_open(a, r->len, rec_read, r, err);
     if (rc != DCP_OK)
         return dcp__err_prefix(err, "'%s': record at byte %" PRIu64 " of '%s'",
                                e->key, c->offset, file);
@@ -545,6 +562,7 @@ int dcp__rd_value(struct rd_files *f, const struct md_entry *e, int verify,
     uint8_t *pkl = NULL;
     int rc;
     *out = NULL;
+    f->value_max = max_bytes;
     rc = open_pkl(f, e, c, &r, &a, &pe, err);
     if (rc != DCP_OK)
         return rc;
@@ -595,6 +613,11 @@ int dcp__rd_chunk_locate(struct rd_files *f, const struct md_entry *e,
         return rc;
     loc->fd = r.fd;
     loc->file = r.file;
+    if (r.mem) { /* the decompressed record moves to loc */
+        loc->mem = f->plain;
+        f->plain = NULL;
+        r.base = 0;
+    }
     if (data) {
         loc->data = r.base + data->data_off;
         loc->size = data->size;
@@ -747,7 +770,11 @@ int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e, size_t ci,
     uint64_t at = 0;
     uint32_t id;
     long n, i;
-    int rc = parse_chunk(f, e, c, verify, &r, &t, &data, &a, err);
+    int rc;
+    /* A compressed record is decompressed whole: no ranged reads. */
+    if (c->xform != MD_XFORM_NONE)
+        return dcp__rd_chunk(f, e, ci, dest, ndest, verify, NULL, err);
+    rc = parse_chunk(f, e, c, verify, &r, &t, &data, &a, err);
     if (rc != DCP_OK || !data || data->size == 0)
         return rc;
     tg = dcp__malloc((ndest ? ndest : 1) * sizeof(*tg));
