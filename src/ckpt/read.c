@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "dtype.h"
+#include "ranklocal.h"
 #include "crc32.h"
 #include "storage.h"
 #include "torchzip.h"
@@ -585,6 +586,11 @@ int dcp__rd_metadata(int dirfd, const char *path, uint64_t max_bytes,
     size_t len = 0;
     int rc = dcp__fs_read_all(dirfd, ".metadata", max_bytes, &p, &len, err);
     *out = NULL;
+    /* No .metadata: a rank-local checkpoint (ranklocal.c)? */
+    if (rc == DCP_ENOENT &&
+        (rc = dcp__rl_metadata(dirfd, path, max_bytes, out, err)) !=
+            DCP_ENOENT)
+        return rc;
     if (rc == DCP_ENOENT)
         return dcp__err(err, DCP_ENOENT,
                         "no checkpoint in '%s': .metadata not found (an "

@@ -5,6 +5,11 @@ ZStandard-compressed records: torch's FileSystemWriter(_extensions=
 and records ["stream.zstd/1"] in its _StorageInfo.transform_descriptors.
 dcptool ls, info, cat, verify and export read such a checkpoint, and
 dcp_load reads every tensor and value bit-exact (whole and boxes).
+
+Rank-local checkpoints: torch's dcp.save(use_collectives=False) on 3 gloo
+ranks writes __<r>.metadata per rank and no .metadata; dcp reads the union
+(docs/FORMAT.md §9.2). Hostile cases: damaged and oversized zstd frames,
+unknown transforms, missing per-rank metadata, ranks that disagree.
 """
 
 import os
@@ -144,6 +149,114 @@ def zstd_hostile(check, tmp):
         pickle.dump(md, f)
     r = dcpio.run("dumpall", bomb, os.path.join(tmp, "d3"), expect_ok=False)
     check.true(r.returncode != 0 and "DCP_ENOTSUP" in r.stderr, r.stderr)
+
+
+
+# ------------------------------------------------ rank-local checkpoints
+
+RL_WORLD = 3
+
+
+def rl_full():
+    return {"w": torch.arange(7 * 5, dtype=torch.float32).reshape(7, 5) / 3,
+            "b": torch.linspace(-1, 1, 6, dtype=torch.float64)}
+
+
+def _rl_save(rank, world, ck, zstd):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    mesh = init_device_mesh("cpu", (world,))
+    full = rl_full()
+    st = {"model": {"w": dcpio.dtensor_from_full(full["w"], mesh, [Shard(0)]),
+                    "b": full["b"].clone()},  # replicated plain tensor
+          f"rank{rank}": {"x": torch.full((2,), float(rank))},
+          "step": 11}
+    kw = {}
+    if zstd:
+        kw["storage_writer"] = tdcp.FileSystemWriter(
+            ck, _extensions=[ZStandard()])
+    else:
+        kw["checkpoint_id"] = ck
+    tdcp.save(st, use_collectives=False, **kw)
+
+
+@R.test
+def ranklocal_torch_writes_dcp_reads(check, tmp):
+    """torch's dcp.save(use_collectives=False) on 3 gloo ranks writes
+    __<r>.metadata and __<r>_0.distcp per rank and no .metadata; dcp reads
+    the union of the ranks' metadata: the Shard(0) DTensor whole and in
+    boxes across ranks, the replicated tensor, each rank's own key."""
+    full = rl_full()
+    for zstd in (False, True):
+        ck = os.path.join(tmp, "rlz" if zstd else "rl")
+        dcpio.run_ranks(check, RL_WORLD, _rl_save, (ck, zstd), tmp)
+        names = sorted(os.listdir(ck))
+        check.eq([n for n in names if n.endswith(".metadata")],
+                 [f"__{r}.metadata" for r in range(RL_WORLD)],
+                 f"rank-local metadata files {names}")
+        rows = {ln.split("\t")[0]: ln.split("\t")[1:]
+                for ln in dcptool("ls", ck).stdout.splitlines()}
+        want = {"model.w": full["w"], "model.b": full["b"]}
+        for r in range(RL_WORLD):
+            want[f"rank{r}.x"] = torch.full((2,), float(r))
+        for k in list(want) + ["step"]:
+            check.true(k in rows, f"ls lists {k}: {sorted(rows)}")
+        dcptool("verify", ck)
+        for k, v in want.items():
+            got = dcptool("cat", ck, k, text=False).stdout
+            check.eq(got.hex(), dcpio.tensor_bytes(v).hex(), f"cat {k}")
+        # a box across the ranks' shards (rows 1..5 of 3 + 3 + 1)
+        for mode in ("loadbox", "readbox"):
+            got = dcpio.dcp_box(ck, "model.w", (1, 1), (5, 3), tmp, mode=mode)
+            check.eq(got.hex(), dcpio.tensor_bytes(
+                dcpio.slice_of(full["w"], (1, 1), (5, 3))).hex(),
+                f"{mode} model.w zstd={zstd}")
+        dump = dcpio.dcp_dumpall(ck, tmp)
+        st = {"model": dict(full), "step": 11}
+        for r in range(RL_WORLD):
+            st[f"rank{r}"] = {"x": torch.full((2,), float(r))}
+        dcpio.compare_dump(st, dump, check)
+
+
+@R.test
+def ranklocal_hostile(check, tmp):
+    """A rank's metadata missing between others: DCP_EFORMAT naming it;
+    ranks disagreeing on a key's global shape: DCP_EFORMAT naming both."""
+    import pickle
+    import shutil
+    ck = os.path.join(tmp, "rl")
+    dcpio.run_ranks(check, RL_WORLD, _rl_save, (ck, False), tmp)
+    gap = os.path.join(tmp, "gap")
+    shutil.copytree(ck, gap)
+    os.remove(os.path.join(gap, "__1.metadata"))
+    r = dcpio.run("dumpall", gap, os.path.join(tmp, "d1"), expect_ok=False)
+    check.true(r.returncode != 0 and "DCP_EFORMAT" in r.stderr and
+               "__1.metadata" in r.stderr, r.stderr)
+    r = dcptool("ls", gap, expect=1)
+    check.true("__1.metadata" in r.stderr, r.stderr)
+    no0 = os.path.join(tmp, "no0")
+    shutil.copytree(ck, no0)
+    os.remove(os.path.join(no0, "__0.metadata"))
+    r = dcpio.run("dumpall", no0, os.path.join(tmp, "d2"), expect_ok=False)
+    check.true(r.returncode != 0 and "DCP_EFORMAT" in r.stderr and
+               "__0.metadata" in r.stderr, r.stderr)
+    bad = os.path.join(tmp, "shape")
+    shutil.copytree(ck, bad)
+    p = os.path.join(bad, "__2.metadata")
+    with open(p, "rb") as f:
+        md = pickle.load(f)
+    md.state_dict_metadata["model.b"].size = torch.Size([7])
+    md.state_dict_metadata["model.b"].chunks[0].sizes = torch.Size([7])
+    with open(p, "wb") as f:
+        pickle.dump(md, f)
+    r = dcpio.run("dumpall", bad, os.path.join(tmp, "d3"), expect_ok=False)
+    check.true(r.returncode != 0 and "DCP_EFORMAT" in r.stderr and
+               "'model.b'" in r.stderr and "__2.metadata" in r.stderr,
+               r.stderr)
+    empty = os.path.join(tmp, "empty")
+    os.makedirs(empty)
+    r = dcpio.run("dumpall", empty, os.path.join(tmp, "d4"), expect_ok=False)
+    check.true(r.returncode != 0 and "DCP_ENOENT" in r.stderr, r.stderr)
 
 
 if __name__ == "__main__":
