@@ -152,6 +152,35 @@ def zstd_hostile(check, tmp):
 
 
 
+
+@R.test
+def zstd_dcp_writes_torch_reads(check, tmp):
+    """DCP_SAVE_ZSTD (sync and async): every record a zstd frame with
+    ["stream.zstd/1"] recorded; torch's dcp.load reads it bit-exact, and
+    so does dcp."""
+    st = state()
+    for mode in ("savefrom", "savefrom-async"):
+        ck = os.path.join(tmp, mode)
+        os.environ["DCP_INTEROP_SAVE_FLAGS"] = "2"  # DCP_SAVE_ZSTD
+        try:
+            dcpio.dcp_save_manifest(st, ck, tmp, mode=mode)
+        finally:
+            del os.environ["DCP_INTEROP_SAVE_FLAGS"]
+        md = tdcp.FileSystemReader(ck).read_metadata()
+        tds = {tuple(v.transform_descriptors or ())
+               for v in md.storage_data.values()}
+        check.eq(tds, {("stream.zstd/1",)}, f"{mode}: transforms recorded")
+        with open(os.path.join(ck, "__0_0.distcp"), "rb") as f:
+            head = f.read(4)
+        check.eq(head, b"\x28\xb5\x2f\xfd", f"{mode}: a zstd frame")
+        tmpl = dcpio.zeros_template(st)
+        tdcp.load(tmpl, checkpoint_id=ck)
+        check.none(dcpio.nested_identical(st, tmpl), f"{mode}: torch load")
+        dump = dcpio.dcp_dumpall(ck, tmp)
+        dcpio.compare_dump(st, dump, check)
+        dcptool("verify", ck)
+
+
 # ------------------------------------------------ rank-local checkpoints
 
 RL_WORLD = 3
