@@ -203,6 +203,22 @@ static int open_record(struct rd_files *f, const struct md_entry *e,
         r->win[1] = f->win + HEAD_WIN;
     }
     rc = dcp__tz_open(a, r->len, rec_read, r, err);
+    if ((rc == DCP_EFORMAT || rc == DCP_ECORRUPT) && !r->mem) {
+        /* safetensors-serialised? (FORMAT.md §9.3) */
+        size_t n = 0;
+        int src;
+        dcp__free(f->plain);
+        f->plain = NULL;
+        src = dcp__rd_sf_record(r->fd, file, f->sizes[c->file], e, c,
+                                &f->plain, &n, err);
+        if (src != DCP_OK && src != DCP_ENOENT)
+            return src;
+        if (src == DCP_OK) {
+            r->mem = f->plain;
+            r->len = n;
+            rc = dcp__tz_open(a, r->len, rec_read, r, err);
+        }
+    }
     if (rc != DCP_OK)
         return dcp__err_prefix(err, "'%s': record at byte %" PRIu64 " of '%s'",
                                e->key, c->offset, file);
@@ -783,6 +799,8 @@ int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e, size_t ci,
     rc = parse_chunk(f, e, c, verify, &r, &t, &data, &a, err);
     if (rc != DCP_OK || !data || data->size == 0)
         return rc;
+    if (r.mem) /* re-made in memory (safetensors-serialised) */
+        return dcp__rd_chunk(f, e, ci, dest, ndest, verify, NULL, err);
     tg = dcp__malloc((ndest ? ndest : 1) * sizeof(*tg));
     if (!tg)
         return dcp__err(err, DCP_ENOMEM, "out of memory");

@@ -114,6 +114,21 @@ void dcp__rd_loc_free(struct rd_loc *loc);
  * transform, or built without libzstd), DCP_EIO, DCP_ENOMEM; the message
  * names the key, file and record offset.
  */
+/*
+ * A tensor chunk of a data file written with torch's
+ * serialization_format=SAFETENSORS (docs/FORMAT.md §9.3): when the chunk's
+ * byte range starts a safetensors file (length prefix, '{'), finds the
+ * tensor named e->key there, checks its dtype, shape (the chunk's sizes)
+ * and byte length (the chunk's length), reads it and re-makes it in memory
+ * as the plain record (*out, *out_len; freed with dcp__free). Returns
+ * DCP_OK; DCP_ENOENT when the range does not start a safetensors file
+ * (err untouched); DCP_EFORMAT, DCP_ECORRUPT, DCP_ELIMIT, DCP_ENOTSUP
+ * (the header parser's), DCP_EIO, DCP_ENOMEM, naming key, file, offset.
+ */
+int dcp__rd_sf_record(int fd, const char *file, uint64_t file_size,
+                      const struct md_entry *e, const struct md_chunk *c,
+                      uint8_t **out, size_t *out_len, struct dcp_err *err);
+
 #define RD_XFORM_SLACK ((uint64_t)4 << 20)
 int dcp__rd_inflate(int fd, const char *file, const struct md_entry *e,
                     const struct md_chunk *c, uint64_t value_max,

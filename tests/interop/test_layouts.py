@@ -8,8 +8,10 @@ dcp_load reads every tensor and value bit-exact (whole and boxes).
 
 Rank-local checkpoints: torch's dcp.save(use_collectives=False) on 3 gloo
 ranks writes __<r>.metadata per rank and no .metadata; dcp reads the union
-(docs/FORMAT.md §9.2). Hostile cases: damaged and oversized zstd frames,
-unknown transforms, missing per-rank metadata, ranks that disagree.
+(docs/FORMAT.md §9.2). serialization_format=SAFETENSORS data files: dcp
+reads them (§9.3). Hostile cases: damaged and oversized zstd frames,
+unknown transforms, missing per-rank metadata, ranks that disagree, a key
+the safetensors header lacks.
 """
 
 import os
@@ -179,6 +181,69 @@ def zstd_dcp_writes_torch_reads(check, tmp):
         dump = dcpio.dcp_dumpall(ck, tmp)
         dcpio.compare_dump(st, dump, check)
         dcptool("verify", ck)
+
+
+
+# ------------------------------------- serialization_format=SAFETENSORS
+
+@R.test
+def safetensors_torch_writes_dcp_reads(check, tmp):
+    """FileSystemWriter(serialization_format=SAFETENSORS): values are plain
+    records, the tensors one safetensors file at the end of the data file,
+    every tensor's storage entry pointing at its start (torch 2.13's own
+    FileSystemReader cannot load it back). dcp reads every tensor and value
+    bit-exact, whole and in boxes; a tensor missing from the safetensors
+    header is DCP_EFORMAT naming it."""
+    import pickle
+    import shutil
+    from torch.distributed.checkpoint.filesystem import SerializationFormat
+    st = state()
+    ck = os.path.join(tmp, "ck")
+    tdcp.save(st, storage_writer=tdcp.FileSystemWriter(
+        ck, serialization_format=SerializationFormat.SAFETENSORS))
+    md = tdcp.FileSystemReader(ck).read_metadata()
+    offs = {i.fqn: info.offset for i, info in md.storage_data.items()
+            if i.offset is not None}
+    check.eq(len(set(offs.values())), 1, f"tensors share one offset {offs}")
+    flat, _ = dcpio.flatten(st)
+    rows = {ln.split("\t")[0]: ln.split("\t")[1:]
+            for ln in dcptool("ls", ck).stdout.splitlines()}
+    for k, v in flat.items():
+        if isinstance(v, torch.Tensor):
+            check.eq(rows.get(k, [None])[0], dcpio.dtype_name(v.dtype),
+                     f"ls: dtype of {k}")
+    dcptool("verify", ck)
+    dump = dcpio.dcp_dumpall(ck, tmp)
+    dcpio.compare_dump(st, dump, check)
+    for mode in ("loadbox", "readbox"):
+        got = dcpio.dcp_box(ck, "model.w", (3, 5), (10, 20), tmp, mode=mode)
+        check.eq(got.hex(), dcpio.tensor_bytes(
+            dcpio.slice_of(flat["model.w"], (3, 5), (10, 20))).hex(),
+            f"{mode} model.w")
+    got = dcptool("cat", ck, "model.h", text=False).stdout
+    check.eq(got.hex(), dcpio.tensor_bytes(flat["model.h"]).hex(), "cat")
+    pt = os.path.join(tmp, "out.pt")
+    dcptool("export", ck, pt)
+    check.none(dcpio.nested_identical(st, torch.load(pt, weights_only=True)),
+               "export -> torch.load")
+
+    # hostile: the metadata names a key the safetensors header lacks
+    bad = os.path.join(tmp, "bad")
+    shutil.copytree(ck, bad)
+    mdp = os.path.join(bad, ".metadata")
+    with open(mdp, "rb") as f:
+        m = pickle.load(f)
+    sdm = m.state_dict_metadata
+    sdm["model.w2"] = sdm["model.w"]
+    for i, info in list(m.storage_data.items()):
+        if i.fqn == "model.w":
+            m.storage_data[type(i)("model.w2", i.offset, i.index)] = info
+    with open(mdp, "wb") as f:
+        pickle.dump(m, f)
+    r = dcpio.run("dumpall", bad, os.path.join(tmp, "d1"), expect_ok=False)
+    check.true(r.returncode != 0 and "DCP_EFORMAT" in r.stderr and
+               "'model.w2'" in r.stderr and "does not hold it" in r.stderr,
+               r.stderr)
 
 
 # ------------------------------------------------ rank-local checkpoints
