@@ -246,6 +246,45 @@ def safetensors_torch_writes_dcp_reads(check, tmp):
                r.stderr)
 
 
+
+# ------------------------------------------- flatten_state_dict=False
+
+@R.test
+def unflattened_torch_writes_dcp_reads(check, tmp):
+    """DefaultSavePlanner(flatten_state_dict=False): a top-level tensor is
+    a tensor entry, a nested dict one value entry (a torch.save of the
+    dict, tensors inside), no planner_data. dcp lists every entry, reads
+    the top-level tensors and plain values bit-exact, and refuses only the
+    value holding tensors, with DCP_ENOTSUP naming it."""
+    from torch.distributed.checkpoint import DefaultSavePlanner
+    top = torch.randn(4, 3)
+    st = {"model": {"w": torch.randn(2, 3), "sub": {"b": torch.ones(2)}},
+          "step": 3, "top": top}
+    ck = os.path.join(tmp, "ck")
+    tdcp.save(st, checkpoint_id=ck,
+              planner=DefaultSavePlanner(flatten_state_dict=False))
+    md = tdcp.FileSystemReader(ck).read_metadata()
+    check.eq(sorted(md.state_dict_metadata), ["model", "step", "top"],
+             "torch's keys")
+    check.eq(md.planner_data, None, "no planner_data")
+    rows = {ln.split("\t")[0]: ln.split("\t")[1:]
+            for ln in dcptool("ls", ck).stdout.splitlines()}
+    check.eq(sorted(rows), ["model", "step", "top"], "ls")
+    check.eq(rows["model"][0], "value", "model is a value")
+    got = dcptool("cat", ck, "top", text=False).stdout
+    check.eq(got.hex(), dcpio.tensor_bytes(top).hex(), "cat top")
+    got = dcpio.dcp_box(ck, "top", (1, 0), (2, 3), tmp)
+    check.eq(got.hex(), dcpio.tensor_bytes(top[1:3]).hex(), "loadbox top")
+    r = dcptool("cat", ck, "step")
+    check.eq(r.stdout.strip(), "3", "cat step")
+    r = dcptool("cat", ck, "model", expect=1)
+    check.true("'model'" in r.stderr and "holds torch tensors" in r.stderr,
+               r.stderr)
+    r = dcpio.run("dumpall", ck, os.path.join(tmp, "d"), expect_ok=False)
+    check.true(r.returncode != 0 and "DCP_ENOTSUP" in r.stderr and
+               "'model'" in r.stderr, r.stderr)
+
+
 # ------------------------------------------------ rank-local checkpoints
 
 RL_WORLD = 3
