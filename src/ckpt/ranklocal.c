@@ -12,6 +12,8 @@
 #include "hashtab.h"
 #include "storage.h"
 
+#define RL_LIST_MAX ((size_t)16384) /* names listed: about 4 MiB */
+
 static void rank_file(char *out, size_t n, size_t r)
 {
     (void)snprintf(out, n, "__%zu.metadata", r);
@@ -56,8 +58,9 @@ static int count_ranks(int dirfd, const char *path, size_t *n,
                             path, RL_MAX_RANKS);
     }
     *n = r;
-    /* Every rank writes a metadata file and at most a few data files. */
-    cap = 8 * r + 64;
+    /* Every rank writes a metadata file and at most a few data files;
+     * past RL_LIST_MAX names the gap check is skipped (DCP_ELIMIT). */
+    cap = 8 * r + 64 < RL_LIST_MAX ? 8 * r + 64 : RL_LIST_MAX;
     ls = dcp__malloc(cap * sizeof(*ls));
     if (!ls)
         return dcp__err(err, DCP_ENOMEM, "out of memory");
