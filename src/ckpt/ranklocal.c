@@ -186,8 +186,8 @@ static int merge_key(struct merge *m, struct md_entry *d,
         if (e->is_tensor != e0->is_tensor ||
             (e0->is_tensor &&
              (e->dtype != e0->dtype || e->ndim != e0->ndim ||
-              memcmp(e->shape, e0->shape,
-                     (size_t)e0->ndim * sizeof(int64_t)) != 0)))
+              memcmp(e->shape, e0->shape, (size_t)e0->ndim * sizeof(int64_t)) !=
+                  0)))
             return dcp__err(m->err, DCP_EFORMAT,
                             "'%s': rank-local checkpoint: '%s' differs "
                             "between __%" PRIu32 ".metadata and __%" PRIu32
@@ -328,7 +328,8 @@ int dcp__rl_metadata_bytes(int dirfd, const char *path, uint64_t max_bytes,
     dcp__meta_free(md);
     if (rc != DCP_OK) {
         dcp__buf_free(&b);
-        return dcp__err(err, rc, "'%s': encoding the merged rank-local "
+        return dcp__err(err, rc,
+                        "'%s': encoding the merged rank-local "
                         "metadata",
                         path);
     }

@@ -18,8 +18,8 @@
 #include "zframe.h"
 
 int dcp__rd_inflate(int fd, const char *file, const struct md_entry *e,
-                    const struct md_chunk *c, uint64_t value_max,
-                    uint8_t **out, size_t *out_len, struct dcp_err *err)
+                    const struct md_chunk *c, uint64_t value_max, uint8_t **out,
+                    size_t *out_len, struct dcp_err *err)
 {
     uint64_t bound = value_max;
     uint8_t *z;
@@ -29,11 +29,9 @@ int dcp__rd_inflate(int fd, const char *file, const struct md_entry *e,
     if (c->xform != MD_XFORM_ZSTD)
         return dcp__err(err, DCP_ENOTSUP, "'%s': unknown record transform",
                         e->key);
-    if (e->is_tensor &&
-        dcp__mul_overflow_u64(dcp__box_numel(e->ndim, c->size),
-                              dcp_dtype_size(e->dtype), &bound))
-        return dcp__err(err, DCP_EFORMAT, "'%s': chunk size overflows",
-                        e->key);
+    if (e->is_tensor && dcp__mul_overflow_u64(dcp__box_numel(e->ndim, c->size),
+                                              dcp_dtype_size(e->dtype), &bound))
+        return dcp__err(err, DCP_EFORMAT, "'%s': chunk size overflows", e->key);
     if (dcp__add_overflow_u64(bound, RD_XFORM_SLACK, &bound))
         bound = UINT64_MAX;
     if (c->length > SIZE_MAX)
@@ -61,8 +59,7 @@ int dcp__rd_loc_read(const struct rd_loc *loc, void *buf, size_t n,
                      uint64_t pos, struct dcp_err *err)
 {
     if (!loc->mem)
-        return dcp__fs_pread(loc->fd, buf, n, loc->data + pos, loc->file,
-                             err);
+        return dcp__fs_pread(loc->fd, buf, n, loc->data + pos, loc->file, err);
     if (n)
         memcpy(buf, loc->mem + loc->data + pos, n);
     return DCP_OK;
@@ -111,26 +108,24 @@ int dcp__rd_sf_record(int fd, const char *file, uint64_t file_size,
             return dcp__err(err, DCP_ENOMEM, "out of memory");
         rc = hlen + 8 > file_size - c->offset
                  ? dcp__err(err, DCP_ECORRUPT, "header past the file's end")
-                 : dcp__fs_pread(fd, h, (size_t)hlen, c->offset + 8, file,
-                                 err);
+                 : dcp__fs_pread(fd, h, (size_t)hlen, c->offset + 8, file, err);
         if (rc == DCP_OK)
             rc = dcp__sf_parse_header(h, (size_t)hlen, file_size - c->offset,
                                       &sf, err);
         dcp__free(h);
     }
     if (rc != DCP_OK)
-        return dcp__err_prefix(err,
-                               "'%s': safetensors record at byte %" PRIu64
-                               " of '%s'",
-                               e->key, c->offset, file);
+        return dcp__err_prefix(
+            err, "'%s': safetensors record at byte %" PRIu64 " of '%s'", e->key,
+            c->offset, file);
     for (i = 0; i < sf.n && !t; i++)
         if (!strcmp(sf.t[i].name, e->key))
             t = &sf.t[i];
     if (t)
         nbytes = t->end - t->begin;
     if (!t || t->dtype != e->dtype || t->ndim != e->ndim ||
-        (e->ndim && memcmp(t->shape, c->size,
-                           (size_t)e->ndim * sizeof(int64_t)) != 0) ||
+        (e->ndim &&
+         memcmp(t->shape, c->size, (size_t)e->ndim * sizeof(int64_t)) != 0) ||
         nbytes != c->length) {
         dcp__sf_release(&sf);
         return dcp__err(err, DCP_EFORMAT,

@@ -51,7 +51,7 @@ int dcp__zstd_decode(const uint8_t *src, size_t len, uint64_t max_out,
                         "the metadata allows",
                         fcs, (unsigned long long)max_out);
     cap = fcs != ZSTD_CONTENTSIZE_UNKNOWN ? (size_t)fcs + 1
-          : max_out < ((size_t)1 << 20) ? (size_t)max_out + 1
+          : max_out < ((size_t)1 << 20)   ? (size_t)max_out + 1
                                           : (size_t)1 << 20;
     p = dcp__malloc(cap);
     d = ZSTD_createDCtx();
@@ -67,8 +67,8 @@ int dcp__zstd_decode(const uint8_t *src, size_t len, uint64_t max_out,
     for (;;) {
         if (o.pos == o.size) {
             /* One byte past max_out is room to detect the lie. */
-            size_t ncap = o.size > (SIZE_MAX - 1) / 2 ? SIZE_MAX - 1
-                                                      : o.size * 2;
+            size_t ncap =
+                o.size > (SIZE_MAX - 1) / 2 ? SIZE_MAX - 1 : o.size * 2;
             uint8_t *np;
             if (ncap > (size_t)max_out + 1)
                 ncap = (size_t)max_out + 1;

@@ -33,8 +33,7 @@ static int have_zstd(void)
     return rc == DCP_OK;
 }
 
-static int decode(const struct dcp_buf *b, size_t len, uint64_t max,
-                  size_t *n)
+static int decode(const struct dcp_buf *b, size_t len, uint64_t max, size_t *n)
 {
     uint8_t *out = NULL;
     struct dcp_err err = {0};
@@ -121,12 +120,11 @@ TEST(bomb_without_stated_size)
     ASSERT_OK(dcp__zstd_encode(zeros, 1000, 3, &b, NULL));
     ASSERT_OK(dcp__zstd_encode(zeros, sizeof(zeros), 19, &b, NULL));
     ASSERT(b.len < 1000);
-    ASSERT_EQ(dcp__zstd_decode(b.p, b.len, 4096, &out, &n, NULL),
-              DCP_ECORRUPT);
+    ASSERT_EQ(dcp__zstd_decode(b.p, b.len, 4096, &out, &n, NULL), DCP_ECORRUPT);
     ASSERT(out == NULL);
-    ASSERT_EQ(dcp__zstd_decode(b.p, b.len, 1000 + sizeof(zeros), &out, &n,
-                               NULL),
-              DCP_OK);
+    ASSERT_EQ(
+        dcp__zstd_decode(b.p, b.len, 1000 + sizeof(zeros), &out, &n, NULL),
+        DCP_OK);
     ASSERT_U64_EQ(n, 1000 + sizeof(zeros));
     dcp__free(out);
     dcp__buf_free(&b);
