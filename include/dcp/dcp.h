@@ -744,7 +744,16 @@ enum dcp_save_flags {
     /* Plan this save from scratch, and keep no plan on the context for
      * the next one (see "Plan cache" at dcp_save). Pass the same flags on
      * every rank. */
-    DCP_SAVE_NO_PLAN_CACHE = 1 << 0
+    DCP_SAVE_NO_PLAN_CACHE = 1 << 0,
+    /* Compress every record as torch's FileSystemWriter(_extensions=
+     * [ZStandard()]) does: each record's archive as one zstd frame, the
+     * metadata naming the "stream.zstd/1" transform (docs/FORMAT.md §9.1);
+     * torch 2.13 reads it back (with the zstandard or pyzstd module).
+     * Each record is built and compressed in memory (about twice its size
+     * at a time), and a compressed record is read whole on load. Without
+     * libzstd at build time the save fails with DCP_ENOTSUP. Pass the same
+     * flags on every rank. */
+    DCP_SAVE_ZSTD = 1 << 1
 };
 
 /* Options for dcp_save. Zero-initialise and set struct_size. */

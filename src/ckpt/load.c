@@ -24,6 +24,7 @@
 #include "dtype.h"
 #include "meta.h"
 #include "plan.h"
+#include "ranklocal.h"
 #include "read.h"
 #include "request.h"
 #include "state.h"
@@ -282,6 +283,9 @@ static int read_metadata_bytes(dcp_ctx *ctx, const char *path, uint8_t **p,
         return rc;
     rc = dcp__fs_read_all(dirfd, ".metadata", ctx->max_metadata_bytes, p, len,
                           &ctx->err);
+    if (rc == DCP_ENOENT) /* a rank-local checkpoint? (ranklocal.c) */
+        rc = dcp__rl_metadata_bytes(dirfd, path, ctx->max_metadata_bytes, p,
+                                    len, &ctx->err);
     dcp__fs_release(dirfd);
     if (rc == DCP_ENOENT)
         return dcp__err(&ctx->err, DCP_ENOENT,

@@ -429,7 +429,11 @@ int dcp__clean_leftovers(int dirfd, const char *path,
     int rc;
     if (!ent)
         return dcp__err(err, DCP_ENOMEM, "out of memory");
-    rc = clean_prefix(dirfd, "__", md, 0, ent, files, bytes, err);
+    /* No .metadata but torch's rank-local __0.metadata: the data files
+     * belong to that checkpoint (docs/FORMAT.md §9.2), not leftovers. */
+    rc = !md && dcp__fs_exists(dirfd, "__0.metadata")
+             ? DCP_OK
+             : clean_prefix(dirfd, "__", md, 0, ent, files, bytes, err);
     if (rc == DCP_OK)
         rc = clean_prefix(dirfd, ".metadata.", md, 0, ent, files, bytes, err);
     if (rc == DCP_OK)

@@ -81,7 +81,9 @@ int dcp__leftover_name(const char *name);
 /*
  * Removes the leftovers of interrupted writers from dirfd: every regular
  * file that dcp__leftover_name accepts and that the committed checkpoint
- * md (NULL: none) does not name. Call with the lock held (no live writer).
+ * md (NULL: none) does not name; with md NULL and a __0.metadata present
+ * (torch's rank-local checkpoint), no data file is removed. Call with the
+ * lock held (no live writer).
  * Symbolic links are never listed nor followed. *files and *bytes (may be
  * NULL) receive what was removed. With force, also the lock's temporaries
  * and take-over markers (".lock.*"). Returns DCP_OK, DCP_ENOTSUP (the back

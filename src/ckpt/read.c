@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "dtype.h"
+#include "ranklocal.h"
 #include "crc32.h"
 #include "storage.h"
 #include "torchzip.h"
@@ -64,6 +65,7 @@ void dcp__rd_close(struct rd_files *f)
     dcp__free(f->sizes);
     dcp__free(f->scratch);
     dcp__free(f->win);
+    dcp__free(f->plain);
     memset(f, 0, sizeof(*f));
     f->dirfd = -1;
 }
@@ -121,6 +123,7 @@ struct rec {
     uint8_t *win[2];  /* head, tail (rd_files' buffers), or NULL */
     uint64_t woff[2]; /* record offset of each window */
     size_t wlen[2];   /* bytes held; 0: not read yet */
+    const uint8_t *mem; /* a decompressed record (rd_files.plain) */
 };
 
 static int rec_read(void *opaque, uint64_t off, void *buf, size_t len,
@@ -135,6 +138,10 @@ static int rec_read(void *opaque, uint64_t off, void *buf, size_t len,
                         (unsigned long long)off);
     if (len == 0)
         return DCP_OK; /* buf may be NULL */
+    if (r->mem) {
+        memcpy(buf, r->mem + off, len);
+        return DCP_OK;
+    }
     for (w = 0; r->win[0] && w < 2; w++) {
         if (!r->wlen[w]) {
             /* The tail window ends with the record, the head one starts
@@ -182,13 +189,40 @@ static int open_record(struct rd_files *f, const struct md_entry *e,
     r->base = c->offset;
     r->len = c->length;
     r->file = file;
+    if (c->xform != MD_XFORM_NONE) {
+        size_t n = 0;
+        dcp__free(f->plain);
+        f->plain = NULL;
+        rc = dcp__rd_inflate(r->fd, file, e, c, f->value_max, &f->plain, &n,
+                             err);
+        if (rc != DCP_OK)
+            return rc;
+        r->mem = f->plain;
+        r->len = n;
+    }
     if (!f->win)
         f->win = dcp__malloc(HEAD_WIN + TAIL_WIN);
     if (f->win) { /* else: no windows, plain reads */
         r->win[0] = f->win;
         r->win[1] = f->win + HEAD_WIN;
     }
-    rc = dcp__tz_open(a, c->length, rec_read, r, err);
+    rc = dcp__tz_open(a, r->len, rec_read, r, err);
+    if ((rc == DCP_EFORMAT || rc == DCP_ECORRUPT) && !r->mem) {
+        /* safetensors-serialised? (FORMAT.md §9.3) */
+        size_t n = 0;
+        int src;
+        dcp__free(f->plain);
+        f->plain = NULL;
+        src = dcp__rd_sf_record(r->fd, file, f->sizes[c->file], e, c,
+                                &f->plain, &n, err);
+        if (src != DCP_OK && src != DCP_ENOENT)
+            return src;
+        if (src == DCP_OK) {
+            r->mem = f->plain;
+            r->len = n;
+            rc = dcp__tz_open(a, r->len, rec_read, r, err);
+        }
+    }
     if (rc != DCP_OK)
         return dcp__err_prefix(err, "'%s': record at byte %" PRIu64 " of '%s'",
                                e->key, c->offset, file);
@@ -560,6 +594,7 @@ int dcp__rd_value(struct rd_files *f, const struct md_entry *e, int verify,
     uint8_t *pkl = NULL;
     int rc;
     *out = NULL;
+    f->value_max = max_bytes;
     rc = open_pkl(f, e, c, &r, &a, &pe, err);
     if (rc != DCP_OK)
         return rc;
@@ -582,6 +617,11 @@ int dcp__rd_metadata(int dirfd, const char *path, uint64_t max_bytes,
     size_t len = 0;
     int rc = dcp__fs_read_all(dirfd, ".metadata", max_bytes, &p, &len, err);
     *out = NULL;
+    /* No .metadata: a rank-local checkpoint (ranklocal.c)? */
+    if (rc == DCP_ENOENT &&
+        (rc = dcp__rl_metadata(dirfd, path, max_bytes, out, err)) !=
+            DCP_ENOENT)
+        return rc;
     if (rc == DCP_ENOENT)
         return dcp__err(err, DCP_ENOENT,
                         "no checkpoint in '%s': .metadata not found (an "
@@ -610,6 +650,11 @@ int dcp__rd_chunk_locate(struct rd_files *f, const struct md_entry *e,
         return rc;
     loc->fd = r.fd;
     loc->file = r.file;
+    if (r.mem) { /* the decompressed record moves to loc */
+        loc->mem = f->plain;
+        f->plain = NULL;
+        r.base = 0;
+    }
     if (data) {
         loc->data = r.base + data->data_off;
         loc->size = data->size;
@@ -762,9 +807,15 @@ int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e, size_t ci,
     uint64_t at = 0;
     uint32_t id;
     long n, i;
-    int rc = parse_chunk(f, e, c, verify, &r, &t, &data, &a, err);
+    int rc;
+    /* A compressed record is decompressed whole: no ranged reads. */
+    if (c->xform != MD_XFORM_NONE)
+        return dcp__rd_chunk(f, e, ci, dest, ndest, verify, NULL, err);
+    rc = parse_chunk(f, e, c, verify, &r, &t, &data, &a, err);
     if (rc != DCP_OK || !data || data->size == 0)
         return rc;
+    if (r.mem) /* re-made in memory (safetensors-serialised) */
+        return dcp__rd_chunk(f, e, ci, dest, ndest, verify, NULL, err);
     tg = dcp__malloc((ndest ? ndest : 1) * sizeof(*tg));
     if (!tg)
         return dcp__err(err, DCP_ENOMEM, "out of memory");

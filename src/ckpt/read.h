@@ -22,6 +22,10 @@ struct rd_files {
     uint8_t *scratch; /* reused staging buffer */
     size_t scratch_cap;
     uint8_t *win; /* the record-parsing windows (read.c) */
+    /* The last compressed record opened, decompressed (xform.c), and the
+     * bound on a value record's decompressed size (dcp__rd_value sets it). */
+    uint8_t *plain;
+    uint64_t value_max;
 };
 
 /* A destination: a box of the global tensor, with its own buffer. */
@@ -86,7 +90,49 @@ struct rd_loc {
     uint64_t size;        /* storage bytes (0: an empty chunk) */
     uint32_t crc;         /* CRC-32 of the storage bytes, from the zip */
     struct tz_tensor t;   /* the view: dtype, sizes, strides, offset */
+    /* A compressed record (docs/FORMAT.md §9.1): the decompressed record,
+     * owned by loc (dcp__rd_loc_free), and data is an offset into it;
+     * NULL: data is a file offset of fd. */
+    uint8_t *mem;
 };
+
+/* Reads n bytes at pos of the chunk's storage bytes (pos + n <= size),
+ * from the file or the decompressed record. DCP_OK, DCP_EIO. */
+int dcp__rd_loc_read(const struct rd_loc *loc, void *buf, size_t n,
+                     uint64_t pos, struct dcp_err *err);
+
+/* Frees what loc owns (the decompressed record); loc may be zeroed. */
+void dcp__rd_loc_free(struct rd_loc *loc);
+
+/*
+ * Reads the compressed record of chunk c (its byte range of the open data
+ * file fd) and decompresses it into *out (*out_len bytes; freed with
+ * dcp__free), bounded by what the metadata admits: a tensor chunk's
+ * elements plus RD_XFORM_SLACK bytes of archive, or value_max plus that
+ * for a value (xform.c). Returns DCP_OK, DCP_ECORRUPT (damaged or
+ * truncated frame, more bytes than the bound), DCP_ENOTSUP (an unknown
+ * transform, or built without libzstd), DCP_EIO, DCP_ENOMEM; the message
+ * names the key, file and record offset.
+ */
+/*
+ * A tensor chunk of a data file written with torch's
+ * serialization_format=SAFETENSORS (docs/FORMAT.md §9.3): when the chunk's
+ * byte range starts a safetensors file (length prefix, '{'), finds the
+ * tensor named e->key there, checks its dtype, shape (the chunk's sizes)
+ * and byte length (the chunk's length), reads it and re-makes it in memory
+ * as the plain record (*out, *out_len; freed with dcp__free). Returns
+ * DCP_OK; DCP_ENOENT when the range does not start a safetensors file
+ * (err untouched); DCP_EFORMAT, DCP_ECORRUPT, DCP_ELIMIT, DCP_ENOTSUP
+ * (the header parser's), DCP_EIO, DCP_ENOMEM, naming key, file, offset.
+ */
+int dcp__rd_sf_record(int fd, const char *file, uint64_t file_size,
+                      const struct md_entry *e, const struct md_chunk *c,
+                      uint8_t **out, size_t *out_len, struct dcp_err *err);
+
+#define RD_XFORM_SLACK ((uint64_t)4 << 20)
+int dcp__rd_inflate(int fd, const char *file, const struct md_entry *e,
+                    const struct md_chunk *c, uint64_t value_max,
+                    uint8_t **out, size_t *out_len, struct dcp_err *err);
 
 /*
  * Parses and checks the record of chunk ci of tensor entry e as

@@ -52,6 +52,7 @@
 #include <unistd.h>
 
 #include "commit.h"
+#include "crc32.h"
 #include "ioengine.h"
 #include "lock.h"
 #include "meta.h"
@@ -61,6 +62,7 @@
 #include "state.h"
 #include "storage.h"
 #include "torchzip.h"
+#include "zframe.h"
 
 #define ITEM_ALIGN 64 /* torch.save's record alignment */
 
@@ -239,6 +241,82 @@ static int write_box(struct io_writer *w, const struct sv_rec *r,
     *len = w->off - *off;
     dcp__tz_writer_release(&z);
     dcp__free(blk);
+    return rc;
+}
+
+/*
+ * DCP_SAVE_ZSTD (docs/FORMAT.md §9.1): the record is built in memory as
+ * the plain one (torch's 64-byte alignment, one CRC), compressed as one
+ * zstd frame and written; *off and *len are the frame's extent.
+ */
+#define ZSTD_SAVE_LEVEL 3
+static int write_zstd(struct io_writer *w, const struct sv_rec *r,
+                      struct stg_pipe *pipe, const struct dcp_buf *pkl,
+                      const char *sid, uint64_t *off, uint64_t *len)
+{
+    struct dcp_buf frame = {0};
+    struct tz_writer z;
+    uint64_t data_off, done = 0;
+    int rc = dcp__iow_zero(
+        w, (size_t)((ITEM_ALIGN - w->off % ITEM_ALIGN) % ITEM_ALIGN));
+    *off = w->off;
+    *len = 0;
+    if (rc != DCP_OK)
+        return rc;
+    rc = dcp__tz_writer_init(&z, 0, 64);
+    if (rc == DCP_OK)
+        rc = dcp__tz_writer_save_id(&z, sid);
+    if (rc == DCP_OK && !r->is_tensor)
+        rc = dcp__tz_value_item(&z, pkl->p, pkl->len);
+    if (rc == DCP_OK && r->is_tensor)
+        rc = dcp__tz_tensor_item_begin(&z, r->dtype, r->ndim, r->size,
+                                       r->nbytes, &data_off);
+    if (rc == DCP_OK && r->is_tensor) {
+        uint32_t crc = 0;
+        size_t at = z.out.len;
+        if (data_off != at)
+            rc = dcp__err(w->err, DCP_EIO,
+                          "'%s': record layout out of step (internal)",
+                          r->key);
+        else if (r->nbytes > SIZE_MAX - at ||
+            dcp__buf_reserve(&z.out, (size_t)r->nbytes) != DCP_OK)
+            rc = DCP_ENOMEM;
+        while (rc == DCP_OK && r->stage && done < r->nbytes) {
+            const void *p;
+            size_t n, src;
+            uint64_t soff;
+            rc = dcp__stage_next(pipe, &p, &n, &src, &soff, w->err);
+            if (rc != DCP_OK)
+                break;
+            if (src != r->stage - 1 || soff != done || n > r->nbytes - done)
+                rc = dcp__err(w->err, DCP_EIO,
+                              "staging out of step at '%s' (internal)",
+                              r->key);
+            else
+                memcpy(z.out.p + at + done, p, n);
+            dcp__stage_release(pipe);
+            done += n;
+        }
+        if (rc == DCP_OK && !r->stage && r->nbytes)
+            memcpy(z.out.p + at, r->src, (size_t)r->nbytes);
+        if (rc == DCP_OK) {
+            z.out.len += (size_t)r->nbytes;
+            crc = dcp__crc32(0, z.out.p + at, (size_t)r->nbytes);
+            rc = dcp__tz_tensor_item_end(&z, crc);
+        }
+    }
+    if (rc == DCP_OK)
+        rc = dcp__zstd_encode(z.out.p, z.out.len, ZSTD_SAVE_LEVEL, &frame,
+                              w->err);
+    else if (rc != w->rc && rc != DCP_EIO)
+        rc = dcp__err(w->err, rc, "cannot encode '%s'", r->key);
+    dcp__tz_writer_release(&z);
+    if (rc == DCP_OK)
+        rc = wf_hook(w);
+    if (rc == DCP_OK)
+        rc = dcp__iow_put(w, frame.p, frame.len); /* copies */
+    dcp__buf_free(&frame);
+    *len = w->off - *off;
     return rc;
 }
 
@@ -455,7 +533,8 @@ static int coord_plan(dcp_ctx *ctx, struct coord *co, const char *path,
 /* Step 4 on rank 0: every rank's record extents into the plan, commit. */
 static int coord_commit(dcp_ctx *ctx, struct coord *co, const char *path,
                         const uint8_t *blobs, const size_t *lens,
-                        const size_t *displs, int sync, int *renamed)
+                        const size_t *displs, int sync, int zstd,
+                        int *renamed)
 {
     struct dcp_metadata *md = co->g.md;
     int r, rc = DCP_OK;
@@ -465,6 +544,11 @@ static int coord_commit(dcp_ctx *ctx, struct coord *co, const char *path,
             blobs + displs[r], lens[r], &ctx->err);
     if (rc != DCP_OK)
         return rc;
+    for (r = 0; r < (int)md->n; r++) { /* set again: a cached plan's md */
+        size_t j;
+        for (j = 0; j < md->e[r].nchunks; j++)
+            md->e[r].chunks[j].xform = zstd ? MD_XFORM_ZSTD : MD_XFORM_NONE;
+    }
     dcp__free(md->save_id); /* a cached plan's, from the previous save */
     dcp__free(md->checkpoint_id);
     md->save_id = dcp__strdup(co->sid); /* the records' (coord_dir) */
@@ -549,6 +633,7 @@ struct sv_job {
     size_t narecs;
     struct sv_cache *cache;
     int nocache;
+    int zstd; /* DCP_SAVE_ZSTD: records as zstd frames (FORMAT.md §9.1) */
     /* The context's I/O engine (borrowed; set on the caller's thread, used
      * by the worker only while it writes) and its figures for this save,
      * copied to the context's report at the finish. */
@@ -870,7 +955,10 @@ int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
     if (job && opts &&
         opts->struct_size >=
             offsetof(dcp_save_options, flags) + sizeof(opts->flags))
+    {
         job->nocache = (opts->flags & DCP_SAVE_NO_PLAN_CACHE) != 0;
+        job->zstd = (opts->flags & DCP_SAVE_ZSTD) != 0;
+    }
     /* 1. Local plans. */
     if (rc == DCP_OK)
         rc = dcp__plan_local(st, &job->lp, &ctx->err);
@@ -1072,7 +1160,10 @@ void dcp__save_write(void *arg)
     for (i = 0; i < job->nrecs && rc == DCP_OK; i++) {
         const struct sv_rec *r = &job->recs[i];
         uint64_t *ol = &job->offlen[2 * i];
-        if (r->is_tensor)
+        if (job->zstd)
+            rc = write_zstd(&w, r, job->pipe, &job->lp.pickles[r->pickle],
+                            job->sid, &ol[0], &ol[1]);
+        else if (r->is_tensor)
             rc = write_box(&w, r, job->pipe, job->sid, &ol[0], &ol[1]);
         else
             rc = write_value(&w, r, &job->lp.pickles[r->pickle], job->sid,
@@ -1148,7 +1239,7 @@ int dcp__save_finish(dcp_ctx *ctx, struct sv_job *job)
     t = dcp__ph_start(ph, DCP_PHASE_COMMIT);
     if (ctx->rank == 0) {
         rc = coord_commit(ctx, &job->co, job->path, blobs, lens, displs,
-                          job->sync, &renamed);
+                          job->sync, job->zstd, &renamed);
         /* Before anyone returns, so the directory holds exactly the new
          * checkpoint when the call ends on any rank. */
         if (rc == DCP_OK)

@@ -217,8 +217,7 @@ static int crc_pass(struct xp *xp, const struct md_entry *e, struct cstate *c)
         size_t n = c->loc.size - pos < xp->slab_cap
                        ? (size_t)(c->loc.size - pos)
                        : xp->slab_cap;
-        DCP_RETURN_IF(dcp__fs_pread(c->loc.fd, xp->piece, n, c->loc.data + pos,
-                                    c->loc.file, xp->err));
+        DCP_RETURN_IF(dcp__rd_loc_read(&c->loc, xp->piece, n, pos, xp->err));
         crc = dcp__crc32(crc, xp->piece, n);
         pos += n;
     }
@@ -268,8 +267,8 @@ static int read_part(struct xp *xp, const struct md_entry *e,
             cstride *= mc->size[d];
         }
         at = ((uint64_t)c->loc.t.storage_offset + (uint64_t)lin) * es;
-        DCP_RETURN_IF(dcp__fs_pread(c->loc.fd, dst, (size_t)(n * es),
-                                    c->loc.data + at, c->loc.file, xp->err));
+        DCP_RETURN_IF(
+            dcp__rd_loc_read(&c->loc, dst, (size_t)(n * es), at, xp->err));
         if (c->plain && xp->verify && at == c->crc_len) {
             c->crc = dcp__crc32(c->crc, dst, (size_t)(n * es));
             c->crc_len += n * es;
@@ -284,8 +283,8 @@ static int read_part(struct xp *xp, const struct md_entry *e,
         xp->cache = p;
         xp->cache_cap = (size_t)c->loc.size;
     }
-    DCP_RETURN_IF(dcp__fs_pread(c->loc.fd, xp->cache, (size_t)c->loc.size,
-                                c->loc.data, c->loc.file, xp->err));
+    DCP_RETURN_IF(dcp__rd_loc_read(&c->loc, xp->cache, (size_t)c->loc.size,
+                                   0, xp->err));
     dcp__box_cstrides(e->ndim, isize, dstride);
     dcp__box_copy(e->ndim, es, isize, xp->cache,
                   c->loc.t.storage_offset +
@@ -357,6 +356,7 @@ static int stream_tensor(struct xp *xp, const struct xent *x, sink_fn sink,
     int64_t soff[DCP_MAX_NDIM] = {0}, ssize[DCP_MAX_NDIM], row = 1, m;
     uint64_t first = 0;
     struct cstate *cs;
+    size_t ci;
     int nd = e->ndim, k, d, rc;
     if (dcp__box_numel(nd, e->shape) == 0)
         return DCP_OK;
@@ -413,6 +413,8 @@ static int stream_tensor(struct xp *xp, const struct xent *x, sink_fn sink,
     }
     if (rc == DCP_OK)
         rc = check_crcs(xp, e, cs);
+    for (ci = 0; ci < e->nchunks; ci++)
+        dcp__rd_loc_free(&cs[ci].loc);
     dcp__free(cs);
     return rc;
 }

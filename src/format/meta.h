@@ -28,7 +28,14 @@ struct md_chunk {
     uint64_t offset;
     uint64_t length;
     int has_storage; /* storage_data entry seen (decode) */
+    /* The record's stream transform (_StorageInfo.transform_descriptors):
+     * MD_XFORM_NONE, or MD_XFORM_ZSTD ("stream.zstd/1"): the byte range
+     * holds the record as zstd frames (docs/FORMAT.md §9.1). */
+    int xform;
 };
+
+#define MD_XFORM_NONE 0
+#define MD_XFORM_ZSTD 1
 
 struct md_entry {
     char *key;

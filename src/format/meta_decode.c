@@ -17,6 +17,7 @@
 
 #include "pickle.h"
 #include "text.h"
+#include "zframe.h"
 
 
 
@@ -320,12 +321,21 @@ static int walk_storage_item(struct walk *w, const struct pk_node *idx,
                         "metadata: '%s': two storage entries for one chunk",
                         fqn);
     tds = dcp__pk_obj_attr(info, "transform_descriptors");
+    c->xform = MD_XFORM_NONE;
     if (tds && tds->kind != PK_NONE &&
-        !(tds->kind == PK_LIST && tds->u.seq.n == 0))
-        return dcp__err(w->err, DCP_ENOTSUP,
-                        "metadata: '%s': stream transforms (compression "
-                        "extensions) are not supported",
-                        fqn);
+        !(tds->kind == PK_LIST && tds->u.seq.n == 0)) {
+        /* torch's ZStandard() alone: ["stream.zstd/1"]. */
+        const char *d0 = (tds->kind == PK_LIST || tds->kind == PK_TUPLE) &&
+                                 tds->u.seq.n == 1
+                             ? str_of(tds->u.seq.v[0])
+                             : NULL;
+        if (!d0 || !dcp__zstd_descriptor_ok(d0))
+            return dcp__err(w->err, DCP_ENOTSUP,
+                            "metadata: '%s': stream transforms other than "
+                            "one '" ZSTD_DESCRIPTOR "' are not supported",
+                            fqn);
+        c->xform = MD_XFORM_ZSTD;
+    }
     rn = dcp__pk_obj_attr(info, "relative_path");
     rel = str_of(rn);
     if (!rel || !dcp__safe_name(rel)) {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "pickle.h"
+#include "zframe.h"
 
 
 /*
@@ -401,7 +402,7 @@ static int enc_storage_item(struct enc *x, const struct dcp_metadata *md,
         if (s[k] == ENC_NONE)
             break;
     if (k == E_NSLOTS && x->ekey[i] != ENC_NONE &&
-        x->fkey[c->file] != ENC_NONE) {
+        x->fkey[c->file] != ENC_NONE && c->xform == MD_XFORM_NONE) {
         uint8_t *p = raw_begin(x);
         if (!p)
             return DCP_ENOMEM;
@@ -460,6 +461,17 @@ static int enc_storage_item(struct enc *x, const struct dcp_metadata *md,
         rc = enc_str(x, "length", &x->slot[EK_LENGTH]);
     if (rc == DCP_OK)
         rc = dcp__pkw_int(&x->w, (int64_t)c->length);
+    /* A transformed record (docs/FORMAT.md §9.1), as torch writes it:
+     * transform_descriptors: ["stream.zstd/1"]. */
+    if (rc == DCP_OK && c->xform == MD_XFORM_ZSTD) {
+        rc = enc_key(x, "transform_descriptors");
+        if (rc == DCP_OK)
+            rc = dcp__pkw_empty_list(&x->w);
+        if (rc == DCP_OK)
+            rc = enc_key(x, ZSTD_DESCRIPTOR);
+        if (rc == DCP_OK)
+            rc = dcp__pkw_op(&x->w, PK_OP_APPEND);
+    }
     return rc == DCP_OK ? enc_obj_close(x) : rc;
 }
 

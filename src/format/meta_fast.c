@@ -722,6 +722,7 @@ static struct md_chunk *chunk_new(struct fd *f)
     c->offset = 0;
     c->length = 0;
     c->has_storage = 0;
+    c->xform = MD_XFORM_NONE; /* the fast path declines transforms */
     return c;
 }
 

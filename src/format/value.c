@@ -13,6 +13,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "pickle.h"
+#include "torchzip.h"
+
 #define VALUE_MAX_DEPTH 64
 #define VALUE_MAX_NODES ((size_t)1 << 24)
 /* Shared memo references are copied, so a small pickle can describe a huge
@@ -784,6 +787,28 @@ int dcp__value_from_node(const struct pk_node *n, size_t budget[2],
     return rc;
 }
 
+/* Whether a pickle the value allow-list refused decodes with the tensor
+ * globals added: a torch.save of an object holding tensors. */
+static int holds_tensors(const void *p, size_t len)
+{
+    struct pk_global allow[128];
+    const struct pk_global *tg;
+    struct pk_arena *arena = NULL;
+    struct pk_node *root = NULL;
+    size_t nt = dcp__tz_tensor_globals(&tg), i;
+    int rc;
+    if (nt + DCP_ARRAY_LEN(value_allow) > DCP_ARRAY_LEN(allow))
+        return 0;
+    for (i = 0; i < nt; i++)
+        allow[i] = tg[i];
+    for (i = 0; i < DCP_ARRAY_LEN(value_allow); i++)
+        allow[nt + i] = value_allow[i];
+    rc = dcp__pk_decode(p, len, allow, nt + DCP_ARRAY_LEN(value_allow), NULL,
+                        0, &arena, &root, NULL);
+    dcp__pk_arena_free(arena);
+    return rc == DCP_OK;
+}
+
 int dcp__value_unpickle(const void *p, size_t len, dcp_value **out,
                         struct dcp_err *err)
 {
@@ -800,5 +825,10 @@ int dcp__value_unpickle(const void *p, size_t len, dcp_value **out,
     if (rc == DCP_OK)
         rc = conv_node(&c, root, 0, out);
     dcp__pk_arena_free(arena);
+    if (rc == DCP_EUNSAFE && holds_tensors(p, len))
+        return dcp__err(err, DCP_ENOTSUP,
+                        "the value holds torch tensors (a nested state "
+                        "saved with flatten_state_dict=False, docs/FORMAT.md "
+                        "§9.4): tensors inside a value are not read");
     return rc;
 }

@@ -1236,6 +1236,9 @@ static int cmd_savefrom(const char *manifest, const char *dir, int async)
     memset(&so, 0, sizeof(so));
     so.struct_size = sizeof(so);
     so.no_fsync = 1;
+    /* Save flags (enum dcp_save_flags) from the test, e.g. DCP_SAVE_ZSTD. */
+    if (getenv("DCP_INTEROP_SAVE_FLAGS"))
+        so.flags = (unsigned)strtoul(getenv("DCP_INTEROP_SAVE_FLAGS"), NULL, 0);
     if (async) {
         rc = dcp_save_async(ctx, st, dir, &so, &req);
         if (rc == DCP_OK) {

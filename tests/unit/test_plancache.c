@@ -4,13 +4,15 @@
  * sizes and boxes not), a cached second save writing the bytes of a fresh
  * one, a changed box planning afresh, a failed save leaving no cache; a
  * repeated load reusing the checked .metadata until the checkpoint, the
- * boxes, the path or the flags change or a load fails. The
+ * boxes, the path or the flags change or a load fails; DCP_SAVE_ZSTD
+ * toggled on a cached plan. The
  * MPI side (a change on one rank, async loops, overwrite) is
  * tests/mpi/mpi_plancache.c.
  */
 #include <dcp/dcp.h>
 
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -196,6 +198,47 @@ TEST(cached_save_bytes)
     dcp_ctx_free(ctx);
 }
 
+/* Whether file path holds the bytes pat[0..n) (at its start: at0). */
+static int file_has(const char *path, const void *pat, size_t n, int at0)
+{
+    unsigned char *p = NULL;
+    size_t len = 0, k;
+    int found = 0;
+    if (read_file(path, &p, &len) != 0)
+        return -1;
+    for (k = 0; !found && k + n <= len && (!at0 || k == 0); k++)
+        found = memcmp(p + k, pat, n) == 0;
+    free(p);
+    return found;
+}
+
+/* DCP_SAVE_ZSTD on and off on one context: the cached plan's metadata
+ * names the transform exactly when the save compresses. */
+TEST(zstd_flag_with_cache)
+{
+    static const unsigned char zmagic[4] = {0x28, 0xB5, 0x2F, 0xFD};
+    const dcp_save_options zs = {sizeof(dcp_save_options), 1, DCP_SAVE_ZSTD};
+    const char *td = "transform_descriptors";
+    dcp_ctx *ctx = NULL;
+    char m[600], d[600];
+    int k;
+    ASSERT_OK(dcp_ctx_create(&ctx, NULL, NULL));
+    for (k = 0; k < 4; k++) {
+        int z = k % 2 == 0;
+        char name[16];
+        snprintf(name, sizeof(name), "z%d", k);
+        ASSERT_OK(save(ctx, 10 + k, 3, sub(name), z ? &zs : &nosync));
+        ASSERT_EQ(dcp_ctx_plan_cached(ctx, DCP_IO_SAVE), k > 0);
+        snprintf(m, sizeof(m), "%s/.metadata", sub(name));
+        snprintf(d, sizeof(d), "%s/__0_0.distcp", sub(name));
+        ASSERT_EQ(file_has(m, td, strlen(td), 0), z);
+        ASSERT_EQ(file_has(d, zmagic, 4, 1), z);
+        ASSERT_EQ(file_has(d, "PK\003\004", 4, 1), !z);
+        check_load(ctx, sub(name), 10 + k);
+    }
+    dcp_ctx_free(ctx);
+}
+
 TEST(failure_drops_cache)
 {
     dcp_ctx *ctx = NULL;
@@ -301,6 +344,7 @@ int main(void)
     RUN(cached_save_bytes);
     RUN(failure_drops_cache);
     RUN(load_cache);
+    RUN(zstd_flag_with_cache);
     rc = TEST_SUMMARY();
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
     if (system(cmd) != 0)
