@@ -22,6 +22,7 @@ struct rd_files {
     uint8_t *scratch; /* reused staging buffer */
     size_t scratch_cap;
     uint8_t *win; /* the record-parsing windows (read.c) */
+    uint64_t data_read; /* tensor data bytes dcp__rd_chunk read */
 };
 
 /* A destination: a box of the global tensor, with its own buffer. */
@@ -69,6 +70,15 @@ void dcp__rd_prefetch(struct rd_files *f, const struct md_entry *e, size_t ci);
 int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e, size_t ci,
                        const struct rd_dest *dest, size_t ndest, int verify,
                        struct io_rbatch *batch, struct dcp_err *err);
+
+/*
+ * Copies chunk ci of tensor entry e, given as its C-contiguous elements in
+ * the stored dtype at src (what the read-once load forwards), into every
+ * destination it overlaps, casting where a destination's dtype differs.
+ */
+void dcp__rd_copy_chunk(const struct md_entry *e, size_t ci,
+                        const uint8_t *src, const struct rd_dest *dest,
+                        size_t ndest);
 
 /* Reads value entry e; *out belongs to the caller. */
 int dcp__rd_value(struct rd_files *f, const struct md_entry *e, int verify,
