@@ -226,7 +226,8 @@ static int load_tensor(struct rd_files *f, const struct st_entry *se,
  * Values, then this rank's own tensor chunks (batched), then the chunks
  * read once (readonce.h: every rank takes part when ro->on, even one that
  * failed before, rc_in, so that its peers' messages are answered); values
- * replace the templates only when all of it succeeded.
+ * replace the templates only when all of it succeeded and every chunk
+ * this rank needed landed (a failed reader's chunks did not).
  */
 static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
                     const struct dcp_metadata *md, int verify,
@@ -235,7 +236,7 @@ static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
     dcp_value **vals = dcp__calloc(st->n ? st->n : 1, sizeof(*vals));
     struct io_rbatch batch = {0};
     size_t i;
-    int rc = rc_in;
+    int rc = rc_in, dropped = 0;
     if (!vals && rc == DCP_OK)
         rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
     if (!vals && !ro->on)
@@ -275,13 +276,14 @@ static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
     if (ro->on) {
         uint64_t nread = 0, nrecv = 0;
         double t = dcp__ph_start(&ctx->ph[DCP_IO_LOAD], DCP_PHASE_EXCHANGE);
-        rc = dcp__ro_run(ctx, ro, st, f, md, verify, rc, &nread, &nrecv);
+        rc = dcp__ro_run(ctx, ro, st, f, md, verify, rc, &nread, &nrecv,
+                         &dropped);
         dcp__ph_end(&ctx->ph[DCP_IO_LOAD], DCP_PHASE_EXCHANGE, t, nrecv);
     }
     for (i = 0; vals && i < st->n; i++) {
         if (!vals[i])
             continue;
-        if (rc == DCP_OK) {
+        if (rc == DCP_OK && !dropped) {
             dcp_value_free(st->e[i].value);
             st->e[i].value = vals[i];
         } else {

@@ -514,7 +514,8 @@ static int got_data(struct ex *x, struct job *j, int *local_rc)
 
 int dcp__ro_run(dcp_ctx *ctx, const struct ro_plan *p, const dcp_state *st,
                 struct rd_files *f, const struct dcp_metadata *md, int verify,
-                int local_rc, uint64_t *bytes_read, uint64_t *bytes_recv)
+                int local_rc, uint64_t *bytes_read, uint64_t *bytes_recv,
+                int *dropped)
 {
     struct ex x;
     struct job *out = NULL, *in = NULL;
@@ -603,8 +604,10 @@ int dcp__ro_run(dcp_ctx *ctx, const struct ro_plan *p, const dcp_state *st,
         dcp__comm_cancel(ctx->comm, x.reqs[i]);
     for (i = 0; i < nout; i++)
         dcp__free(out[i].own);
-    for (i = 0; i < nin; i++)
+    for (i = 0; i < nin; i++) {
         dcp__free(in[i].own);
+        *dropped |= in[i].failed;
+    }
     dcp__free(out);
     dcp__free(in);
     dcp__free(x.reqs);

@@ -71,11 +71,13 @@ static inline int dcp__ro_shared(const struct ro_plan *p, size_t ei,
  * outcome so far (a failed rank reads nothing more, but still answers
  * every message). Returns local_rc, this rank's read error, or a
  * transport failure. Adds the tensor bytes read to *bytes_read and those
- * received to *bytes_recv.
+ * received to *bytes_recv; *dropped is set when a reader failed and a
+ * chunk this rank needs did not land (the load fails on every rank).
  */
 int dcp__ro_run(dcp_ctx *ctx, const struct ro_plan *p, const dcp_state *st,
                 struct rd_files *f, const struct dcp_metadata *md, int verify,
-                int local_rc, uint64_t *bytes_read, uint64_t *bytes_recv);
+                int local_rc, uint64_t *bytes_read, uint64_t *bytes_recv,
+                int *dropped);
 
 void dcp__ro_release(struct ro_plan *p);
 
