@@ -983,8 +983,9 @@ typedef struct dcp_load_options {
  * DCP_EINVAL otherwise); each rank passes the state it wants filled
  * (ranks may ask for different keys and boxes; a replicated tensor or a
  * value lands on every rank that asks for it). Rank 0 reads .metadata once
- * and broadcasts it; each rank then reads only the stored chunks that
- * overlap its own boxes.
+ * and broadcasts it; the stored chunks that overlap a rank's boxes are
+ * then read by that rank, or, when other ranks need them too, by one of
+ * them and forwarded (see "Read once" below).
  *
  * Strict by default: a missing key (asked for by a rank, not in the
  * checkpoint), an unexpected key (in the checkpoint, asked for by no rank),
