@@ -57,6 +57,8 @@ static int mark_row(const dcp_state *st, const struct dcp_metadata *md,
         if (ei < 0 || !md->e[ei].is_tensor)
             continue;
         e = &md->e[ei];
+        if (!e->nchunks)
+            continue;
         if (e->nchunks > cap) {
             dcp__free(tmp);
             cap = e->nchunks;
@@ -64,8 +66,7 @@ static int mark_row(const dcp_state *st, const struct dcp_metadata *md,
             if (!tmp)
                 return DCP_ENOMEM;
         }
-        if (tmp)
-            memset(tmp, 0, e->nchunks);
+        memset(tmp, 0, e->nchunks);
         for (b = 0; b < se->nboxes; b++)
             if (dcp__box_numel(e->ndim, se->boxes[b].size))
                 (void)dcp__meta_overlapping(e, se->boxes[b].off,
