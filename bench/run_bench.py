@@ -675,8 +675,9 @@ def main():
                 res = json.load(f)
         res.update(figs)
         with open(path, "w") as f:
-            json.dump(res, f, indent=1)
-            f.write("\n")
+            f.write("{\n" + ",\n".join(
+                f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in res.items())
+                + "\n}\n")
         for k, v in figs.items():
             log(f"{k}: {v['value']} {v['unit']} ({v['min']} .. {v['max']})")
         return
