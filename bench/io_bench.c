@@ -308,8 +308,7 @@ int main(int argc, char **argv)
         }
         memset(&pr, 0, sizeof(pr));
         pr.struct_size = sizeof(pr);
-        if (!save &&
-            dcp_ctx_phase_report(ctx, DCP_IO_LOAD, &pr) == DCP_OK) {
+        if (!save && dcp_ctx_phase_report(ctx, DCP_IO_LOAD, &pr) == DCP_OK) {
             moved[0] = pr.bytes[DCP_PHASE_READ];
             moved[1] = pr.bytes[DCP_PHASE_EXCHANGE];
         }

@@ -507,8 +507,7 @@ read:
     if (rc == DCP_OK) {
         uint64_t direct;
         int orc = dcp__rd_open(&f, path, md, &ctx->err);
-        rc = load_all(ctx, st, &f, md, !(flags & DCP_LOAD_NO_VERIFY), &ro,
-                      orc);
+        rc = load_all(ctx, st, &f, md, !(flags & DCP_LOAD_NO_VERIFY), &ro, orc);
         direct = f.data_read;
         if (orc == DCP_OK)
             dcp__rd_close(&f);

@@ -537,9 +537,8 @@ int dcp__rd_chunk(struct rd_files *f, const struct md_entry *e, size_t ci,
     return DCP_OK;
 }
 
-void dcp__rd_copy_chunk(const struct md_entry *e, size_t ci,
-                        const uint8_t *src, const struct rd_dest *dest,
-                        size_t ndest)
+void dcp__rd_copy_chunk(const struct md_entry *e, size_t ci, const uint8_t *src,
+                        const struct rd_dest *dest, size_t ndest)
 {
     const struct md_chunk *c = &e->chunks[ci];
     int64_t ioff[DCP_MAX_NDIM], isize[DCP_MAX_NDIM];

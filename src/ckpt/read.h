@@ -76,9 +76,8 @@ int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e, size_t ci,
  * the stored dtype at src (what the read-once load forwards), into every
  * destination it overlaps, casting where a destination's dtype differs.
  */
-void dcp__rd_copy_chunk(const struct md_entry *e, size_t ci,
-                        const uint8_t *src, const struct rd_dest *dest,
-                        size_t ndest);
+void dcp__rd_copy_chunk(const struct md_entry *e, size_t ci, const uint8_t *src,
+                        const struct rd_dest *dest, size_t ndest);
 
 /* Reads value entry e; *out belongs to the caller. */
 int dcp__rd_value(struct rd_files *f, const struct md_entry *e, int verify,

@@ -12,13 +12,13 @@
 #include "dtype.h"
 #include "reshard.h"
 
-#define RO_PIECE ((size_t)4 << 20)        /* bytes per data message */
-#define RO_HELD ((uint64_t)64 << 20)      /* staging held by sends, receives */
+#define RO_PIECE     ((size_t)4 << 20)     /* bytes per data message */
+#define RO_HELD      ((uint64_t)64 << 20)  /* staging held by sends, receives */
 #define RO_MARKS_MAX ((uint64_t)256 << 20) /* ranks x chunks */
-#define RO_HDRS 64                        /* header receives posted at once */
-#define TAG_HDR 1
-#define TAG_DATA 2 /* + chunk index mod TAG_SPAN */
-#define TAG_SPAN 16384
+#define RO_HDRS      64                    /* header receives posted at once */
+#define TAG_HDR      1
+#define TAG_DATA     2 /* + chunk index mod TAG_SPAN */
+#define TAG_SPAN     16384
 
 void dcp__ro_release(struct ro_plan *p)
 {
@@ -215,16 +215,16 @@ int dcp__ro_plan(dcp_ctx *ctx, const dcp_state *st,
 /* A chunk this rank reads and sends (out) or receives (in). */
 struct job {
     size_t g, ei, ci;
-    int peer;          /* in: the reader */
-    int64_t hdr[2];    /* outcome, bytes */
-    uint8_t *buf;      /* the chunk's elements */
-    uint8_t *own;      /* buf when allocated here (else in a user buffer) */
+    int peer;       /* in: the reader */
+    int64_t hdr[2]; /* outcome, bytes */
+    uint8_t *buf;   /* the chunk's elements */
+    uint8_t *own;   /* buf when allocated here (else in a user buffer) */
     uint64_t bytes;
-    uint64_t posted;   /* in: bytes whose receive is posted */
-    size_t pending;    /* requests in flight */
-    int failed;        /* in: the reader failed, or this rank ran out */
-    int sink;          /* in: pieces land in the sink, one at a time */
-    size_t skip;       /* in: the destination received into directly */
+    uint64_t posted; /* in: bytes whose receive is posted */
+    size_t pending;  /* requests in flight */
+    int failed;      /* in: the reader failed, or this rank ran out */
+    int sink;        /* in: pieces land in the sink, one at a time */
+    size_t skip;     /* in: the destination received into directly */
 };
 
 struct slot {
@@ -332,9 +332,8 @@ static uint8_t *direct(const struct md_entry *e, size_t ci,
 
 /* The chunk's elements at src into every destination but skip (none when
  * skip >= nd): a rank's other boxes that the chunk overlaps. */
-static void copy_except(const struct md_entry *e, size_t ci,
-                        const uint8_t *src, struct rd_dest *d, size_t nd,
-                        size_t skip)
+static void copy_except(const struct md_entry *e, size_t ci, const uint8_t *src,
+                        struct rd_dest *d, size_t nd, size_t skip)
 {
     size_t i;
     for (i = 0; i < nd; i++)
@@ -405,8 +404,8 @@ static int send_job(struct ex *x, struct rd_files *f, struct job *j,
             rc = slot_add(x, req, j, 0);
         for (off = 0; rc == DCP_OK && j->buf && off < j->bytes;
              off += RO_PIECE) {
-            size_t len = j->bytes - off < RO_PIECE ? (size_t)(j->bytes - off)
-                                                   : RO_PIECE;
+            size_t len =
+                j->bytes - off < RO_PIECE ? (size_t)(j->bytes - off) : RO_PIECE;
             rc = dcp__comm_isend(x->ctx->comm, j->buf + off, len, r,
                                  tag_of(j->g), &req, &x->ctx->err);
             if (rc == DCP_OK)
@@ -476,8 +475,7 @@ static int got_hdr(struct ex *x, struct job *j, int *local_rc)
             *local_rc = dcp__err(&x->ctx->err, DCP_ENOMEM,
                                  "out of memory for '%s' (%llu bytes "
                                  "forwarded by rank %d)",
-                                 e->key, (unsigned long long)j->bytes,
-                                 j->peer);
+                                 e->key, (unsigned long long)j->bytes, j->peer);
     }
     if (!j->buf) { /* this rank failed: drain into the sink */
         j->sink = 1;
@@ -502,8 +500,7 @@ static int got_data(struct ex *x, struct job *j, int *local_rc)
         if (dests_of(x, j->ei, &d, &nd, &se) != DCP_OK)
             *local_rc = dcp__err(&x->ctx->err, DCP_ENOMEM, "out of memory");
         else
-            copy_except(e, j->ci, j->buf, d, nd,
-                        j->own ? (size_t)-1 : j->skip);
+            copy_except(e, j->ci, j->buf, d, nd, j->own ? (size_t)-1 : j->skip);
         dcp__free(d);
     }
     if (j->own)

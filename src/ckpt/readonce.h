@@ -38,12 +38,12 @@
 #include "state.h"
 
 struct ro_plan {
-    int on;           /* some chunk is shared */
-    size_t nchunks;   /* chunks of the checkpoint (tensor entries) */
-    size_t *base;     /* per md entry: index of its first chunk */
-    int32_t *reader;  /* per chunk: its reader, -1 when not shared */
-    uint8_t *need;    /* size * nchunks: need[r * nchunks + g] */
-    size_t nshared;   /* chunks shared */
+    int on;          /* some chunk is shared */
+    size_t nchunks;  /* chunks of the checkpoint (tensor entries) */
+    size_t *base;    /* per md entry: index of its first chunk */
+    int32_t *reader; /* per chunk: its reader, -1 when not shared */
+    uint8_t *need;   /* size * nchunks: need[r * nchunks + g] */
+    size_t nshared;  /* chunks shared */
 };
 
 /*
@@ -59,8 +59,7 @@ int dcp__ro_plan(dcp_ctx *ctx, const dcp_state *st,
 
 /* Whether chunk ci of entry ei is read once (and so skipped by the
  * per-rank reads). */
-static inline int dcp__ro_shared(const struct ro_plan *p, size_t ei,
-                                 size_t ci)
+static inline int dcp__ro_shared(const struct ro_plan *p, size_t ei, size_t ci)
 {
     return p && p->on && p->reader[p->base[ei] + ci] >= 0;
 }

@@ -138,8 +138,8 @@ int dcp__comm_isend(const dcp_comm *c, const void *buf, size_t len, int peer,
                      "isend");
 }
 
-int dcp__comm_irecv(const dcp_comm *c, void *buf, size_t len, int peer,
-                    int tag, void **req, struct dcp_err *err)
+int dcp__comm_irecv(const dcp_comm *c, void *buf, size_t len, int peer, int tag,
+                    void **req, struct dcp_err *err)
 {
     *req = NULL;
     return transport(err, c->ops.irecv(c->impl, buf, len, peer, tag, req),

@@ -62,8 +62,8 @@ int dcp__comm_allreduce_min(const dcp_comm *c, int64_t *vals, size_t n,
 int dcp__comm_has_p2p(const dcp_comm *c);
 int dcp__comm_isend(const dcp_comm *c, const void *buf, size_t len, int peer,
                     int tag, void **req, struct dcp_err *err);
-int dcp__comm_irecv(const dcp_comm *c, void *buf, size_t len, int peer,
-                    int tag, void **req, struct dcp_err *err);
+int dcp__comm_irecv(const dcp_comm *c, void *buf, size_t len, int peer, int tag,
+                    void **req, struct dcp_err *err);
 int dcp__comm_waitany(const dcp_comm *c, void **reqs, size_t n, size_t *index,
                       struct dcp_err *err);
 void dcp__comm_cancel(const dcp_comm *c, void *req);

@@ -349,8 +349,7 @@ static int m_waitany(void *impl, void **reqs, size_t n, size_t *index)
         }
     }
     dcp__free(arr);
-    if (e != MPI_SUCCESS || idx == MPI_UNDEFINED || idx < 0 ||
-        (size_t)idx >= n)
+    if (e != MPI_SUCCESS || idx == MPI_UNDEFINED || idx < 0 || (size_t)idx >= n)
         return DCP_EIO;
     dcp__free(reqs[idx]);
     reqs[idx] = NULL;
@@ -379,10 +378,18 @@ static void m_destroy(void *impl)
     dcp__free(m);
 }
 
-static const struct dcp_comm_ops mpi_ops = {
-    DCP_COMM_OPS_VERSION, m_bcast,   m_gather,  m_gatherv,  m_scatterv,
-    m_allreduce_min,      m_barrier, m_destroy, m_isend,    m_irecv,
-    m_waitany,            m_cancel};
+static const struct dcp_comm_ops mpi_ops = {DCP_COMM_OPS_VERSION,
+                                            m_bcast,
+                                            m_gather,
+                                            m_gatherv,
+                                            m_scatterv,
+                                            m_allreduce_min,
+                                            m_barrier,
+                                            m_destroy,
+                                            m_isend,
+                                            m_irecv,
+                                            m_waitany,
+                                            m_cancel};
 
 int dcp_comm_mpi(dcp_comm **out, MPI_Comm comm)
 {

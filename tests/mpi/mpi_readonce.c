@@ -51,8 +51,8 @@ static void same_message(dcp_ctx *x)
     memcpy(root, mine, sizeof(root));
     MPI_Bcast(root, (int)sizeof(root), MPI_CHAR, 0, MPI_COMM_WORLD);
     if (strcmp(mine, root) != 0) {
-        fprintf(stderr, "[rank %d] message \"%s\", rank 0's \"%s\"\n",
-                mt_rank, mine, root);
+        fprintf(stderr, "[rank %d] message \"%s\", rank 0's \"%s\"\n", mt_rank,
+                mine, root);
         mt_fail++;
     }
 }
@@ -81,8 +81,10 @@ static size_t saved_or_sentinel(const void *a, const void *b, size_t n)
         if (p[i] == q[i])
             continue;
         if (p[i] != SENT) {
-            fprintf(stderr, "[rank %d] byte %zu is neither saved nor "
-                            "untouched\n", mt_rank, i);
+            fprintf(stderr,
+                    "[rank %d] byte %zu is neither saved nor "
+                    "untouched\n",
+                    mt_rank, i);
             mt_fail++;
             return sent;
         }
@@ -113,10 +115,10 @@ static void test_read_error(void)
     CHECK_MSG(x, "rank 1 failed: ");
     same_message(x);
     if (mt_rank != 1) {
-        untouched = saved_or_sentinel(r.big, want.big,
-                                      (size_t)rs_big_rows * 160 * 2) +
-                    saved_or_sentinel(r.mat, want.mat, sizeof(r.mat)) +
-                    saved_or_sentinel(r.vec, want.vec, sizeof(r.vec));
+        untouched =
+            saved_or_sentinel(r.big, want.big, (size_t)rs_big_rows * 160 * 2) +
+            saved_or_sentinel(r.mat, want.mat, sizeof(r.mat)) +
+            saved_or_sentinel(r.vec, want.vec, sizeof(r.vec));
         CHECK(untouched > 0);
         /* Values are replaced only by a load that succeeds. */
         CHECK(dcp_value_as_int(dcp_state_value(r.st, "step")) == 0);

@@ -285,9 +285,8 @@ static void test_load(void)
     lo.struct_size = sizeof(lo);
     lo.flags = per_rank ? DCP_LOAD_PER_RANK_READS : 0;
     for (i = 0; i < NSPECS; i++) {
-        CHECK(add_spec(st, &specs[i], &h[i],
-                       replicated ? FULL : specs[i].load, mt_rank, mt_size,
-                       0) == 0);
+        CHECK(add_spec(st, &specs[i], &h[i], replicated ? FULL : specs[i].load,
+                       mt_rank, mt_size, 0) == 0);
         total += mt_numel(specs[i].ndim, specs[i].shape) *
                  dcp_dtype_size(specs[i].dt);
     }
@@ -319,9 +318,9 @@ static void test_load(void)
                     (unsigned long long)want, (unsigned long long)total);
             mt_fail++;
         }
-        CHECK(sum[1] == (per_rank || user_comm == 2
-                             ? 0
-                             : total * (uint64_t)(mt_size - 1)));
+        CHECK(
+            sum[1] ==
+            (per_rank || user_comm == 2 ? 0 : total * (uint64_t)(mt_size - 1)));
     }
     for (i = 0; i < NSPECS; i++) {
         const struct tspec *t = &specs[i];

@@ -83,7 +83,8 @@ static const struct phase {
      "timed out"},
     {"load-data", LOAD, 1, 0, 1u << FF_READ, ".distcp",
      "rank 1 hangs reading a data file (after the metadata broadcast)",
-     "timed out"},    {"load-replicated", LOAD, 1, 0, 1u << FF_READ, ".distcp",
+     "timed out"},
+    {"load-replicated", LOAD, 1, 0, 1u << FF_READ, ".distcp",
      "every rank loads everything (read once: each chunk read by one rank "
      "and forwarded); rank 1 hangs in its first read, the others wait for "
      "its chunks",

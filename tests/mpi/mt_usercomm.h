@@ -104,9 +104,9 @@ static int u_isend(void *impl, const void *buf, size_t len, int peer, int tag,
     MPI_Request *r = malloc(sizeof(*r));
     if (!r)
         return DCP_ENOMEM;
-    return u_start(MPI_Isend(buf, (int)len, MPI_BYTE, peer, tag,
-                             *(MPI_Comm *)impl, r),
-                   r, req);
+    return u_start(
+        MPI_Isend(buf, (int)len, MPI_BYTE, peer, tag, *(MPI_Comm *)impl, r), r,
+        req);
 }
 
 static int u_irecv(void *impl, void *buf, size_t len, int peer, int tag,
@@ -115,9 +115,9 @@ static int u_irecv(void *impl, void *buf, size_t len, int peer, int tag,
     MPI_Request *r = malloc(sizeof(*r));
     if (!r)
         return DCP_ENOMEM;
-    return u_start(MPI_Irecv(buf, (int)len, MPI_BYTE, peer, tag,
-                             *(MPI_Comm *)impl, r),
-                   r, req);
+    return u_start(
+        MPI_Irecv(buf, (int)len, MPI_BYTE, peer, tag, *(MPI_Comm *)impl, r), r,
+        req);
 }
 
 static int u_waitany(void *impl, void **reqs, size_t n, size_t *index)
@@ -155,10 +155,18 @@ static int mt_user_v1;
 
 static int mt_user_comm(dcp_comm **out)
 {
-    static const struct dcp_comm_ops ops2 = {
-        DCP_COMM_OPS_VERSION, u_bcast,         u_gather,  u_gatherv,
-        u_scatterv,           u_allreduce_min, u_barrier, u_destroy,
-        u_isend,              u_irecv,         u_waitany, u_cancel};
+    static const struct dcp_comm_ops ops2 = {DCP_COMM_OPS_VERSION,
+                                             u_bcast,
+                                             u_gather,
+                                             u_gatherv,
+                                             u_scatterv,
+                                             u_allreduce_min,
+                                             u_barrier,
+                                             u_destroy,
+                                             u_isend,
+                                             u_irecv,
+                                             u_waitany,
+                                             u_cancel};
     struct dcp_comm_ops ops = ops2;
     if (mt_user_v1) {
         ops.version = 1;
