@@ -966,7 +966,14 @@ enum dcp_load_flags {
      * those other ranks need too (see "Read once" at dcp_load). Set on any
      * rank, it applies to all. (A library older than this flag ignores
      * the bit and always reads per rank.) */
-    DCP_LOAD_PER_RANK_READS = 1 << 5
+    DCP_LOAD_PER_RANK_READS = 1 << 5,
+    /* Requires the read-once load: with more than one rank and a
+     * communicator without the point-to-point operations of dcp_comm.h
+     * version 2, the load fails with DCP_ENOTSUP on every rank before
+     * anything is read (DCP_EINVAL together with DCP_LOAD_PER_RANK_READS).
+     * What is read once is the same as without it. (A library older than
+     * this flag ignores the bit.) */
+    DCP_LOAD_READ_ONCE = 1 << 6
 };
 
 /* Options for dcp_load. Zero-initialise and set struct_size. */
@@ -1021,7 +1028,8 @@ typedef struct dcp_load_options {
  * once per rank. This needs a communicator with the point-to-point
  * operations of dcp_comm.h version 2 (the MPI one has them; with a user
  * communicator without them, or DCP_LOAD_PER_RANK_READS, every rank reads
- * its own chunks). Chunks that a CUDA box overlaps are read per rank. The
+ * its own chunks; DCP_LOAD_READ_ONCE makes a communicator without them an
+ * error instead). Chunks that a CUDA box overlaps are read per rank. The
  * outcome is the same either way: a read or CRC error on the reading rank
  * fails the load on every rank with that rank's code and message; a rank
  * whose reader failed leaves the boxes of that chunk untouched. It costs a

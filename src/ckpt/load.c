@@ -455,6 +455,16 @@ int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
         rc = dcp__err(&ctx->err, DCP_EINVAL, "load: state and path needed");
     if (opts && opts->struct_size >= sizeof(dcp_load_options))
         flags = opts->flags;
+    if (rc == DCP_OK && (flags & DCP_LOAD_READ_ONCE) &&
+        (flags & DCP_LOAD_PER_RANK_READS))
+        rc = dcp__err(&ctx->err, DCP_EINVAL,
+                      "load: DCP_LOAD_READ_ONCE and DCP_LOAD_PER_RANK_READS "
+                      "both set");
+    else if (rc == DCP_OK && (flags & DCP_LOAD_READ_ONCE) && ctx->size > 1 &&
+             !dcp__comm_has_p2p(ctx->comm))
+        rc = dcp__err(&ctx->err, DCP_ENOTSUP,
+                      "load: DCP_LOAD_READ_ONCE needs a communicator with "
+                      "point-to-point operations (dcp_comm.h version 2)");
     rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
     t = dcp__ph_start(ph, DCP_PHASE_METADATA);
     if (rc == DCP_OK)

@@ -14,9 +14,10 @@
  * Read once (dcp_load): by default chunks that several ranks need are
  * read by one and forwarded (checked: some bytes are received over the
  * communicator when M > 1); `--per-rank` passes DCP_LOAD_PER_RANK_READS
- * (checked: none are). `mpi_reshard replicated DIR` loads every tensor
- * whole on every rank and checks that the bytes read from storage, summed
- * over the ranks, are exactly the checkpoint's tensor bytes (read once),
+ * (checked: none are); `--read-once` passes DCP_LOAD_READ_ONCE (with
+ * `--user-v1`: refused with DCP_ENOTSUP). `mpi_reshard replicated DIR` loads
+ * every tensor whole on every rank and checks that the bytes read from storage,
+ * summed over the ranks, are exactly the checkpoint's tensor bytes (read once),
  * or at least M times them with `--per-rank`.
  */
 #include <dcp/dcp.h>
@@ -154,7 +155,7 @@ static int make_comm(dcp_comm **out, int user)
 /* ---------------------------------------------------------------- save */
 
 static const char *dir;
-static int user_comm, per_rank, replicated;
+static int user_comm, per_rank, replicated, read_once;
 
 static void add_values(dcp_state *st, int r, int n, int save)
 {
@@ -283,7 +284,8 @@ static void test_load(void)
     dcp_phase_report pr;
     memset(&lo, 0, sizeof(lo));
     lo.struct_size = sizeof(lo);
-    lo.flags = per_rank ? DCP_LOAD_PER_RANK_READS : 0;
+    lo.flags = (per_rank ? DCP_LOAD_PER_RANK_READS : 0) |
+               (read_once ? DCP_LOAD_READ_ONCE : 0);
     for (i = 0; i < NSPECS; i++) {
         CHECK(add_spec(st, &specs[i], &h[i], replicated ? FULL : specs[i].load,
                        mt_rank, mt_size, 0) == 0);
@@ -291,6 +293,20 @@ static void test_load(void)
                  dcp_dtype_size(specs[i].dt);
     }
     add_values(st, mt_rank, mt_size, 0);
+    if (read_once && user_comm == 2) {
+        /* Required, and the version-1 communicator cannot: refused on
+         * every rank before anything is read. */
+        CHECK_RC(ctx, dcp_load(ctx, st, dir, &lo), DCP_ENOTSUP);
+        CHECK_MSG(ctx, "DCP_LOAD_READ_ONCE");
+        lo.flags |= DCP_LOAD_PER_RANK_READS;
+        CHECK_RC(ctx, dcp_load(ctx, st, dir, &lo), DCP_EINVAL);
+        for (i = 0; i < NSPECS; i++)
+            free(h[i].buf);
+        dcp_state_free(st);
+        dcp_ctx_free(ctx);
+        dcp_comm_free(comm);
+        return;
+    }
     CHECK_OK(ctx, dcp_load(ctx, st, dir, &lo));
     /* Bytes read from storage and received from other ranks, over all. */
     memset(&pr, 0, sizeof(pr));
@@ -359,13 +375,16 @@ int main(int argc, char **argv)
             user_comm = mt_user_v1 = 2;
         else if (strcmp(argv[i], "--per-rank") == 0)
             per_rank = 1;
+        else if (strcmp(argv[i], "--read-once") == 0)
+            read_once = 1;
         else
             dir = argv[i];
     }
     if (!dir) {
         if (mt_rank == 0)
             fprintf(stderr, "usage: mpi_reshard save|load|replicated DIR "
-                            "[--user-comm|--user-v1] [--per-rank]\n");
+                            "[--user-comm|--user-v1] "
+                            "[--per-rank|--read-once]\n");
         MPI_Finalize();
         return 2;
     }
