@@ -6,7 +6,7 @@
  *
  *   mpirun -n N io_bench save|load|async DIR [--runs R] [--misalign B]
  *          [--io-flags F] [--depth D] [--block BYTES] [--scale small]
- *          [--no-verify 1]
+ *          [--no-verify 1] [--replicated 1] [--per-rank 1]
  *
  * save: builds this rank's row shards and saves them R times into DIR,
  *       emptied before each run (not timed), so every save writes new
@@ -15,6 +15,11 @@
  *       checkpoint saved on another number of ranks reshards it), evicts
  *       DIR's files from the page cache before each run
  *       (posix_fadvise DONTNEED), loads, and checks every element once.
+ * --replicated 1: every rank loads the whole state (the read-once load
+ *       reads each stored byte once and forwards it); --per-rank 1 adds
+ *       DCP_LOAD_PER_RANK_READS. Each load run reports storage_bytes (the
+ *       bytes read from storage, summed over ranks: phase report READ)
+ *       and exchange_bytes (received from other ranks: EXCHANGE).
  * A run's time is the slowest rank's, between barriers; its CPU time is
  * the sum over ranks (getrusage: threads and io_uring workers included).
  * Per rank it also
@@ -197,7 +202,8 @@ int main(int argc, char **argv)
     dcp_state *st = NULL;
     const char *mode, *dir;
     size_t misalign = 0;
-    int rank, world, runs = 3, i, rc, save, verify = 1;
+    int rank, world, runs = 3, i, rc, save, verify = 1, replicated = 0;
+    int per_rank = 0;
     long *peaks;
 
     MPI_Init(&argc, &argv);
@@ -219,6 +225,10 @@ int main(int argc, char **argv)
             runs = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--no-verify"))
             verify = atoi(argv[i + 1]) == 0;
+        else if (!strcmp(argv[i], "--replicated"))
+            replicated = atoi(argv[i + 1]) != 0;
+        else if (!strcmp(argv[i], "--per-rank"))
+            per_rank = atoi(argv[i + 1]) != 0;
         else if (!strcmp(argv[i], "--misalign"))
             misalign = (size_t)atol(argv[i + 1]);
         else if (!strcmp(argv[i], "--io-flags"))
@@ -236,7 +246,8 @@ int main(int argc, char **argv)
     }
 
     if (g2_params(&s, &cfg) != 0 ||
-        g2_alloc(&s, rank, world, save, misalign) != 0) {
+        g2_alloc(&s, replicated && !save ? 0 : rank,
+                 replicated && !save ? 1 : world, save, misalign) != 0) {
         fprintf(stderr, "io_bench: out of memory\n");
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -255,7 +266,8 @@ int main(int argc, char **argv)
     so.struct_size = sizeof(so);
     memset(&lo, 0, sizeof(lo));
     lo.struct_size = sizeof(lo);
-    lo.flags = verify ? 0 : DCP_LOAD_NO_VERIFY;
+    lo.flags = (verify ? 0 : DCP_LOAD_NO_VERIFY) |
+               (per_rank ? DCP_LOAD_PER_RANK_READS : 0);
     peaks = calloc((size_t)world * 2, sizeof(*peaks));
     if (strcmp(mode, "async") == 0) {
         run_async(ctx, st, &s, dir, rank, world, runs);
@@ -265,7 +277,8 @@ int main(int argc, char **argv)
     for (i = 0; i < runs; i++) {
         long mine[2], before;
         double t0, t1, cpu, allcpu = 0;
-        uint64_t bad = 0, allbad = 0;
+        uint64_t bad = 0, allbad = 0, moved[2] = {0, 0}, allmoved[2] = {0, 0};
+        dcp_phase_report pr;
         if (save && rank == 0)
             clear_dir(dir);
         if (!save && rank == 0)
@@ -293,6 +306,14 @@ int main(int argc, char **argv)
             MPI_Reduce(&bad, &allbad, 1, MPI_UINT64_T, MPI_SUM, 0,
                        MPI_COMM_WORLD);
         }
+        memset(&pr, 0, sizeof(pr));
+        pr.struct_size = sizeof(pr);
+        if (!save && dcp_ctx_phase_report(ctx, DCP_IO_LOAD, &pr) == DCP_OK) {
+            moved[0] = pr.bytes[DCP_PHASE_READ];
+            moved[1] = pr.bytes[DCP_PHASE_EXCHANGE];
+        }
+        MPI_Reduce(moved, allmoved, 2, MPI_UINT64_T, MPI_SUM, 0,
+                   MPI_COMM_WORLD);
         rep.struct_size = sizeof(rep);
         (void)dcp_ctx_io_report(ctx, save ? DCP_IO_SAVE : DCP_IO_LOAD, &rep);
         if (rank == 0) {
@@ -301,11 +322,15 @@ int main(int argc, char **argv)
                    "\"misalign\": %zu, \"verify\": %d, \"seconds\": %.6f, "
                    "\"cpu_seconds\": %.4f, \"bytes\": %llu, "
                    "\"gbps\": %.4f, \"bad_elements\": %llu, "
+                   "\"replicated\": %d, \"per_rank\": %d, "
+                   "\"storage_bytes\": %llu, \"exchange_bytes\": %llu, "
                    "\"peak_rss_mib\": [",
                    mode, world, i, misalign, verify, t1 - t0, allcpu,
                    (unsigned long long)s.total_bytes,
                    (double)s.total_bytes / (t1 - t0) / 1e9,
-                   (unsigned long long)allbad);
+                   (unsigned long long)allbad, replicated, per_rank,
+                   (unsigned long long)allmoved[0],
+                   (unsigned long long)allmoved[1]);
             for (r = 0; r < world; r++)
                 printf("%s%.1f", r ? ", " : "", (double)peaks[2 * r] / 1024);
             printf("], \"extra_rss_mib\": [");

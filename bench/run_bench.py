@@ -12,6 +12,14 @@ Runs, in one go, on the GPT-2 small + AdamW state (bench/gpt2_state.h,
              check, run by run in turn (reshard_verify_ratio, target >= 0.9), a 4-rank save from unaligned buffers (the copying path)
              and a 4-rank load through the page cache; peak RSS per rank,
              the save's memory beyond the state, CPU time per GB
+  replicated every one of 4 ranks loading the whole state, read once (each
+             stored chunk read by one rank and forwarded) and with
+             DCP_LOAD_PER_RANK_READS, run by run in turn: the bytes read
+             from storage over the state's bytes
+             (replicated_load_read_amplification, target 1.0) and the
+             time ratio (replicated_load_speedup_vs_per_rank);
+             --only-replicated runs just these (and the 4-rank save they
+             load) and merges their keys into results.json
   torch      torch.distributed.checkpoint save and load, 4 processes, gloo,
              DTensor Shard(0): the same tensors (bench/torch_dcp_bench.py)
   async      bench/async_bench (built with the library): how long
@@ -112,6 +120,40 @@ class Stage:
 def fig(values, unit, nd=3):
     return {"value": round(statistics.median(values), nd), "unit": unit,
             "min": round(min(values), nd), "max": round(max(values), nd)}
+
+
+RO, PR = "dcp replicated load 4 ranks", "dcp replicated load 4, per-rank reads"
+
+
+def replicated_stages(c4, runs, build, scale):
+    """The replicated load, read once and per rank, run by run in turn."""
+    ro, pr = Stage(RO), Stage(PR)
+    for _ in range(runs):
+        ro.add(run_json(mpirun(4, ["load", c4, "--runs", "1", "--replicated",
+                                   "1"] + scale, build), MPI_ENV))
+        pr.add(run_json(mpirun(4, ["load", c4, "--runs", "1", "--replicated",
+                                   "1", "--per-rank", "1"] + scale, build),
+                        MPI_ENV))
+    return [ro.done([]), pr.done([])]
+
+
+def replicated_figs(by):
+    """results.json keys of the replicated load (when it ran)."""
+    if RO not in by or PR not in by:
+        return {}
+    ro, pr = by[RO].runs, by[PR].runs
+    return {
+        "replicated_load_read_amplification": fig(
+            [r["storage_bytes"] / r["bytes"] for r in ro], "x state bytes", 4),
+        "replicated_load_per_rank_read_amplification": fig(
+            [r["storage_bytes"] / r["bytes"] for r in pr], "x state bytes", 4),
+        "replicated_load_seconds": fig([r["seconds"] for r in ro], "s", 3),
+        "replicated_load_per_rank_seconds": fig([r["seconds"] for r in pr],
+                                                "s", 3),
+        # Each read-once run against the per-rank run right after it.
+        "replicated_load_speedup_vs_per_rank": fig(
+            [p["seconds"] / r["seconds"] for r, p in zip(ro, pr)], "x", 2),
+    }
 
 
 # ------------------------------------------------------------------ fio
@@ -595,6 +637,8 @@ def main():
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--out", default=HERE)
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--only-replicated", action="store_true",
+                    help="only the replicated load (merged into results.json)")
     ap.add_argument("--report-only", action="store_true",
                     help=f"redo the outputs from OUT/{RAW}, measuring nothing")
     a = ap.parse_args()
@@ -618,6 +662,25 @@ def main():
     R = a.runs
     c1, c4, ct = (os.path.join(data, x) for x in ("dcp1", "dcp4", "torch4"))
     stages = []
+    if a.only_replicated:
+        run_json(mpirun(4, ["save", c4, "--runs", "1"] + scale, build),
+                 MPI_ENV)
+        st = replicated_stages(c4, R, build, scale)
+        shutil.rmtree(data, ignore_errors=True)
+        figs = replicated_figs({x.name: x for x in st})
+        path = os.path.join(a.out, "results.json")
+        res = {}
+        if os.path.exists(path):
+            with open(path) as f:
+                res = json.load(f)
+        res.update(figs)
+        with open(path, "w") as f:
+            f.write("{\n" + ",\n".join(
+                f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in res.items())
+                + "\n}\n")
+        for k, v in figs.items():
+            log(f"{k}: {v['value']} {v['unit']} ({v['min']} .. {v['max']})")
+        return
 
     s = dcp_stage("dcp save 1 rank", 1, "save", c1, R, build, scale)
     nbytes = s.runs[0]["bytes"]
@@ -647,6 +710,7 @@ def main():
     stages += [x.done([]) for x in (fw, ds, fr, dl, fb)]
     stages.append(dcp_stage("dcp load 4 ranks, buffered", 4, "load", c4, R,
                             build, scale + ["--io-flags", "1"]))
+    stages += replicated_stages(c4, R, build, scale)
     # Resharding with and without the CRC check, run by run in turn, so
     # that each pair sees the same machine (reshard_verify_ratio).
     rv, rn = Stage("dcp load 4 to 3 ranks"), Stage("dcp load 4 to 3, no CRC")
@@ -790,6 +854,7 @@ def report(raw, out, plot):
         ratio("save_vs_torch", "dcp save 4 ranks", "torch save 4")
         ratio("load_vs_torch", "dcp load 4 ranks", "torch load 4")
 
+    res.update(replicated_figs(by))
     res.update(raw.get("hooked", {}))
     for n, x in (("1rank", "dcp async save 1 rank"),
                  ("4rank", "dcp async save 4 ranks")):

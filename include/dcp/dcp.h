@@ -389,7 +389,10 @@ DCP_API int dcp_ctx_io_report(const dcp_ctx *ctx, int op, dcp_io_report *out);
  *                 with the reads and counted here), boxes copied into the
  *                 caller's buffers as they arrive;
  *        COPY     the loaded entries handed back to stateful entries and
- *                 their load_state_dict run, agreed.
+ *                 their load_state_dict run, agreed;
+ *        EXCHANGE (read-once load, see dcp_load) chunks several ranks need
+ *                 read by one and forwarded: planned, read, sent and
+ *                 received (its time is also inside READ's).
  */
 enum dcp_phase {
     DCP_PHASE_PLAN = 0,
@@ -401,7 +404,8 @@ enum dcp_phase {
     DCP_PHASE_METADATA = 6,
     DCP_PHASE_READ = 7,
     DCP_PHASE_VERIFY = 8,
-    DCP_PHASE_COPY = 9
+    DCP_PHASE_COPY = 9,
+    DCP_PHASE_EXCHANGE = 10
 };
 /* Entries of the arrays of dcp_phase_report (room for appended phases). */
 #define DCP_PHASE_MAX 16
@@ -418,7 +422,9 @@ typedef struct dcp_phase_report {
     double seconds[DCP_PHASE_MAX];
     /* Bytes of each phase where meaningful: STAGE bytes copied, WRITE and
      * FSYNC the data file's bytes, METADATA the .metadata's bytes, READ
-     * data-file bytes read; 0 elsewhere. */
+     * tensor bytes this rank read from the data files (CRC-only reads
+     * included; the read-once load's reads for other ranks too), EXCHANGE
+     * tensor bytes received from other ranks; 0 elsewhere. */
     uint64_t bytes[DCP_PHASE_MAX];
     /* Wall time of the operation on this rank: a load from dcp_load's
      * entry to its return; a save from dcp_save's (dcp_save_async's) entry
@@ -972,7 +978,19 @@ enum dcp_load_flags {
     /* Decode and check .metadata afresh, and keep nothing on the context
      * for the next load (see "Plan cache" at dcp_load). (A library older
      * than this flag ignores the bit and has no cache.) */
-    DCP_LOAD_NO_PLAN_CACHE = 1 << 4
+    DCP_LOAD_NO_PLAN_CACHE = 1 << 4,
+    /* Every rank reads the stored chunks its boxes overlap itself, even
+     * those other ranks need too (see "Read once" at dcp_load). Set on any
+     * rank, it applies to all. (A library older than this flag ignores
+     * the bit and always reads per rank.) */
+    DCP_LOAD_PER_RANK_READS = 1 << 5,
+    /* Requires the read-once load: with more than one rank and a
+     * communicator without the point-to-point operations of dcp_comm.h
+     * version 2, the load fails with DCP_ENOTSUP on every rank before
+     * anything is read (DCP_EINVAL together with DCP_LOAD_PER_RANK_READS).
+     * What is read once is the same as without it. (A library older than
+     * this flag ignores the bit.) */
+    DCP_LOAD_READ_ONCE = 1 << 6
 };
 
 /* Options for dcp_load. Zero-initialise and set struct_size. */
@@ -989,8 +1007,9 @@ typedef struct dcp_load_options {
  * DCP_EINVAL otherwise); each rank passes the state it wants filled
  * (ranks may ask for different keys and boxes; a replicated tensor or a
  * value lands on every rank that asks for it). Rank 0 reads .metadata once
- * and broadcasts it; each rank then reads only the stored chunks that
- * overlap its own boxes.
+ * and broadcasts it; the stored chunks that overlap a rank's boxes are
+ * then read by that rank, or, when other ranks need them too, by one of
+ * them and forwarded (see "Read once" below).
  *
  * Strict by default: a missing key (asked for by a rank, not in the
  * checkpoint), an unexpected key (in the checkpoint, asked for by no rank),
@@ -1016,6 +1035,28 @@ typedef struct dcp_load_options {
  * .metadata costs memory on every rank (about its decoded size) until
  * the next load or dcp_ctx_free; DCP_LOAD_NO_PLAN_CACHE disables it.
  * dcp_ctx_plan_cached says which happened.
+ *
+ * Read once. A stored chunk that two or more ranks need (a replicated
+ * tensor, or a chunk that several ranks' boxes overlap) is read and
+ * verified by one of them, chosen to balance the bytes each rank reads,
+ * and forwarded to the others over the communicator in pieces of 4 MiB,
+ * nonblocking, while the reader goes on with its next reads; so a load
+ * where every rank asks for everything reads each stored byte once, not
+ * once per rank. This needs a communicator with the point-to-point
+ * operations of dcp_comm.h version 2 (the MPI one has them; with a user
+ * communicator without them, or DCP_LOAD_PER_RANK_READS, every rank reads
+ * its own chunks; DCP_LOAD_READ_ONCE makes a communicator without them an
+ * error instead). Chunks that a CUDA box overlaps are read per rank. The
+ * outcome is the same either way: a read or CRC error on the reading rank
+ * fails the load on every rank with that rank's code and message; a rank
+ * whose reader failed leaves the boxes of that chunk untouched. It costs a
+ * small planning step (each rank's chunk marks, one byte per stored chunk,
+ * gathered on rank 0 and broadcast) and staging memory: up to 64 MiB held
+ * by a reader's sends in flight, and a buffer per forwarded chunk that
+ * does not land whole and contiguous in one box (a resharded or cast
+ * chunk). dcp_ctx_phase_report gives the bytes read from storage (READ)
+ * and those received from other ranks (EXCHANGE).
+ *
  * Returns, on every rank the same code: DCP_OK, DCP_EINVAL, DCP_ENOENT (no
  * checkpoint in path), DCP_EFORMAT, DCP_EUNSAFE, DCP_ECORRUPT, DCP_EKEY,
  * DCP_EMISMATCH, DCP_ELIMIT, DCP_EIO, DCP_ENOMEM, DCP_ENOTSUP (CUDA

@@ -36,8 +36,10 @@
 extern "C" {
 #endif
 
-/* The version of struct dcp_comm_ops this header describes. */
-#define DCP_COMM_OPS_VERSION 1
+/* The version of struct dcp_comm_ops this header describes. A struct
+ * filled against an older header (version 1) keeps working: dcp reads only
+ * the members its version has. */
+#define DCP_COMM_OPS_VERSION 2
 
 /*
  * A communicator's operations. Set version = DCP_COMM_OPS_VERSION; members
@@ -70,6 +72,33 @@ struct dcp_comm_ops {
     /* Called by dcp_comm_free with impl; may be NULL. Not collective unless
      * the implementation makes it so (the MPI one calls MPI_Comm_free). */
     void (*destroy)(void *impl);
+    /* --- valid since version 2; optional: all four or none --- */
+    /*
+     * Point-to-point messages for the read-once load (dcp_load: a stored
+     * chunk that several ranks need is read by one and forwarded). Not
+     * collective: each is called by the one rank it names. With any of the
+     * four NULL (or a version-1 struct) every rank reads its own chunks
+     * (per-rank reads), as dcp did before.
+     *  - isend/irecv start sending len bytes at buf to rank peer (receiving
+     *    len bytes into buf from rank peer), with tag in [0, 32767]; *req
+     *    receives the implementation's handle. Messages between two ranks
+     *    with one tag must match in the order they were started (MPI's
+     *    rule). len is at most 64 MiB. buf must stay valid until the
+     *    request completes or is cancelled.
+     *  - waitany blocks until one of the n requests completes (NULL entries
+     *    are skipped; at least one is not NULL), releases it, sets that
+     *    entry to NULL and its index in *index. It may give up with
+     *    DCP_ETIMEOUT (the MPI communicator's dcp_comm_mpi_set_timeout);
+     *    after a failure the communicator is not used again.
+     *  - cancel releases a request that has not completed (after a failure:
+     *    every pending one is cancelled before its buffer is freed).
+     */
+    int (*isend)(void *impl, const void *buf, size_t len, int peer, int tag,
+                 void **req);
+    int (*irecv)(void *impl, void *buf, size_t len, int peer, int tag,
+                 void **req);
+    int (*waitany)(void *impl, void **reqs, size_t n, size_t *index);
+    void (*cancel)(void *impl, void *req);
 };
 
 /*

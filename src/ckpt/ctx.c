@@ -289,7 +289,7 @@ const char *dcp_phase_name(int phase)
 {
     static const char *const names[] = {"plan",   "stage",  "write",    "fsync",
                                         "agree",  "commit", "metadata", "read",
-                                        "verify", "copy"};
+                                        "verify", "copy",   "exchange"};
     if (phase < 0 || phase >= (int)(sizeof(names) / sizeof(names[0])))
         return "unknown";
     return names[phase];

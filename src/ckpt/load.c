@@ -26,6 +26,7 @@
 #include "plan.h"
 #include "ranklocal.h"
 #include "read.h"
+#include "readonce.h"
 #include "request.h"
 #include "state.h"
 #include "stateful.h"
@@ -171,7 +172,8 @@ static int cuda_upload(const struct st_entry *se, const uint8_t *host,
  */
 static int load_tensor(struct rd_files *f, const struct st_entry *se,
                        const struct md_entry *e, int verify,
-                       struct io_rbatch *batch, struct dcp_err *err)
+                       struct io_rbatch *batch, const struct ro_plan *ro,
+                       size_t ei, struct dcp_err *err)
 {
     struct rd_dest *dest;
     uint8_t *host = NULL, *mark;
@@ -203,6 +205,8 @@ static int load_tensor(struct rd_files *f, const struct st_entry *se,
         if (!mark[i])
             continue;
         nwanted--;
+        if (dcp__ro_shared(ro, ei, i))
+            continue; /* read once, by its reader (readonce.c) */
         if (!batch)
             dcp__rd_prefetch(f, e, i);
         else if (host)
@@ -219,15 +223,25 @@ static int load_tensor(struct rd_files *f, const struct st_entry *se,
     return rc;
 }
 
+/*
+ * Values, then this rank's own tensor chunks (batched), then the chunks
+ * read once (readonce.h: every rank takes part when ro->on, even one that
+ * failed before, rc_in, so that its peers' messages are answered); values
+ * replace the templates only when all of it succeeded and every chunk
+ * this rank needed landed (a failed reader's chunks did not).
+ */
 static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
-                    const struct dcp_metadata *md, int verify)
+                    const struct dcp_metadata *md, int verify,
+                    const struct ro_plan *ro, int rc_in)
 {
     dcp_value **vals = dcp__calloc(st->n ? st->n : 1, sizeof(*vals));
     struct io_rbatch batch = {0};
     size_t i;
-    int rc = DCP_OK;
-    if (!vals)
-        return dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
+    int rc = rc_in, dropped = 0;
+    if (!vals && rc == DCP_OK)
+        rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
+    if (!vals && !ro->on)
+        return rc;
     /* Values are decoded before any buffer changes. */
     for (i = 0; rc == DCP_OK && i < st->n; i++) {
         long ei = dcp__meta_find(md, st->e[i].key);
@@ -241,15 +255,16 @@ static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
     for (i = 0; rc == DCP_OK && i < st->n; i++) {
         long ei = dcp__meta_find(md, st->e[i].key);
         if (ei >= 0 && st->e[i].is_tensor)
-            rc = load_tensor(f, &st->e[i], &md->e[ei], verify, NULL, &ctx->err);
+            rc = load_tensor(f, &st->e[i], &md->e[ei], verify, NULL, ro,
+                             (size_t)ei, &ctx->err);
     }
     if (rc == DCP_OK)
         rc = dcp__io_rbatch_init(&batch, f->dirfd, md->nfiles, &ctx->err);
     for (i = 0; rc == DCP_OK && i < st->n; i++) {
         long ei = dcp__meta_find(md, st->e[i].key);
         if (ei >= 0 && st->e[i].is_tensor)
-            rc = load_tensor(f, &st->e[i], &md->e[ei], verify, &batch,
-                             &ctx->err);
+            rc = load_tensor(f, &st->e[i], &md->e[ei], verify, &batch, ro,
+                             (size_t)ei, &ctx->err);
     }
     if (rc == DCP_OK && batch.nparts) {
         struct io_eng *e = NULL;
@@ -259,10 +274,17 @@ static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
         dcp__ctx_io_end(ctx, DCP_IO_LOAD);
     }
     dcp__io_rbatch_release(&batch);
-    for (i = 0; i < st->n; i++) {
+    if (ro->on) {
+        uint64_t nread = 0, nrecv = 0;
+        double t = dcp__ph_start(&ctx->ph[DCP_IO_LOAD], DCP_PHASE_EXCHANGE);
+        rc = dcp__ro_run(ctx, ro, st, f, md, verify, rc, &nread, &nrecv,
+                         &dropped);
+        dcp__ph_end(&ctx->ph[DCP_IO_LOAD], DCP_PHASE_EXCHANGE, t, nrecv);
+    }
+    for (i = 0; vals && i < st->n; i++) {
         if (!vals[i])
             continue;
-        if (rc == DCP_OK) {
+        if (rc == DCP_OK && !dropped) {
             dcp_value_free(st->e[i].value);
             st->e[i].value = vals[i];
         } else {
@@ -416,6 +438,8 @@ int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
     int hit = 0;
     struct dcp_metadata *md = NULL;
     struct rd_files f;
+    struct ro_plan ro;
+    uint64_t nbytes = 0;
     uint8_t *bytes = NULL, *got = NULL;
     size_t len = 0, gotlen = 0;
     unsigned flags = 0;
@@ -435,6 +459,16 @@ int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
         rc = dcp__err(&ctx->err, DCP_EINVAL, "load: state and path needed");
     if (opts && opts->struct_size >= sizeof(dcp_load_options))
         flags = opts->flags;
+    if (rc == DCP_OK && (flags & DCP_LOAD_READ_ONCE) &&
+        (flags & DCP_LOAD_PER_RANK_READS))
+        rc = dcp__err(&ctx->err, DCP_EINVAL,
+                      "load: DCP_LOAD_READ_ONCE and DCP_LOAD_PER_RANK_READS "
+                      "both set");
+    else if (rc == DCP_OK && (flags & DCP_LOAD_READ_ONCE) && ctx->size > 1 &&
+             !dcp__comm_has_p2p(ctx->comm))
+        rc = dcp__err(&ctx->err, DCP_ENOTSUP,
+                      "load: DCP_LOAD_READ_ONCE needs a communicator with "
+                      "point-to-point operations (dcp_comm.h version 2)");
     rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
     t = dcp__ph_start(ph, DCP_PHASE_METADATA);
     if (rc == DCP_OK)
@@ -482,14 +516,20 @@ int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
         goto out;
 read:
     t = dcp__ph_start(ph, DCP_PHASE_READ);
-    rc = dcp__rd_open(&f, path, md, &ctx->err);
+    /* Who reads which shared chunk (readonce.h); agreed. */
+    rc = dcp__ro_plan(ctx, st, md, flags, &ro);
     if (rc == DCP_OK) {
-        rc = load_all(ctx, st, &f, md, !(flags & DCP_LOAD_NO_VERIFY));
-        dcp__rd_close(&f);
+        uint64_t direct;
+        int orc = dcp__rd_open(&f, path, md, &ctx->err);
+        rc = load_all(ctx, st, &f, md, !(flags & DCP_LOAD_NO_VERIFY), &ro, orc);
+        direct = f.data_read;
+        if (orc == DCP_OK)
+            dcp__rd_close(&f);
+        nbytes = ctx->io_last[DCP_IO_LOAD].bytes + direct;
     }
+    dcp__ro_release(&ro);
     rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
-    dcp__ph_end(ph, DCP_PHASE_READ, t,
-                rc == DCP_OK ? ctx->io_last[DCP_IO_LOAD].bytes : 0);
+    dcp__ph_end(ph, DCP_PHASE_READ, t, rc == DCP_OK ? nbytes : 0);
     if (rc == DCP_OK) {
         ld_cache_keep(ctx, lc, &md, &lp, path, flags, id);
         lc = NULL;

@@ -560,6 +560,8 @@ int dcp__rd_chunk(struct rd_files *f, const struct md_entry *e, size_t ci,
     if (hi > lo)
         rc = rec_read(&r, data->data_off + lo, dst + lo, (size_t)(hi - lo),
                       err);
+    if (rc == DCP_OK)
+        f->data_read += hi - lo;
     if (rc != DCP_OK)
         return dcp__err_prefix(err, "'%s'", e->key);
     /* Every block checked is the whole record checked too: dcp__tz_open
@@ -582,6 +584,25 @@ int dcp__rd_chunk(struct rd_files *f, const struct md_entry *e, size_t ci,
                                dest[i].size, ioff, isize))
             copy_overlap(&dest[i], &t, dst, c->off, ioff, isize);
     return DCP_OK;
+}
+
+void dcp__rd_copy_chunk(const struct md_entry *e, size_t ci, const uint8_t *src,
+                        const struct rd_dest *dest, size_t ndest)
+{
+    const struct md_chunk *c = &e->chunks[ci];
+    int64_t ioff[DCP_MAX_NDIM], isize[DCP_MAX_NDIM];
+    struct tz_tensor t;
+    size_t i;
+    memset(&t, 0, sizeof(t));
+    t.dtype = e->dtype;
+    t.ndim = e->ndim;
+    for (i = 0; i < (size_t)e->ndim; i++)
+        t.size[i] = c->size[i];
+    dcp__box_cstrides(e->ndim, c->size, t.stride);
+    for (i = 0; i < ndest; i++)
+        if (dcp__box_intersect(e->ndim, c->off, c->size, dest[i].off,
+                               dest[i].size, ioff, isize))
+            copy_overlap(&dest[i], &t, src, c->off, ioff, isize);
 }
 
 int dcp__rd_value(struct rd_files *f, const struct md_entry *e, int verify,

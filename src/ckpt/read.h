@@ -26,6 +26,7 @@ struct rd_files {
      * bound on a value record's decompressed size (dcp__rd_value sets it). */
     uint8_t *plain;
     uint64_t value_max;
+    uint64_t data_read; /* tensor data bytes dcp__rd_chunk read */
 };
 
 /* A destination: a box of the global tensor, with its own buffer. */
@@ -73,6 +74,14 @@ void dcp__rd_prefetch(struct rd_files *f, const struct md_entry *e, size_t ci);
 int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e, size_t ci,
                        const struct rd_dest *dest, size_t ndest, int verify,
                        struct io_rbatch *batch, struct dcp_err *err);
+
+/*
+ * Copies chunk ci of tensor entry e, given as its C-contiguous elements in
+ * the stored dtype at src (what the read-once load forwards), into every
+ * destination it overlaps, casting where a destination's dtype differs.
+ */
+void dcp__rd_copy_chunk(const struct md_entry *e, size_t ci, const uint8_t *src,
+                        const struct rd_dest *dest, size_t ndest);
 
 /* Reads value entry e; *out belongs to the caller. */
 int dcp__rd_value(struct rd_files *f, const struct md_entry *e, int verify,

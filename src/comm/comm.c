@@ -9,6 +9,7 @@
  */
 #include "comm.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -29,9 +30,12 @@ int dcp_comm_create(const struct dcp_comm_ops *ops, void *impl, int rank,
     c = dcp__calloc(1, sizeof(*c));
     if (!c)
         return DCP_ENOMEM;
-    /* Version 1 is the whole struct today; a later version copies the
-     * prefix its caller knows and leaves newer members NULL. */
-    c->ops = *ops;
+    /* A version-1 caller's struct ends at destroy: only that prefix is
+     * read, newer members stay NULL. */
+    if (ops->version == 1)
+        memcpy(&c->ops, ops, offsetof(struct dcp_comm_ops, isend));
+    else
+        c->ops = *ops;
     c->ops.version = DCP_COMM_OPS_VERSION;
     c->impl = impl;
     c->rank = rank;
@@ -118,6 +122,43 @@ int dcp__comm_allreduce_min(const dcp_comm *c, int64_t *vals, size_t n,
     if (!c)
         return DCP_OK;
     return transport(err, c->ops.allreduce_min(c->impl, vals, n), "allreduce");
+}
+
+int dcp__comm_has_p2p(const dcp_comm *c)
+{
+    return c && c->size > 1 && c->ops.version >= 2 && c->ops.isend &&
+           c->ops.irecv && c->ops.waitany && c->ops.cancel;
+}
+
+int dcp__comm_isend(const dcp_comm *c, const void *buf, size_t len, int peer,
+                    int tag, void **req, struct dcp_err *err)
+{
+    *req = NULL;
+    return transport(err, c->ops.isend(c->impl, buf, len, peer, tag, req),
+                     "isend");
+}
+
+int dcp__comm_irecv(const dcp_comm *c, void *buf, size_t len, int peer, int tag,
+                    void **req, struct dcp_err *err)
+{
+    *req = NULL;
+    return transport(err, c->ops.irecv(c->impl, buf, len, peer, tag, req),
+                     "irecv");
+}
+
+int dcp__comm_waitany(const dcp_comm *c, void **reqs, size_t n, size_t *index,
+                      struct dcp_err *err)
+{
+    int rc = c->ops.waitany(c->impl, reqs, n, index);
+    if (rc == DCP_OK && (*index >= n || reqs[*index]))
+        rc = DCP_EIO; /* the implementation broke its contract */
+    return transport(err, rc, "waitany");
+}
+
+void dcp__comm_cancel(const dcp_comm *c, void *req)
+{
+    if (req)
+        c->ops.cancel(c->impl, req);
 }
 
 /* -------------------------------------------------------- agreement */

@@ -55,6 +55,20 @@ int dcp__comm_allreduce_min(const dcp_comm *c, int64_t *vals, size_t n,
                             struct dcp_err *err);
 
 /*
+ * Point-to-point (version-2 ops, for the read-once load): whether c has
+ * them (never for NULL or one rank), and the wrappers. A transport failure
+ * gets a message in err; DCP_ETIMEOUT says a peer did not answer.
+ */
+int dcp__comm_has_p2p(const dcp_comm *c);
+int dcp__comm_isend(const dcp_comm *c, const void *buf, size_t len, int peer,
+                    int tag, void **req, struct dcp_err *err);
+int dcp__comm_irecv(const dcp_comm *c, void *buf, size_t len, int peer, int tag,
+                    void **req, struct dcp_err *err);
+int dcp__comm_waitany(const dcp_comm *c, void **reqs, size_t n, size_t *index,
+                      struct dcp_err *err);
+void dcp__comm_cancel(const dcp_comm *c, void *req);
+
+/*
  * Agreement with an explanation: every rank passes its rc and its err (the
  * message of its failure). Returns DCP_OK when every rank passed DCP_OK;
  * otherwise, on every rank, the code of the lowest failing rank R, with err

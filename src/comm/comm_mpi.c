@@ -263,6 +263,111 @@ static int m_barrier(void *impl)
     return MPI_CALL(m, MPI_Ibarrier(m->comm, &req));
 }
 
+/*
+ * Point-to-point (version 2): a request is a dcp__malloc'd MPI_Request.
+ * waitany polls MPI_Testany (MPI_Waitany without a timeout); with a
+ * timeout, no completion before the deadline marks the communicator broken.
+ */
+static int m_isend(void *impl, const void *buf, size_t len, int peer, int tag,
+                   void **req)
+{
+    struct mpi_comm *m = impl;
+    MPI_Request *r;
+    if (m->broken)
+        return DCP_ETIMEOUT;
+    if (len > INT_MAX) /* dcp sends at most 64 MiB (dcp_comm.h) */
+        return DCP_EINVAL;
+    r = dcp__malloc(sizeof(*r));
+    if (!r)
+        return DCP_ENOMEM;
+    if (MPI_Isend(buf, (int)len, MPI_BYTE, peer, tag, m->comm, r) !=
+        MPI_SUCCESS) {
+        dcp__free(r);
+        return DCP_EIO;
+    }
+    *req = r;
+    return DCP_OK;
+}
+
+static int m_irecv(void *impl, void *buf, size_t len, int peer, int tag,
+                   void **req)
+{
+    struct mpi_comm *m = impl;
+    MPI_Request *r;
+    if (m->broken)
+        return DCP_ETIMEOUT;
+    if (len > INT_MAX) /* dcp sends at most 64 MiB (dcp_comm.h) */
+        return DCP_EINVAL;
+    r = dcp__malloc(sizeof(*r));
+    if (!r)
+        return DCP_ENOMEM;
+    if (MPI_Irecv(buf, (int)len, MPI_BYTE, peer, tag, m->comm, r) !=
+        MPI_SUCCESS) {
+        dcp__free(r);
+        return DCP_EIO;
+    }
+    *req = r;
+    return DCP_OK;
+}
+
+static int m_waitany(void *impl, void **reqs, size_t n, size_t *index)
+{
+    struct mpi_comm *m = impl;
+    MPI_Request *arr;
+    double deadline = 0;
+    long nap = 1000; /* ns, doubling to 1 ms */
+    int idx = MPI_UNDEFINED, done = 0, e;
+    size_t i;
+    if (m->broken)
+        return DCP_ETIMEOUT;
+    if (n > (size_t)INT_MAX)
+        return DCP_EINVAL;
+    arr = dcp__malloc((n ? n : 1) * sizeof(*arr));
+    if (!arr)
+        return DCP_ENOMEM;
+    for (i = 0; i < n; i++)
+        arr[i] = reqs[i] ? *(MPI_Request *)reqs[i] : MPI_REQUEST_NULL;
+    if (m->timeout <= 0) {
+        e = MPI_Waitany((int)n, arr, &idx, MPI_STATUS_IGNORE);
+    } else {
+        deadline = mono() + m->timeout;
+        for (;;) {
+            struct timespec ts;
+            e = MPI_Testany((int)n, arr, &idx, &done, MPI_STATUS_IGNORE);
+            if (e != MPI_SUCCESS || done)
+                break;
+            if (mono() >= deadline) {
+                m->broken = 1;
+                dcp__free(arr);
+                return DCP_ETIMEOUT;
+            }
+            ts.tv_sec = 0;
+            ts.tv_nsec = nap;
+            (void)nanosleep(&ts, NULL);
+            if (nap < 1000000)
+                nap *= 2;
+        }
+    }
+    dcp__free(arr);
+    if (e != MPI_SUCCESS || idx == MPI_UNDEFINED || idx < 0 || (size_t)idx >= n)
+        return DCP_EIO;
+    dcp__free(reqs[idx]);
+    reqs[idx] = NULL;
+    *index = (size_t)idx;
+    return DCP_OK;
+}
+
+static void m_cancel(void *impl, void *req)
+{
+    MPI_Request *r = req;
+    (void)impl;
+    if (!r)
+        return;
+    (void)MPI_Cancel(r);
+    (void)MPI_Request_free(r);
+    dcp__free(r);
+}
+
 static void m_destroy(void *impl)
 {
     struct mpi_comm *m = impl;
@@ -273,9 +378,18 @@ static void m_destroy(void *impl)
     dcp__free(m);
 }
 
-static const struct dcp_comm_ops mpi_ops = {
-    DCP_COMM_OPS_VERSION, m_bcast,         m_gather,  m_gatherv,
-    m_scatterv,           m_allreduce_min, m_barrier, m_destroy};
+static const struct dcp_comm_ops mpi_ops = {DCP_COMM_OPS_VERSION,
+                                            m_bcast,
+                                            m_gather,
+                                            m_gatherv,
+                                            m_scatterv,
+                                            m_allreduce_min,
+                                            m_barrier,
+                                            m_destroy,
+                                            m_isend,
+                                            m_irecv,
+                                            m_waitany,
+                                            m_cancel};
 
 int dcp_comm_mpi(dcp_comm **out, MPI_Comm comm)
 {

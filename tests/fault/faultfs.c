@@ -66,7 +66,8 @@ static int before(struct faultfs *f, enum ff_op op, const char *name,
     unsigned mask = f->fail_mask ? f->fail_mask : ~0u;
     f->op_count[op]++;
     if (((f->hang_mask >> op) & 1) &&
-        (!f->hang_name || (name && strstr(name, f->hang_name))))
+        (!f->hang_name || (name && strstr(name, f->hang_name))) &&
+        !(f->hang_skip && f->hang_skip--))
         for (;;)
             (void)sleep(1);
     if (!(mask & (1u << op)))

@@ -101,6 +101,7 @@ struct faultfs {
      * any): a rank that stops answering (tests/mpi/mpi_timeout.c). */
     unsigned hang_mask;
     const char *hang_name;
+    uint64_t hang_skip; /* matching operations let through first */
     enum ff_sys_fault sys_fault;
     unsigned sys_mask; /* syscall kinds counted (bits of enum ff_sys) */
     uint64_t sys_at;   /* 1-based index among those; 0: none */

@@ -175,8 +175,10 @@ static inline int fc_barrier(void *impl)
 static inline const struct dcp_comm_ops *fc_ops(void)
 {
     static const struct dcp_comm_ops ops = {
-        DCP_COMM_OPS_VERSION, fc_bcast,         fc_gather,  fc_gatherv,
-        fc_scatterv,          fc_allreduce_min, fc_barrier, NULL};
+        1, fc_bcast, fc_gather, fc_gatherv, fc_scatterv, fc_allreduce_min,
+        fc_barrier, NULL,
+        /* a version-1 communicator: no point-to-point, per-rank reads */
+        NULL, NULL, NULL, NULL};
     return &ops;
 }
 

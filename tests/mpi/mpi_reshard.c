@@ -8,7 +8,17 @@
  * nested keys and values (replicated and single-rank), records of several
  * CRC blocks. `--user-comm` runs
  * the same through a communicator the test implements itself over MPI
- * (dcp_comm_create), instead of dcp_comm_mpi.
+ * (dcp_comm_create), instead of dcp_comm_mpi; `--user-v1` through a
+ * version-1 one (no point-to-point operations).
+ *
+ * Read once (dcp_load): by default chunks that several ranks need are
+ * read by one and forwarded (checked: some bytes are received over the
+ * communicator when M > 1); `--per-rank` passes DCP_LOAD_PER_RANK_READS
+ * (checked: none are); `--read-once` passes DCP_LOAD_READ_ONCE (with
+ * `--user-v1`: refused with DCP_ENOTSUP). `mpi_reshard replicated DIR` loads
+ * every tensor whole on every rank and checks that the bytes read from storage,
+ * summed over the ranks, are exactly the checkpoint's tensor bytes (read once),
+ * or at least M times them with `--per-rank`.
  */
 #include <dcp/dcp.h>
 #include <dcp/dcp_comm.h>
@@ -145,7 +155,7 @@ static int make_comm(dcp_comm **out, int user)
 /* ---------------------------------------------------------------- save */
 
 static const char *dir;
-static int user_comm;
+static int user_comm, per_rank, replicated, read_once;
 
 static void add_values(dcp_state *st, int r, int n, int save)
 {
@@ -269,11 +279,65 @@ static void test_load(void)
     CHECK(make_comm(&comm, user_comm) == 0);
     CHECK(dcp_ctx_create(&ctx, comm, NULL) == 0);
     CHECK(dcp_state_create(&st) == 0);
-    for (i = 0; i < NSPECS; i++)
-        CHECK(add_spec(st, &specs[i], &h[i], specs[i].load, mt_rank, mt_size,
-                       0) == 0);
+    uint64_t total = 0, mine[2], sum[2];
+    dcp_load_options lo;
+    dcp_phase_report pr;
+    memset(&lo, 0, sizeof(lo));
+    lo.struct_size = sizeof(lo);
+    lo.flags = (per_rank ? DCP_LOAD_PER_RANK_READS : 0) |
+               (read_once ? DCP_LOAD_READ_ONCE : 0);
+    for (i = 0; i < NSPECS; i++) {
+        CHECK(add_spec(st, &specs[i], &h[i], replicated ? FULL : specs[i].load,
+                       mt_rank, mt_size, 0) == 0);
+        total += mt_numel(specs[i].ndim, specs[i].shape) *
+                 dcp_dtype_size(specs[i].dt);
+    }
     add_values(st, mt_rank, mt_size, 0);
-    CHECK_OK(ctx, dcp_load(ctx, st, dir, NULL));
+    if (read_once && user_comm == 2) {
+        /* Required, and the version-1 communicator cannot: refused on
+         * every rank before anything is read. */
+        CHECK_RC(ctx, dcp_load(ctx, st, dir, &lo), DCP_ENOTSUP);
+        CHECK_MSG(ctx, "DCP_LOAD_READ_ONCE");
+        lo.flags |= DCP_LOAD_PER_RANK_READS;
+        CHECK_RC(ctx, dcp_load(ctx, st, dir, &lo), DCP_EINVAL);
+        for (i = 0; i < NSPECS; i++)
+            free(h[i].buf);
+        dcp_state_free(st);
+        dcp_ctx_free(ctx);
+        dcp_comm_free(comm);
+        return;
+    }
+    CHECK_OK(ctx, dcp_load(ctx, st, dir, &lo));
+    /* Bytes read from storage and received from other ranks, over all. */
+    memset(&pr, 0, sizeof(pr));
+    pr.struct_size = sizeof(pr);
+    CHECK(dcp_ctx_phase_report(ctx, DCP_IO_LOAD, &pr) == DCP_OK);
+    mine[0] = pr.bytes[DCP_PHASE_READ];
+    mine[1] = pr.bytes[DCP_PHASE_EXCHANGE];
+    MPI_Allreduce(mine, sum, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    if (per_rank || mt_size == 1 || user_comm == 2)
+        CHECK(sum[1] == 0);
+    else
+        CHECK(sum[1] > 0);
+    if (replicated) {
+        /* Per-rank reads: every rank reads everything, and the I/O engine
+         * reads whole 4 KiB pages with O_DIRECT (the 2200 one-byte chunks
+         * of "many" cost a page each), so at least M times the bytes. */
+        int per = per_rank || user_comm == 2;
+        uint64_t want = per ? total * (uint64_t)mt_size : total;
+        CHECK(!per || mine[0] >= total);
+        if (per ? sum[0] < want : sum[0] != want) {
+            fprintf(stderr,
+                    "[rank %d] read %llu bytes from storage in all, want "
+                    "%llu (%llu tensor bytes)\n",
+                    mt_rank, (unsigned long long)sum[0],
+                    (unsigned long long)want, (unsigned long long)total);
+            mt_fail++;
+        }
+        CHECK(
+            sum[1] ==
+            (per_rank || user_comm == 2 ? 0 : total * (uint64_t)(mt_size - 1)));
+    }
     for (i = 0; i < NSPECS; i++) {
         const struct tspec *t = &specs[i];
         size_t es = dcp_dtype_size(t->dt);
@@ -303,15 +367,24 @@ int main(int argc, char **argv)
             save = 1;
         else if (strcmp(argv[i], "load") == 0)
             save = 0;
+        else if (strcmp(argv[i], "replicated") == 0)
+            replicated = 1;
         else if (strcmp(argv[i], "--user-comm") == 0)
             user_comm = 1;
+        else if (strcmp(argv[i], "--user-v1") == 0)
+            user_comm = mt_user_v1 = 2;
+        else if (strcmp(argv[i], "--per-rank") == 0)
+            per_rank = 1;
+        else if (strcmp(argv[i], "--read-once") == 0)
+            read_once = 1;
         else
             dir = argv[i];
     }
     if (!dir) {
         if (mt_rank == 0)
-            fprintf(stderr, "usage: mpi_reshard save|load DIR "
-                            "[--user-comm]\n");
+            fprintf(stderr, "usage: mpi_reshard save|load|replicated DIR "
+                            "[--user-comm|--user-v1] "
+                            "[--per-rank|--read-once]\n");
         MPI_Finalize();
         return 2;
     }

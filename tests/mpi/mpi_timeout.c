@@ -84,6 +84,11 @@ static const struct phase {
     {"load-data", LOAD, 1, 0, 1u << FF_READ, ".distcp",
      "rank 1 hangs reading a data file (after the metadata broadcast)",
      "timed out"},
+    {"load-replicated", LOAD, 1, 0, 1u << FF_READ, ".distcp",
+     "every rank loads everything (read once: each chunk read by one rank "
+     "and forwarded); rank 1 hangs in its first read, the others wait for "
+     "its chunks",
+     "timed out"},
 };
 
 static double now(void)
@@ -121,7 +126,10 @@ static int act(const struct phase *p, dcp_ctx *x, const char *dir)
     struct refstate r;
     dcp_request *req = NULL;
     int rc;
-    if (rs_build_part(&r, p->act == LOAD ? 0 : RS_SEED_NEW, rank, 3))
+    /* load-replicated: the whole state on every rank. */
+    int whole = !strcmp(p->name, "load-replicated");
+    if (rs_build_part(&r, p->act == LOAD ? 0 : RS_SEED_NEW, whole ? 0 : rank,
+                      whole ? 1 : 3))
         MPI_Abort(MPI_COMM_WORLD, 4);
     if (p->act == SAVE) {
         rc = dcp_save(x, r.st, dir, NULL);
@@ -203,6 +211,13 @@ int main(int argc, char **argv)
                 (void)sleep(1); /* ended by the leader's MPI_Abort */
         ff.hang_mask = p->hang;
         ff.hang_name = p->obj;
+        /* load-replicated: past the reads of the two value records (each
+         * read whole in one window), into the chunks it reads for the
+         * others, who time out waiting for them (in the exchange's
+         * waitany; what they report is the agreement after it, on the
+         * broken communicator). */
+        if (!strcmp(p->name, "load-replicated"))
+            ff.hang_skip = 2;
     }
     t0 = now();
     rc = act(p, x1, dir);

@@ -86,12 +86,95 @@ static void u_destroy(void *impl)
     free(impl);
 }
 
-/* The user communicator over a duplicate of MPI_COMM_WORLD. Collective. */
+/* Version 2: point-to-point for the read-once load; a request is a
+ * malloc'd MPI_Request. */
+static int u_start(int e, MPI_Request *r, void **req)
+{
+    if (e != MPI_SUCCESS) {
+        free(r);
+        return u_ok(e);
+    }
+    *req = r;
+    return u_ok(e);
+}
+
+static int u_isend(void *impl, const void *buf, size_t len, int peer, int tag,
+                   void **req)
+{
+    MPI_Request *r = malloc(sizeof(*r));
+    if (!r)
+        return DCP_ENOMEM;
+    return u_start(
+        MPI_Isend(buf, (int)len, MPI_BYTE, peer, tag, *(MPI_Comm *)impl, r), r,
+        req);
+}
+
+static int u_irecv(void *impl, void *buf, size_t len, int peer, int tag,
+                   void **req)
+{
+    MPI_Request *r = malloc(sizeof(*r));
+    if (!r)
+        return DCP_ENOMEM;
+    return u_start(
+        MPI_Irecv(buf, (int)len, MPI_BYTE, peer, tag, *(MPI_Comm *)impl, r), r,
+        req);
+}
+
+static int u_waitany(void *impl, void **reqs, size_t n, size_t *index)
+{
+    MPI_Request *a = malloc((n ? n : 1) * sizeof(*a));
+    size_t i;
+    int idx = MPI_UNDEFINED, e;
+    (void)impl;
+    if (!a)
+        return DCP_ENOMEM;
+    for (i = 0; i < n; i++)
+        a[i] = reqs[i] ? *(MPI_Request *)reqs[i] : MPI_REQUEST_NULL;
+    e = MPI_Waitany((int)n, a, &idx, MPI_STATUS_IGNORE);
+    free(a);
+    if (e != MPI_SUCCESS || idx == MPI_UNDEFINED)
+        return DCP_EIO;
+    free(reqs[idx]);
+    reqs[idx] = NULL;
+    *index = (size_t)idx;
+    return u_ok(e);
+}
+
+static void u_cancel(void *impl, void *req)
+{
+    (void)impl;
+    MPI_Cancel(req);
+    MPI_Request_free(req);
+    free(req);
+}
+
+/* The user communicator over a duplicate of MPI_COMM_WORLD. Collective.
+ * With mt_user_v1 set, a version-1 vtable (no point-to-point: per-rank
+ * reads). */
+static int mt_user_v1;
+
 static int mt_user_comm(dcp_comm **out)
 {
-    static const struct dcp_comm_ops ops = {
-        DCP_COMM_OPS_VERSION, u_bcast,         u_gather,  u_gatherv,
-        u_scatterv,           u_allreduce_min, u_barrier, u_destroy};
+    static const struct dcp_comm_ops ops2 = {DCP_COMM_OPS_VERSION,
+                                             u_bcast,
+                                             u_gather,
+                                             u_gatherv,
+                                             u_scatterv,
+                                             u_allreduce_min,
+                                             u_barrier,
+                                             u_destroy,
+                                             u_isend,
+                                             u_irecv,
+                                             u_waitany,
+                                             u_cancel};
+    struct dcp_comm_ops ops = ops2;
+    if (mt_user_v1) {
+        ops.version = 1;
+        ops.isend = NULL;
+        ops.irecv = NULL;
+        ops.waitany = NULL;
+        ops.cancel = NULL;
+    }
     MPI_Comm *c = malloc(sizeof(*c));
     int rc;
     *out = NULL;

@@ -943,9 +943,9 @@ static int c_barrier(void *impl)
 
 TEST(communicator_on_caller_thread)
 {
-    struct dcp_comm_ops ops = {
-        DCP_COMM_OPS_VERSION, c_bcast, c_gather,  c_gatherv,
-        c_scatterv,           c_min,   c_barrier, NULL};
+    struct dcp_comm_ops ops = {1,          c_bcast, c_gather,  c_gatherv,
+                               c_scatterv, c_min,   c_barrier, NULL,
+                               NULL,       NULL,    NULL,      NULL};
     dcp_comm *comm;
     dcp_ctx *ctx;
     struct model m;

@@ -172,7 +172,8 @@ TEST(names)
     ASSERT_STR_EQ(dcp_phase_name(DCP_PHASE_COMMIT), "commit");
     ASSERT_STR_EQ(dcp_phase_name(DCP_PHASE_METADATA), "metadata");
     ASSERT_STR_EQ(dcp_phase_name(DCP_PHASE_COPY), "copy");
-    ASSERT_STR_EQ(dcp_phase_name(10), "unknown");
+    ASSERT_STR_EQ(dcp_phase_name(DCP_PHASE_EXCHANGE), "exchange");
+    ASSERT_STR_EQ(dcp_phase_name(11), "unknown");
     ASSERT_STR_EQ(dcp_phase_name(-1), "unknown");
     dcp_ctx *ctx = NULL;
     dcp_phase_report r;

@@ -1,0 +1,616 @@
+/*
+ * The read-once load (readonce.h): the plan every rank computes alike from
+ * the gathered marks, and the exchange, an event loop over nonblocking
+ * point-to-point messages in which every rank is reader and receiver.
+ */
+#include "readonce.h"
+
+#include <stdlib.h> /* qsort */
+#include <string.h>
+
+#include "comm.h"
+#include "dtype.h"
+#include "reshard.h"
+
+#define RO_PIECE     ((size_t)4 << 20)     /* bytes per data message */
+#define RO_HELD      ((uint64_t)64 << 20)  /* staging held by sends, receives */
+#define RO_MARKS_MAX ((uint64_t)256 << 20) /* ranks x chunks */
+#define RO_HDRS      64                    /* header receives posted at once */
+#define TAG_HDR      1
+#define TAG_DATA     2 /* + chunk index mod TAG_SPAN */
+#define TAG_SPAN     16384
+
+void dcp__ro_release(struct ro_plan *p)
+{
+    dcp__free(p->base);
+    dcp__free(p->reader);
+    dcp__free(p->need);
+    memset(p, 0, sizeof(*p));
+}
+
+/* Bytes of chunk ci as C-contiguous elements in the stored dtype. */
+static uint64_t chunk_bytes(const struct md_entry *e, size_t ci)
+{
+    return dcp__box_numel(e->ndim, e->chunks[ci].size) *
+           dcp_dtype_size(e->dtype);
+}
+
+/* This rank's marks: 1 for a chunk its boxes overlap, 2 for one that a
+ * CUDA box overlaps (read by each rank itself: such chunks go through a
+ * host bounce buffer in load.c). row[nchunks] is 1 when this rank wants
+ * per-rank reads. */
+static int mark_row(const dcp_state *st, const struct dcp_metadata *md,
+                    const struct ro_plan *p, unsigned flags, uint8_t *row)
+{
+    size_t i, b, k;
+    uint8_t *tmp = NULL;
+    size_t cap = 0;
+    memset(row, 0, p->nchunks + 1);
+    row[p->nchunks] = (flags & DCP_LOAD_PER_RANK_READS) ? 1 : 0;
+    for (i = 0; i < st->n; i++) {
+        const struct st_entry *se = &st->e[i];
+        const struct md_entry *e;
+        long ei;
+        if (!se->is_tensor)
+            continue;
+        ei = dcp__meta_find(md, se->key);
+        if (ei < 0 || !md->e[ei].is_tensor)
+            continue;
+        e = &md->e[ei];
+        if (!e->nchunks)
+            continue;
+        if (e->nchunks > cap) {
+            dcp__free(tmp);
+            cap = e->nchunks;
+            tmp = dcp__malloc(cap);
+            if (!tmp)
+                return DCP_ENOMEM;
+        }
+        memset(tmp, 0, e->nchunks);
+        for (b = 0; b < se->nboxes; b++)
+            if (dcp__box_numel(e->ndim, se->boxes[b].size))
+                (void)dcp__meta_overlapping(e, se->boxes[b].off,
+                                            se->boxes[b].size, tmp);
+        for (k = 0; k < e->nchunks; k++)
+            if (tmp[k]) {
+                uint8_t *m = &row[p->base[ei] + k];
+                *m = se->mem == DCP_MEM_CUDA ? 2 : (*m == 2 ? 2 : 1);
+            }
+    }
+    dcp__free(tmp);
+    return DCP_OK;
+}
+
+struct cand {
+    uint64_t bytes;
+    size_t g;
+    uint32_t file;
+};
+
+static int cmp_cand(const void *pa, const void *pb)
+{
+    const struct cand *a = pa, *b = pb;
+    if (a->bytes != b->bytes)
+        return a->bytes > b->bytes ? -1 : 1;
+    return a->g < b->g ? -1 : a->g > b->g;
+}
+
+/* The plan from the marks: the same on every rank (readonce.h). */
+static int assign(const struct dcp_metadata *md, struct ro_plan *p, int n)
+{
+    uint64_t *load = dcp__calloc((size_t)n, sizeof(*load));
+    struct cand *cs = dcp__malloc((p->nchunks ? p->nchunks : 1) * sizeof(*cs));
+    size_t ei, ci, nc = 0, i;
+    int r;
+    if (!load || !cs) {
+        dcp__free(load);
+        dcp__free(cs);
+        return DCP_ENOMEM;
+    }
+    for (ei = 0; ei < md->n; ei++) {
+        const struct md_entry *e = &md->e[ei];
+        if (!e->is_tensor)
+            continue;
+        for (ci = 0; ci < e->nchunks; ci++) {
+            size_t g = p->base[ei] + ci, needers = 0, veto = 0;
+            uint64_t nb = chunk_bytes(e, ci);
+            p->reader[g] = -1;
+            for (r = 0; r < n; r++) {
+                uint8_t m = p->need[(size_t)r * p->nchunks + g];
+                needers += m != 0;
+                veto |= m == 2;
+            }
+            if (needers >= 2 && !veto && nb > 0) {
+                cs[nc].bytes = nb;
+                cs[nc].g = g;
+                cs[nc].file = e->chunks[ci].file;
+                nc++;
+                continue;
+            }
+            for (r = 0; r < n; r++)
+                if (p->need[(size_t)r * p->nchunks + g])
+                    load[r] += nb;
+        }
+    }
+    qsort(cs, nc, sizeof(*cs), cmp_cand);
+    for (i = 0; i < nc; i++) {
+        int start = (int)((cs[i].file + cs[i].g) % (size_t)n), best = -1, k;
+        for (k = 0; k < n; k++) {
+            r = (start + k) % n;
+            if (!p->need[(size_t)r * p->nchunks + cs[i].g])
+                continue;
+            if (best < 0 || load[r] < load[best])
+                best = r;
+        }
+        p->reader[cs[i].g] = best;
+        load[best] += cs[i].bytes;
+    }
+    p->nshared = nc;
+    p->on = nc > 0;
+    dcp__free(load);
+    dcp__free(cs);
+    return DCP_OK;
+}
+
+int dcp__ro_plan(dcp_ctx *ctx, const dcp_state *st,
+                 const struct dcp_metadata *md, unsigned flags,
+                 struct ro_plan *p)
+{
+    int n = ctx->size, r, rc = DCP_OK;
+    uint8_t *row = NULL, *all = NULL;
+    size_t ei, k = 0, w;
+    memset(p, 0, sizeof(*p));
+    if (!dcp__comm_has_p2p(ctx->comm))
+        return DCP_OK; /* the same on every rank: one communicator */
+    for (ei = 0; ei < md->n; ei++)
+        if (md->e[ei].is_tensor)
+            k += md->e[ei].nchunks;
+    w = k + 1;
+    if (k == 0 || (uint64_t)w * (uint64_t)n > RO_MARKS_MAX)
+        return DCP_OK; /* md is the same on every rank */
+    p->nchunks = k;
+    p->base = dcp__calloc(md->n ? md->n : 1, sizeof(*p->base));
+    p->reader = dcp__malloc(k * sizeof(*p->reader));
+    p->need = dcp__malloc(k * (size_t)n);
+    row = dcp__malloc(w);
+    all = dcp__malloc(w * (size_t)n);
+    if (!p->base || !p->reader || !p->need || !row || !all)
+        rc = DCP_ENOMEM;
+    for (ei = 0, k = 0; rc == DCP_OK && ei < md->n; ei++) {
+        p->base[ei] = k;
+        if (md->e[ei].is_tensor)
+            k += md->e[ei].nchunks;
+    }
+    if (rc == DCP_OK)
+        rc = mark_row(st, md, p, flags, row);
+    if (rc == DCP_ENOMEM)
+        rc = dcp__err(&ctx->err, rc, "out of memory planning the reads");
+    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+    if (rc == DCP_OK)
+        rc = dcp__comm_gather(ctx->comm, row, w, all, 0, &ctx->err);
+    if (rc == DCP_OK)
+        rc = dcp__comm_bcast(ctx->comm, all, w * (size_t)n, 0, &ctx->err);
+    if (rc == DCP_OK) {
+        int off = 0;
+        for (r = 0; r < n; r++) {
+            memcpy(p->need + (size_t)r * p->nchunks, all + (size_t)r * w,
+                   p->nchunks);
+            off |= all[(size_t)r * w + p->nchunks] != 0;
+        }
+        /* Allocation only: the same outcome on every rank, agreed. */
+        if (!off && assign(md, p, n) != DCP_OK)
+            rc = dcp__err(&ctx->err, DCP_ENOMEM,
+                          "out of memory planning the reads");
+        rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+    }
+    dcp__free(row);
+    dcp__free(all);
+    if (rc != DCP_OK || !p->on)
+        dcp__ro_release(p);
+    return rc;
+}
+
+/* ------------------------------------------------------------ exchange */
+
+/* A chunk this rank reads and sends (out) or receives (in). */
+struct job {
+    size_t g, ei, ci;
+    int peer;       /* in: the reader */
+    int64_t hdr[2]; /* outcome, bytes */
+    uint8_t *buf;   /* the chunk's elements */
+    uint8_t *own;   /* buf when allocated here (else in a user buffer) */
+    uint64_t bytes;
+    uint64_t posted; /* in: bytes whose receive is posted */
+    size_t pending;  /* requests in flight */
+    int failed;      /* in: the reader failed, or this rank ran out */
+    int sink;        /* in: pieces land in the sink, one at a time */
+    size_t skip;     /* in: the destination received into directly */
+};
+
+struct slot {
+    struct job *j;
+    int kind; /* 0 send, 1 header receive, 2 data receive */
+};
+
+struct ex {
+    dcp_ctx *ctx;
+    const struct ro_plan *p;
+    const dcp_state *st;
+    const struct dcp_metadata *md;
+    void **reqs;
+    struct slot *sl;
+    size_t nreq, capreq, live;
+    uint64_t held;
+    uint8_t *sink;
+    uint64_t recv_bytes;
+};
+
+static int slot_add(struct ex *x, void *req, struct job *j, int kind)
+{
+    size_t i;
+    for (i = 0; i < x->nreq; i++)
+        if (!x->reqs[i])
+            break;
+    if (i == x->nreq) {
+        if (x->nreq == x->capreq) {
+            size_t cap = x->capreq ? 2 * x->capreq : 256;
+            void **r = dcp__realloc(x->reqs, cap * sizeof(*r));
+            struct slot *s;
+            if (!r)
+                return DCP_ENOMEM;
+            x->reqs = r;
+            s = dcp__realloc(x->sl, cap * sizeof(*s));
+            if (!s)
+                return DCP_ENOMEM;
+            x->sl = s;
+            x->capreq = cap;
+        }
+        x->nreq++;
+    }
+    x->reqs[i] = req;
+    x->sl[i].j = j;
+    x->sl[i].kind = kind;
+    x->live++;
+    j->pending++;
+    return DCP_OK;
+}
+
+/* The destinations of entry ei on this rank (NULL and 0: none). */
+static int dests_of(const struct ex *x, size_t ei, struct rd_dest **d,
+                    size_t *nd, const struct st_entry **out)
+{
+    const struct st_entry *se = dcp__state_find(x->st, x->md->e[ei].key);
+    size_t i;
+    *d = NULL;
+    *nd = 0;
+    *out = se;
+    if (!se || !se->nboxes)
+        return DCP_OK;
+    *d = dcp__calloc(se->nboxes, sizeof(**d));
+    if (!*d)
+        return DCP_ENOMEM;
+    for (i = 0; i < se->nboxes; i++) {
+        (*d)[i].off = se->boxes[i].off;
+        (*d)[i].size = se->boxes[i].size;
+        (*d)[i].buf = se->boxes[i].buf;
+        (*d)[i].dtype = se->dtype;
+    }
+    *nd = se->nboxes;
+    return DCP_OK;
+}
+
+/* Where chunk ci of e lands whole and contiguous in one of the
+ * destinations, in the stored dtype: that address, else NULL. */
+static uint8_t *direct(const struct md_entry *e, size_t ci,
+                       const struct rd_dest *d, size_t nd, size_t *which)
+{
+    const struct md_chunk *c = &e->chunks[ci];
+    size_t i;
+    int k;
+    for (i = 0; i < nd; i++) {
+        int64_t row = (int64_t)dcp_dtype_size(e->dtype);
+        if (d[i].dtype != e->dtype)
+            continue;
+        for (k = 0; k < e->ndim; k++) {
+            if (c->off[k] < d[i].off[k] ||
+                c->off[k] + c->size[k] > d[i].off[k] + d[i].size[k])
+                break;
+            if (k > 0 &&
+                (c->off[k] != d[i].off[k] || c->size[k] != d[i].size[k]))
+                break;
+            if (k > 0)
+                row *= c->size[k];
+        }
+        if (k < e->ndim)
+            continue;
+        *which = i;
+        return (uint8_t *)d[i].buf +
+               (e->ndim ? (c->off[0] - d[i].off[0]) * row : 0);
+    }
+    return NULL;
+}
+
+/* The chunk's elements at src into every destination but skip (none when
+ * skip >= nd): a rank's other boxes that the chunk overlaps. */
+static void copy_except(const struct md_entry *e, size_t ci, const uint8_t *src,
+                        struct rd_dest *d, size_t nd, size_t skip)
+{
+    size_t i;
+    for (i = 0; i < nd; i++)
+        if (i != skip)
+            dcp__rd_copy_chunk(e, ci, src, &d[i], 1);
+}
+
+static int tag_of(size_t g)
+{
+    return TAG_DATA + (int)(g % TAG_SPAN);
+}
+
+/* Reads out-chunk j (unless failed) and posts its messages. */
+static int send_job(struct ex *x, struct rd_files *f, struct job *j,
+                    int *local_rc, int verify, uint64_t *bytes_read)
+{
+    const struct md_entry *e = &x->md->e[j->ei];
+    const struct st_entry *se;
+    struct rd_dest *d = NULL, whole;
+    size_t nd = 0, skip = (size_t)-1;
+    uint64_t before = f->data_read, off;
+    int r, rc = DCP_OK, n = x->ctx->size;
+    j->bytes = chunk_bytes(e, j->ci);
+    if (*local_rc == DCP_OK) {
+        *local_rc = dests_of(x, j->ei, &d, &nd, &se);
+        if (*local_rc != DCP_OK)
+            *local_rc = dcp__err(&x->ctx->err, DCP_ENOMEM, "out of memory");
+    }
+    if (*local_rc == DCP_OK) {
+        j->buf = direct(e, j->ci, d, nd, &skip);
+        if (!j->buf) {
+            j->own = dcp__malloc((size_t)j->bytes);
+            j->buf = j->own;
+            if (!j->own)
+                *local_rc = dcp__err(&x->ctx->err, DCP_ENOMEM,
+                                     "out of memory for '%s' (%llu bytes "
+                                     "to forward)",
+                                     e->key, (unsigned long long)j->bytes);
+        }
+    }
+    if (*local_rc == DCP_OK) {
+        whole.off = e->chunks[j->ci].off;
+        whole.size = e->chunks[j->ci].size;
+        whole.buf = j->buf;
+        whole.dtype = e->dtype;
+        *local_rc =
+            dcp__rd_chunk(f, e, j->ci, &whole, 1, verify, NULL, &x->ctx->err);
+        *bytes_read += f->data_read - before;
+        if (*local_rc == DCP_OK)
+            copy_except(e, j->ci, j->buf, d, nd, skip);
+    }
+    dcp__free(d);
+    j->hdr[0] = *local_rc;
+    j->hdr[1] = (int64_t)j->bytes;
+    if (*local_rc != DCP_OK) {
+        dcp__free(j->own);
+        j->own = NULL;
+        j->buf = NULL;
+    }
+    x->held += j->own ? j->bytes : 0;
+    for (r = 0; rc == DCP_OK && r < n; r++) {
+        void *req;
+        if (r == x->ctx->rank || !x->p->need[(size_t)r * x->p->nchunks + j->g])
+            continue;
+        rc = dcp__comm_isend(x->ctx->comm, j->hdr, sizeof(j->hdr), r, TAG_HDR,
+                             &req, &x->ctx->err);
+        if (rc == DCP_OK)
+            rc = slot_add(x, req, j, 0);
+        for (off = 0; rc == DCP_OK && j->buf && off < j->bytes;
+             off += RO_PIECE) {
+            size_t len =
+                j->bytes - off < RO_PIECE ? (size_t)(j->bytes - off) : RO_PIECE;
+            rc = dcp__comm_isend(x->ctx->comm, j->buf + off, len, r,
+                                 tag_of(j->g), &req, &x->ctx->err);
+            if (rc == DCP_OK)
+                rc = slot_add(x, req, j, 0);
+        }
+    }
+    return rc;
+}
+
+static int post_hdr(struct ex *x, struct job *j)
+{
+    void *req;
+    int rc = dcp__comm_irecv(x->ctx->comm, j->hdr, sizeof(j->hdr), j->peer,
+                             TAG_HDR, &req, &x->ctx->err);
+    return rc == DCP_OK ? slot_add(x, req, j, 1) : rc;
+}
+
+/* Posts the next data receives of in-chunk j. */
+static int post_data(struct ex *x, struct job *j)
+{
+    int rc = DCP_OK;
+    while (rc == DCP_OK && j->posted < j->bytes) {
+        void *req;
+        size_t len = j->bytes - j->posted < RO_PIECE
+                         ? (size_t)(j->bytes - j->posted)
+                         : RO_PIECE;
+        rc = dcp__comm_irecv(x->ctx->comm,
+                             j->sink ? x->sink : j->buf + j->posted, len,
+                             j->peer, tag_of(j->g), &req, &x->ctx->err);
+        if (rc == DCP_OK)
+            rc = slot_add(x, req, j, 2);
+        j->posted += len;
+        if (j->sink)
+            break; /* one at a time into the sink */
+    }
+    return rc;
+}
+
+/* A header arrived for in-chunk j. */
+static int got_hdr(struct ex *x, struct job *j, int *local_rc)
+{
+    const struct md_entry *e = &x->md->e[j->ei];
+    const struct st_entry *se;
+    struct rd_dest *d = NULL;
+    size_t nd = 0;
+    j->bytes = chunk_bytes(e, j->ci);
+    j->skip = (size_t)-1;
+    if (j->hdr[0] != DCP_OK) {
+        j->failed = 1; /* the reader's message comes with the agreement */
+        return DCP_OK;
+    }
+    if (j->hdr[1] != (int64_t)j->bytes && *local_rc == DCP_OK)
+        *local_rc = dcp__err(&x->ctx->err, DCP_EIO,
+                             "'%s': rank %d forwards %lld bytes of a chunk "
+                             "of %llu bytes",
+                             e->key, j->peer, (long long)j->hdr[1],
+                             (unsigned long long)j->bytes);
+    if (*local_rc == DCP_OK && dests_of(x, j->ei, &d, &nd, &se) == DCP_OK)
+        j->buf = direct(e, j->ci, d, nd, &j->skip);
+    dcp__free(d);
+    if (!j->buf && *local_rc == DCP_OK) {
+        j->own = dcp__malloc((size_t)j->bytes);
+        j->buf = j->own;
+        if (j->own)
+            x->held += j->bytes;
+        else
+            *local_rc = dcp__err(&x->ctx->err, DCP_ENOMEM,
+                                 "out of memory for '%s' (%llu bytes "
+                                 "forwarded by rank %d)",
+                                 e->key, (unsigned long long)j->bytes, j->peer);
+    }
+    if (!j->buf) { /* this rank failed: drain into the sink */
+        j->sink = 1;
+        j->failed = 1;
+    }
+    return post_data(x, j);
+}
+
+/* The last piece of in-chunk j arrived. */
+static int got_data(struct ex *x, struct job *j, int *local_rc)
+{
+    const struct md_entry *e = &x->md->e[j->ei];
+    const struct st_entry *se;
+    struct rd_dest *d = NULL;
+    size_t nd = 0;
+    if (j->sink && j->posted < j->bytes)
+        return post_data(x, j);
+    if (j->pending)
+        return DCP_OK;
+    x->recv_bytes += j->failed ? 0 : j->bytes;
+    if (j->buf && !j->failed && *local_rc == DCP_OK) {
+        if (dests_of(x, j->ei, &d, &nd, &se) != DCP_OK)
+            *local_rc = dcp__err(&x->ctx->err, DCP_ENOMEM, "out of memory");
+        else
+            copy_except(e, j->ci, j->buf, d, nd, j->own ? (size_t)-1 : j->skip);
+        dcp__free(d);
+    }
+    if (j->own)
+        x->held -= j->bytes;
+    dcp__free(j->own);
+    j->own = NULL;
+    return DCP_OK;
+}
+
+int dcp__ro_run(dcp_ctx *ctx, const struct ro_plan *p, const dcp_state *st,
+                struct rd_files *f, const struct dcp_metadata *md, int verify,
+                int local_rc, uint64_t *bytes_read, uint64_t *bytes_recv,
+                int *dropped)
+{
+    struct ex x;
+    struct job *out = NULL, *in = NULL;
+    size_t nout = 0, nin = 0, ei, ci, i, no = 0, ni = 0, hdrs = 0;
+    int me = ctx->rank, rc = DCP_OK;
+    memset(&x, 0, sizeof(x));
+    x.ctx = ctx;
+    x.p = p;
+    x.st = st;
+    x.md = md;
+    for (i = 0; i < p->nchunks; i++) {
+        if (p->reader[i] == me)
+            nout++;
+        else if (p->reader[i] >= 0 && p->need[(size_t)me * p->nchunks + i])
+            nin++;
+    }
+    out = dcp__calloc(nout ? nout : 1, sizeof(*out));
+    in = dcp__calloc(nin ? nin : 1, sizeof(*in));
+    x.sink = dcp__malloc(RO_PIECE);
+    /* Without these this rank cannot answer its peers: agreed first. */
+    if (!out || !in || !x.sink)
+        rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
+    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+    if (rc != DCP_OK) {
+        dcp__free(out);
+        dcp__free(in);
+        dcp__free(x.sink);
+        return rc;
+    }
+    for (ei = 0, nout = nin = 0; ei < md->n; ei++) {
+        if (!md->e[ei].is_tensor)
+            continue;
+        for (ci = 0; ci < md->e[ei].nchunks; ci++) {
+            size_t g = p->base[ei] + ci;
+            struct job *j = NULL;
+            if (p->reader[g] == me)
+                j = &out[nout++];
+            else if (p->reader[g] >= 0 && p->need[(size_t)me * p->nchunks + g])
+                j = &in[nin++];
+            if (!j)
+                continue;
+            j->g = g;
+            j->ei = ei;
+            j->ci = ci;
+            j->peer = p->reader[g];
+        }
+    }
+    while (rc == DCP_OK) {
+        size_t idx;
+        struct job *j;
+        int kind;
+        /* Headers expected, in order, a window at a time. */
+        while (rc == DCP_OK && ni < nin && hdrs < RO_HDRS) {
+            rc = post_hdr(&x, &in[ni++]);
+            hdrs++;
+        }
+        /* The next chunk to read, unless too much is held in flight. */
+        if (rc == DCP_OK && no < nout && (x.held == 0 || x.held < RO_HELD)) {
+            rc = send_job(&x, f, &out[no++], &local_rc, verify, bytes_read);
+            continue;
+        }
+        if (rc != DCP_OK || !x.live)
+            break;
+        rc = dcp__comm_waitany(ctx->comm, x.reqs, x.nreq, &idx, &ctx->err);
+        if (rc != DCP_OK)
+            break;
+        x.live--;
+        j = x.sl[idx].j;
+        kind = x.sl[idx].kind;
+        j->pending--;
+        if (kind == 0) {
+            if (!j->pending && j->own) {
+                x.held -= j->bytes;
+                dcp__free(j->own);
+                j->own = NULL;
+            }
+        } else if (kind == 1) {
+            hdrs--;
+            rc = got_hdr(&x, j, &local_rc);
+        } else {
+            rc = got_data(&x, j, &local_rc);
+        }
+    }
+    /* After a transport failure: nothing in flight may outlive its buffer. */
+    for (i = 0; i < x.nreq; i++)
+        dcp__comm_cancel(ctx->comm, x.reqs[i]);
+    for (i = 0; i < nout; i++)
+        dcp__free(out[i].own);
+    for (i = 0; i < nin; i++) {
+        dcp__free(in[i].own);
+        *dropped |= in[i].failed;
+    }
+    dcp__free(out);
+    dcp__free(in);
+    dcp__free(x.reqs);
+    dcp__free(x.sl);
+    dcp__free(x.sink);
+    *bytes_recv += x.recv_bytes;
+    return rc != DCP_OK ? rc : local_rc;
+}

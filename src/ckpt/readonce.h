@@ -1,0 +1,83 @@
+/*
+ * The read-once load: a stored tensor chunk that several ranks need is
+ * read (and verified) by one of them and forwarded to the others over the
+ * communicator's point-to-point operations (dcp_comm.h, version 2).
+ *
+ * Who reads what. Every rank marks the chunks its boxes overlap (one byte
+ * per chunk of the checkpoint, in .metadata order); rank 0 gathers the
+ * marks and broadcasts them, and every rank computes the same plan from
+ * them: a chunk is shared when two or more ranks need it; each shared
+ * chunk goes, largest first, to the rank that needs it with the fewest
+ * bytes to read so far (its own chunks included), ties going round the
+ * ranks from (file + chunk index) mod ranks, so that readers spread over
+ * ranks and files. Chunks one rank needs are read by it as before.
+ *
+ * How the bytes move. A reader takes its shared chunks in .metadata order:
+ * it reads the whole chunk through dcp__rd_chunk (verified: block CRCs or
+ * the record's CRC), straight into its own buffer when the chunk lands
+ * there whole and contiguous, else into a staging buffer; then it posts,
+ * to every rank that needs it, a 16-byte header (the outcome: DCP_OK or
+ * the reader's error code) and, on success, the chunk's C-contiguous
+ * elements in the stored dtype in pieces of at most RO_PIECE bytes,
+ * nonblocking, and goes on reading the next chunk while they travel (at
+ * most RO_HELD bytes of staging held by sends in flight). A receiver
+ * posts the headers it expects (in the same order, per reader) and, when
+ * one says DCP_OK, the pieces, straight into its buffer when the chunk
+ * lands there whole and contiguous, else into a buffer copied (and cast)
+ * into its boxes when the last piece arrives. A failed header makes the
+ * receiver drop the chunk without touching its buffers; the reader's own
+ * code and message then reach every rank through the agreement that ends
+ * the load. After a failure a reader reads nothing more and sends failed
+ * headers for its remaining chunks, so every message posted is matched.
+ */
+#ifndef DCP_READONCE_H
+#define DCP_READONCE_H
+
+#include "ctx.h"
+#include "read.h"
+#include "state.h"
+
+struct ro_plan {
+    int on;          /* some chunk is shared */
+    size_t nchunks;  /* chunks of the checkpoint (tensor entries) */
+    size_t *base;    /* per md entry: index of its first chunk */
+    int32_t *reader; /* per chunk: its reader, -1 when not shared */
+    uint8_t *need;   /* size * nchunks: need[r * nchunks + g] */
+    size_t nshared;  /* chunks shared */
+};
+
+/*
+ * Plans the reads of st (this rank's request, checked against md).
+ * Collective. With DCP_LOAD_PER_RANK_READS on any rank, a communicator
+ * without point-to-point operations, one rank, or more than 256 MiB of
+ * marks (ranks x chunks), p->on is 0 and every rank reads its own
+ * chunks. Every rank returns the same code.
+ */
+int dcp__ro_plan(dcp_ctx *ctx, const dcp_state *st,
+                 const struct dcp_metadata *md, unsigned flags,
+                 struct ro_plan *p);
+
+/* Whether chunk ci of entry ei is read once (and so skipped by the
+ * per-rank reads). */
+static inline int dcp__ro_shared(const struct ro_plan *p, size_t ei, size_t ci)
+{
+    return p && p->on && p->reader[p->base[ei] + ci] >= 0;
+}
+
+/*
+ * Reads the shared chunks this rank is reader of and forwards them;
+ * receives the ones it needs from their readers. local_rc is this rank's
+ * outcome so far (a failed rank reads nothing more, but still answers
+ * every message). Returns local_rc, this rank's read error, or a
+ * transport failure. Adds the tensor bytes read to *bytes_read and those
+ * received to *bytes_recv; *dropped is set when a reader failed and a
+ * chunk this rank needs did not land (the load fails on every rank).
+ */
+int dcp__ro_run(dcp_ctx *ctx, const struct ro_plan *p, const dcp_state *st,
+                struct rd_files *f, const struct dcp_metadata *md, int verify,
+                int local_rc, uint64_t *bytes_read, uint64_t *bytes_recv,
+                int *dropped);
+
+void dcp__ro_release(struct ro_plan *p);
+
+#endif /* DCP_READONCE_H */
