@@ -18,7 +18,9 @@
  * `--user-v1`: refused with DCP_ENOTSUP). `mpi_reshard replicated DIR` loads
  * every tensor whole on every rank and checks that the bytes read from storage,
  * summed over the ranks, are exactly the checkpoint's tensor bytes (read once),
- * or at least M times them with `--per-rank`.
+ * or at least M times them with `--per-rank`. `--zstd` saves with
+ * DCP_SAVE_ZSTD (compressed records: the loads, forwarded chunks included,
+ * must decompress them).
  */
 #include <dcp/dcp.h>
 #include <dcp/dcp_comm.h>
@@ -155,7 +157,7 @@ static int make_comm(dcp_comm **out, int user)
 /* ---------------------------------------------------------------- save */
 
 static const char *dir;
-static int user_comm, per_rank, replicated, read_once;
+static int user_comm, per_rank, replicated, read_once, zstd;
 
 static void add_values(dcp_state *st, int r, int n, int save)
 {
@@ -222,6 +224,7 @@ static void test_save(void)
     memset(&so, 0, sizeof(so));
     so.struct_size = sizeof(so);
     so.no_fsync = 1;
+    so.flags = zstd ? DCP_SAVE_ZSTD : 0;
     CHECK(make_comm(&comm, user_comm) == 0);
     CHECK(dcp_ctx_create(&ctx, comm, NULL) == 0);
     CHECK(dcp_ctx_rank(ctx) == mt_rank && dcp_ctx_size(ctx) == mt_size);
@@ -377,6 +380,8 @@ int main(int argc, char **argv)
             per_rank = 1;
         else if (strcmp(argv[i], "--read-once") == 0)
             read_once = 1;
+        else if (strcmp(argv[i], "--zstd") == 0)
+            zstd = 1;
         else
             dir = argv[i];
     }
@@ -384,7 +389,7 @@ int main(int argc, char **argv)
         if (mt_rank == 0)
             fprintf(stderr, "usage: mpi_reshard save|load|replicated DIR "
                             "[--user-comm|--user-v1] "
-                            "[--per-rank|--read-once]\n");
+                            "[--per-rank|--read-once] [--zstd]\n");
         MPI_Finalize();
         return 2;
     }
