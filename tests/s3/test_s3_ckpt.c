@@ -526,6 +526,157 @@ TEST(killed_save)
     dcp_ctx_free(ctx);
 }
 
+/* ------------------------------------------------- one writer per path */
+
+static size_t named(const char *prefix, const char *name)
+{
+    struct dcp__s3 *s3 = client();
+    struct dcp_err err = {0};
+    char key[600];
+    size_t n = 0;
+    (void)snprintf(key, sizeof(key), "%s%s", prefix, name);
+    if (!s3 || dcp__s3_list(s3, key, 100000, count_fn, &n, &err) != DCP_OK)
+        n = 9999;
+    dcp__s3_free(s3);
+    return n;
+}
+
+/* The child of TEST(two_writers): waits for the byte on fd, saves seed,
+ * exits 0 (saved), 1 (DCP_EBUSY naming the holder) or 2 (anything else). */
+static int writer_child(int fd, const char *path, unsigned seed)
+{
+    dcp_ctx *ctx;
+    struct st s;
+    char c;
+    int rc;
+    cfg(0, 4, 30000);
+    if (dcp_ctx_create(&ctx, NULL, NULL) != DCP_OK ||
+        st_make(&s, 4096, seed, 0) != 0)
+        return 2;
+    if (read(fd, &c, 1) != 1)
+        return 2;
+    rc = dcp_save(ctx, s.st, path, NULL);
+    if (rc == DCP_EBUSY && !strstr(dcp_errmsg(ctx), "locked by another "
+                                                    "writer (host "))
+        rc = -1;
+    if (rc != DCP_OK && rc != DCP_EBUSY)
+        fprintf(stderr, "  writer %u: %s: %s\n", seed, dcp_err_name(rc),
+                dcp_errmsg(ctx));
+    st_free(&s);
+    dcp_ctx_free(ctx);
+    return rc == DCP_OK ? 0 : rc == DCP_EBUSY ? 1 : 2;
+}
+
+/*
+ * Two processes saving to one s3:// path at once, 20 rounds (the lock is
+ * an exclusive PUT, If-None-Match: *): each round at least one saves, the
+ * other saves after it or fails with DCP_EBUSY naming the holder; the path
+ * then loads one of the savers bit-exact and holds no lock and no object
+ * but `.metadata` and the data file it names. A lock left by a dead
+ * process of this host is taken over; leftovers of an interrupted save are
+ * removed by dcp_clean, the committed objects never.
+ */
+TEST(two_writers)
+{
+    dcp_ctx *ctx;
+    dcp_clean_result cr;
+    unsigned got;
+    int round, busy = 0;
+    const char *p = at("ck/writers");
+    char path[512];
+    (void)snprintf(path, sizeof(path), "%s", p);
+    cfg(0, 4, 30000);
+    ASSERT_EQ(dcp_ctx_create(&ctx, NULL, NULL), DCP_OK);
+    ASSERT_EQ(save(ctx, path, 4096, 1), DCP_OK);
+    for (round = 0; round < 20; round++) {
+        int go[2], st[2] = {0, 0}, ok = 0, i;
+        pid_t pid[2];
+        unsigned seed[2] = {100u + 2u * (unsigned)round,
+                            101u + 2u * (unsigned)round};
+        ASSERT_EQ(pipe(go), 0);
+        for (i = 0; i < 2; i++) {
+            pid[i] = fork();
+            ASSERT(pid[i] >= 0);
+            if (pid[i] == 0) {
+                close(go[1]);
+                _exit(writer_child(go[0], path, seed[i]));
+            }
+        }
+        close(go[0]);
+        ASSERT_EQ(write(go[1], "gg", 2), 2); /* both start at once */
+        close(go[1]);
+        for (i = 0; i < 2; i++) {
+            ASSERT_EQ(waitpid(pid[i], &st[i], 0), pid[i]);
+            ASSERT(WIFEXITED(st[i]));
+            ASSERT(WEXITSTATUS(st[i]) <= 1);
+            ok += WEXITSTATUS(st[i]) == 0;
+        }
+        ASSERT(ok >= 1);
+        busy += ok == 1;
+        ASSERT_EQ(load(ctx, path, 4096, &got), DCP_OK);
+        ASSERT((got == seed[0] && WEXITSTATUS(st[0]) == 0) ||
+               (got == seed[1] && WEXITSTATUS(st[1]) == 0));
+        ASSERT_EQ(named("ck/writers/", ".lock"), 0);
+        ASSERT_EQ(nkeys("ck/writers/"), 2); /* .metadata + one data file */
+    }
+    fprintf(stderr, "  two writers: %d of 20 rounds one DCP_EBUSY\n", busy);
+    ASSERT(busy >= 1);
+
+    /* A dead holder's lock (a reaped child's pid, this host): taken over. */
+    {
+        char host[128] = "unknown", boot[64] = "-", lock[512];
+        FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+        pid_t dead = fork();
+        int d = -1, visible = 0, n;
+        struct dcp_err err = {0};
+        ASSERT(dead >= 0);
+        if (dead == 0)
+            _exit(0);
+        ASSERT_EQ(waitpid(dead, NULL, 0), dead);
+        if (f) {
+            if (fscanf(f, "%63s", boot) != 1)
+                (void)snprintf(boot, sizeof(boot), "-");
+            fclose(f);
+        }
+        (void)gethostname(host, sizeof(host) - 1);
+        n = snprintf(lock, sizeof(lock),
+                     "dcp-lock 1\nhost=%s\nboot=%s\npid=%lld\nstart=1\n"
+                     "token=deadbeef01\ntime=1\n",
+                     host, boot, (long long)dead);
+        ASSERT_EQ(dcp__fs_open_dir(path, &d, &err), DCP_OK);
+        ASSERT_EQ(dcp__fs_publish(d, path, ".lock", lock, (size_t)n,
+                                  DCP_PUBLISH_EXCLUSIVE, &visible, &err),
+                  DCP_OK);
+        /* Leftovers of an interrupted save beside the committed ones. */
+        ASSERT_EQ(dcp__fs_publish(d, path, "__0_0.00000000deadbeef.distcp",
+                                  "junk", 4, 0, &visible, &err),
+                  DCP_OK);
+        ASSERT_EQ(dcp__fs_publish(d, path, ".metadata.1-2-deadbeef.tmp",
+                                  "junk", 4, 0, &visible, &err),
+                  DCP_OK);
+        dcp__fs_release(d);
+        ASSERT_EQ(nkeys("ck/writers/"), 5);
+        memset(&cr, 0, sizeof(cr));
+        cr.struct_size = sizeof(cr);
+        ASSERT_EQ(dcp_clean(ctx, path, 0, &cr), DCP_OK);
+        ASSERT_EQ(cr.files, 2);
+        ASSERT_EQ(nkeys("ck/writers/"), 2); /* the lock taken, released */
+        ASSERT_EQ(load(ctx, path, 4096, &got), DCP_OK);
+        ASSERT(got >= 100);
+        /* Again, a dead holder's lock: the next save takes it over. */
+        ASSERT_EQ(dcp__fs_open_dir(path, &d, &err), DCP_OK);
+        ASSERT_EQ(dcp__fs_publish(d, path, ".lock", lock, (size_t)n,
+                                  DCP_PUBLISH_EXCLUSIVE, &visible, &err),
+                  DCP_OK);
+        dcp__fs_release(d);
+        ASSERT_EQ(save(ctx, path, 4096, 7), DCP_OK);
+        ASSERT_EQ(load(ctx, path, 4096, &got), DCP_OK);
+        ASSERT_EQ(got, 7);
+        ASSERT_EQ(nkeys("ck/writers/"), 2);
+    }
+    dcp_ctx_free(ctx);
+}
+
 TEST(auth)
 {
     dcp_ctx *ctx;
@@ -603,6 +754,7 @@ int main(int argc, char **argv)
     RUN(overwrite_and_failed_saves);
     RUN(load_faults);
     RUN(killed_save);
+    RUN(two_writers);
     (void)dcp_s3_configure(NULL);
     return TEST_SUMMARY();
 }
