@@ -24,9 +24,14 @@
  * removal takes the directory's one-writer lock first (as dcp_save does):
  * a save or import writing there makes it DCP_EBUSY, nothing removed.
  *
- * Root scanning and removal use the POSIX file system directly (not the
- * context's storage back end, whose contract has no directory listing
- * yet); saves and loads go through the context as dcp_save / dcp_load.
+ * A local root is scanned and its steps removed with the POSIX file
+ * system directly (not the context's storage back end: links and
+ * directory syncs are POSIX notions); an "s3://bucket/prefix" root
+ * through the S3 back end, where a step is the key prefix
+ * "<root>/step-<N>/": listed from the bucket's keys, removed `.metadata`
+ * first, then every other object under it, under its lock (an object that
+ * is not a checkpoint file, or one lying deeper, is refused as above).
+ * Saves and loads go through the context as dcp_save / dcp_load.
  *
  * A dcp_manager is used by one thread at a time, except
  * dcp_manager_request_save, which any thread or signal handler may call.
@@ -75,7 +80,8 @@ typedef struct dcp_manager dcp_manager;
 
 /*
  * Makes a manager over root for ctx (borrowed: it must outlive the
- * manager). Rank 0 creates root (and its parents) when missing. Collective
+ * manager). Rank 0 creates root (and its parents) when missing (an s3://
+ * root: checks that its bucket can be listed). Collective
  * over the context's communicator: every rank must pass the same root and
  * options; every rank returns the same code.
  * Returns DCP_OK, DCP_EINVAL (NULL argument, bad options, options or root

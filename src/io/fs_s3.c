@@ -896,6 +896,61 @@ static int s3_list(void *impl, void *dir, const char *prefix, size_t max,
     return rc;
 }
 
+/* The immediate "subdirectories" of a listing: the distinct first
+ * components of the keys below the directory's prefix that go deeper. A
+ * key range sharing "<name>/" is contiguous in the listing's order, so a
+ * name equal to the last one taken is skipped; the caller sorts and drops
+ * any other repeat a server sends out of order. */
+static int subdir_one(const char *key, int64_t size, void *ud)
+{
+    struct list_ud *u = ud;
+    const char *nm, *sl;
+    size_t nl;
+    (void)size;
+    if (strlen(key) < u->plen)
+        return 0;
+    nm = key + u->plen;
+    sl = strchr(nm, '/');
+    if (!sl || sl == nm || (size_t)(sl - nm) > DCP_STORAGE_NAME_MAX)
+        return 0;
+    nl = (size_t)(sl - nm);
+    if (u->n && strlen(u->out[u->n - 1].name) == nl &&
+        !memcmp(u->out[u->n - 1].name, nm, nl))
+        return 0;
+    if (u->n == u->max)
+        return DCP_ELIMIT;
+    memcpy(u->out[u->n].name, nm, nl);
+    u->out[u->n].name[nl] = '\0';
+    u->out[u->n].size = 0;
+    u->n++;
+    return 0;
+}
+
+int dcp__s3_list_dirs(void *dir, const char *prefix, size_t max,
+                      dcp_storage_entry *out, size_t *count,
+                      struct dcp_err *err)
+{
+    struct s3dir *d = dir;
+    struct list_ud u = {strlen(d->prefix), max, 0, out};
+    size_t pl = strlen(prefix);
+    char *full = dcp__malloc(u.plen + pl + 1);
+    int rc;
+    *count = 0;
+    if (!full)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    memcpy(full, d->prefix, u.plen);
+    memcpy(full + u.plen, prefix, pl + 1);
+    rc = dcp__s3_list(d->cl->s3, full, LIST_MAX_KEYS, subdir_one, &u, err);
+    dcp__free(full);
+    *count = u.n;
+    if (rc == DCP_ELIMIT)
+        return dcp__err(err, DCP_ELIMIT,
+                        "more than %zu directories or objects start with "
+                        "'%s%s'",
+                        max, d->prefix, prefix);
+    return rc;
+}
+
 static int s3_publish(void *impl, void *dir, const char *path, const char *name,
                       const void *p, size_t n, uint32_t flags, int *visible,
                       struct dcp_err *err)
@@ -995,6 +1050,17 @@ void dcp__s3_hint(void *file, uint64_t off, uint64_t len)
     (void)file;
     (void)off;
     (void)len;
+}
+
+int dcp__s3_list_dirs(void *dir, const char *prefix, size_t max,
+                      dcp_storage_entry *out, size_t *count,
+                      struct dcp_err *err)
+{
+    (void)dir;
+    (void)max;
+    (void)out;
+    *count = 0;
+    return no_s3(prefix, err);
 }
 
 #define S3_OPS_INIT                                          \

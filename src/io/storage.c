@@ -595,6 +595,31 @@ int dcp__fs_list(int dirfd, const char *prefix, size_t max,
     return DCP_OK;
 }
 
+int dcp__fs_list_dirs(int dirfd, const char *prefix, size_t max,
+                      dcp_storage_entry *out, size_t *count,
+                      struct dcp_err *err)
+{
+    struct slot *d = lookup(dirfd, 1);
+    size_t i, k = 0;
+    int rc;
+    *count = 0;
+    if (!d)
+        return bad_handle(err, prefix);
+    if (d->s != &dcp__s3_storage)
+        return dcp__err(err, DCP_ENOTSUP,
+                        "the storage back end cannot list directories");
+    rc = dcp__s3_list_dirs(d->h, prefix, max, out, &k, err);
+    if (rc != DCP_OK)
+        return rc;
+    if (k > 1)
+        qsort(out, k, sizeof(*out), cmp_entry);
+    /* Each name once (a server may send a range out of order). */
+    for (i = 1, *count = k ? 1 : 0; i < k; i++)
+        if (strcmp(out[i].name, out[*count - 1].name) != 0)
+            out[(*count)++] = out[i];
+    return DCP_OK;
+}
+
 int dcp__fs_publish(int dirfd, const char *path, const char *name,
                     const void *p, size_t n, uint32_t flags, int *visible,
                     struct dcp_err *err)

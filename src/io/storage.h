@@ -100,6 +100,16 @@ void dcp__fs_write_abort(int dirfd, int fd, const char *name);
 int dcp__fs_list(int dirfd, const char *prefix, size_t max,
                  dcp_storage_entry *out, size_t *count, struct dcp_err *err);
 
+/* Lists the immediate subdirectories of dirfd whose names start with
+ * prefix (on S3: the distinct first components of the keys below the
+ * directory that go deeper), at most max into out (size 0), sorted by
+ * name, each once; DCP_ELIMIT when more match. Only the S3 back end lists
+ * directories: DCP_ENOTSUP on any other (the manager reads POSIX
+ * directories itself). */
+int dcp__fs_list_dirs(int dirfd, const char *prefix, size_t max,
+                      dcp_storage_entry *out, size_t *count,
+                      struct dcp_err *err);
+
 /* Publishes the n bytes at p as name in dirfd (path: the directory's, for
  * messages), the commit primitive of dcp_storage.h: flags
  * DCP_PUBLISH_EXCLUSIVE, DCP_PUBLISH_NOSYNC; *visible set to 1 once the
@@ -162,6 +172,10 @@ int dcp__path_is_s3(const char *path);
 uint32_t dcp__s3_max_inflight(void);
 /* The S3 back end's prefetch hint for a file it opened for reading. */
 void dcp__s3_hint(void *file, uint64_t off, uint64_t len);
+/* dcp__fs_list_dirs of an S3 directory handle (unsorted). */
+int dcp__s3_list_dirs(void *dir, const char *prefix, size_t max,
+                      dcp_storage_entry *out, size_t *count,
+                      struct dcp_err *err);
 
 /* Validates and copies ops into s (ops NULL: the POSIX back end).
  * Returns DCP_OK or DCP_EINVAL. */

@@ -4,10 +4,11 @@
  * crash-safe removal, the save interval and the "save now" flag, one
  * asynchronous save in flight.
  *
- * Scanning and removal use POSIX directly (openat/fstatat/unlinkat with
- * O_NOFOLLOW): the storage contract has no listing or rmdir yet. When it
- * gets them (storage contract v2, with the lock of issue 14 item 1), these
- * are the only places to change: list_root() and remove_dir().
+ * A POSIX root is scanned and its steps removed with POSIX calls directly
+ * (openat/fstatat/unlinkat with O_NOFOLLOW: symbolic links and directory
+ * syncs are POSIX notions); an s3:// root through the storage layer
+ * (dcp__fs_list_dirs for the steps, dcp__fs_list/dcp__fs_unlink inside
+ * one), in the same order.
  */
 #define _GNU_SOURCE /* O_DIRECTORY, O_NOFOLLOW, fdopendir */
 #include <dirent.h>
@@ -141,15 +142,17 @@ static int entry_status(dcp_ctx *ctx, int rootfd, const char *root,
                         const char *name, dcp_manager_entry *e)
 {
     struct stat sb;
-    if (fstatat(rootfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+    /* rootfd -1: an s3:// root, whose steps are key prefixes (no links,
+     * nothing but "directories"). */
+    if (rootfd >= 0 && fstatat(rootfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
         e->status = DCP_MANAGER_INCOMPLETE; /* vanished meanwhile */
         return DCP_OK;
     }
-    if (S_ISLNK(sb.st_mode)) {
+    if (rootfd >= 0 && S_ISLNK(sb.st_mode)) {
         e->status = DCP_MANAGER_LINK;
         return DCP_OK;
     }
-    if (!S_ISDIR(sb.st_mode)) {
+    if (rootfd >= 0 && !S_ISDIR(sb.st_mode)) {
         e->status = DCP_MANAGER_NOTDIR;
         return DCP_OK;
     }
@@ -179,13 +182,49 @@ static int entry_status(dcp_ctx *ctx, int rootfd, const char *root,
     return DCP_OK;
 }
 
-static int s3_unsupported(struct dcp_err *err, const char *root)
+#define S3_STEPS_MAX 65536 /* steps listed under an s3:// root */
+
+/* The step names under an s3:// root (dcp__mgr_list's first half). */
+static int s3_steps(dcp_ctx *ctx, const char *root, const char *prefix,
+                    const char *suffix, dcp_manager_entry **out, size_t *n)
 {
-    return dcp__err(err, DCP_ENOTSUP,
-                    "\"%s\": step checkpoints under an s3:// root are not "
-                    "supported yet (single checkpoints are: save, load, "
-                    "remove)",
-                    root);
+    dcp_storage_entry *ent = dcp__malloc(S3_STEPS_MAX * sizeof(*ent));
+    dcp_manager_entry *v = NULL;
+    size_t cnt = 0, k = 0, i;
+    int dfd = -1, rc;
+    if (!ent)
+        return dcp__err(&ctx->err, DCP_ENOMEM, "out of memory listing \"%s\"",
+                        root);
+    rc = dcp__fs_open_dir(root, &dfd, &ctx->err);
+    if (rc == DCP_OK)
+        rc = dcp__fs_list_dirs(dfd, prefix, S3_STEPS_MAX, ent, &k, &ctx->err);
+    dcp__fs_release(dfd);
+    if (rc == DCP_OK && k && !(v = dcp__calloc(k, sizeof(*v))))
+        rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory listing \"%s\"",
+                      root);
+    for (i = 0; rc == DCP_OK && i < k; i++) {
+        int64_t step;
+        if (!dcp__mgr_parse(ent[i].name, prefix, suffix, &step))
+            continue;
+        v[cnt].step = step;
+        v[cnt].status = DCP__MGR_UNCHECKED;
+        if (!(v[cnt].name = dcp__strdup(ent[i].name)))
+            rc = dcp__err(&ctx->err, DCP_ENOMEM,
+                          "out of memory listing \"%s\"", root);
+        else
+            cnt++;
+    }
+    dcp__free(ent);
+    if (rc != DCP_OK && rc != DCP_ENOMEM && rc != DCP_ELIMIT)
+        (void)dcp__err_prefix(&ctx->err, "cannot list checkpoint root \"%s\"",
+                              root);
+    if (rc != DCP_OK) {
+        dcp_manager_list_free(v, cnt);
+        return rc;
+    }
+    *out = v;
+    *n = cnt;
+    return DCP_OK;
 }
 
 int dcp__mgr_list(dcp_ctx *ctx, const char *root, const char *prefix,
@@ -194,8 +233,29 @@ int dcp__mgr_list(dcp_ctx *ctx, const char *root, const char *prefix,
 {
     *out = NULL;
     *n = 0;
-    if (dcp__path_is_s3(root))
-        return s3_unsupported(&ctx->err, root);
+    if (dcp__path_is_s3(root)) {
+        dcp_manager_entry *v = NULL;
+        size_t cnt = 0;
+        int rc = s3_steps(ctx, root, prefix, suffix, &v, &cnt);
+        if (rc == DCP_OK && cnt > 1)
+            qsort(v, cnt, sizeof *v, cmp_entry);
+        for (size_t i = cnt; rc == DCP_OK && i-- > 0;) {
+            rc = entry_status(ctx, -1, root, v[i].name, &v[i]);
+            if (newest && v[i].status == DCP_MANAGER_COMPLETE)
+                break;
+        }
+        if (rc != DCP_OK) {
+            dcp_manager_list_free(v, cnt);
+            return rc;
+        }
+        if (!cnt) {
+            dcp__free(v);
+            v = NULL;
+        }
+        *out = v;
+        *n = cnt;
+        return DCP_OK;
+    }
     int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return dcp__err(&ctx->err, errno == ENOENT ? DCP_ENOENT : DCP_EIO,
@@ -321,26 +381,76 @@ static void hook(const char *what)
         remove_hook(what, remove_hook_arg);
 }
 
-/* An s3:// checkpoint: .metadata first (from then on it is not a
- * checkpoint), then the data objects it names; other objects under the
- * prefix (leftovers of failed saves, anything else) are left. */
+#define S3_FILES_MAX 65536 /* objects of one s3:// step removed */
+
+/*
+ * An s3:// checkpoint, in the order of a POSIX one: under its one-writer
+ * lock (a live writer: DCP_EBUSY, nothing removed), every object below the
+ * prefix must be a checkpoint file and nothing may lie deeper (else
+ * DCP_EUNSAFE, nothing removed); then .metadata first (from then on it is
+ * not a checkpoint), then the other objects, the lock last (released).
+ */
 static int s3_remove(dcp_ctx *ctx, const char *dir)
 {
     struct dcp_err *err = &ctx->err;
-    struct dcp_metadata *md = NULL;
-    int dfd = -1, rc = dcp__fs_open_dir(dir, &dfd, err);
+    dcp_storage_entry *ent = dcp__malloc(S3_FILES_MAX * sizeof(*ent));
+    struct dcp__lock lk;
+    char token[32];
+    size_t k = 0, sub = 0, i;
+    int dfd = -1, rc;
+    lk.dirfd = -1;
+    if (!ent)
+        return dcp__err(err, DCP_ENOMEM, "out of memory removing \"%s\"",
+                        dir);
+    (void)snprintf(token, sizeof(token), "remove-%ld", (long)getpid());
+    rc = dcp__fs_open_dir(dir, &dfd, err);
     if (rc == DCP_OK)
-        rc = dcp__rd_metadata(dfd, dir, ctx->max_metadata_bytes, &md, err);
+        rc = dcp__lock_acquire(dfd, dir, token, 0, &lk, err);
+    if (rc == DCP_OK)
+        rc = dcp__fs_list_dirs(dfd, "", 1, ent, &sub, err);
+    if (rc == DCP_ELIMIT || (rc == DCP_OK && sub))
+        rc = dcp__err(err, DCP_EUNSAFE,
+                      "refusing to remove \"%s\": objects lie below \"%s/\" "
+                      "(not a checkpoint); nothing removed",
+                      dir, sub ? ent[0].name : "");
+    if (rc == DCP_OK)
+        rc = dcp__fs_list(dfd, "", S3_FILES_MAX, ent, &k, err);
+    for (i = 0; rc == DCP_OK && i < k; i++)
+        if (!checkpoint_file(ent[i].name))
+            rc = dcp__err(err, DCP_EUNSAFE,
+                          "refusing to remove \"%s\": it holds \"%s\", not "
+                          "a checkpoint file (.metadata, .metadata.*, "
+                          "*.distcp); nothing removed",
+                          dir, ent[i].name);
+    if (rc == DCP_OK && (!k || (k == 1 && !strcmp(ent[0].name,
+                                                 DCP__LOCK_NAME))))
+        rc = dcp__err(err, DCP_ENOENT, "cannot remove \"%s\": no such "
+                      "checkpoint (no object under it)", dir);
     if (rc == DCP_OK) {
-        hook("metadata");
+        hook("unlink .metadata");
         rc = dcp__fs_unlink(dfd, ".metadata", err);
+        if (rc == DCP_ENOENT) {
+            dcp__err_clear(err);
+            rc = DCP_OK;
+        }
     }
-    for (size_t i = 0; rc == DCP_OK && i < md->nfiles; i++)
-        rc = dcp__fs_unlink(dfd, md->files[i], err);
-    if (rc != DCP_OK)
+    for (i = 0; rc == DCP_OK && i < k; i++) {
+        if (!strcmp(ent[i].name, ".metadata") ||
+            !strcmp(ent[i].name, DCP__LOCK_NAME))
+            continue;
+        hook("unlink a file");
+        rc = dcp__fs_unlink(dfd, ent[i].name, err);
+        if (rc == DCP_ENOENT) {
+            dcp__err_clear(err);
+            rc = DCP_OK;
+        }
+    }
+    if (rc != DCP_OK && rc != DCP_EBUSY && rc != DCP_EUNSAFE &&
+        rc != DCP_ENOENT)
         (void)dcp__err_prefix(err, "cannot remove \"%s\"", dir);
-    dcp__meta_free(md);
+    dcp__lock_release(&lk);
     dcp__fs_release(dfd);
+    dcp__free(ent);
     return rc;
 }
 
@@ -589,8 +699,6 @@ int dcp_manager_create(dcp_manager **out, dcp_ctx *ctx, const char *root,
         rc = dcp__err(err, DCP_EINVAL, "dcp_manager_create: NULL argument");
     else if (opts && opts->struct_size < sizeof(uint32_t))
         rc = dcp__err(err, DCP_EINVAL, "dcp_manager_options: bad struct_size");
-    if (rc == DCP_OK && dcp__path_is_s3(root))
-        rc = s3_unsupported(err, root);
     if (rc == DCP_OK)
         rc = dcp__mgr_pattern(opts, &p, &s, err);
     if (rc == DCP_OK && !(m = dcp__calloc(1, sizeof *m)))
@@ -640,7 +748,14 @@ int dcp_manager_create(dcp_manager **out, dcp_ctx *ctx, const char *root,
     }
     if (rc == DCP_OK) {
         int r0 = DCP_OK;
-        if (ctx->rank == 0) {
+        if (ctx->rank == 0 && dcp__path_is_s3(root)) {
+            /* No directories to make: the bucket must be there and
+             * readable (opening the root lists it). */
+            int dfd = -1;
+            dcp__ctx_begin(ctx);
+            r0 = dcp__fs_open_dir(root, &dfd, err);
+            dcp__fs_release(dfd);
+        } else if (ctx->rank == 0) {
             dcp__ctx_begin(ctx);
             r0 = dcp__fs_mkdirs(root, err);
             struct stat sb;

@@ -55,9 +55,36 @@ grep -q ".metadata" "$tmp/err" || fail "message: $(cat "$tmp/err")"
 "$tool" rm "$b/second" >/dev/null
 if "$tool" info "$b/second" 2>/dev/null; then fail "info after rm"; fi
 "$tool" info "$b/odd dir+1" >/dev/null || fail "rm touched another"
-# the manager's step roots: refused clearly on s3:// (not supported yet)
-for cmd in list latest; do
-    if "$tool" $cmd "$b" 2>"$tmp/err"; then fail "$cmd on s3"; fi
-    grep -q "not supported" "$tmp/err" || fail "$cmd: $(cat "$tmp/err")"
+# the manager's step roots on s3://: list, latest, prune, rm give what they
+# give on a local root
+for n in 1 2 3 12; do
+    "$tool" import "$tmp/in.pt" "$b/mgr/step-$n" --quiet >/dev/null
+    "$tool" import "$tmp/in.pt" "$tmp/mgr/step-$n" --quiet >/dev/null
 done
+"$tool" import "$tmp/in.pt" "$b/mgr/other" --quiet >/dev/null
+mgr_same() {
+    for cmd in list latest; do
+        "$tool" $cmd "$b/mgr" --json >"$tmp/s3.$cmd" || fail "$cmd on s3"
+        "$tool" $cmd "$tmp/mgr" --json >"$tmp/l.$cmd"
+        cmp "$tmp/s3.$cmd" "$tmp/l.$cmd" ||
+            fail "$cmd differs: $(cat "$tmp/s3.$cmd") vs $(cat "$tmp/l.$cmd")"
+        "$tool" $cmd "$b/mgr" >"$tmp/s3.$cmd"
+        "$tool" $cmd "$tmp/mgr" >"$tmp/l.$cmd"
+        cmp "$tmp/s3.$cmd" "$tmp/l.$cmd" || fail "$cmd (text) differs"
+    done
+}
+mgr_same
+grep -q '"step": 12' "$tmp/s3.latest" || grep -q '^12' "$tmp/s3.latest" ||
+    fail "latest: $(cat "$tmp/s3.latest")"
+"$tool" prune "$b/mgr" --keep 2 --json >"$tmp/s3.prune"
+"$tool" prune "$tmp/mgr" --keep 2 --json >"$tmp/l.prune"
+cmp "$tmp/s3.prune" "$tmp/l.prune" || fail "prune differs"
+grep -q '"removed": 2' "$tmp/s3.prune" || fail "prune: $(cat "$tmp/s3.prune")"
+mgr_same
+"$tool" rm "$b/mgr/step-12" >/dev/null
+"$tool" rm "$tmp/mgr/step-12" >/dev/null
+mgr_same
+grep -q '^3' "$tmp/s3.latest" || fail "latest after rm: $(cat "$tmp/s3.latest")"
+"$tool" info "$b/mgr/other" >/dev/null || fail "prune touched another name"
+if "$tool" info "$b/mgr/step-1" 2>/dev/null; then fail "pruned step-1 loads"; fi
 echo "dcptool on s3: ok"

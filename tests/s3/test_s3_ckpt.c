@@ -20,6 +20,7 @@
 
 #include <dcp/dcp.h>
 #include <dcp/dcp_convert.h>
+#include <dcp/dcp_manager.h>
 #include <dcp/dcp_s3.h>
 
 #include "s3.h"
@@ -677,6 +678,129 @@ TEST(two_writers)
     dcp_ctx_free(ctx);
 }
 
+/* ------------------------------------------------ the manager on s3:// */
+
+static int mgr_state(struct st *s, unsigned seed, int for_load)
+{
+    return st_make(s, 5000, seed, for_load);
+}
+
+/*
+ * A manager over an s3:// root: steps saved with retention (keep_last 2),
+ * the pruned steps leave no object; latest and load_latest find the newest
+ * complete step; a step without .metadata is listed incomplete and never
+ * latest; removal refuses a prefix holding a foreign object or a deeper
+ * one (nothing removed) and a step whose writer is alive (DCP_EBUSY).
+ */
+TEST(manager)
+{
+    dcp_ctx *ctx;
+    dcp_manager *m;
+    dcp_manager_options o;
+    dcp_manager_entry *e = NULL;
+    struct st s, back;
+    size_t n = 0;
+    int64_t step = -1;
+    int d = -1, visible = 0;
+    unsigned got;
+    struct dcp_err err = {0};
+    char root[512], path[600];
+    (void)snprintf(root, sizeof(root), "%s", at("mgr"));
+    cfg(0, 4, 30000);
+    ASSERT_EQ(dcp_ctx_create(&ctx, NULL, NULL), DCP_OK);
+    memset(&o, 0, sizeof(o));
+    o.struct_size = sizeof(o);
+    o.keep_last = 2;
+    ASSERT_EQ(dcp_manager_create(&m, ctx, root, &o), DCP_OK);
+    ASSERT_EQ(dcp_manager_latest(m, &step), DCP_ENOENT);
+    for (unsigned k = 1; k <= 4; k++) {
+        ASSERT_EQ(mgr_state(&s, 10 + k, 0), 0);
+        ASSERT_EQ(dcp_manager_save(m, s.st, (int64_t)k * 10), DCP_OK);
+        st_free(&s);
+    }
+    ASSERT_EQ(nkeys("mgr/step-10/"), 0);
+    ASSERT_EQ(nkeys("mgr/step-20/"), 0);
+    ASSERT_EQ(nkeys("mgr/step-30/"), 2);
+    ASSERT_EQ(dcp_manager_list(ctx, root, &o, &e, &n), DCP_OK);
+    ASSERT_EQ(n, 2);
+    ASSERT(e[0].step == 30 && e[1].step == 40);
+    ASSERT(e[0].status == DCP_MANAGER_COMPLETE &&
+           e[1].status == DCP_MANAGER_COMPLETE);
+    dcp_manager_list_free(e, n);
+    /* A half-written step 50: a data object, no .metadata. */
+    (void)snprintf(path, sizeof(path), "%s/step-50", root);
+    ASSERT_EQ(dcp__fs_open_dir(path, &d, &err), DCP_OK);
+    ASSERT_EQ(dcp__fs_publish(d, path, "__0_0.distcp", "half", 4, 0,
+                              &visible, &err),
+              DCP_OK);
+    dcp__fs_release(d);
+    ASSERT_EQ(dcp_manager_list(ctx, root, &o, &e, &n), DCP_OK);
+    ASSERT_EQ(n, 3);
+    ASSERT(e[2].step == 50 && e[2].status == DCP_MANAGER_INCOMPLETE);
+    dcp_manager_list_free(e, n);
+    ASSERT_EQ(dcp_manager_latest(m, &step), DCP_OK);
+    ASSERT_EQ(step, 40);
+    ASSERT_EQ(mgr_state(&back, 0, 1), 0);
+    ASSERT_EQ(dcp_manager_load_latest(m, back.st, &step, NULL), DCP_OK);
+    ASSERT_EQ(step, 40);
+    ASSERT_EQ(mgr_state(&s, 14, 0), 0);
+    ASSERT(memcmp(s.w, back.w, 5000 * sizeof(float)) == 0);
+    st_free(&s);
+    st_free(&back);
+    /* The half step is removed whole. */
+    ASSERT_EQ(dcp_manager_remove(ctx, path), DCP_OK);
+    ASSERT_EQ(nkeys("mgr/step-50/"), 0);
+    ASSERT_EQ(dcp_manager_remove(ctx, path), DCP_ENOENT);
+    /* A foreign object, then a deeper one: refused, nothing removed. */
+    (void)snprintf(path, sizeof(path), "%s/step-30", root);
+    ASSERT_EQ(dcp__fs_open_dir(path, &d, &err), DCP_OK);
+    ASSERT_EQ(dcp__fs_publish(d, path, "notes.txt", "x", 1, 0, &visible,
+                              &err),
+              DCP_OK);
+    ASSERT_EQ(dcp_manager_remove(ctx, path), DCP_EUNSAFE);
+    ASSERT(strstr(dcp_errmsg(ctx), "notes.txt"));
+    ASSERT_EQ(nkeys("mgr/step-30/"), 3);
+    ASSERT_EQ(dcp__fs_unlink(d, "notes.txt", &err), DCP_OK);
+    dcp__fs_release(d);
+    (void)snprintf(path, sizeof(path), "%s/step-30/sub", root);
+    ASSERT_EQ(dcp__fs_open_dir(path, &d, &err), DCP_OK);
+    ASSERT_EQ(dcp__fs_publish(d, path, "x.distcp", "x", 1, 0, &visible,
+                              &err),
+              DCP_OK);
+    dcp__fs_release(d);
+    (void)snprintf(path, sizeof(path), "%s/step-30", root);
+    ASSERT_EQ(dcp_manager_remove(ctx, path), DCP_EUNSAFE);
+    ASSERT(strstr(dcp_errmsg(ctx), "sub"));
+    ASSERT_EQ(nkeys("mgr/step-30/"), 3);
+    ASSERT_EQ(load(ctx, path, 5000, &got), DCP_OK);
+    ASSERT_EQ(got, 13);
+    /* A live writer's lock (this process, another context's token). */
+    {
+        char host[128] = "unknown", lock[512];
+        int ln;
+        (void)gethostname(host, sizeof(host) - 1);
+        ln = snprintf(lock, sizeof(lock),
+                      "dcp-lock 1\nhost=%s\nboot=-\npid=%lld\nstart=0\n"
+                      "token=live01\ntime=1\n",
+                      host, (long long)getppid());
+        (void)snprintf(path, sizeof(path), "%s/step-40", root);
+        ASSERT_EQ(dcp__fs_open_dir(path, &d, &err), DCP_OK);
+        ASSERT_EQ(dcp__fs_publish(d, path, ".lock", lock, (size_t)ln,
+                                  DCP_PUBLISH_EXCLUSIVE, &visible, &err),
+                  DCP_OK);
+        ASSERT_EQ(dcp_manager_remove(ctx, path), DCP_EBUSY);
+        ASSERT_EQ(nkeys("mgr/step-40/"), 3);
+        ASSERT_EQ(dcp__fs_unlink(d, ".lock", &err), DCP_OK);
+        dcp__fs_release(d);
+        ASSERT_EQ(dcp_manager_remove(ctx, path), DCP_OK);
+        ASSERT_EQ(nkeys("mgr/step-40/"), 0);
+    }
+    ASSERT_EQ(dcp_manager_latest(m, &step), DCP_OK);
+    ASSERT_EQ(step, 30);
+    dcp_manager_free(m);
+    dcp_ctx_free(ctx);
+}
+
 TEST(auth)
 {
     dcp_ctx *ctx;
@@ -755,6 +879,7 @@ int main(int argc, char **argv)
     RUN(load_faults);
     RUN(killed_save);
     RUN(two_writers);
+    RUN(manager);
     (void)dcp_s3_configure(NULL);
     return TEST_SUMMARY();
 }
