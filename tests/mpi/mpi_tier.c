@@ -1,0 +1,374 @@
+/*
+ * Memory tiers (dcp_tier.h) with nodes simulated on one machine: ranks
+ * grouped as nodes, one tier-0 directory per node (DIR/n0, DIR/n1), tier 1
+ * in DIR/t1. Label tier.
+ *   save DIR     4 ranks as 2 nodes: a step saved and drained (tier-1
+ *                checkpoint loads bit-exact with plain dcp_load; each node
+ *                directory holds .metadata and its own ranks' files only);
+ *                a save while a drain is in flight with SKIP (skipped,
+ *                nothing saved) and WAIT (waited); per-tier retention; a
+ *                drain failing on rank 1 (agreed everywhere, tier 1 keeps
+ *                the previous step, the step's directory never commits);
+ *                restore from tier 0; the drain's bandwidth limit
+ *   restart DIR  3 ranks as 2 nodes (0,1 | 2): restores the newest step
+ *                from tier 0 resharded 4 -> 3, saves and drains another
+ *   lost DIR     2 ranks, node n1 lost (its directory deleted): every
+ *                tier-0 step lacks files, restore falls back to tier 1's
+ *                newest, bit-exact
+ */
+#include <dcp/dcp.h>
+#include <dcp/dcp_manager.h>
+#include <dcp/dcp_mpi.h>
+#include <dcp/dcp_tier.h>
+
+#include <mpi.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mpitest.h"
+#include "tier.h"
+
+static char dir[512], t0[600], t1[600];
+static int node;
+static const dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0};
+
+static const int64_t wshape[2] = {12, 5}, bshape[2] = {64, 1024};
+static float wbuf[12 * 5], bbuf[64 * 1024];
+static int64_t woff[2], wsize[2], boff[2], bsize[2];
+
+static dcp_state *make_state(int64_t step, int fill)
+{
+    dcp_state *st = NULL;
+    mt_split(wshape[0], mt_size, mt_rank, &woff[0], &wsize[0]);
+    mt_split(bshape[0], mt_size, mt_rank, &boff[0], &bsize[0]);
+    woff[1] = boff[1] = 0;
+    wsize[1] = wshape[1];
+    bsize[1] = bshape[1];
+    if (fill) {
+        mt_fill((unsigned char *)wbuf, 2, wshape, woff, wsize, 4,
+                (unsigned)step);
+        mt_fill((unsigned char *)bbuf, 2, bshape, boff, bsize, 4,
+                (unsigned)step + 1000);
+    } else {
+        memset(wbuf, 0, sizeof wbuf);
+        memset(bbuf, 0, sizeof bbuf);
+    }
+    if (dcp_state_create(&st) != DCP_OK ||
+        dcp_state_add_tensor(st, "w", DCP_F32, 2, wshape, woff, wsize, wbuf,
+                             DCP_MEM_HOST) != DCP_OK ||
+        dcp_state_add_tensor(st, "b", DCP_F32, 2, bshape, boff, bsize, bbuf,
+                             DCP_MEM_HOST) != DCP_OK ||
+        dcp_state_add_value(st, "step", dcp_value_int(step)) != DCP_OK)
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    return st;
+}
+
+/* The buffers hold step's content, and the state's "step" value is step. */
+static int holds(dcp_state *st, int64_t step)
+{
+    static unsigned char want[sizeof bbuf];
+    mt_fill(want, 2, wshape, woff, wsize, 4, (unsigned)step);
+    if (memcmp(want, wbuf, mt_numel(2, wsize) * 4) != 0)
+        return 0;
+    mt_fill(want, 2, bshape, boff, bsize, 4, (unsigned)step + 1000);
+    if (memcmp(want, bbuf, mt_numel(2, bsize) * 4) != 0)
+        return 0;
+    const dcp_value *v = dcp_state_value(st, "step");
+    return v && dcp_value_as_int(v) == step;
+}
+
+/* The drain hook: a slow first chunk of each file, or a failure on one
+ * rank. */
+static int slow_ms, fail_rank = -1;
+static int hook(int rank, const char *file, uint64_t off, void *arg)
+{
+    (void)file;
+    (void)arg;
+    if (rank == fail_rank && off > 0)
+        return DCP_EIO;
+    if (slow_ms && off == 0)
+        usleep((useconds_t)slow_ms * 1000);
+    return 0;
+}
+
+static dcp_tier *mk(dcp_ctx *ctx, int busy, uint64_t bw)
+{
+    dcp_tier_options o;
+    dcp_tier *t = NULL;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.tier0_dir = t0;
+    o.tier1_root = t1;
+    o.keep_last0 = 3;
+    o.keep_last1 = 2;
+    o.busy = busy;
+    o.drain_bytes_per_sec = bw;
+    o.drain_buffer_bytes = 64 << 10;
+    o.save_opts = &nosync;
+    CHECK_OK(ctx, dcp_tier_create(&t, ctx, &o));
+    return t;
+}
+
+#define BIT(s) ((uint64_t)1 << (s))
+
+/* Complete steps under root (0..63) as a mask. */
+static uint64_t mask(dcp_ctx *ctx, const char *root)
+{
+    dcp_manager_entry *e = NULL;
+    size_t n = 0;
+    uint64_t m = 0;
+    if (dcp_manager_list(ctx, root, NULL, &e, &n) != DCP_OK)
+        return ~(uint64_t)0;
+    for (size_t i = 0; i < n; i++)
+        if (e[i].status == DCP_MANAGER_COMPLETE && e[i].step < 64)
+            m |= BIT(e[i].step);
+    dcp_manager_list_free(e, n);
+    return m;
+}
+
+static int exists(const char *root, int64_t step, const char *name)
+{
+    char p[1024];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/step-%lld/%s", root, (long long)step, name);
+    return stat(p, &sb) == 0;
+}
+
+static dcp_comm *comm;
+static dcp_ctx *ctx;
+
+static void test_save_drain(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp_state *st = make_state(1, 1);
+    int oc = -1;
+    CHECK_OK(ctx, dcp_tier_save(t, st, 1, &oc));
+    CHECK(oc == DCP_TIER_SAVED && mt_same(oc));
+    memset(bbuf, 0x5a, sizeof bbuf); /* may change once save returns */
+    int64_t s = -1;
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 1);
+    /* A second wait reports nothing. */
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == -1);
+    dcp_state_free(st);
+    /* Each node directory: .metadata, and only its own ranks' files. */
+    char own[32], other[600];
+    snprintf(own, sizeof own, "__%d_0.distcp", mt_rank);
+    snprintf(other, sizeof other, "%s/n%d", dir, 1 - node);
+    CHECK(exists(t0, 1, ".metadata"));
+    CHECK(exists(t0, 1, own));
+    CHECK(!exists(other, 1, own));
+    CHECK(exists(t1, 1, ".metadata"));
+    CHECK(exists(t1, 1, own));
+    /* Tier 1 is an ordinary checkpoint: plain dcp_load, bit-exact. */
+    char p[700];
+    snprintf(p, sizeof p, "%s/step-1", t1);
+    st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_load(ctx, st, p, NULL));
+    CHECK(holds(st, 1));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
+static void test_skip(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_SKIP, 0);
+    dcp_state *st = make_state(2, 1);
+    int oc = -1, done = -1;
+    slow_ms = 500;
+    CHECK_OK(ctx, dcp_tier_save(t, st, 2, &oc));
+    CHECK(oc == DCP_TIER_SAVED && mt_same(oc));
+    dcp_state_free(st);
+    st = make_state(3, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 3, &oc));
+    CHECK(oc == DCP_TIER_SKIPPED && mt_same(oc));
+    CHECK_OK(ctx, dcp_tier_drain_test(t, &done));
+    CHECK(mt_same(done));
+    int64_t s = -1;
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == (done ? -1 : 2));
+    slow_ms = 0;
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(exists(t1, 2, ".metadata"));
+    CHECK(!exists(t0, 3, ".metadata") && !exists(t1, 3, ".metadata"));
+    dcp_tier_free(t);
+}
+
+static void test_wait_retention(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    int oc = -1;
+    slow_ms = 500;
+    dcp_state *st = make_state(4, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 4, &oc));
+    CHECK(oc == DCP_TIER_SAVED && mt_same(oc));
+    dcp_state_free(st);
+    st = make_state(5, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 5, &oc));
+    CHECK(oc == DCP_TIER_WAITED && mt_same(oc));
+    slow_ms = 0;
+    int64_t s = -1;
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 5);
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    /* keep_last1 2 on tier 1, keep_last0 3 in each node. */
+    CHECK(mask(ctx, t1) == (BIT(4) | BIT(5)));
+    CHECK(mask(ctx, t0) == (BIT(2) | BIT(4) | BIT(5)));
+    dcp_tier_free(t);
+}
+
+static void test_drain_fault(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    int oc = -1;
+    dcp__tier_set_drain_hook(hook, NULL);
+    fail_rank = 1;
+    dcp_state *st = make_state(6, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 6, &oc));
+    CHECK(oc == DCP_TIER_SAVED);
+    int64_t s = -1;
+    int rc = dcp_tier_drain_wait(t, &s);
+    CHECK_RC(ctx, rc, DCP_EIO);
+    CHECK(mt_same(rc) && mt_same_str(dcp_errmsg(ctx)));
+    CHECK_MSG(ctx, "rank 1");
+    CHECK(s == 6);
+    fail_rank = -1;
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    /* Tier 1 keeps 4 and 5; step 6 never committed there. */
+    CHECK(mask(ctx, t1) == (BIT(4) | BIT(5)));
+    CHECK(!exists(t1, 6, ".metadata"));
+    CHECK(!exists(t1, 6, ".lock"));
+    /* Restore: 6 is complete on tier 0. */
+    st = make_state(0, 0);
+    int tier = -1;
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 6 && tier == 0);
+    CHECK(holds(st, 6));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void test_throttle(void)
+{
+    const uint64_t bw = 512 << 10;
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, bw);
+    dcp_state *st = make_state(8, 1);
+    int oc = -1;
+    double a = now();
+    CHECK_OK(ctx, dcp_tier_save(t, st, 8, &oc));
+    int64_t s = -1;
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    double el = now() - a;
+    CHECK(s == 8);
+    char p[1024];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/step-8/__%d_0.distcp", t1, mt_rank);
+    CHECK(stat(p, &sb) == 0);
+    double lo = 0.9 * (double)sb.st_size / (double)bw;
+    if (el < lo)
+        fprintf(stderr, "[rank %d] drain of %lld bytes took %.3f s < %.3f\n",
+                mt_rank, (long long)sb.st_size, el, lo);
+    CHECK(el >= lo);
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(mask(ctx, t1) == (BIT(5) | BIT(8)));
+    dcp_tier_free(t);
+}
+
+static void test_restart(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp_state *st = make_state(0, 0);
+    int64_t s = -1;
+    int tier = -1, oc = -1;
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 8 && tier == 0);
+    CHECK(holds(st, 8));
+    dcp_state_free(st);
+    st = make_state(9, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 9, &oc));
+    CHECK(oc == DCP_TIER_SAVED);
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 9);
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(mask(ctx, t1) == (BIT(8) | BIT(9)));
+    dcp_tier_free(t);
+}
+
+static void test_lost(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp_state *st = make_state(0, 0);
+    int64_t s = -1;
+    int tier = -1;
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 9 && tier == 1);
+    CHECK(holds(st, 9));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
+int main(int argc, char **argv)
+{
+    mt_init(&argc, &argv);
+    if (argc != 3) {
+        if (mt_rank == 0)
+            fprintf(stderr, "usage: mpi_tier save|restart|lost DIR\n");
+        MPI_Finalize();
+        return 2;
+    }
+    const char *mode = argv[1];
+    snprintf(dir, sizeof dir, "%s", argv[2]);
+    if (strcmp(mode, "save") == 0)
+        node = mt_rank / 2;
+    else if (strcmp(mode, "restart") == 0)
+        node = mt_rank < 2 ? 0 : 1;
+    else
+        node = 0;
+    if (strcmp(mode, "save") == 0 && mt_rank == 0) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+            MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    if (strcmp(mode, "lost") == 0 && mt_rank == 0) {
+        char cmd[700];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s/n1'", dir);
+        if (system(cmd) != 0)
+            MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    snprintf(t0, sizeof t0, "%s/n%d", dir, node);
+    snprintf(t1, sizeof t1, "%s/t1", dir);
+    if (dcp_comm_mpi(&comm, MPI_COMM_WORLD) != DCP_OK ||
+        dcp_ctx_create(&ctx, comm, NULL) != DCP_OK)
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    dcp__tier_set_drain_hook(hook, NULL);
+    if (strcmp(mode, "save") == 0) {
+        RUN(save_drain);
+        RUN(skip);
+        RUN(wait_retention);
+        RUN(drain_fault);
+        RUN(throttle);
+    } else if (strcmp(mode, "restart") == 0) {
+        RUN(restart);
+    } else {
+        RUN(lost);
+    }
+    dcp_ctx_free(ctx);
+    dcp_comm_free(comm);
+    return mt_finish();
+}
