@@ -471,6 +471,14 @@ static int drain_commit(dcp_tier *t, struct dcp_err *err)
                             "drain of step %" PRId64 ": data file '%s' "
                             "missing in '%s'",
                             d->step, d->md->files[i], d->dst);
+    if (hook_fn) {
+        int h = hook_fn(t->rank, ".metadata", 0, hook_arg);
+        if (h)
+            return dcp__err(err, h,
+                            "drain of step %" PRId64 ": cannot publish "
+                            "'.metadata' in '%s': injected fault",
+                            d->step, d->dst);
+    }
     int vis = 0;
     return dcp__fs_publish(d->dirfd, d->dst, ".metadata", d->meta, d->metalen,
                            d->nosync ? DCP_PUBLISH_NOSYNC : 0, &vis, err);

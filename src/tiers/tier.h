@@ -12,7 +12,9 @@
 /*
  * Test hook: fn(rank, file, off, arg) is called on the drain thread of
  * each rank before each chunk of a data file is copied to tier 1 (off: the
- * chunk's byte offset in file). A non-zero return fails the drain with
+ * chunk's byte offset in file), and on rank 0's caller thread before it
+ * publishes the step's `.metadata` in tier 1 (file ".metadata", off 0),
+ * the drain's commit point. A non-zero return fails the drain with
  * that code (a negative DCP_E*), as a storage failure would; fn may also
  * kill the process there. NULL: none (the default). Set it while no drain
  * is in flight; not thread safe.

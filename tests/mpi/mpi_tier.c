@@ -15,6 +15,11 @@
  *   lost DIR     2 ranks, node n1 lost (its directory deleted): every
  *                tier-0 step lacks files, restore falls back to tier 1's
  *                newest, bit-exact
+ *   kill DIR V K 2 ranks as 2 nodes: step 1 drained, then rank V killed
+ *                (SIGKILL) at its K-th drain hook call of step 2's drain
+ *                (tier_kill.sh runs every point)
+ *   killcheck DIR  after kill: tier 1 holds step 1 only, restore never
+ *                mixes; a new drain takes the dead holder's lock over
  */
 #include <dcp/dcp.h>
 #include <dcp/dcp_manager.h>
@@ -22,6 +27,7 @@
 #include <dcp/dcp_tier.h>
 
 #include <mpi.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,6 +37,7 @@
 
 static char dir[512], t0[600], t1[600];
 static int node;
+static long kill_victim = -1;
 static const dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0};
 
 static const int64_t wshape[2] = {12, 5}, bshape[2] = {64, 1024};
@@ -80,11 +87,14 @@ static int holds(dcp_state *st, int64_t step)
 
 /* The drain hook: a slow first chunk of each file, or a failure on one
  * rank. */
-static int slow_ms, fail_rank = -1;
+static int slow_ms, fail_rank = -1, victim = -1, kill_at, calls;
 static int hook(int rank, const char *file, uint64_t off, void *arg)
 {
-    (void)file;
     (void)arg;
+    if (rank == victim && ++calls == kill_at)
+        raise(SIGKILL);
+    if (strcmp(file, ".metadata") == 0)
+        return 0;
     if (rank == fail_rank && off > 0)
         return DCP_EIO;
     if (slow_ms && off == 0)
@@ -321,12 +331,77 @@ static void test_lost(void)
     dcp_tier_free(t);
 }
 
+/* kill: step 1 drained; step 2 saved, its drain killed on rank victim at
+ * its kill_at-th hook call (a chunk, or rank 0's commit point). */
+static void test_kill(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp_state *st = make_state(1, 1);
+    int64_t s = -1;
+    CHECK_OK(ctx, dcp_tier_save(t, st, 1, NULL));
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    st = make_state(2, 1);
+    calls = 0;
+    victim = (int)kill_victim;
+    CHECK_OK(ctx, dcp_tier_save(t, st, 2, NULL));
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s)); /* the victim dies first */
+    victim = -1;
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
+/* After the kill: tier 1 holds step 1 only (step 2 without .metadata);
+ * tier 0 holds step 2; with tier 0 gone, tier 1's step 1 loads, never a
+ * mix; a new drain of step 2 takes the dead holder's lock over. */
+static void test_killcheck(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    CHECK(mask(ctx, t1) == BIT(1));
+    CHECK(!exists(t1, 2, ".metadata"));
+    dcp_state *st = make_state(0, 0);
+    int64_t s = -1;
+    int tier = -1;
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 2 && tier == 0);
+    CHECK(holds(st, 2));
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (mt_rank == 0) {
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s/n0' '%s/n1'", dir, dir);
+        CHECK(system(cmd) == 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 1 && tier == 1);
+    CHECK(holds(st, 1));
+    dcp_state_free(st);
+    st = make_state(2, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 2, NULL));
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 2);
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(mask(ctx, t1) == (BIT(1) | BIT(2)));
+    char p[700];
+    snprintf(p, sizeof p, "%s/step-2", t1);
+    st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_load(ctx, st, p, NULL));
+    CHECK(holds(st, 2));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
 int main(int argc, char **argv)
 {
     mt_init(&argc, &argv);
-    if (argc != 3) {
+    if (argc < 3 || (strcmp(argv[1], "kill") == 0 && argc != 5)) {
         if (mt_rank == 0)
-            fprintf(stderr, "usage: mpi_tier save|restart|lost DIR\n");
+            fprintf(stderr, "usage: mpi_tier save|restart|lost|killcheck "
+                            "DIR | kill DIR VICTIM K\n");
         MPI_Finalize();
         return 2;
     }
@@ -336,9 +411,16 @@ int main(int argc, char **argv)
         node = mt_rank / 2;
     else if (strcmp(mode, "restart") == 0)
         node = mt_rank < 2 ? 0 : 1;
-    else
+    else if (strcmp(mode, "lost") == 0)
         node = 0;
-    if (strcmp(mode, "save") == 0 && mt_rank == 0) {
+    else
+        node = mt_rank; /* kill, killcheck: 2 ranks, 2 nodes */
+    if (strcmp(mode, "kill") == 0) {
+        kill_victim = strtol(argv[3], NULL, 10);
+        kill_at = (int)strtol(argv[4], NULL, 10);
+    }
+    if ((strcmp(mode, "save") == 0 || strcmp(mode, "kill") == 0) &&
+        mt_rank == 0) {
         char cmd[600];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
         if (system(cmd) != 0)
@@ -365,8 +447,12 @@ int main(int argc, char **argv)
         RUN(throttle);
     } else if (strcmp(mode, "restart") == 0) {
         RUN(restart);
-    } else {
+    } else if (strcmp(mode, "lost") == 0) {
         RUN(lost);
+    } else if (strcmp(mode, "kill") == 0) {
+        RUN(kill);
+    } else {
+        RUN(killcheck);
     }
     dcp_ctx_free(ctx);
     dcp_comm_free(comm);
