@@ -9,7 +9,9 @@
  *                nothing saved) and WAIT (waited); per-tier retention; a
  *                drain failing on rank 1 (agreed everywhere, tier 1 keeps
  *                the previous step, the step's directory never commits);
- *                restore from tier 0; the drain's bandwidth limit
+ *                restore from tier 0; a stale node file (another save's
+ *                record under the step's name) falling back to tier 1
+ *                whole; the drain's bandwidth limit
  *   restart DIR  3 ranks as 2 nodes (0,1 | 2): restores the newest step
  *                from tier 0 resharded 4 -> 3, saves and drains another
  *   lost DIR     2 ranks, node n1 lost (its directory deleted): every
@@ -263,6 +265,32 @@ static void test_drain_fault(void)
     dcp_tier_free(t);
 }
 
+/* A node directory holding another save's file under the step's name
+ * (a stale node): tier 0 looks complete, its load refuses the record of
+ * another save, and the restore falls back to tier 1's newest (5), whole:
+ * never a mix of steps 6 and 5. */
+static void test_stale(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (mt_rank == 0) {
+        char cmd[2000];
+        snprintf(cmd, sizeof cmd,
+                 "cp '%s/n1/step-5/__2_0.distcp' '%s/n1/step-6/__2_0.distcp'",
+                 dir, dir);
+        CHECK(system(cmd) == 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    dcp_state *st = make_state(0, 0);
+    int64_t s = -1;
+    int tier = -1;
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 5 && tier == 1);
+    CHECK(holds(st, 5));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
 static double now(void)
 {
     struct timespec ts;
@@ -444,6 +472,7 @@ int main(int argc, char **argv)
         RUN(skip);
         RUN(wait_retention);
         RUN(drain_fault);
+        RUN(stale);
         RUN(throttle);
     } else if (strcmp(mode, "restart") == 0) {
         RUN(restart);
