@@ -27,6 +27,10 @@
  * is killed leaves tier 1's step without `.metadata`: not a checkpoint,
  * never loaded; the previous complete step stays the newest there.
  *
+ * With the option tier0_async, dcp_tier_save returns once the state is
+ * staged (a memcpy into cached buffers) and the tier-0 commit happens at
+ * the next collective call of the stack.
+ *
  * At most one drain is in flight. A save that finds the previous drain
  * still running on some rank waits for it (DCP_TIER_WAIT) or is skipped
  * (DCP_TIER_SKIP: nothing is saved), and says which (enum
@@ -114,6 +118,14 @@ typedef struct dcp_tier_options {
     const dcp_save_options *save_opts;
     /* Options of the tier-0 context the stack makes (NULL: defaults). */
     const dcp_ctx_options *ctx_opts;
+    /* 1: dcp_tier_save returns once the state is staged (dcp_save_async
+     * into tier 0: a copy into the tier-0 context's cached staging
+     * buffers; the buffers may change on return); the tier-0 write runs
+     * in the background and the step is committed in tier 0, spread to
+     * every node and its drain started by the next collective call of the
+     * stack (dcp_tier_save, _drain_test, _drain_wait, _restore, _free).
+     * 0 (default): dcp_tier_save returns once tier 0 committed. */
+    int tier0_async;
 } dcp_tier_options;
 
 typedef struct dcp_tier dcp_tier;
@@ -134,8 +146,8 @@ DCP_API int dcp_tier_create(dcp_tier **out, dcp_ctx *ctx,
                             const dcp_tier_options *opts);
 
 /*
- * Completes the drain in flight, if any (as dcp_tier_drain_wait; its
- * result is lost), and frees t. Collective when a drain is in flight.
+ * Completes what is in flight, if anything (as dcp_tier_drain_wait; its
+ * result is lost), and frees t. Collective when something is in flight.
  * NULL: no-op.
  */
 DCP_API void dcp_tier_free(dcp_tier *t);
@@ -151,9 +163,15 @@ DCP_API void dcp_tier_free(dcp_tier *t);
  * tier-0 retention, and the drain started (or not, DCP_TIER_SAVED_NO_DRAIN,
  * when tier 1 already holds the step committed). *outcome (may be NULL)
  * is the same on every rank. Step must be >= 0 and the same on every rank.
+ * With tier0_async, an earlier staged save is completed first (committed
+ * in tier 0, spread, retention, its drain started: after the busy rule
+ * above, which then concerns the drain before it), then this one is
+ * staged (dcp_save_async) and the call returns; a failure of the earlier
+ * one is returned here and nothing new is started.
  * Collective. Returns DCP_OK, DCP_EINVAL, DCP_EBUSY (tier 1's step locked
- * by another writer; tier 0 is committed), the codes of dcp_save, DCP_EIO,
- * DCP_ENOMEM; every rank the same, the message in dcp_errmsg(ctx).
+ * by another writer; tier 0 is committed), the codes of dcp_save (and of
+ * dcp_request_wait with tier0_async), DCP_EIO, DCP_ENOMEM; every rank the
+ * same, the message in dcp_errmsg(ctx).
  */
 DCP_API int dcp_tier_save(dcp_tier *t, const dcp_state *state, int64_t step,
                           int *outcome);
@@ -161,16 +179,19 @@ DCP_API int dcp_tier_save(dcp_tier *t, const dcp_state *state, int64_t step,
 /*
  * Whether the drain has finished on every rank: *done = 1 (then it is
  * committed here, and its result returned) or 0 (still copying somewhere;
- * DCP_OK). With no drain in flight, *done = 1 and the result of the last
- * drain not yet reported is returned (DCP_OK when none). Collective.
+ * DCP_OK). With tier0_async, a staged save is then completed (committed
+ * in tier 0, its drain started: *done = 0). With nothing in flight,
+ * *done = 1 and the result of the last drain not yet reported is returned
+ * (DCP_OK when none; a failure is kept until reported). Collective.
  * Returns DCP_OK or the drain's failure (DCP_EIO, DCP_ENOSPC, DCP_EBUSY,
  * ...; the message names the rank, file and path), reported once.
  */
 DCP_API int dcp_tier_drain_test(dcp_tier *t, int *done);
 
 /*
- * Waits for the drain in flight, if any, and commits it. *step (may be
- * NULL) receives the step the last reported drain was of (-1: none).
+ * Waits for the drain in flight, if any, and commits it; with tier0_async
+ * then completes a staged save and drains it too. *step (may be NULL)
+ * receives the step of the drain reported (-1: none).
  * Collective. Returns as dcp_tier_drain_test.
  */
 DCP_API int dcp_tier_drain_wait(dcp_tier *t, int64_t *step);

@@ -94,6 +94,10 @@ struct dcp_tier {
     struct dcp__t0fs fs;
     struct dcp__storage t1s;
     struct drain d;
+    /* tier0_async: the tier-0 save in flight (staged, not committed). */
+    dcp_request *req;
+    int pending;
+    int64_t pend_step;
     int has_last; /* a finished drain not yet reported */
     int last_rc;
     struct dcp_err last_err;
@@ -484,6 +488,9 @@ static int drain_commit(dcp_tier *t, struct dcp_err *err)
                            d->nosync ? DCP_PUBLISH_NOSYNC : 0, &vis, err);
 }
 
+static void keep_result(dcp_tier *t, int rc, const struct dcp_err *e,
+                        int64_t step);
+
 /* Completes the drain in flight: joins, agrees, commits on rank 0, tier-1
  * retention; the result goes to last_*. Collective. */
 static void drain_finish(dcp_tier *t)
@@ -507,10 +514,7 @@ static void drain_finish(dcp_tier *t)
         }
     }
     rc = dcp__comm_share_err(t->ctx->comm, rc, &e, 0);
-    t->has_last = 1;
-    t->last_rc = rc;
-    t->last_err = e;
-    t->last_step = d->step;
+    keep_result(t, rc, &e, d->step);
     drain_clear(d);
 }
 
@@ -669,22 +673,15 @@ static int spread_meta(dcp_tier *t, const char *own)
     return agree(t, rc);
 }
 
-/* One step into tier 0, committed in every node, and tier-0 retention. */
-static int save0(dcp_tier *t, const dcp_state *st, int64_t step)
+/* After the tier-0 commit of step: .metadata in every node, tier-0
+ * retention. Collective. */
+static int post0(dcp_tier *t, int64_t step)
 {
-    char name[40], vpath[64];
+    char name[40];
     step_name(name, sizeof name, step);
-    snprintf(vpath, sizeof vpath, VROOT "/%s", name);
-    struct dcp_err *err = &t->ctx->err;
     char *own = join(t->fs.roots[0], name);
-    int rc = own ? DCP_OK : dcp__err(err, DCP_ENOMEM, "out of memory");
-    if (rc == DCP_OK) {
-        dcp__storage_use(NULL);
-        rc = dcp__fs_mkdirs(own, err);
-    }
+    int rc = own ? DCP_OK : dcp__err(&t->ctx->err, DCP_ENOMEM, "out of memory");
     rc = agree(t, rc);
-    if (rc == DCP_OK)
-        rc = from_ctx(t, t->c0, dcp_save(t->c0, st, vpath, &t->so));
     if (rc == DCP_OK)
         rc = spread_meta(t, own);
     if (rc == DCP_OK && t->o.keep_last0) {
@@ -702,6 +699,85 @@ static int save0(dcp_tier *t, const dcp_state *st, int64_t step)
         t->d.meta = NULL;
     }
     return rc;
+}
+
+/* One step into tier 0: synchronous (committed, post0 done) or, with
+ * tier0_async, staged (t->req pending). */
+static int save0(dcp_tier *t, const dcp_state *st, int64_t step)
+{
+    char name[40], vpath[64];
+    step_name(name, sizeof name, step);
+    snprintf(vpath, sizeof vpath, VROOT "/%s", name);
+    struct dcp_err *err = &t->ctx->err;
+    char *own = join(t->fs.roots[0], name);
+    int rc = own ? DCP_OK : dcp__err(err, DCP_ENOMEM, "out of memory");
+    if (rc == DCP_OK) {
+        dcp__storage_use(NULL);
+        rc = dcp__fs_mkdirs(own, err);
+    }
+    dcp__free(own);
+    rc = agree(t, rc);
+    if (rc != DCP_OK)
+        return rc;
+    if (t->o.tier0_async) {
+        rc = from_ctx(t, t->c0,
+                      dcp_save_async(t->c0, st, vpath, &t->so, &t->req));
+        if (rc == DCP_OK) {
+            t->pending = 1;
+            t->pend_step = step;
+        }
+        return rc;
+    }
+    rc = from_ctx(t, t->c0, dcp_save(t->c0, st, vpath, &t->so));
+    if (rc == DCP_OK)
+        rc = post0(t, step);
+    return rc;
+}
+
+/* A failure to report once (dcp_tier_drain_test/_wait); an earlier one
+ * not yet reported is kept. */
+static void keep_result(dcp_tier *t, int rc, const struct dcp_err *e,
+                        int64_t step)
+{
+    if (t->has_last && t->last_rc != DCP_OK)
+        return;
+    t->has_last = 1;
+    t->last_rc = rc;
+    t->last_err = *e;
+    t->last_step = step;
+}
+
+/* Completes the asynchronous tier-0 save in flight, if any: its commit,
+ * post0, and its drain started. No drain may be in flight. A failure is
+ * returned and kept for dcp_tier_drain_test/_wait. Collective. */
+static int complete0(dcp_tier *t)
+{
+    if (!t->pending)
+        return DCP_OK;
+    t->pending = 0;
+    int64_t step = t->pend_step;
+    int rc = dcp_request_wait(t->req);
+    if (rc != DCP_OK)
+        dcp__err(&t->ctx->err, rc, "%s", dcp_request_errmsg(t->req));
+    dcp_request_free(t->req);
+    t->req = NULL;
+    if (rc == DCP_OK)
+        rc = post0(t, step);
+    int nodrain = 0;
+    if (rc == DCP_OK)
+        rc = drain_start(t, step, &nodrain);
+    if (rc != DCP_OK)
+        keep_result(t, rc, &t->ctx->err, step);
+    return rc;
+}
+
+/* Everything in flight completed: the drain, a pending tier-0 save and
+ * its drain. Collective. */
+static void settle(dcp_tier *t)
+{
+    drain_finish(t);
+    complete0(t);
+    drain_finish(t);
 }
 
 int dcp_tier_save(dcp_tier *t, const dcp_state *state, int64_t step,
@@ -737,10 +813,15 @@ int dcp_tier_save(dcp_tier *t, const dcp_state *state, int64_t step,
         if (rc == DCP_OK)
             drain_finish(t);
     }
+    if (rc == DCP_OK && t->pending) {
+        rc = complete0(t);
+        if (rc != DCP_OK)
+            t->has_last = 0; /* reported here */
+    }
     if (rc == DCP_OK)
         rc = save0(t, state, step);
     int nodrain = 0;
-    if (rc == DCP_OK)
+    if (rc == DCP_OK && !t->o.tier0_async)
         rc = drain_start(t, step, &nodrain);
     if (rc == DCP_OK && nodrain)
         oc = DCP_TIER_SAVED_NO_DRAIN;
@@ -752,6 +833,14 @@ int dcp_tier_save(dcp_tier *t, const dcp_state *state, int64_t step,
 /* ---------------------------------------------------------------------- */
 /* Drain results                                                          */
 /* ---------------------------------------------------------------------- */
+
+/* rc, a failure complete0 kept, reported now. */
+static int report_failed(dcp_tier *t, int rc)
+{
+    if (rc != DCP_OK)
+        t->has_last = 0;
+    return rc;
+}
 
 static int report(dcp_tier *t)
 {
@@ -778,6 +867,13 @@ int dcp_tier_drain_test(dcp_tier *t, int *done)
         }
         drain_finish(t);
     }
+    if (t->pending) {
+        DCP_RETURN_IF(report_failed(t, complete0(t)));
+        if (t->d.active) {
+            *done = 0;
+            return DCP_OK;
+        }
+    }
     return report(t);
 }
 
@@ -786,7 +882,7 @@ int dcp_tier_drain_wait(dcp_tier *t, int64_t *step)
     if (!t)
         return DCP_EINVAL;
     dcp__ctx_begin(t->ctx);
-    drain_finish(t);
+    settle(t);
     if (step)
         *step = t->has_last ? t->last_step : -1;
     return report(t);
@@ -796,7 +892,7 @@ void dcp_tier_free(dcp_tier *t)
 {
     if (!t)
         return;
-    drain_finish(t);
+    settle(t);
     drain_clear(&t->d);
     tier_release(t);
 }
@@ -922,7 +1018,7 @@ int dcp_tier_restore(dcp_tier *t, dcp_state *state,
         *step = -1;
     if (tier)
         *tier = -1;
-    drain_finish(t);
+    settle(t);
     dcp__ctx_begin(t->ctx);
     int rc = state ? DCP_OK
                    : dcp__err(&t->ctx->err, DCP_EINVAL,

@@ -13,7 +13,9 @@
  *                record under the step's name) falling back to tier 1
  *                whole; the drain's bandwidth limit
  *   restart DIR  3 ranks as 2 nodes (0,1 | 2): restores the newest step
- *                from tier 0 resharded 4 -> 3, saves and drains another
+ *                from tier 0 resharded 4 -> 3, saves and drains another;
+ *                tier0_async: saves return once staged, committed and
+ *                drained by the next call (save, test, wait, free)
  *   lost DIR     2 ranks, node n1 lost (its directory deleted): every
  *                tier-0 step lacks files, restore falls back to tier 1's
  *                newest, bit-exact
@@ -104,6 +106,7 @@ static int hook(int rank, const char *file, uint64_t off, void *arg)
     return 0;
 }
 
+static int async0;
 static dcp_tier *mk(dcp_ctx *ctx, int busy, uint64_t bw)
 {
     dcp_tier_options o;
@@ -118,6 +121,7 @@ static dcp_tier *mk(dcp_ctx *ctx, int busy, uint64_t bw)
     o.drain_bytes_per_sec = bw;
     o.drain_buffer_bytes = 64 << 10;
     o.save_opts = &nosync;
+    o.tier0_async = async0;
     CHECK_OK(ctx, dcp_tier_create(&t, ctx, &o));
     return t;
 }
@@ -346,6 +350,60 @@ static void test_restart(void)
     dcp_tier_free(t);
 }
 
+/* tier0_async: a save returns once staged (the buffers change at once);
+ * the next save commits it in tier 0 and starts its drain; a wait settles
+ * both. */
+static void test_async(void)
+{
+    async0 = 1;
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    async0 = 0;
+    int oc = -1, done = -1;
+    dcp_state *st = make_state(10, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 10, &oc));
+    CHECK(oc == DCP_TIER_SAVED);
+    memset(wbuf, 0x77, sizeof wbuf);
+    memset(bbuf, 0x77, sizeof bbuf);
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(!exists(t1, 10, ".metadata"));
+    st = make_state(11, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 11, &oc));
+    CHECK(oc == DCP_TIER_SAVED);
+    memset(bbuf, 0x77, sizeof bbuf);
+    dcp_state_free(st);
+    /* 10 committed in tier 0, its drain started; 11 staged. */
+    CHECK(exists(t0, 10, ".metadata"));
+    CHECK_OK(ctx, dcp_tier_drain_test(t, &done));
+    CHECK(mt_same(done) && done == 0);
+    int64_t s = -1;
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 11);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(mask(ctx, t1) == (BIT(10) | BIT(11)));
+    char p[700];
+    for (int64_t k = 10; k <= 11; k++) {
+        snprintf(p, sizeof p, "%s/step-%lld", t1, (long long)k);
+        st = make_state(0, 0);
+        CHECK_OK(ctx, dcp_load(ctx, st, p, NULL));
+        CHECK(holds(st, k));
+        dcp_state_free(st);
+    }
+    st = make_state(0, 0);
+    int tier = -1;
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 11 && tier == 0);
+    CHECK(holds(st, 11));
+    dcp_state_free(st);
+    /* A staged save completed by free. */
+    st = make_state(12, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 12, &oc));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(mask(ctx, t1) == (BIT(11) | BIT(12)));
+}
+
 static void test_lost(void)
 {
     dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
@@ -353,8 +411,8 @@ static void test_lost(void)
     int64_t s = -1;
     int tier = -1;
     CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
-    CHECK(s == 9 && tier == 1);
-    CHECK(holds(st, 9));
+    CHECK(s == 12 && tier == 1);
+    CHECK(holds(st, 12));
     dcp_state_free(st);
     dcp_tier_free(t);
 }
@@ -476,6 +534,7 @@ int main(int argc, char **argv)
         RUN(throttle);
     } else if (strcmp(mode, "restart") == 0) {
         RUN(restart);
+        RUN(async);
     } else if (strcmp(mode, "lost") == 0) {
         RUN(lost);
     } else if (strcmp(mode, "kill") == 0) {
