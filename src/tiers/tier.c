@@ -80,11 +80,22 @@ struct drain {
     char *dst; /* tier-1 step directory */
     int dirfd; /* rank 0: dst, open while the lock is held; -1 */
     struct dcp__lock lk;
+    /* Tier-0 retention, run by each node's lowest rank's thread after its
+     * copies: keep0 steps kept in root (its own node's), through pctx. */
+    uint32_t keep0;
+    const char *root;
+    dcp_ctx *pctx;
+    /* Rank 0: the tier-1 retention left by the last commit (keep1 steps
+     * kept in t1), run by its thread after its copies. */
+    int prune1;
+    uint32_t keep1;
+    const char *t1;
 };
 
 struct dcp_tier {
     dcp_ctx *ctx; /* borrowed */
     dcp_ctx *c0;  /* tier 0's, owned */
+    dcp_ctx *cp;  /* the drain thread's (no communicator), owned */
     int rank, size;
     dcp_tier_options o;
     dcp_save_options so;
@@ -98,6 +109,7 @@ struct dcp_tier {
     dcp_request *req;
     int pending;
     int64_t pend_step;
+    int prune1;   /* rank 0: a tier-1 retention is due (drain_finish) */
     int has_last; /* a finished drain not yet reported */
     int last_rc;
     struct dcp_err last_err;
@@ -238,6 +250,8 @@ static void tier_release(dcp_tier *t)
 {
     if (t->c0)
         dcp_ctx_free(t->c0);
+    if (t->cp)
+        dcp_ctx_free(t->cp);
     for (size_t i = 0; t->fs.roots && t->fs.roots[i]; i++)
         dcp__free(t->fs.roots[i]);
     dcp__free(t->fs.roots);
@@ -294,6 +308,8 @@ int dcp_tier_create(dcp_tier **out, dcp_ctx *ctx, const dcp_tier_options *opts)
             rc = dcp_ctx_create(&t->c0, ctx->comm, t->o.ctx_opts);
         if (rc == DCP_OK)
             rc = dcp_ctx_set_storage(t->c0, &dcp__t0fs_ops, &t->fs);
+        if (rc == DCP_OK)
+            rc = dcp_ctx_create(&t->cp, NULL, NULL);
         if (rc != DCP_OK && !err->code)
             dcp__err(err, rc, "cannot make the tier-0 context (rank %d)",
                      t->rank);
@@ -413,6 +429,19 @@ static int copy_file(struct drain *d, int dirfd, const char *name, uint8_t *buf,
     return rc;
 }
 
+/* Retention of a tier root (a node's tier-0 root, or tier 1's), keep
+ * steps, never protect (the step being drained); through pctx (POSIX, as
+ * the manager's removal); pctx's message copied into err. */
+static int prune0(dcp_ctx *pctx, const char *root, uint32_t keep,
+                  int64_t protect, struct dcp_err *err)
+{
+    dcp__ctx_begin(pctx);
+    int rc = dcp__mgr_prune(pctx, root, PREFIX, "", keep, 0, protect, NULL);
+    if (rc != DCP_OK)
+        dcp__err(err, rc, "retention in '%s': %s", root, dcp_errmsg(pctx));
+    return rc;
+}
+
 static void *drain_main(void *arg)
 {
     struct drain *d = arg;
@@ -432,6 +461,10 @@ static void *drain_main(void *arg)
         dcp__fs_release(dirfd);
     dcp__free(buf);
     dcp__storage_use(NULL);
+    if (rc == DCP_OK && d->keep0)
+        rc = prune0(d->pctx, d->root, d->keep0, d->step, &d->err);
+    if (rc == DCP_OK && d->prune1)
+        rc = prune0(d->pctx, d->t1, d->keep1, d->step, &d->err);
     d->rc = rc;
     atomic_store_explicit(&d->done, 1, memory_order_release);
     return NULL;
@@ -493,29 +526,39 @@ static void keep_result(dcp_tier *t, int rc, const struct dcp_err *e,
 
 /* Completes the drain in flight: joins, agrees, commits on rank 0, tier-1
  * retention; the result goes to last_*. Collective. */
-static void drain_finish(dcp_tier *t)
+static void drain_finish(dcp_tier *t, int now)
 {
     struct drain *d = &t->d;
-    if (!d->active)
-        return;
-    pthread_join(d->th, NULL);
-    struct dcp_err e = d->err;
-    int rc = dcp__comm_agree_err(t->ctx->comm, d->rc, &e);
-    if (t->rank == 0) {
-        if (rc == DCP_OK)
-            rc = drain_commit(t, &e);
-        drain_unlock(d);
-        if (rc == DCP_OK && t->o.keep_last1 && !dcp__path_is_s3(t->t1)) {
-            dcp__ctx_begin(t->ctx);
-            rc = dcp__mgr_prune(t->ctx, t->t1, PREFIX, "", t->o.keep_last1, 0,
-                                d->step, NULL);
-            if (rc != DCP_OK)
-                e = t->ctx->err;
+    if (d->active) {
+        pthread_join(d->th, NULL);
+        struct dcp_err e = d->err;
+        int rc = dcp__comm_agree_err(t->ctx->comm, d->rc, &e);
+        if (t->rank == 0) {
+            if (rc != DCP_OK && d->prune1)
+                t->prune1 = 1; /* not done: still due */
+            if (rc == DCP_OK)
+                rc = drain_commit(t, &e);
+            drain_unlock(d);
+            if (rc == DCP_OK && t->o.keep_last1 && !dcp__path_is_s3(t->t1))
+                t->prune1 = 1;
         }
+        rc = dcp__comm_share_err(t->ctx->comm, rc, &e, 0);
+        keep_result(t, rc, &e, d->step);
+        drain_clear(d);
     }
-    rc = dcp__comm_share_err(t->ctx->comm, rc, &e, 0);
-    keep_result(t, rc, &e, d->step);
-    drain_clear(d);
+    if (now) {
+        /* The tier-1 retention due, here (a wait, restore or free); on a
+         * save's path the next drain's thread runs it instead. */
+        struct dcp_err e = {0};
+        int rc = DCP_OK;
+        if (t->rank == 0 && t->prune1) {
+            t->prune1 = 0;
+            rc = prune0(t->cp, t->t1, t->o.keep_last1, -1, &e);
+        }
+        rc = dcp__comm_share_err(t->ctx->comm, rc, &e, 0);
+        if (rc != DCP_OK)
+            keep_result(t, rc, &e, t->last_step);
+    }
 }
 
 /* Whether the drain in flight still runs on some rank. Collective. */
@@ -575,6 +618,12 @@ static int drain_start(dcp_tier *t, int64_t step, int *nodrain)
     d->bw = t->o.drain_bytes_per_sec;
     d->bufsz = t->o.drain_buffer_bytes;
     d->t1s = &t->t1s;
+    d->keep0 = t->leader ? t->o.keep_last0 : 0;
+    d->prune1 = t->prune1;
+    d->keep1 = t->o.keep_last1;
+    d->t1 = t->t1;
+    d->root = t->fs.roots[0];
+    d->pctx = t->cp;
     d->rc = DCP_OK;
     memset(&d->err, 0, sizeof d->err);
     atomic_store(&d->done, 0);
@@ -605,6 +654,9 @@ static int drain_start(dcp_tier *t, int64_t step, int *nodrain)
         else
             d->active = 1;
         rc = agree(t, rc);
+        if (d->active)
+            t->prune1 = 0; /* the thread runs it (or drain_finish keeps it
+                              due) */
         if (rc != DCP_OK && d->active) {
             atomic_store(&d->cancel, 1);
             pthread_join(d->th, NULL);
@@ -615,6 +667,12 @@ static int drain_start(dcp_tier *t, int64_t step, int *nodrain)
             drain_unlock(d);
         drain_clear(d);
         *nodrain = rc == DCP_OK;
+    }
+    if (rc == DCP_OK && have) {
+        /* No thread: the tier-0 retention here. */
+        if (d->keep0)
+            rc = prune0(t->cp, d->root, d->keep0, step, &t->ctx->err);
+        rc = agree(t, rc);
     }
     return rc;
 }
@@ -673,8 +731,8 @@ static int spread_meta(dcp_tier *t, const char *own)
     return agree(t, rc);
 }
 
-/* After the tier-0 commit of step: .metadata in every node, tier-0
- * retention. Collective. */
+/* After the tier-0 commit of step: .metadata in every node. (Tier-0
+ * retention runs on the drain thread, prune0.) Collective. */
 static int post0(dcp_tier *t, int64_t step)
 {
     char name[40];
@@ -684,15 +742,6 @@ static int post0(dcp_tier *t, int64_t step)
     rc = agree(t, rc);
     if (rc == DCP_OK)
         rc = spread_meta(t, own);
-    if (rc == DCP_OK && t->o.keep_last0) {
-        if (t->leader) {
-            dcp__ctx_begin(t->c0);
-            rc = from_ctx(t, t->c0,
-                          dcp__mgr_prune(t->c0, t->fs.roots[0], PREFIX, "",
-                                         t->o.keep_last0, 0, step, NULL));
-        }
-        rc = agree(t, rc);
-    }
     dcp__free(own);
     if (rc != DCP_OK) {
         dcp__free(t->d.meta);
@@ -775,9 +824,9 @@ static int complete0(dcp_tier *t)
  * its drain. Collective. */
 static void settle(dcp_tier *t)
 {
-    drain_finish(t);
+    drain_finish(t, 0);
     complete0(t);
-    drain_finish(t);
+    drain_finish(t, 1);
 }
 
 int dcp_tier_save(dcp_tier *t, const dcp_state *state, int64_t step,
@@ -811,7 +860,7 @@ int dcp_tier_save(dcp_tier *t, const dcp_state *state, int64_t step,
         if (busy)
             oc = DCP_TIER_WAITED;
         if (rc == DCP_OK)
-            drain_finish(t);
+            drain_finish(t, 0);
     }
     if (rc == DCP_OK && t->pending) {
         rc = complete0(t);
@@ -865,7 +914,7 @@ int dcp_tier_drain_test(dcp_tier *t, int *done)
             *done = 0;
             return DCP_OK;
         }
-        drain_finish(t);
+        drain_finish(t, 1);
     }
     if (t->pending) {
         DCP_RETURN_IF(report_failed(t, complete0(t)));
