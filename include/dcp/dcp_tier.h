@@ -38,8 +38,8 @@
  *
  * dcp_tier_restore finds the newest step complete on either tier — on
  * tier 0 a step is complete when a `.metadata` decodes in some node
- * directory and every data file it names is found, full size, in one of
- * the node directories known to the stack; on tier 1 when its `.metadata`
+ * directory and every data file it names is found in one of the node
+ * directories known to the stack; on tier 1 when its `.metadata`
  * decodes — decided by rank 0 and broadcast, and loads it with dcp_load
  * (resharded to any world size). Tier 0 wins a tie. A tier-0 load that
  * fails (a file gone, a record of another save: every record carries its
@@ -99,9 +99,10 @@ enum dcp_tier_outcome {
  */
 typedef struct dcp_tier_options {
     uint32_t struct_size;
-    /* This rank's node-local tier-0 root (required; created if missing).
-     * Ranks passing the same string are one node; get a node's path e.g.
-     * from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). Copied. */
+    /* This rank's node-local tier-0 root (required; created if missing):
+     * a local directory (not s3://, not starting with '@'). Ranks passing
+     * the same string are one node; get a node's path e.g. from
+     * MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). Copied. */
     const char *tier0_dir;
     /* Tier-1 root, the same on every rank (required; created if missing).
      * Copied. */

@@ -173,6 +173,11 @@ static int take_opts(dcp_tier *t, const dcp_tier_options *opts,
                         "dcp_tier_create: tier0_dir and tier1_root are "
                         "required (rank %d)",
                         t->rank);
+    if (dcp__path_is_s3(t->o.tier0_dir) || t->o.tier0_dir[0] == '@')
+        return dcp__err(err, DCP_EINVAL,
+                        "dcp_tier_create: tier0_dir '%s' is not a local "
+                        "directory (rank %d)",
+                        t->o.tier0_dir, t->rank);
     if (t->o.busy != DCP_TIER_WAIT && t->o.busy != DCP_TIER_SKIP)
         return dcp__err(err, DCP_EINVAL, "dcp_tier_create: bad busy %d",
                         t->o.busy);
@@ -1079,9 +1084,10 @@ int dcp_tier_restore(dcp_tier *t, dcp_state *state,
     int64_t v[2] = {-1, -1};
     if (t->rank == 0) {
         rc = t0_newest(t, &v[0]);
-        dcp__err_clear(&t->ctx->err);
-        if (rc == DCP_OK)
+        if (rc == DCP_OK) {
+            dcp__err_clear(&t->ctx->err); /* unreadable node directories */
             t1_newest(t, &v[1]);
+        }
         if (rc == DCP_OK && v[0] < 0 && v[1] < 0)
             rc = dcp__err(&t->ctx->err, DCP_ENOENT,
                           "no complete step on tier 0 (%zu node "

@@ -2,7 +2,8 @@
  * Memory tiers (dcp_tier.h) with nodes simulated on one machine: ranks
  * grouped as nodes, one tier-0 directory per node (DIR/n0, DIR/n1), tier 1
  * in DIR/t1. Label tier.
- *   save DIR     4 ranks as 2 nodes: a step saved and drained (tier-1
+ *   save DIR     4 ranks as 2 nodes: bad input and an empty stack refused
+ *                alike on every rank; a step saved and drained (tier-1
  *                checkpoint loads bit-exact with plain dcp_load; each node
  *                directory holds .metadata and its own ranks' files only);
  *                a save while a drain is in flight with SKIP (skipped,
@@ -153,6 +154,62 @@ static int exists(const char *root, int64_t step, const char *name)
 
 static dcp_comm *comm;
 static dcp_ctx *ctx;
+
+/* Bad input and nothing to restore: refused alike on every rank, named. */
+static void test_errors(void)
+{
+    dcp_tier_options o;
+    dcp_tier *t = (dcp_tier *)&o;
+    char e0[700], e1[700];
+    snprintf(e0, sizeof e0, "%s/e/n%d", dir, node);
+    snprintf(e1, sizeof e1, "%s/e/t1", dir);
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.tier0_dir = e0;
+    o.tier1_root = e1;
+    /* A keep_last1 differing on one rank. */
+    o.keep_last1 = mt_rank == 3 ? 5 : 2;
+    int rc = dcp_tier_create(&t, ctx, &o);
+    CHECK_RC(ctx, rc, DCP_EINVAL);
+    CHECK(t == NULL && mt_same(rc) && mt_same_str(dcp_errmsg(ctx)));
+    /* No tier0_dir on one rank. */
+    o.keep_last1 = 2;
+    o.tier0_dir = mt_rank == 1 ? NULL : e0;
+    rc = dcp_tier_create(&t, ctx, &o);
+    CHECK_RC(ctx, rc, DCP_EINVAL);
+    CHECK(mt_same(rc));
+    CHECK_MSG(ctx, "rank 1");
+    /* A tier 0 that is not a local directory. */
+    o.tier0_dir = "s3://bucket/t0";
+    rc = dcp_tier_create(&t, ctx, &o);
+    CHECK_RC(ctx, rc, DCP_EINVAL);
+    CHECK_MSG(ctx, "not a local directory");
+    o.tier0_dir = e0;
+    CHECK_OK(ctx, dcp_tier_create(&t, ctx, &o));
+    /* Nothing saved yet. */
+    dcp_state *st = make_state(0, 0);
+    int64_t s = 7;
+    int tier = 7;
+    rc = dcp_tier_restore(t, st, NULL, &s, &tier);
+    CHECK_RC(ctx, rc, DCP_ENOENT);
+    CHECK(mt_same(rc) && s == -1 && tier == -1);
+    /* Steps differing between ranks; a negative step. */
+    int oc = -1;
+    rc = dcp_tier_save(t, st, mt_rank == 2 ? 3 : 4, &oc);
+    CHECK_RC(ctx, rc, DCP_EINVAL);
+    CHECK(mt_same(rc) && mt_same_str(dcp_errmsg(ctx)));
+    rc = dcp_tier_save(t, st, -1, &oc);
+    CHECK_RC(ctx, rc, DCP_EINVAL);
+    CHECK(mt_same(rc));
+    int64_t ds = 7;
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &ds));
+    CHECK(ds == -1);
+    dcp_state_free(st);
+    dcp_tier_free(t);
+    CHECK(dcp_tier_create(NULL, ctx, &o) == DCP_EINVAL);
+    CHECK(dcp_tier_save(NULL, NULL, 0, NULL) == DCP_EINVAL);
+    dcp_tier_free(NULL);
+}
 
 static void test_save_drain(void)
 {
@@ -526,6 +583,7 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 2);
     dcp__tier_set_drain_hook(hook, NULL);
     if (strcmp(mode, "save") == 0) {
+        RUN(errors);
         RUN(save_drain);
         RUN(skip);
         RUN(wait_retention);
