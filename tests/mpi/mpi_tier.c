@@ -25,6 +25,8 @@
  *                (tier_kill.sh runs every point)
  *   killcheck DIR  after kill: tier 1 holds step 1 only, restore never
  *                mixes; a new drain takes the dead holder's lock over
+ *   interop DIR  4 ranks as 2 nodes: step 1 saved and drained, the same
+ *                state in DIR/plain (tests/interop/test_tier_mpi.py)
  */
 #include <dcp/dcp.h>
 #include <dcp/dcp_manager.h>
@@ -538,13 +540,31 @@ static void test_killcheck(void)
     dcp_tier_free(t);
 }
 
+/* interop: step 1 saved and drained, and the same state saved plainly
+ * into DIR/plain, for tests/interop/test_tier_mpi.py (torch reads the
+ * union of the node directories, tier 1 and the plain one). */
+static void test_interop(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp_state *st = make_state(1, 1);
+    int64_t s = -1;
+    CHECK_OK(ctx, dcp_tier_save(t, st, 1, NULL));
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 1);
+    char p[700];
+    snprintf(p, sizeof p, "%s/plain", dir);
+    CHECK_OK(ctx, dcp_save(ctx, st, p, &nosync));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
 int main(int argc, char **argv)
 {
     mt_init(&argc, &argv);
     if (argc < 3 || (strcmp(argv[1], "kill") == 0 && argc != 5)) {
         if (mt_rank == 0)
-            fprintf(stderr, "usage: mpi_tier save|restart|lost|killcheck "
-                            "DIR | kill DIR VICTIM K\n");
+            fprintf(stderr, "usage: mpi_tier save|restart|lost|killcheck|"
+                            "interop DIR | kill DIR VICTIM K\n");
         MPI_Finalize();
         return 2;
     }
@@ -562,7 +582,10 @@ int main(int argc, char **argv)
         kill_victim = strtol(argv[3], NULL, 10);
         kill_at = (int)strtol(argv[4], NULL, 10);
     }
-    if ((strcmp(mode, "save") == 0 || strcmp(mode, "kill") == 0) &&
+    if (strcmp(mode, "interop") == 0)
+        node = mt_rank / 2;
+    if ((strcmp(mode, "save") == 0 || strcmp(mode, "kill") == 0 ||
+         strcmp(mode, "interop") == 0) &&
         mt_rank == 0) {
         char cmd[600];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -597,6 +620,8 @@ int main(int argc, char **argv)
         RUN(lost);
     } else if (strcmp(mode, "kill") == 0) {
         RUN(kill);
+    } else if (strcmp(mode, "interop") == 0) {
+        RUN(interop);
     } else {
         RUN(killcheck);
     }
