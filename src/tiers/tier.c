@@ -665,6 +665,7 @@ static int drain_start(dcp_tier *t, int64_t step, int *nodrain)
         if (rc != DCP_OK && d->active) {
             atomic_store(&d->cancel, 1);
             pthread_join(d->th, NULL);
+            t->prune1 = d->prune1; /* maybe not done: still due */
         }
     }
     if (rc != DCP_OK || have) {
