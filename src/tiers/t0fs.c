@@ -13,7 +13,11 @@
  * Paths outside the virtual root go straight to the POSIX back end (the
  * manager's removal, which the tier stack runs through the same context).
  * Every call is the POSIX back end's, on its own handles; the file handles
- * it hands out are POSIX ones.
+ * it hands out are POSIX ones. max_inflight is 8: the POSIX read_at and
+ * write_at are pread/pwrite loops on the descriptor, safe from several
+ * threads, and a back end other than the built-in one gets no io_uring
+ * path (dcp__fs_raw_fd), so the I/O engine's pool runs tier-0 reads and
+ * writes in parallel instead (tier 0 is page-cache speed: tmpfs).
  */
 #include "t0fs.h"
 
@@ -285,6 +289,7 @@ static int t_publish(void *impl, void *dir, const char *path, const char *name,
 
 const dcp_storage_ops dcp__t0fs_ops = {
     .version = DCP_STORAGE_OPS_VERSION,
+    .max_inflight = 8,
     .mkdirs = t_mkdirs,
     .open_dir = t_open_dir,
     .close_dir = t_close_dir,
