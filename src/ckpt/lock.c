@@ -48,17 +48,22 @@ static void read_text(const char *file, char *buf, size_t cap)
 }
 
 /* The start time of process pid (field 22 of /proc/<pid>/stat, clock
- * ticks since boot); 0 when unknown. */
-static unsigned long long proc_start(long long pid)
+ * ticks since boot); 0 when unknown. *state (may be NULL) gets field 3,
+ * the process state ('Z': exited, not yet reaped), or 0 when unknown. */
+static unsigned long long proc_start(long long pid, char *state)
 {
     char file[64], buf[1024], *p;
     unsigned long long v = 0;
     int field;
+    if (state)
+        *state = 0;
     (void)snprintf(file, sizeof(file), "/proc/%lld/stat", pid);
     read_text(file, buf, sizeof(buf));
     p = strrchr(buf, ')'); /* the command name may hold spaces */
     if (!p)
         return 0;
+    if (state && p[1] == ' ')
+        *state = p[2];
     /* After ") " comes field 3 (state); start time is field 22. */
     for (field = 2; *p && field < 22; p++)
         if (*p == ' ')
@@ -75,7 +80,7 @@ static void self_identity(struct holder *h, const char *token)
         (void)snprintf(h->host, sizeof(h->host), "unknown");
     read_text("/proc/sys/kernel/random/boot_id", h->boot, sizeof(h->boot));
     h->pid = (long long)getpid();
-    h->start = proc_start(h->pid);
+    h->start = proc_start(h->pid, NULL);
     (void)snprintf(h->token, sizeof(h->token), "%s", token);
     h->time = (long long)time(NULL);
 }
@@ -163,8 +168,13 @@ static int holder_dead(const struct holder *h, const struct holder *me,
     if (kill((pid_t)h->pid, 0) != 0 && errno == ESRCH)
         return 1;
     /* The pid runs a process: the holder unless it started at another
-     * time (the pid was reused). */
-    return h->start && proc_start(h->pid) != h->start;
+     * time (the pid was reused) or has exited and waits to be reaped (a
+     * zombie: a rank killed under mpiexec stays one for a moment). */
+    char state = 0;
+    unsigned long long start = proc_start(h->pid, &state);
+    if (state == 'Z' || state == 'X')
+        return 1;
+    return h->start && start != h->start;
 }
 
 static int busy(struct dcp_err *err, const char *path, const struct holder *h,

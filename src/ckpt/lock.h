@@ -14,8 +14,9 @@
  * and the path.
  *
  * A holder that died is taken over: same host and boot (hostname and
- * /proc/sys/kernel/random/boot_id equal) and its pid gone or running
- * another process (a different start time in /proc/<pid>/stat), or same
+ * /proc/sys/kernel/random/boot_id equal) and its pid gone, exited but not
+ * yet reaped (a zombie), or running another process (a different start
+ * time in /proc/<pid>/stat), or same
  * host name and another boot id (the machine rebooted). A holder on
  * another host cannot be checked: its lock stays until it releases it or
  * `dcptool clean --force` removes it (DCP_CLEAN_FORCE; the message says

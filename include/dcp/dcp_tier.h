@@ -1,0 +1,222 @@
+/*
+ * dcp memory tiers (issue 19, first slice): a stack of two tiers of
+ * step-named checkpoints ("step-<N>", as dcp_manager.h names them).
+ *
+ * Tier 0 is node-local: every rank names its node's tier-0 directory
+ * (a tmpfs or a local disk); the ranks that pass the same string form one
+ * node. dcp_tier_save is a dcp_save into tier 0: each rank's data file
+ * lands in its own node's directory "<tier0_dir>/step-<N>", and the same
+ * `.metadata` is committed into every node's directory (rank 0's first,
+ * as dcp_save commits it, then each node's by its lowest rank). A tier-0
+ * step is therefore an ordinary DCP checkpoint spread over the node
+ * directories: their union (the files of every node's step-<N>, which are
+ * disjoint but for the identical `.metadata`) is exactly what dcp_save
+ * writes into one directory, and dcp, dcptool and torch read it as such
+ * once the files are in one place or reachable under one path.
+ *
+ * Tier 1 is any path dcp accepts (a file system, "s3://bucket/prefix"
+ * through the storage dispatch; the context's storage back end is used
+ * for it). After each tier-0 save a background drain copies the step to
+ * "<tier1_root>/step-<N>" as an ordinary checkpoint: every rank's thread
+ * copies the data files it wrote (from its node's tier 0, through the
+ * storage layer, under a bandwidth limit and a fixed buffer); rank 0 holds
+ * the tier-1 directory's one-writer lock and publishes the step's
+ * `.metadata` there last, at the next collective call that finds every
+ * rank's copy done (dcp_tier_drain_test, dcp_tier_drain_wait, the next
+ * dcp_tier_save, dcp_tier_restore, dcp_tier_free). A drain that fails or
+ * is killed leaves tier 1's step without `.metadata`: not a checkpoint,
+ * never loaded; the previous complete step stays the newest there.
+ *
+ * With the option tier0_async, dcp_tier_save returns once the state is
+ * staged (a memcpy into cached buffers) and the tier-0 commit happens at
+ * the next collective call of the stack.
+ *
+ * At most one drain is in flight. A save that finds the previous drain
+ * still running on some rank waits for it (DCP_TIER_WAIT) or is skipped
+ * (DCP_TIER_SKIP: nothing is saved), and says which (enum
+ * dcp_tier_outcome).
+ *
+ * dcp_tier_restore finds the newest step complete on either tier — on
+ * tier 0 a step is complete when a `.metadata` decodes in some node
+ * directory and every data file it names is found in one of the node
+ * directories known to the stack; on tier 1 when its `.metadata`
+ * decodes — decided by rank 0 and broadcast, and loads it with dcp_load
+ * (resharded to any world size). Tier 0 wins a tie. A tier-0 load that
+ * fails (a file gone, a record of another save: every record carries its
+ * save's id) falls back to the newest complete tier-1 step. A load reads
+ * one `.metadata` and only records of that save, so two steps are never
+ * mixed.
+ *
+ * Retention is per tier: keep the keep_last0 newest complete steps in
+ * every node's tier-0 directory (each node's lowest rank prunes its own on
+ * its drain thread after its copies, never the step being drained) and
+ * keep_last1 on tier 1 (rank 0: after a drain commits, on its next drain
+ * thread when the commit was on a save's path, else in the same call;
+ * POSIX tier-1 roots only in this slice). Removal is the manager's (crash
+ * safe, `.metadata` first).
+ *
+ * Not in this slice (docs/ARCHITECTURE.md, tiers): replicas of a node's
+ * tier-0 data on partner nodes, and reading another node's tier-0 files
+ * over the communicator. Tier-0 restore reads every file it needs
+ * through the node directories this rank can open: on one machine (the
+ * tests) all of them; on a cluster whose tier-0 path is node-local, only
+ * its own node's, so a restore that needs another node's files fails the
+ * tier-0 load and falls back to tier 1.
+ *
+ * Threads: a dcp_tier is used by one thread at a time (its context's
+ * rule); the drain thread does file I/O only, every communicator call
+ * runs on the caller's thread.
+ */
+#ifndef DCP_DCP_TIER_H
+#define DCP_DCP_TIER_H
+
+#include "dcp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What a save does when the previous drain is still in flight. */
+enum dcp_tier_busy {
+    DCP_TIER_WAIT = 0, /* wait for it (it commits), then save */
+    DCP_TIER_SKIP = 1  /* save nothing; the drain goes on */
+};
+
+/* What dcp_tier_save did. Appended values only. */
+enum dcp_tier_outcome {
+    DCP_TIER_SAVED = 0,   /* saved to tier 0, its drain started */
+    DCP_TIER_WAITED = 1,  /* waited for the previous drain, then as SAVED */
+    DCP_TIER_SKIPPED = 2, /* a drain was in flight: nothing saved */
+    DCP_TIER_SAVED_NO_DRAIN = 3 /* saved to tier 0; tier 1 already held
+                                   this step committed: no drain */
+};
+
+/*
+ * Options. Zero-initialise, set struct_size = sizeof(dcp_tier_options);
+ * zero fields take the defaults. A caller built against an older header
+ * passes its smaller struct_size and gets the defaults for the fields it
+ * does not know.
+ */
+typedef struct dcp_tier_options {
+    uint32_t struct_size;
+    /* This rank's node-local tier-0 root (required; created if missing):
+     * a local directory (not s3://, not starting with '@'). Ranks passing
+     * the same string are one node; get a node's path e.g. from
+     * MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). Copied. */
+    const char *tier0_dir;
+    /* Tier-1 root, the same on every rank (required; created if missing).
+     * Copied. */
+    const char *tier1_root;
+    /* Retention: complete steps kept per tier (0: all). */
+    uint32_t keep_last0;
+    uint32_t keep_last1;
+    /* enum dcp_tier_busy. */
+    int busy;
+    /* Drain bandwidth limit of each rank, bytes per second (0: none). */
+    uint64_t drain_bytes_per_sec;
+    /* Each rank's drain copy buffer, bytes (0: 8 MiB; at least 4 KiB). */
+    uint64_t drain_buffer_bytes;
+    /* Options of every tier-0 save (NULL: defaults); copied. no_fsync
+     * there also makes the drain's copies and commit unsynced. */
+    const dcp_save_options *save_opts;
+    /* Options of the tier-0 context the stack makes (NULL: defaults). */
+    const dcp_ctx_options *ctx_opts;
+    /* 1: dcp_tier_save returns once the state is staged (dcp_save_async
+     * into tier 0: a copy into the tier-0 context's cached staging
+     * buffers; the buffers may change on return); the tier-0 write runs
+     * in the background and the step is committed in tier 0, spread to
+     * every node and its drain started by the next collective call of the
+     * stack (dcp_tier_save, _drain_test, _drain_wait, _restore, _free).
+     * 0 (default): dcp_tier_save returns once tier 0 committed. */
+    int tier0_async;
+} dcp_tier_options;
+
+typedef struct dcp_tier dcp_tier;
+
+/*
+ * Makes a tier stack for ctx (borrowed: it must outlive the stack; tier 1
+ * is read and written through its storage back end, tier 0 through a
+ * context the stack makes over the same communicator). Each node's lowest
+ * rank creates its tier-0 root, rank 0 the tier-1 root. Collective over
+ * ctx's communicator: every rank passes the same tier1_root and the same
+ * options but tier0_dir; every rank returns the same code.
+ * Returns DCP_OK, DCP_EINVAL (NULL argument, missing root, bad options,
+ * options or tier1_root differing between ranks), DCP_EIO (a root not
+ * creatable), DCP_ENOMEM; the message (dcp_errmsg(ctx)) names the path
+ * and rank. On failure *out is NULL.
+ */
+DCP_API int dcp_tier_create(dcp_tier **out, dcp_ctx *ctx,
+                            const dcp_tier_options *opts);
+
+/*
+ * Completes what is in flight, if anything (as dcp_tier_drain_wait; its
+ * result is lost), and frees t. Collective when something is in flight.
+ * NULL: no-op.
+ */
+DCP_API void dcp_tier_free(dcp_tier *t);
+
+/*
+ * Saves state as step into tier 0 and starts its drain to tier 1.
+ * First, when the previous drain is still running on some rank: with
+ * DCP_TIER_SKIP returns DCP_OK with *outcome DCP_TIER_SKIPPED, nothing
+ * saved; with DCP_TIER_WAIT completes it. A finished previous drain is
+ * committed here; its result is kept for dcp_tier_drain_wait/_test, not
+ * returned. Then dcp_save into tier 0 (the state's buffers may change
+ * once this returns), `.metadata` committed into every node's directory,
+ * tier-0 retention, and the drain started (or not, DCP_TIER_SAVED_NO_DRAIN,
+ * when tier 1 already holds the step committed). *outcome (may be NULL)
+ * is the same on every rank. Step must be >= 0 and the same on every rank.
+ * With tier0_async, an earlier staged save is completed first (committed
+ * in tier 0, spread, retention, its drain started: after the busy rule
+ * above, which then concerns the drain before it), then this one is
+ * staged (dcp_save_async) and the call returns; a failure of the earlier
+ * one is returned here and nothing new is started.
+ * Collective. Returns DCP_OK, DCP_EINVAL, DCP_EBUSY (tier 1's step locked
+ * by another writer; tier 0 is committed), the codes of dcp_save (and of
+ * dcp_request_wait with tier0_async), DCP_EIO, DCP_ENOMEM; every rank the
+ * same, the message in dcp_errmsg(ctx).
+ */
+DCP_API int dcp_tier_save(dcp_tier *t, const dcp_state *state, int64_t step,
+                          int *outcome);
+
+/*
+ * Whether the drain has finished on every rank: *done = 1 (then it is
+ * committed here, and its result returned) or 0 (still copying somewhere;
+ * DCP_OK). With tier0_async, a staged save is then completed (committed
+ * in tier 0, its drain started: *done = 0). With nothing in flight,
+ * *done = 1 and the result of the last drain not yet reported is returned
+ * (DCP_OK when none; a failure is kept until reported). Collective.
+ * Returns DCP_OK or the drain's failure (DCP_EIO, DCP_ENOSPC, DCP_EBUSY,
+ * ...; the message names the rank, file and path), reported once.
+ */
+DCP_API int dcp_tier_drain_test(dcp_tier *t, int *done);
+
+/*
+ * Waits for the drain in flight, if any, and commits it; with tier0_async
+ * then completes a staged save and drains it too. *step (may be NULL)
+ * receives the step of the drain reported (-1: none).
+ * Collective. Returns as dcp_tier_drain_test.
+ */
+DCP_API int dcp_tier_drain_wait(dcp_tier *t, int64_t *step);
+
+/*
+ * Loads the newest step complete on any tier into state (in place,
+ * resharded; opts as dcp_load's, may be NULL), tier 0 first on a tie;
+ * a failed tier-0 load falls back to the newest complete tier-1 step.
+ * Completes a drain in flight first (its result kept for
+ * dcp_tier_drain_wait). *step and *tier (may be NULL) receive what was
+ * loaded (-1 and -1 on DCP_ENOENT). The choice is rank 0's, broadcast:
+ * every rank loads the same step from the same tier. Collective.
+ * Returns DCP_OK, DCP_ENOENT (no complete step on any tier), the codes of
+ * dcp_load (of the tier-1 load after a fallback; the state's buffers are
+ * then undefined), DCP_EIO, DCP_ENOMEM.
+ */
+DCP_API int dcp_tier_restore(dcp_tier *t, dcp_state *state,
+                             const dcp_load_options *opts, int64_t *step,
+                             int *tier);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DCP_DCP_TIER_H */

@@ -1,0 +1,25 @@
+/*
+ * The tier-0 storage back end (t0fs.c): the virtual path "<vroot>/<rel>"
+ * over "<roots[i]>/<rel>" for every node root, roots[0] this rank's own
+ * node; writes go to the own node, reads look in every node. Other paths
+ * are the POSIX back end's.
+ */
+#ifndef DCP_T0FS_H
+#define DCP_T0FS_H
+
+#include <stddef.h>
+
+#include "dcp/dcp_storage.h"
+#include "util.h"
+
+/* The instance (impl) of dcp__t0fs_ops; borrowed strings, owned by the
+ * tier stack, which outlives the context using it. */
+struct dcp__t0fs {
+    const char *vroot; /* no trailing '/' */
+    char **roots;      /* n node roots, own first */
+    size_t n;
+};
+
+extern const dcp_storage_ops dcp__t0fs_ops;
+
+#endif /* DCP_T0FS_H */

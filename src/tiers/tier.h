@@ -1,0 +1,26 @@
+/*
+ * The tier stack's internal pieces (dcp_tier.h is the API): the drain's
+ * test hook, for white-box tests (tests/mpi/mpi_tier.c).
+ */
+#ifndef DCP_TIER_H
+#define DCP_TIER_H
+
+#include <stdint.h>
+
+#include "dcp/dcp_tier.h"
+
+/*
+ * Test hook: fn(rank, file, off, arg) is called on the drain thread of
+ * each rank before each chunk of a data file is copied to tier 1 (off: the
+ * chunk's byte offset in file), and on rank 0's caller thread before it
+ * publishes the step's `.metadata` in tier 1 (file ".metadata", off 0),
+ * the drain's commit point. A non-zero return fails the drain with
+ * that code (a negative DCP_E*), as a storage failure would; fn may also
+ * kill the process there. NULL: none (the default). Set it while no drain
+ * is in flight; not thread safe.
+ */
+typedef int (*dcp__tier_hook_fn)(int rank, const char *file, uint64_t off,
+                                 void *arg);
+void dcp__tier_set_drain_hook(dcp__tier_hook_fn fn, void *arg);
+
+#endif /* DCP_TIER_H */

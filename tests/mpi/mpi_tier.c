@@ -1,0 +1,631 @@
+/*
+ * Memory tiers (dcp_tier.h) with nodes simulated on one machine: ranks
+ * grouped as nodes, one tier-0 directory per node (DIR/n0, DIR/n1), tier 1
+ * in DIR/t1. Label tier.
+ *   save DIR     4 ranks as 2 nodes: bad input and an empty stack refused
+ *                alike on every rank; a step saved and drained (tier-1
+ *                checkpoint loads bit-exact with plain dcp_load; each node
+ *                directory holds .metadata and its own ranks' files only);
+ *                a save while a drain is in flight with SKIP (skipped,
+ *                nothing saved) and WAIT (waited); per-tier retention; a
+ *                drain failing on rank 1 (agreed everywhere, tier 1 keeps
+ *                the previous step, the step's directory never commits);
+ *                restore from tier 0; a stale node file (another save's
+ *                record under the step's name) falling back to tier 1
+ *                whole; the drain's bandwidth limit
+ *   restart DIR  3 ranks as 2 nodes (0,1 | 2): restores the newest step
+ *                from tier 0 resharded 4 -> 3, saves and drains another;
+ *                tier0_async: saves return once staged, committed and
+ *                drained by the next call (save, test, wait, free)
+ *   lost DIR     2 ranks, node n1 lost (its directory deleted): every
+ *                tier-0 step lacks files, restore falls back to tier 1's
+ *                newest, bit-exact
+ *   kill DIR V K 2 ranks as 2 nodes: step 1 drained, then rank V killed
+ *                (SIGKILL) at its K-th drain hook call of step 2's drain
+ *                (tier_kill.sh runs every point)
+ *   killcheck DIR  after kill: tier 1 holds step 1 only, restore never
+ *                mixes; a new drain takes the dead holder's lock over
+ *   interop DIR  4 ranks as 2 nodes: step 1 saved and drained, the same
+ *                state in DIR/plain (tests/interop/test_tier_mpi.py)
+ */
+#include <dcp/dcp.h>
+#include <dcp/dcp_manager.h>
+#include <dcp/dcp_mpi.h>
+#include <dcp/dcp_tier.h>
+
+#include <mpi.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mpitest.h"
+#include "tier.h"
+
+static char dir[512], t0[600], t1[600];
+static int node;
+static long kill_victim = -1;
+static const dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0};
+
+static const int64_t wshape[2] = {12, 5}, bshape[2] = {64, 1024};
+static float wbuf[12 * 5], bbuf[64 * 1024];
+static int64_t woff[2], wsize[2], boff[2], bsize[2];
+
+static dcp_state *make_state(int64_t step, int fill)
+{
+    dcp_state *st = NULL;
+    mt_split(wshape[0], mt_size, mt_rank, &woff[0], &wsize[0]);
+    mt_split(bshape[0], mt_size, mt_rank, &boff[0], &bsize[0]);
+    woff[1] = boff[1] = 0;
+    wsize[1] = wshape[1];
+    bsize[1] = bshape[1];
+    if (fill) {
+        mt_fill((unsigned char *)wbuf, 2, wshape, woff, wsize, 4,
+                (unsigned)step);
+        mt_fill((unsigned char *)bbuf, 2, bshape, boff, bsize, 4,
+                (unsigned)step + 1000);
+    } else {
+        memset(wbuf, 0, sizeof wbuf);
+        memset(bbuf, 0, sizeof bbuf);
+    }
+    if (dcp_state_create(&st) != DCP_OK ||
+        dcp_state_add_tensor(st, "w", DCP_F32, 2, wshape, woff, wsize, wbuf,
+                             DCP_MEM_HOST) != DCP_OK ||
+        dcp_state_add_tensor(st, "b", DCP_F32, 2, bshape, boff, bsize, bbuf,
+                             DCP_MEM_HOST) != DCP_OK ||
+        dcp_state_add_value(st, "step", dcp_value_int(step)) != DCP_OK)
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    return st;
+}
+
+/* The buffers hold step's content, and the state's "step" value is step. */
+static int holds(dcp_state *st, int64_t step)
+{
+    static unsigned char want[sizeof bbuf];
+    mt_fill(want, 2, wshape, woff, wsize, 4, (unsigned)step);
+    if (memcmp(want, wbuf, mt_numel(2, wsize) * 4) != 0)
+        return 0;
+    mt_fill(want, 2, bshape, boff, bsize, 4, (unsigned)step + 1000);
+    if (memcmp(want, bbuf, mt_numel(2, bsize) * 4) != 0)
+        return 0;
+    const dcp_value *v = dcp_state_value(st, "step");
+    return v && dcp_value_as_int(v) == step;
+}
+
+/* The drain hook: a slow first chunk of each file, or a failure on one
+ * rank. */
+static int slow_ms, fail_rank = -1, victim = -1, kill_at, calls;
+static int hook(int rank, const char *file, uint64_t off, void *arg)
+{
+    (void)arg;
+    if (rank == victim && ++calls == kill_at)
+        raise(SIGKILL);
+    if (strcmp(file, ".metadata") == 0)
+        return 0;
+    if (rank == fail_rank && off > 0)
+        return DCP_EIO;
+    if (slow_ms && off == 0)
+        usleep((useconds_t)slow_ms * 1000);
+    return 0;
+}
+
+static int async0;
+static dcp_tier *mk(dcp_ctx *ctx, int busy, uint64_t bw)
+{
+    dcp_tier_options o;
+    dcp_tier *t = NULL;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.tier0_dir = t0;
+    o.tier1_root = t1;
+    o.keep_last0 = 3;
+    o.keep_last1 = 2;
+    o.busy = busy;
+    o.drain_bytes_per_sec = bw;
+    o.drain_buffer_bytes = 64 << 10;
+    o.save_opts = &nosync;
+    o.tier0_async = async0;
+    CHECK_OK(ctx, dcp_tier_create(&t, ctx, &o));
+    return t;
+}
+
+#define BIT(s) ((uint64_t)1 << (s))
+
+/* Complete steps under root (0..63) as a mask. */
+static uint64_t mask(dcp_ctx *ctx, const char *root)
+{
+    dcp_manager_entry *e = NULL;
+    size_t n = 0;
+    uint64_t m = 0;
+    if (dcp_manager_list(ctx, root, NULL, &e, &n) != DCP_OK)
+        return ~(uint64_t)0;
+    for (size_t i = 0; i < n; i++)
+        if (e[i].status == DCP_MANAGER_COMPLETE && e[i].step < 64)
+            m |= BIT(e[i].step);
+    dcp_manager_list_free(e, n);
+    return m;
+}
+
+static int exists(const char *root, int64_t step, const char *name)
+{
+    char p[1024];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/step-%lld/%s", root, (long long)step, name);
+    return stat(p, &sb) == 0;
+}
+
+static dcp_comm *comm;
+static dcp_ctx *ctx;
+
+/* Bad input and nothing to restore: refused alike on every rank, named. */
+static void test_errors(void)
+{
+    dcp_tier_options o;
+    dcp_tier *t = (dcp_tier *)&o;
+    char e0[700], e1[700];
+    snprintf(e0, sizeof e0, "%s/e/n%d", dir, node);
+    snprintf(e1, sizeof e1, "%s/e/t1", dir);
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.tier0_dir = e0;
+    o.tier1_root = e1;
+    /* A keep_last1 differing on one rank. */
+    o.keep_last1 = mt_rank == 3 ? 5 : 2;
+    int rc = dcp_tier_create(&t, ctx, &o);
+    CHECK_RC(ctx, rc, DCP_EINVAL);
+    CHECK(t == NULL && mt_same(rc) && mt_same_str(dcp_errmsg(ctx)));
+    /* No tier0_dir on one rank. */
+    o.keep_last1 = 2;
+    o.tier0_dir = mt_rank == 1 ? NULL : e0;
+    rc = dcp_tier_create(&t, ctx, &o);
+    CHECK_RC(ctx, rc, DCP_EINVAL);
+    CHECK(mt_same(rc));
+    CHECK_MSG(ctx, "rank 1");
+    /* A tier 0 that is not a local directory. */
+    o.tier0_dir = "s3://bucket/t0";
+    rc = dcp_tier_create(&t, ctx, &o);
+    CHECK_RC(ctx, rc, DCP_EINVAL);
+    CHECK_MSG(ctx, "not a local directory");
+    o.tier0_dir = e0;
+    CHECK_OK(ctx, dcp_tier_create(&t, ctx, &o));
+    /* Nothing saved yet. */
+    dcp_state *st = make_state(0, 0);
+    int64_t s = 7;
+    int tier = 7;
+    rc = dcp_tier_restore(t, st, NULL, &s, &tier);
+    CHECK_RC(ctx, rc, DCP_ENOENT);
+    CHECK(mt_same(rc) && s == -1 && tier == -1);
+    /* Steps differing between ranks; a negative step. */
+    int oc = -1;
+    rc = dcp_tier_save(t, st, mt_rank == 2 ? 3 : 4, &oc);
+    CHECK_RC(ctx, rc, DCP_EINVAL);
+    CHECK(mt_same(rc) && mt_same_str(dcp_errmsg(ctx)));
+    rc = dcp_tier_save(t, st, -1, &oc);
+    CHECK_RC(ctx, rc, DCP_EINVAL);
+    CHECK(mt_same(rc));
+    int64_t ds = 7;
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &ds));
+    CHECK(ds == -1);
+    dcp_state_free(st);
+    dcp_tier_free(t);
+    CHECK(dcp_tier_create(NULL, ctx, &o) == DCP_EINVAL);
+    CHECK(dcp_tier_save(NULL, NULL, 0, NULL) == DCP_EINVAL);
+    dcp_tier_free(NULL);
+}
+
+static void test_save_drain(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp_state *st = make_state(1, 1);
+    int oc = -1;
+    CHECK_OK(ctx, dcp_tier_save(t, st, 1, &oc));
+    CHECK(oc == DCP_TIER_SAVED && mt_same(oc));
+    memset(bbuf, 0x5a, sizeof bbuf); /* may change once save returns */
+    int64_t s = -1;
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 1);
+    /* A second wait reports nothing. */
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == -1);
+    dcp_state_free(st);
+    /* Each node directory: .metadata, and only its own ranks' files. */
+    char own[32], other[600];
+    snprintf(own, sizeof own, "__%d_0.distcp", mt_rank);
+    snprintf(other, sizeof other, "%s/n%d", dir, 1 - node);
+    CHECK(exists(t0, 1, ".metadata"));
+    CHECK(exists(t0, 1, own));
+    CHECK(!exists(other, 1, own));
+    CHECK(exists(t1, 1, ".metadata"));
+    CHECK(exists(t1, 1, own));
+    /* Tier 1 is an ordinary checkpoint: plain dcp_load, bit-exact. */
+    char p[700];
+    snprintf(p, sizeof p, "%s/step-1", t1);
+    st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_load(ctx, st, p, NULL));
+    CHECK(holds(st, 1));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
+static void test_skip(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_SKIP, 0);
+    dcp_state *st = make_state(2, 1);
+    int oc = -1, done = -1;
+    slow_ms = 500;
+    CHECK_OK(ctx, dcp_tier_save(t, st, 2, &oc));
+    CHECK(oc == DCP_TIER_SAVED && mt_same(oc));
+    dcp_state_free(st);
+    st = make_state(3, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 3, &oc));
+    CHECK(oc == DCP_TIER_SKIPPED && mt_same(oc));
+    CHECK_OK(ctx, dcp_tier_drain_test(t, &done));
+    CHECK(mt_same(done));
+    int64_t s = -1;
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == (done ? -1 : 2));
+    slow_ms = 0;
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(exists(t1, 2, ".metadata"));
+    CHECK(!exists(t0, 3, ".metadata") && !exists(t1, 3, ".metadata"));
+    dcp_tier_free(t);
+}
+
+static void test_wait_retention(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    int oc = -1;
+    slow_ms = 500;
+    dcp_state *st = make_state(4, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 4, &oc));
+    CHECK(oc == DCP_TIER_SAVED && mt_same(oc));
+    dcp_state_free(st);
+    st = make_state(5, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 5, &oc));
+    CHECK(oc == DCP_TIER_WAITED && mt_same(oc));
+    slow_ms = 0;
+    int64_t s = -1;
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 5);
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    /* keep_last1 2 on tier 1, keep_last0 3 in each node. */
+    CHECK(mask(ctx, t1) == (BIT(4) | BIT(5)));
+    CHECK(mask(ctx, t0) == (BIT(2) | BIT(4) | BIT(5)));
+    dcp_tier_free(t);
+}
+
+static void test_drain_fault(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    int oc = -1;
+    dcp__tier_set_drain_hook(hook, NULL);
+    fail_rank = 1;
+    dcp_state *st = make_state(6, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 6, &oc));
+    CHECK(oc == DCP_TIER_SAVED);
+    int64_t s = -1;
+    int rc = dcp_tier_drain_wait(t, &s);
+    CHECK_RC(ctx, rc, DCP_EIO);
+    CHECK(mt_same(rc) && mt_same_str(dcp_errmsg(ctx)));
+    CHECK_MSG(ctx, "rank 1");
+    CHECK(s == 6);
+    fail_rank = -1;
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    /* Tier 1 keeps 4 and 5; step 6 never committed there. */
+    CHECK(mask(ctx, t1) == (BIT(4) | BIT(5)));
+    CHECK(!exists(t1, 6, ".metadata"));
+    CHECK(!exists(t1, 6, ".lock"));
+    /* Restore: 6 is complete on tier 0. */
+    st = make_state(0, 0);
+    int tier = -1;
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 6 && tier == 0);
+    CHECK(holds(st, 6));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
+/* A node directory holding another save's file under the step's name
+ * (a stale node): tier 0 looks complete, its load refuses the record of
+ * another save, and the restore falls back to tier 1's newest (5), whole:
+ * never a mix of steps 6 and 5. */
+static void test_stale(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (mt_rank == 0) {
+        char cmd[2000];
+        snprintf(cmd, sizeof cmd,
+                 "cp '%s/n1/step-5/__2_0.distcp' '%s/n1/step-6/__2_0.distcp'",
+                 dir, dir);
+        CHECK(system(cmd) == 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    dcp_state *st = make_state(0, 0);
+    int64_t s = -1;
+    int tier = -1;
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 5 && tier == 1);
+    CHECK(holds(st, 5));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void test_throttle(void)
+{
+    const uint64_t bw = 512 << 10;
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, bw);
+    dcp_state *st = make_state(8, 1);
+    int oc = -1;
+    double a = now();
+    CHECK_OK(ctx, dcp_tier_save(t, st, 8, &oc));
+    int64_t s = -1;
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    double el = now() - a;
+    CHECK(s == 8);
+    char p[1024];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/step-8/__%d_0.distcp", t1, mt_rank);
+    CHECK(stat(p, &sb) == 0);
+    double lo = 0.9 * (double)sb.st_size / (double)bw;
+    if (el < lo)
+        fprintf(stderr, "[rank %d] drain of %lld bytes took %.3f s < %.3f\n",
+                mt_rank, (long long)sb.st_size, el, lo);
+    CHECK(el >= lo);
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(mask(ctx, t1) == (BIT(5) | BIT(8)));
+    dcp_tier_free(t);
+}
+
+static void test_restart(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp_state *st = make_state(0, 0);
+    int64_t s = -1;
+    int tier = -1, oc = -1;
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 8 && tier == 0);
+    CHECK(holds(st, 8));
+    dcp_state_free(st);
+    st = make_state(9, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 9, &oc));
+    CHECK(oc == DCP_TIER_SAVED);
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 9);
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(mask(ctx, t1) == (BIT(8) | BIT(9)));
+    dcp_tier_free(t);
+}
+
+/* tier0_async: a save returns once staged (the buffers change at once);
+ * the next save commits it in tier 0 and starts its drain; a wait settles
+ * both. */
+static void test_async(void)
+{
+    async0 = 1;
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    async0 = 0;
+    int oc = -1, done = -1;
+    dcp_state *st = make_state(10, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 10, &oc));
+    CHECK(oc == DCP_TIER_SAVED);
+    memset(wbuf, 0x77, sizeof wbuf);
+    memset(bbuf, 0x77, sizeof bbuf);
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(!exists(t1, 10, ".metadata"));
+    st = make_state(11, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 11, &oc));
+    CHECK(oc == DCP_TIER_SAVED);
+    memset(bbuf, 0x77, sizeof bbuf);
+    dcp_state_free(st);
+    /* 10 committed in tier 0, its drain started; 11 staged. */
+    CHECK(exists(t0, 10, ".metadata"));
+    CHECK_OK(ctx, dcp_tier_drain_test(t, &done));
+    CHECK(mt_same(done) && done == 0);
+    int64_t s = -1;
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 11);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(mask(ctx, t1) == (BIT(10) | BIT(11)));
+    char p[700];
+    for (int64_t k = 10; k <= 11; k++) {
+        snprintf(p, sizeof p, "%s/step-%lld", t1, (long long)k);
+        st = make_state(0, 0);
+        CHECK_OK(ctx, dcp_load(ctx, st, p, NULL));
+        CHECK(holds(st, k));
+        dcp_state_free(st);
+    }
+    st = make_state(0, 0);
+    int tier = -1;
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 11 && tier == 0);
+    CHECK(holds(st, 11));
+    dcp_state_free(st);
+    /* A staged save completed by free. */
+    st = make_state(12, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 12, &oc));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(mask(ctx, t1) == (BIT(11) | BIT(12)));
+}
+
+static void test_lost(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp_state *st = make_state(0, 0);
+    int64_t s = -1;
+    int tier = -1;
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 12 && tier == 1);
+    CHECK(holds(st, 12));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
+/* kill: step 1 drained; step 2 saved, its drain killed on rank victim at
+ * its kill_at-th hook call (a chunk, or rank 0's commit point). */
+static void test_kill(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp_state *st = make_state(1, 1);
+    int64_t s = -1;
+    CHECK_OK(ctx, dcp_tier_save(t, st, 1, NULL));
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    st = make_state(2, 1);
+    calls = 0;
+    victim = (int)kill_victim;
+    CHECK_OK(ctx, dcp_tier_save(t, st, 2, NULL));
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s)); /* the victim dies first */
+    victim = -1;
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
+/* After the kill: tier 1 holds step 1 only (step 2 without .metadata);
+ * tier 0 holds step 2; with tier 0 gone, tier 1's step 1 loads, never a
+ * mix; a new drain of step 2 takes the dead holder's lock over. */
+static void test_killcheck(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    CHECK(mask(ctx, t1) == BIT(1));
+    CHECK(!exists(t1, 2, ".metadata"));
+    dcp_state *st = make_state(0, 0);
+    int64_t s = -1;
+    int tier = -1;
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 2 && tier == 0);
+    CHECK(holds(st, 2));
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (mt_rank == 0) {
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s/n0' '%s/n1'", dir, dir);
+        CHECK(system(cmd) == 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 1 && tier == 1);
+    CHECK(holds(st, 1));
+    dcp_state_free(st);
+    st = make_state(2, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 2, NULL));
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 2);
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(mask(ctx, t1) == (BIT(1) | BIT(2)));
+    char p[700];
+    snprintf(p, sizeof p, "%s/step-2", t1);
+    st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_load(ctx, st, p, NULL));
+    CHECK(holds(st, 2));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
+/* interop: step 1 saved and drained, and the same state saved plainly
+ * into DIR/plain, for tests/interop/test_tier_mpi.py (torch reads the
+ * union of the node directories, tier 1 and the plain one). */
+static void test_interop(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp_state *st = make_state(1, 1);
+    int64_t s = -1;
+    CHECK_OK(ctx, dcp_tier_save(t, st, 1, NULL));
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 1);
+    char p[700];
+    snprintf(p, sizeof p, "%s/plain", dir);
+    CHECK_OK(ctx, dcp_save(ctx, st, p, &nosync));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
+int main(int argc, char **argv)
+{
+    mt_init(&argc, &argv);
+    if (argc < 3 || (strcmp(argv[1], "kill") == 0 && argc != 5)) {
+        if (mt_rank == 0)
+            fprintf(stderr, "usage: mpi_tier save|restart|lost|killcheck|"
+                            "interop DIR | kill DIR VICTIM K\n");
+        MPI_Finalize();
+        return 2;
+    }
+    const char *mode = argv[1];
+    snprintf(dir, sizeof dir, "%s", argv[2]);
+    if (strcmp(mode, "save") == 0)
+        node = mt_rank / 2;
+    else if (strcmp(mode, "restart") == 0)
+        node = mt_rank < 2 ? 0 : 1;
+    else if (strcmp(mode, "lost") == 0)
+        node = 0;
+    else
+        node = mt_rank; /* kill, killcheck: 2 ranks, 2 nodes */
+    if (strcmp(mode, "kill") == 0) {
+        kill_victim = strtol(argv[3], NULL, 10);
+        kill_at = (int)strtol(argv[4], NULL, 10);
+    }
+    if (strcmp(mode, "interop") == 0)
+        node = mt_rank / 2;
+    if ((strcmp(mode, "save") == 0 || strcmp(mode, "kill") == 0 ||
+         strcmp(mode, "interop") == 0) &&
+        mt_rank == 0) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+            MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    if (strcmp(mode, "lost") == 0 && mt_rank == 0) {
+        char cmd[700];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s/n1'", dir);
+        if (system(cmd) != 0)
+            MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    snprintf(t0, sizeof t0, "%s/n%d", dir, node);
+    snprintf(t1, sizeof t1, "%s/t1", dir);
+    if (dcp_comm_mpi(&comm, MPI_COMM_WORLD) != DCP_OK ||
+        dcp_ctx_create(&ctx, comm, NULL) != DCP_OK)
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    dcp__tier_set_drain_hook(hook, NULL);
+    if (strcmp(mode, "save") == 0) {
+        RUN(errors);
+        RUN(save_drain);
+        RUN(skip);
+        RUN(wait_retention);
+        RUN(drain_fault);
+        RUN(stale);
+        RUN(throttle);
+    } else if (strcmp(mode, "restart") == 0) {
+        RUN(restart);
+        RUN(async);
+    } else if (strcmp(mode, "lost") == 0) {
+        RUN(lost);
+    } else if (strcmp(mode, "kill") == 0) {
+        RUN(kill);
+    } else if (strcmp(mode, "interop") == 0) {
+        RUN(interop);
+    } else {
+        RUN(killcheck);
+    }
+    dcp_ctx_free(ctx);
+    dcp_comm_free(comm);
+    return mt_finish();
+}
