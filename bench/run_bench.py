@@ -4,9 +4,10 @@ Runs, in one go, on the GPT-2 small + AdamW state (bench/gpt2_state.h,
 1.49 GB of fp32, every tensor sharded by rows):
 
   fio        sequential write (new file, fsync at the end) and read of the
-             same number of bytes: O_DIRECT, 4 MiB blocks, iodepth 8,
-             io_uring (libaio when fio lacks it); and the read through the
-             page cache, for reference
+             same number of bytes: O_DIRECT, 4 MiB blocks, io_uring (libaio
+             when fio lacks it), with the best iodepth x numjobs of a sweep
+             (Fio.SWEEP) run first; and the read through the page cache,
+             for reference
   dcp        save and load on 1 rank and on 4 ranks, load of the 4-rank
              checkpoint on 3 ranks (resharding), with and without the CRC
              check, run by run in turn (reshard_verify_ratio, target >= 0.9), a 4-rank save from unaligned buffers (the copying path)
@@ -39,7 +40,13 @@ outputs from it).
 
     python bench/run_bench.py [--build build] [--data DIR] [--runs 5]
                               [--scale full|small] [--no-torch] [--out DIR]
-                              [--report-only]
+                              [--report-only] [--issue16]
+
+--issue16 runs only issue 16's figures side by side (the fio sweep and the
+save/load paired with its best configuration, reshard_verify_ratio, the
+replicated load read once / per rank / by PyTorch DCP, save and load on
+tmpfs against PyTorch DCP) and merges them into results.json and their own
+section of RESULTS.md.
 """
 
 import argparse
@@ -173,19 +180,53 @@ class Fio:
         engines = subprocess.run([fio, "--enghelp"], stdout=subprocess.PIPE,
                                  text=True).stdout
         self.engine = "io_uring" if "io_uring" in engines else "libaio"
+        self.fio = fio
         self.path = os.path.join(data, "fio.dat")
-        self.size = nbytes - nbytes % (4 << 20)
-        self.cmd = [fio, "--filename=" + self.path, "--bs=4M", "--iodepth=8",
-                    "--ioengine=" + self.engine, "--direct=1",
-                    f"--size={self.size}", "--output-format=json",
-                    "--name=seq"]
+        # A multiple of 4 jobs x 4 MiB blocks (at least one of each).
+        self.size = max(16 << 20, nbytes - nbytes % (16 << 20))
+        # (iodepth, numjobs) of the write and of the read: the best of
+        # SWEEP once sweep() ran, else fio's usual 8 x 1.
+        self.conf = {"write": (8, 1), "read": (8, 1)}
+        self.swept = {}
+
+    def _cmd(self, rw):
+        depth, jobs = self.conf[rw if rw in self.conf else "read"]
+        # numjobs jobs over disjoint parts of one file, one group report.
+        return [self.fio, "--filename=" + self.path, "--bs=4M",
+                f"--iodepth={depth}", f"--numjobs={jobs}",
+                f"--size={self.size // jobs}",
+                f"--offset_increment={self.size // jobs}",
+                "--group_reporting", "--ioengine=" + self.engine,
+                "--direct=1", "--output-format=json", "--name=seq"]
 
     def _run(self, rw, extra):
-        log(f"fio --rw={rw}")
-        out = subprocess.run(self.cmd + [f"--rw={rw}"] + extra,
-                             stdout=subprocess.PIPE, text=True, check=True)
+        cmd = self._cmd(rw) + [f"--rw={rw}"] + extra
+        log(" ".join(cmd[1:]))
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True,
+                             check=True)
         j = json.loads(out.stdout)["jobs"][0]
         return {"gbps": j[rw]["bw_bytes"] / 1e9, "cpu_seconds": fio_cpu(j)}
+
+    SWEEP = [(1, 1), (8, 1), (32, 1), (1, 4), (8, 4), (32, 4)]
+
+    def sweep(self):
+        """Every configuration of SWEEP once, write then read; the best of
+        each becomes the one the paired runs use (the storage's limit is
+        the best any of them reaches, not fio's default)."""
+        for rw in ("write", "read"):
+            best = None
+            for c in self.SWEEP:
+                self.conf[rw] = c
+                if rw == "read" and not os.path.exists(self.path):
+                    self.write()
+                g = (self.write() if rw == "write" else self.read())["gbps"]
+                self.swept[f"{rw} iodepth {c[0]} x {c[1]} jobs"] = round(g, 3)
+                if best is None or g > best[0]:
+                    best = (g, c)
+            self.conf[rw] = best[1]
+            log(f"fio {rw}: best iodepth {best[1][0]} x {best[1][1]} jobs, "
+                f"{best[0]:.3f} GB/s")
+        return self.swept
 
     def write(self):
         """A new file each time, as every save writes new files."""
@@ -407,8 +448,11 @@ def render_md(res, stages, machine, meta):
       f"Each figure: median of {meta['runs']} runs, [min, max]; GB = 1e9 "
       "bytes; throughput = state bytes / wall time of the whole collective "
       "call (slowest rank, between barriers). fio: "
-      f"`--rw=write|read --bs=4M --iodepth=8 --ioengine={meta['engine']} "
-      f"--direct=1 --size={meta['fio_size']}` (write: a new file each run, "
+      f"`--rw=write|read --bs=4M --ioengine={meta['engine']} "
+      f"--direct=1 --size={meta['fio_size']}` with the iodepth x numjobs "
+      f"that was best of a sweep of {len(Fio.SWEEP)} run first "
+      f"({meta.get('fio_conf') or 'iodepth 8 x 1 job: runs before the sweep'}"
+      f"; jobs over disjoint parts of one file) (write: a new file each run, "
       "`--end_fsync=1`); fio runs alternate with the 4-rank dcp runs they "
       "are compared with. The page cache is dropped before every load; every "
       "save writes new files. PyTorch DCP: `dcp.save`/`dcp.load` with their "
@@ -626,6 +670,183 @@ def draw(res, path, meta):
     fig_.savefig(path, dpi=110)
 
 
+# ------------------------------------------------------------------ issue 16
+
+I16_BEGIN = "<!-- issue16-bench: begin (run_bench.py --issue16 writes this) -->"
+I16_END = "<!-- issue16-bench: end -->"
+
+
+def secs(stage):
+    return [r["seconds"] for r in stage.runs]
+
+
+def median_ratio(num, den, nd=2):
+    """median(num) / median(den), the spread from the worst and best
+    pairing of runs."""
+    return {"value": round(statistics.median(num) / statistics.median(den),
+                           nd), "unit": "x",
+            "min": round(min(num) / max(den), nd),
+            "max": round(max(num) / min(den), nd)}
+
+
+def issue16(a, build, data, scale, R):
+    """Issue 16's figures, side by side in one run (see --issue16)."""
+    c4, ct = os.path.join(data, "dcp4"), os.path.join(data, "torch4")
+    res, lines = {}, []
+    # The storage limit: the best of several fio configurations, then
+    # each dcp run paired with a run of the best one just before it.
+    first = run_json(mpirun(4, ["save", c4, "--runs", "1"] + scale, build),
+                     MPI_ENV)
+    nbytes = first[0]["bytes"]
+    fio = Fio(data, nbytes)
+    swept = fio.sweep()
+    fw, ds = Stage("fio write (best)"), Stage("dcp save 4 ranks")
+    for _ in range(R):
+        fw.add([fio.write()])
+        ds.add(run_json(mpirun(4, ["save", c4, "--runs", "1"] + scale,
+                               build), MPI_ENV))
+    fr, dl = Stage("fio read (best)"), Stage("dcp load 4 ranks")
+    for _ in range(R):
+        fr.add([fio.read()])
+        dl.add(run_json(mpirun(4, ["load", c4, "--runs", "1"] + scale,
+                               build), MPI_ENV))
+    fio.remove()
+    for x in (fw, ds, fr, dl):
+        x.done([])
+    res["fio_write_gbps"] = fig(gbps(fw), "GB/s")
+    res["fio_read_gbps"] = fig(gbps(fr), "GB/s")
+    res["save_vs_fio_write"] = fig(
+        [x / y for x, y in zip(gbps(ds), gbps(fw))], "x", 2)
+    res["load_vs_fio_read"] = fig(
+        [x / y for x, y in zip(gbps(dl), gbps(fr))], "x", 2)
+    for rw in ("write", "read"):
+        d, j = fio.conf[rw]
+        res[f"fio_best_{rw}_iodepth"] = {"value": d, "unit": "iodepth",
+                                         "min": d, "max": d}
+        res[f"fio_best_{rw}_numjobs"] = {"value": j, "unit": "jobs",
+                                         "min": j, "max": j}
+    # Resharding 4 -> 3 with and without the CRC check, run by run.
+    rv, rn = Stage("dcp load 4 to 3 ranks"), Stage("dcp load 4 to 3, no CRC")
+    for _ in range(R):
+        rv.add(run_json(mpirun(3, ["load", c4, "--runs", "1"] + scale,
+                               build), MPI_ENV))
+        rn.add(run_json(mpirun(3, ["load", c4, "--runs", "1", "--no-verify",
+                                   "1"] + scale, build), MPI_ENV))
+    rv.done([])
+    rn.done([])
+    res["reshard_verify_ratio"] = fig(
+        [x / y for x, y in zip(gbps(rv), gbps(rn))], "x", 2)
+    # The replicated load: dcp read once, dcp per rank, PyTorch DCP (4
+    # processes each loading every tensor whole from its own checkpoint of
+    # the same tensors), run by run in turn; page cache dropped before each.
+    ro, pr = replicated_stages(c4, R, build, scale)
+    shutil.rmtree(c4)
+    torch_stage("torch save 4", 4, "save", ct, 1, scale)
+    tr = torch_stage("torch replicated load 4", 4, "replicated", ct, R,
+                     scale)
+    shutil.rmtree(ct)
+    res.update(replicated_figs({ro.name: ro, pr.name: pr}))
+    res["replicated_load_torch_seconds"] = fig(secs(tr), "s", 3)
+    res["replicated_load_vs_torch"] = median_ratio(secs(tr), secs(ro))
+    # tmpfs, where the software is the limit: 4 ranks save and load, dcp
+    # and PyTorch DCP on identical tensors.
+    shm = tempfile.mkdtemp(prefix="dcp-bench-tmpfs-", dir="/dev/shm")
+    try:
+        d4, t4 = os.path.join(shm, "dcp4"), os.path.join(shm, "torch4")
+        tds = dcp_stage("tmpfs dcp save 4", 4, "save", d4, R, build, scale)
+        tdl = dcp_stage("tmpfs dcp load 4", 4, "load", d4, R, build, scale)
+        shutil.rmtree(d4)
+        tts = torch_stage("tmpfs torch save 4", 4, "save", t4, R, scale)
+        ttl = torch_stage("tmpfs torch load 4", 4, "load", t4, R, scale)
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
+    res["tmpfs_save_gbps"] = fig(gbps(tds), "GB/s")
+    res["tmpfs_load_gbps"] = fig(gbps(tdl), "GB/s")
+    res["tmpfs_torch_save_gbps"] = fig(gbps(tts), "GB/s")
+    res["tmpfs_torch_load_gbps"] = fig(gbps(ttl), "GB/s")
+    res["tmpfs_save_vs_torch"] = median_ratio(gbps(tds), gbps(tts))
+    res["tmpfs_load_vs_torch"] = median_ratio(gbps(tdl), gbps(ttl))
+    # Outputs: merged into results.json; RESULTS.md's own section.
+    path = os.path.join(a.out, "results.json")
+    old = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            old = json.load(f)
+    old.update(res)
+    with open(path, "w") as f:
+        f.write("{\n" + ",\n".join(
+            f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in old.items())
+            + "\n}\n")
+    def row(k, what):
+        v = res[k]
+        return (f"| `{k}` | {v['value']} {v['unit']} | {v['min']} – "
+                f"{v['max']} | {what} |")
+    stages = (fw, ds, fr, dl, rv, rn, ro, pr, tr, tds, tdl, tts, ttl)
+    md = [I16_BEGIN, "",
+          "## Issue 16: read once, the fio sweep, tmpfs against PyTorch DCP",
+          "",
+          f"`python bench/run_bench.py --issue16 --runs {R}` on "
+          f"{time.strftime('%Y-%m-%d %H:%M %Z')}: the GPT-2 small + AdamW "
+          f"state ({nbytes / 1e9:.2f} GB fp32, sharded by rows), medians of "
+          f"{R} runs, [min – max]; load average "
+          f"{stages[0].before[0]:.1f} at the start, "
+          f"{stages[-1].after[0]:.1f} at the end (2-core VM, shared). "
+          "The keys below replace the same keys of the io-bench section "
+          "in results.json (that section's table is from its own, earlier "
+          "full `make bench` run, with fio at iodepth 8 x 1 job).", "",
+          "fio sweep (O_DIRECT, 4 MiB blocks, " + fio.engine + ", one run "
+          "each; numjobs jobs over disjoint parts of one file): " +
+          ", ".join(f"{k} {v} GB/s" for k, v in swept.items()) + ". "
+          f"Best write: iodepth {fio.conf['write'][0]} x "
+          f"{fio.conf['write'][1]} jobs; best read: iodepth "
+          f"{fio.conf['read'][0]} x {fio.conf['read'][1]} jobs; the paired "
+          "runs below use them.", "",
+          "| key | median | range | what |", "|---|---|---|---|",
+          row("fio_write_gbps", "fio write, best configuration (the limit)"),
+          row("fio_read_gbps", "fio read, best configuration (the limit)"),
+          row("save_vs_fio_write", "dcp 4-rank save / the fio write run just "
+              "before it"),
+          row("load_vs_fio_read", "dcp 4-rank load / the fio read run just "
+              "before it"),
+          row("reshard_verify_ratio", "load 4 → 3 with the CRC check / "
+              "without, run by run (target ≥ 0.9)"),
+          row("replicated_load_read_amplification", "4 ranks each loading "
+              "the whole state, read once: bytes read from storage / state "
+              "bytes (target 1.0)"),
+          row("replicated_load_per_rank_read_amplification", "the same with "
+              "DCP_LOAD_PER_RANK_READS"),
+          row("replicated_load_seconds", "read once"),
+          row("replicated_load_per_rank_seconds", "per-rank reads"),
+          row("replicated_load_torch_seconds", "PyTorch DCP, 4 processes "
+              "each loading every tensor whole (plain tensors)"),
+          row("replicated_load_speedup_vs_per_rank", "per-rank seconds / "
+              "read-once seconds, run by run"),
+          row("replicated_load_vs_torch", "PyTorch DCP seconds / dcp "
+              "read-once seconds"),
+          row("tmpfs_save_gbps", "dcp 4-rank save into /dev/shm"),
+          row("tmpfs_torch_save_gbps", "PyTorch DCP 4-process save into "
+              "/dev/shm"),
+          row("tmpfs_save_vs_torch", "dcp / PyTorch DCP (goal 8)"),
+          row("tmpfs_load_gbps", "dcp 4-rank load from /dev/shm"),
+          row("tmpfs_torch_load_gbps", "PyTorch DCP 4-process load from "
+              "/dev/shm"),
+          row("tmpfs_load_vs_torch", "dcp / PyTorch DCP (goal 8)"),
+          "", "Per stage (GB/s, each run): " + "; ".join(
+              f"{x.name}: " + " ".join(f"{g:.3f}" for g in gbps(x))
+              for x in stages) + ".", "", I16_END]
+    rpath = os.path.join(a.out, "RESULTS.md")
+    text = open(rpath).read() if os.path.exists(rpath) else ""
+    if I16_BEGIN in text and I16_END in text:
+        text = (text[:text.index(I16_BEGIN)] + "\n".join(md) +
+                text[text.index(I16_END) + len(I16_END):])
+    else:
+        text = text.rstrip("\n") + "\n\n" + "\n".join(md) + "\n"
+    with open(rpath, "w") as f:
+        f.write(text)
+    for k, v in res.items():
+        log(f"{k}: {v['value']} {v['unit']} ({v['min']} .. {v['max']})")
+
+
 # ------------------------------------------------------------------ main
 
 def main():
@@ -639,6 +860,13 @@ def main():
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--only-replicated", action="store_true",
                     help="only the replicated load (merged into results.json)")
+    ap.add_argument("--issue16", action="store_true",
+                    help="only issue 16's figures: the fio sweep and the "
+                    "paired save/load against the best configuration, the "
+                    "replicated load (dcp read once, per rank, PyTorch "
+                    "DCP), reshard_verify_ratio, save and load on tmpfs "
+                    "against PyTorch DCP (merged into results.json and "
+                    "their own section of RESULTS.md)")
     ap.add_argument("--report-only", action="store_true",
                     help=f"redo the outputs from OUT/{RAW}, measuring nothing")
     a = ap.parse_args()
@@ -662,6 +890,10 @@ def main():
     R = a.runs
     c1, c4, ct = (os.path.join(data, x) for x in ("dcp1", "dcp4", "torch4"))
     stages = []
+    if a.issue16:
+        issue16(a, build, data, scale, R)
+        shutil.rmtree(data, ignore_errors=True)
+        return
     if a.only_replicated:
         run_json(mpirun(4, ["save", c4, "--runs", "1"] + scale, build),
                  MPI_ENV)
@@ -691,6 +923,7 @@ def main():
     # The targets' runs: each dcp run right after a fio run, so that each
     # pair sees the same disk and the same neighbours on the machine.
     fio = Fio(data, nbytes)
+    fio.sweep()
     fw, ds = Stage("fio write"), Stage("dcp save 4 ranks")
     for _ in range(R):
         fw.add([fio.write()])
@@ -753,6 +986,7 @@ def main():
             hooked[k] = v
     raw = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "runs": R,
            "nbytes": nbytes, "engine": fio.engine, "fio_size": fio.size,
+           "fio_sweep": fio.swept, "fio_conf": fio.conf,
            "scale": a.scale, "machine": describe_machine(data),
            "hooked": hooked,
            "stages": [{"name": x.name, "before": x.before, "after": x.after,
@@ -867,6 +1101,7 @@ def report(raw, out, plot):
     s4 = by["dcp save 4 ranks"].runs
     meta = {"date": raw["date"], "runs": raw["runs"], "nbytes": nbytes,
             "engine": raw["engine"], "fio_size": raw["fio_size"],
+            "fio_conf": raw.get("fio_conf"),
             "ntensors": 3 * (12 * 12 + 4) if raw["scale"] == "full" else
             3 * (2 * 12 + 4),
             "io": s4[0].get("io"),

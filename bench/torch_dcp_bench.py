@@ -9,7 +9,12 @@ torch.distributed.checkpoint.save / load with their defaults
 Started once per process by bench/run_bench.py with RANK, WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT set:
 
-    torch_dcp_bench.py save|load DIR [--runs R] [--scale small]
+    torch_dcp_bench.py save|load|replicated DIR [--runs R] [--scale small]
+
+replicated: every process loads every tensor whole (plain tensors of the
+global shape, as a model replicated for inference or a DDP restart reads
+them) from a checkpoint saved by `save` on 4 processes; the first run is
+checked element by element against what those 4 processes wrote.
 
 save writes a fresh DIR for each run (the previous one removed first, not
 timed); load evicts DIR's files from the page cache before each run and
@@ -87,6 +92,40 @@ def build(params, mesh, rank, world, fill):
             "optim": {"state": ostate, "param_groups": groups}}, total
 
 
+def build_full(params):
+    """Every tensor whole (zeros), to load a replicated copy into."""
+    model, ostate, total = {}, {}, 0
+    for name, shape in params:
+        ts = [torch.zeros(shape) for _ in range(3)]
+        total += 3 * 4 * int(torch.tensor(shape).prod().item())
+        model[name] = ts[0]
+        ostate[name] = {"exp_avg": ts[1], "exp_avg_sq": ts[2],
+                        "step": torch.tensor(0.0)}
+    groups = [{"lr": 6e-4, "eps": 1e-8, "weight_decay": 0.1}]
+    return {"model": model,
+            "optim": {"state": ostate, "param_groups": groups}}, total
+
+
+def check_full(params, sd, saved_world=4):
+    """Elements that differ from what `save` on saved_world processes
+    wrote (each tensor regenerated from the savers' shards)."""
+    bad = 0
+    for k, (name, shape) in enumerate(params):
+        s = sd["optim"]["state"][name]
+        got = [sd["model"][name], s["exp_avg"], s["exp_avg_sq"]]
+        for m in range(3):
+            parts = []
+            for r in range(saved_world):
+                _, n = local_rows(shape[0], r, saved_world)
+                if n:
+                    g = torch.Generator().manual_seed(k * 16 + m * 4 + r)
+                    parts.append(torch.rand((n,) + tuple(shape[1:]),
+                                            generator=g))
+            bad += int((got[m] != torch.cat(parts)).sum().item())
+        bad += int(s["step"].item() != 1000.0)
+    return bad
+
+
 def check(params, sd, rank, world):
     """Elements that differ from what the save wrote, regenerated one
     tensor at a time (no second copy of the state: the peak RSS stays
@@ -137,7 +176,11 @@ def main():
     mesh = init_device_mesh("cpu", (world,))
     params = (gpt2_params(2, 1000, 128, 256) if small else gpt2_params())
     save = mode == "save"
-    sd, total = build(params, mesh, rank, world, fill=save)
+    if mode == "replicated":
+        sd, total = build_full(params)
+        total *= world  # every process reads every byte
+    else:
+        sd, total = build(params, mesh, rank, world, fill=save)
     s3 = path.startswith("s3://")
     if s3:
         sys.path.insert(0, os.environ["DCP_S3FS_DIR"])
@@ -176,7 +219,9 @@ def main():
         c = torch.tensor([c1 - c0], dtype=torch.float64)
         dist.all_reduce(c, op=dist.ReduceOp.SUM)
         bad = 0
-        if not save and run == 0:
+        if mode == "replicated" and run == 0:
+            bad = check_full(params, sd)
+        elif not save and run == 0:
             bad = check(params, sd, rank, world)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         info = [None] * world
