@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +106,18 @@ int dcp__mgr_parse(const char *name, const char *prefix, const char *suffix,
     return 1;
 }
 
+/* How much of root to join a name to: an s3:// root without its trailing
+ * slashes ("s3://b/r/" + "/step-1" would be the key "r//step-1/..."); a
+ * local root whole, as the user gave it ("r//step-1" is "r/step-1"). */
+static int root_len(const char *root)
+{
+    size_t n = strlen(root);
+    if (dcp__path_is_s3(root))
+        while (n > 5 && root[n - 1] == '/')
+            n--;
+    return n > INT_MAX ? INT_MAX : (int)n;
+}
+
 /* root/<prefix><step><suffix> into a new string, or NULL (ENOMEM). */
 static char *step_path(const char *root, const char *prefix, const char *suffix,
                        int64_t step)
@@ -112,7 +125,8 @@ static char *step_path(const char *root, const char *prefix, const char *suffix,
     size_t n = strlen(root) + strlen(prefix) + strlen(suffix) + 24;
     char *p = dcp__malloc(n);
     if (p)
-        snprintf(p, n, "%s/%s%" PRId64 "%s", root, prefix, step, suffix);
+        snprintf(p, n, "%.*s/%s%" PRId64 "%s", root_len(root), root, prefix,
+                 step, suffix);
     return p;
 }
 
@@ -161,7 +175,7 @@ static int entry_status(dcp_ctx *ctx, int rootfd, const char *root,
     if (!path)
         return dcp__err(&ctx->err, DCP_ENOMEM, "out of memory listing \"%s\"",
                         root);
-    snprintf(path, n, "%s/%s", root, name);
+    snprintf(path, n, "%.*s/%s", root_len(root), root, name);
     dcp_metadata *md = NULL;
     int rc = dcp_metadata_open(ctx, path, &md);
     dcp_metadata_free(md);

@@ -74,6 +74,9 @@ mgr_same() {
     done
 }
 mgr_same
+# a root given with trailing slashes: the same steps, the same statuses
+"$tool" list "$b/mgr//" >"$tmp/s3.slash"
+"$tool" list "$b/mgr" | cmp - "$tmp/s3.slash" || fail "list ROOT// differs"
 grep -q '"step": 12' "$tmp/s3.latest" || grep -q '^12' "$tmp/s3.latest" ||
     fail "latest: $(cat "$tmp/s3.latest")"
 "$tool" prune "$b/mgr" --keep 2 --json >"$tmp/s3.prune"
