@@ -51,9 +51,9 @@
  * every node's tier-0 directory (each node's lowest rank prunes its own on
  * its drain thread after its copies, never the step being drained) and
  * keep_last1 on tier 1 (rank 0: after a drain commits, on its next drain
- * thread when the commit was on a save's path, else in the same call;
- * POSIX tier-1 roots only in this slice). Removal is the manager's (crash
- * safe, `.metadata` first).
+ * thread when the commit was on a save's path, else in the same call; a
+ * local or an s3:// tier-1 root). Removal is the manager's (crash safe,
+ * `.metadata` first).
  *
  * Not in this slice (docs/ARCHITECTURE.md, tiers): replicas of a node's
  * tier-0 data on partner nodes, and reading another node's tier-0 files

@@ -435,8 +435,9 @@ static int copy_file(struct drain *d, int dirfd, const char *name, uint8_t *buf,
 }
 
 /* Retention of a tier root (a node's tier-0 root, or tier 1's), keep
- * steps, never protect (the step being drained); through pctx (POSIX, as
- * the manager's removal); pctx's message copied into err. */
+ * steps, never protect (the step being drained); through pctx (the
+ * manager's removal: POSIX, or the S3 back end for an s3:// root); pctx's
+ * message copied into err. */
 static int prune0(dcp_ctx *pctx, const char *root, uint32_t keep,
                   int64_t protect, struct dcp_err *err)
 {
@@ -544,7 +545,7 @@ static void drain_finish(dcp_tier *t, int now)
             if (rc == DCP_OK)
                 rc = drain_commit(t, &e);
             drain_unlock(d);
-            if (rc == DCP_OK && t->o.keep_last1 && !dcp__path_is_s3(t->t1))
+            if (rc == DCP_OK && t->o.keep_last1)
                 t->prune1 = 1;
         }
         rc = dcp__comm_share_err(t->ctx->comm, rc, &e, 0);

@@ -558,19 +558,54 @@ static void test_interop(void)
     dcp_tier_free(t);
 }
 
+/* An s3:// tier 1 (run by tests/s3/s3_env.py): steps drained to the
+ * bucket, retention keeps 2 there, and with every node's tier 0 gone the
+ * restore comes from the bucket, bit-exact. */
+static void test_s3(void)
+{
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    int oc = -1, tier = -1;
+    int64_t s = -1;
+    for (int k = 1; k <= 3; k++) {
+        dcp_state *st = make_state(k, 1);
+        CHECK_OK(ctx, dcp_tier_save(t, st, k, &oc));
+        CHECK(mt_same(oc));
+        dcp_state_free(st);
+    }
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 3);
+    dcp_tier_free(t); /* the tier-1 retention due runs here at the latest */
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(mask(ctx, t1) == (BIT(2) | BIT(3)));
+    if (mt_rank == 0) {
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s/n0' '%s/n1'", dir, dir);
+        if (system(cmd) != 0)
+            MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp_state *st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 3 && tier == 1 && mt_same((int)s));
+    CHECK(holds(st, 3));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
 int main(int argc, char **argv)
 {
     mt_init(&argc, &argv);
     if (argc < 3 || (strcmp(argv[1], "kill") == 0 && argc != 5)) {
         if (mt_rank == 0)
             fprintf(stderr, "usage: mpi_tier save|restart|lost|killcheck|"
-                            "interop DIR | kill DIR VICTIM K\n");
+                            "interop DIR | kill DIR VICTIM K | s3 DIR S3URL\n");
         MPI_Finalize();
         return 2;
     }
     const char *mode = argv[1];
     snprintf(dir, sizeof dir, "%s", argv[2]);
-    if (strcmp(mode, "save") == 0)
+    if (strcmp(mode, "save") == 0 || strcmp(mode, "s3") == 0)
         node = mt_rank / 2;
     else if (strcmp(mode, "restart") == 0)
         node = mt_rank < 2 ? 0 : 1;
@@ -585,7 +620,7 @@ int main(int argc, char **argv)
     if (strcmp(mode, "interop") == 0)
         node = mt_rank / 2;
     if ((strcmp(mode, "save") == 0 || strcmp(mode, "kill") == 0 ||
-         strcmp(mode, "interop") == 0) &&
+         strcmp(mode, "interop") == 0 || strcmp(mode, "s3") == 0) &&
         mt_rank == 0) {
         char cmd[600];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -601,6 +636,8 @@ int main(int argc, char **argv)
     MPI_Barrier(MPI_COMM_WORLD);
     snprintf(t0, sizeof t0, "%s/n%d", dir, node);
     snprintf(t1, sizeof t1, "%s/t1", dir);
+    if (strcmp(mode, "s3") == 0 && argc == 4)
+        snprintf(t1, sizeof t1, "%s", argv[3]);
     if (dcp_comm_mpi(&comm, MPI_COMM_WORLD) != DCP_OK ||
         dcp_ctx_create(&ctx, comm, NULL) != DCP_OK)
         MPI_Abort(MPI_COMM_WORLD, 2);
@@ -622,6 +659,8 @@ int main(int argc, char **argv)
         RUN(kill);
     } else if (strcmp(mode, "interop") == 0) {
         RUN(interop);
+    } else if (strcmp(mode, "s3") == 0) {
+        RUN(s3);
     } else {
         RUN(killcheck);
     }
