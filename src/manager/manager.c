@@ -241,6 +241,34 @@ static int s3_steps(dcp_ctx *ctx, const char *root, const char *prefix,
     return DCP_OK;
 }
 
+/* The end of a listing (rc: the scan's): v sorted, statuses newest first
+ * -- with newest, only down to the first complete one (each check decodes
+ * a .metadata) -- and handed over in *out, or freed on failure. rootfd:
+ * the open local root, -1 for an s3:// one. */
+static int finish_list(dcp_ctx *ctx, int rootfd, const char *root,
+                       int newest, int rc, dcp_manager_entry *v, size_t cnt,
+                       dcp_manager_entry **out, size_t *n)
+{
+    if (rc == DCP_OK && cnt > 1)
+        qsort(v, cnt, sizeof *v, cmp_entry);
+    for (size_t i = cnt; rc == DCP_OK && i-- > 0;) {
+        rc = entry_status(ctx, rootfd, root, v[i].name, &v[i]);
+        if (newest && v[i].status == DCP_MANAGER_COMPLETE)
+            break;
+    }
+    if (rc != DCP_OK) {
+        dcp_manager_list_free(v, cnt);
+        return rc;
+    }
+    if (!cnt) {
+        dcp__free(v);
+        v = NULL;
+    }
+    *out = v;
+    *n = cnt;
+    return DCP_OK;
+}
+
 int dcp__mgr_list(dcp_ctx *ctx, const char *root, const char *prefix,
                   const char *suffix, int newest, dcp_manager_entry **out,
                   size_t *n)
@@ -251,24 +279,7 @@ int dcp__mgr_list(dcp_ctx *ctx, const char *root, const char *prefix,
         dcp_manager_entry *v = NULL;
         size_t cnt = 0;
         int rc = s3_steps(ctx, root, prefix, suffix, &v, &cnt);
-        if (rc == DCP_OK && cnt > 1)
-            qsort(v, cnt, sizeof *v, cmp_entry);
-        for (size_t i = cnt; rc == DCP_OK && i-- > 0;) {
-            rc = entry_status(ctx, -1, root, v[i].name, &v[i]);
-            if (newest && v[i].status == DCP_MANAGER_COMPLETE)
-                break;
-        }
-        if (rc != DCP_OK) {
-            dcp_manager_list_free(v, cnt);
-            return rc;
-        }
-        if (!cnt) {
-            dcp__free(v);
-            v = NULL;
-        }
-        *out = v;
-        *n = cnt;
-        return DCP_OK;
+        return finish_list(ctx, -1, root, newest, rc, v, cnt, out, n);
     }
     int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
@@ -323,27 +334,9 @@ int dcp__mgr_list(dcp_ctx *ctx, const char *root, const char *prefix,
         cnt++;
     }
     closedir(d);
-    if (rc == DCP_OK && cnt)
-        qsort(v, cnt, sizeof *v, cmp_entry);
-    /* Statuses, newest first; with newest, only down to the first
-     * complete one (each check decodes a .metadata). */
-    for (size_t i = cnt; rc == DCP_OK && i-- > 0;) {
-        rc = entry_status(ctx, fd, root, v[i].name, &v[i]);
-        if (newest && v[i].status == DCP_MANAGER_COMPLETE)
-            break;
-    }
+    rc = finish_list(ctx, fd, root, newest, rc, v, cnt, out, n);
     close(fd);
-    if (rc != DCP_OK) {
-        dcp_manager_list_free(v, cnt);
-        return rc;
-    }
-    if (!cnt) {
-        dcp__free(v);
-        v = NULL;
-    }
-    *out = v;
-    *n = cnt;
-    return DCP_OK;
+    return rc;
 }
 
 int dcp_manager_list(dcp_ctx *ctx, const char *root,

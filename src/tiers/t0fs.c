@@ -44,7 +44,7 @@ static const char *rel_of(const struct dcp__t0fs *fs, const char *path)
     return path + n + 1;
 }
 
-static char *join(const char *a, const char *b)
+char *dcp__t0_join(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
     char *s = dcp__malloc(la + lb + 2);
@@ -62,7 +62,7 @@ static int t_mkdirs(void *impl, const char *path, struct dcp_err *err)
     const char *rel = rel_of(fs, path);
     if (!rel)
         return px()->mkdirs(NULL, path, err);
-    char *p = join(fs->roots[0], rel);
+    char *p = dcp__t0_join(fs->roots[0], rel);
     if (!p)
         return dcp__err(err, DCP_ENOMEM, "out of memory");
     int rc = px()->mkdirs(NULL, p, err);
@@ -101,7 +101,7 @@ static int t_open_dir(void *impl, const char *path, void **dir,
     }
     size_t found = 0;
     for (size_t i = 0; i < n; i++) {
-        char *p = join(fs->roots[i], rel);
+        char *p = dcp__t0_join(fs->roots[i], rel);
         if (!p) {
             t_close_dir(impl, d);
             return dcp__err(err, DCP_ENOMEM, "out of memory");

@@ -22,4 +22,7 @@ struct dcp__t0fs {
 
 extern const dcp_storage_ops dcp__t0fs_ops;
 
+/* "<a>/<b>" in a new string (dcp__free), NULL when out of memory. */
+char *dcp__t0_join(const char *a, const char *b);
+
 #endif /* DCP_T0FS_H */

@@ -116,18 +116,6 @@ struct dcp_tier {
     int64_t last_step;
 };
 
-static char *join(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    char *s = dcp__malloc(la + lb + 2);
-    if (!s)
-        return NULL;
-    memcpy(s, a, la);
-    s[la] = '/';
-    memcpy(s + la + 1, b, lb + 1);
-    return s;
-}
-
 static void step_name(char *buf, size_t cap, int64_t step)
 {
     snprintf(buf, cap, PREFIX "%" PRId64, step);
@@ -375,7 +363,7 @@ static int copy_file(struct drain *d, int dirfd, const char *name, uint8_t *buf,
                      double t0, uint64_t *moved)
 {
     struct dcp_err *err = &d->err;
-    char *src = join(d->src, name);
+    char *src = dcp__t0_join(d->src, name);
     if (!src)
         return dcp__err(err, DCP_ENOMEM, "out of memory");
     int fd = open(src, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -635,8 +623,8 @@ static int drain_start(dcp_tier *t, int64_t step, int *nodrain)
     atomic_store(&d->done, 0);
     atomic_store(&d->cancel, 0);
     int rc = dcp__meta_decode(d->meta, d->metalen, &d->md, err);
-    if (rc == DCP_OK && (!(d->src = join(t->fs.roots[0], name)) ||
-                         !(d->dst = join(t->t1, name))))
+    if (rc == DCP_OK && (!(d->src = dcp__t0_join(t->fs.roots[0], name)) ||
+                         !(d->dst = dcp__t0_join(t->t1, name))))
         rc = dcp__err(err, DCP_ENOMEM, "out of memory");
     if (rc == DCP_OK)
         rc = own_files(d, err);
@@ -744,7 +732,7 @@ static int post0(dcp_tier *t, int64_t step)
 {
     char name[40];
     step_name(name, sizeof name, step);
-    char *own = join(t->fs.roots[0], name);
+    char *own = dcp__t0_join(t->fs.roots[0], name);
     int rc = own ? DCP_OK : dcp__err(&t->ctx->err, DCP_ENOMEM, "out of memory");
     rc = agree(t, rc);
     if (rc == DCP_OK)
@@ -765,7 +753,7 @@ static int save0(dcp_tier *t, const dcp_state *st, int64_t step)
     step_name(name, sizeof name, step);
     snprintf(vpath, sizeof vpath, VROOT "/%s", name);
     struct dcp_err *err = &t->ctx->err;
-    char *own = join(t->fs.roots[0], name);
+    char *own = dcp__t0_join(t->fs.roots[0], name);
     int rc = own ? DCP_OK : dcp__err(err, DCP_ENOMEM, "out of memory");
     if (rc == DCP_OK) {
         dcp__storage_use(NULL);
@@ -1056,7 +1044,7 @@ static int load1(dcp_tier *t, dcp_state *st, const dcp_load_options *opts,
 {
     char name[40];
     step_name(name, sizeof name, step);
-    char *p = join(t->t1, name);
+    char *p = dcp__t0_join(t->t1, name);
     int rc = p ? DCP_OK : dcp__err(&t->ctx->err, DCP_ENOMEM, "out of memory");
     rc = agree(t, rc);
     if (rc == DCP_OK)

@@ -23,6 +23,7 @@
 #include <dcp/dcp_manager.h>
 #include <dcp/dcp_s3.h>
 
+#include "manager.h"
 #include "s3.h"
 #include "storage.h"
 #include "test.h"
@@ -801,6 +802,108 @@ TEST(manager)
     dcp_ctx_free(ctx);
 }
 
+TEST(manager_async)
+{
+    dcp_ctx *ctx;
+    dcp_manager *m = NULL;
+    dcp_manager_options o;
+    dcp_manager_entry *e = NULL;
+    struct st x[3];
+    size_t n = 0;
+    int64_t step = -1;
+    unsigned got;
+    char root[512], p[600];
+    cfg(0, 4, 30000);
+    ASSERT_EQ(dcp_ctx_create(&ctx, NULL, NULL), DCP_OK);
+    (void)snprintf(root, sizeof(root), "%s", at("mgr_async/run"));
+    memset(&o, 0, sizeof(o));
+    o.struct_size = sizeof(o);
+    o.keep_last = 1;
+    o.async = 1;
+    ASSERT_EQ(dcp_manager_create(&m, ctx, root, &o), DCP_OK);
+    for (unsigned s = 1; s <= 3; s++) {
+        ASSERT_EQ(st_make(&x[s - 1], 5000, s, 0), 0);
+        ASSERT_EQ(dcp_manager_save(m, x[s - 1].st, s), DCP_OK);
+    }
+    ASSERT_EQ(dcp_manager_wait(m), DCP_OK);
+    for (int i = 0; i < 3; i++)
+        st_free(&x[i]);
+    ASSERT_EQ(dcp_manager_latest(m, &step), DCP_OK);
+    ASSERT(step == 3);
+    ASSERT_EQ(dcp_manager_list(ctx, root, NULL, &e, &n), DCP_OK);
+    ASSERT(n == 1 && e[0].step == 3 && e[0].status == DCP_MANAGER_COMPLETE);
+    dcp_manager_list_free(e, n);
+    ASSERT_EQ(nkeys("mgr_async/run/step-1/"), 0);
+    ASSERT_EQ(nkeys("mgr_async/run/step-2/"), 0);
+    (void)snprintf(p, sizeof(p), "%s/step-3", root);
+    ASSERT_EQ(load(ctx, p, 5000, &got), DCP_OK);
+    ASSERT(got == 3);
+    dcp_manager_free(m);
+    dcp_ctx_free(ctx);
+}
+
+/* A removal killed before its k-th change (dcp__mgr_set_remove_hook), in
+ * the child "--child-remove PATH K": the step loads bit-exact or is not
+ * complete (no .metadata), never half; a later removal takes the dead
+ * remover's lock over and leaves no object. */
+static long remove_crash_at, remove_calls;
+
+static void crash_hook(const char *what, void *arg)
+{
+    (void)what;
+    (void)arg;
+    if (++remove_calls == remove_crash_at)
+        _exit(9);
+}
+
+TEST(killed_remove)
+{
+    dcp_ctx *ctx;
+    dcp_metadata *md = NULL;
+    unsigned got;
+    char self[4096], kb[16];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    int done = 0, crashed_incomplete = 0;
+    ASSERT(sl > 0);
+    self[sl] = '\0';
+    cfg(0, 4, 30000);
+    ASSERT_EQ(dcp_ctx_create(&ctx, NULL, NULL), DCP_OK);
+    for (long k = 1; !done && k < 50; k++) {
+        int st = 0;
+        ASSERT_EQ(save(ctx, at("ck/rmcrash"), 1000, 20), DCP_OK);
+        (void)snprintf(kb, sizeof(kb), "%ld", k);
+        pid_t pid = fork();
+        ASSERT(pid >= 0);
+        if (pid == 0) {
+            execl(self, self, "--child-remove", at("ck/rmcrash"), kb,
+                  (char *)NULL);
+            _exit(127);
+        }
+        ASSERT_EQ(waitpid(pid, &st, 0), pid);
+        ASSERT(WIFEXITED(st));
+        ASSERT(WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 9);
+        done = WEXITSTATUS(st) == 0;
+        int rc = dcp_metadata_open(ctx, at("ck/rmcrash"), &md);
+        dcp_metadata_free(md);
+        md = NULL;
+        if (rc == DCP_OK) {
+            ASSERT(!done);
+            ASSERT_EQ(load(ctx, at("ck/rmcrash"), 1000, &got), DCP_OK);
+            ASSERT(got == 20);
+        } else {
+            ASSERT_EQ(rc, DCP_ENOENT);
+            crashed_incomplete += !done;
+        }
+        if (!done)
+            ASSERT_EQ(dcp_manager_remove(ctx, at("ck/rmcrash")), DCP_OK);
+        ASSERT_EQ(nkeys("ck/rmcrash/"), 0);
+    }
+    ASSERT(done);
+    ASSERT(crashed_incomplete >= 1);
+    dcp_ctx_free(ctx);
+}
+
+
 TEST(auth)
 {
     dcp_ctx *ctx;
@@ -865,6 +968,20 @@ int main(int argc, char **argv)
         (void)dcp_s3_configure(NULL);
         return rc == DCP_OK ? 0 : 1;
     }
+    if (argc == 4 && strcmp(argv[1], "--child-remove") == 0) {
+        dcp_ctx *ctx;
+        cfg(0, 4, 30000);
+        if (dcp_ctx_create(&ctx, NULL, NULL) != DCP_OK)
+            return 1;
+        remove_crash_at = atol(argv[3]);
+        dcp__mgr_set_remove_hook(crash_hook, NULL);
+        int rc = dcp_manager_remove(ctx, argv[2]);
+        if (rc != DCP_OK)
+            fprintf(stderr, "  remove: %s\n", dcp_errmsg(ctx));
+        dcp_ctx_free(ctx);
+        (void)dcp_s3_configure(NULL);
+        return rc == DCP_OK ? 0 : 1;
+    }
     if (getenv("DCP_S3_AUTH")) {
         RUN(auth);
         (void)dcp_s3_configure(NULL);
@@ -880,6 +997,8 @@ int main(int argc, char **argv)
     RUN(killed_save);
     RUN(two_writers);
     RUN(manager);
+    RUN(manager_async);
+    RUN(killed_remove);
     (void)dcp_s3_configure(NULL);
     return TEST_SUMMARY();
 }
