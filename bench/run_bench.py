@@ -269,6 +269,34 @@ def dcp_stage(name, n, mode, ckpt, runs, build, extra):
     return s.done(run_json(mpirun(n, args, build), MPI_ENV))
 
 
+def paired_fio_stages(fio, c4, R, build, scale, tag=""):
+    """Each 4-rank dcp save and load right after a fio write / read, so
+    that each pair sees the same disk and the same neighbours."""
+    fw, ds = Stage("fio write" + tag), Stage("dcp save 4 ranks")
+    for _ in range(R):
+        fw.add([fio.write()])
+        ds.add(run_json(mpirun(4, ["save", c4, "--runs", "1"] + scale,
+                               build), MPI_ENV))
+    fr, dl = Stage("fio read" + tag), Stage("dcp load 4 ranks")
+    for _ in range(R):
+        fr.add([fio.read()])
+        dl.add(run_json(mpirun(4, ["load", c4, "--runs", "1"] + scale,
+                               build), MPI_ENV))
+    return fw, ds, fr, dl
+
+
+def reshard_verify_stages(c4, R, build, scale):
+    """Loads 4 -> 3 with and without the CRC check, run by run in turn
+    (reshard_verify_ratio)."""
+    rv, rn = Stage("dcp load 4 to 3 ranks"), Stage("dcp load 4 to 3, no CRC")
+    for _ in range(R):
+        rv.add(run_json(mpirun(3, ["load", c4, "--runs", "1"] + scale,
+                               build), MPI_ENV))
+        rn.add(run_json(mpirun(3, ["load", c4, "--runs", "1", "--no-verify",
+                                   "1"] + scale, build), MPI_ENV))
+    return rv.done([]), rn.done([])
+
+
 # ------------------------------------------------------------------ torch
 
 def torch_stage(name, n, mode, ckpt, runs, extra):
@@ -700,16 +728,7 @@ def issue16(a, build, data, scale, R):
     nbytes = first[0]["bytes"]
     fio = Fio(data, nbytes)
     swept = fio.sweep()
-    fw, ds = Stage("fio write (best)"), Stage("dcp save 4 ranks")
-    for _ in range(R):
-        fw.add([fio.write()])
-        ds.add(run_json(mpirun(4, ["save", c4, "--runs", "1"] + scale,
-                               build), MPI_ENV))
-    fr, dl = Stage("fio read (best)"), Stage("dcp load 4 ranks")
-    for _ in range(R):
-        fr.add([fio.read()])
-        dl.add(run_json(mpirun(4, ["load", c4, "--runs", "1"] + scale,
-                               build), MPI_ENV))
+    fw, ds, fr, dl = paired_fio_stages(fio, c4, R, build, scale, " (best)")
     fio.remove()
     for x in (fw, ds, fr, dl):
         x.done([])
@@ -726,14 +745,7 @@ def issue16(a, build, data, scale, R):
         res[f"fio_best_{rw}_numjobs"] = {"value": j, "unit": "jobs",
                                          "min": j, "max": j}
     # Resharding 4 -> 3 with and without the CRC check, run by run.
-    rv, rn = Stage("dcp load 4 to 3 ranks"), Stage("dcp load 4 to 3, no CRC")
-    for _ in range(R):
-        rv.add(run_json(mpirun(3, ["load", c4, "--runs", "1"] + scale,
-                               build), MPI_ENV))
-        rn.add(run_json(mpirun(3, ["load", c4, "--runs", "1", "--no-verify",
-                                   "1"] + scale, build), MPI_ENV))
-    rv.done([])
-    rn.done([])
+    rv, rn = reshard_verify_stages(c4, R, build, scale)
     res["reshard_verify_ratio"] = fig(
         [x / y for x, y in zip(gbps(rv), gbps(rn))], "x", 2)
     # The replicated load: dcp read once, dcp per rank, PyTorch DCP (4
@@ -924,16 +936,7 @@ def main():
     # pair sees the same disk and the same neighbours on the machine.
     fio = Fio(data, nbytes)
     fio.sweep()
-    fw, ds = Stage("fio write"), Stage("dcp save 4 ranks")
-    for _ in range(R):
-        fw.add([fio.write()])
-        ds.add(run_json(mpirun(4, ["save", c4, "--runs", "1"] + scale,
-                               build), MPI_ENV))
-    fr, dl = Stage("fio read"), Stage("dcp load 4 ranks")
-    for _ in range(R):
-        fr.add([fio.read()])
-        dl.add(run_json(mpirun(4, ["load", c4, "--runs", "1"] + scale,
-                               build), MPI_ENV))
+    fw, ds, fr, dl = paired_fio_stages(fio, c4, R, build, scale)
     # Reads through the page cache, for reference: fio, and dcp with
     # DCP_IO_NO_DIRECT.
     fb = Stage("fio read, buffered")
@@ -946,13 +949,7 @@ def main():
     stages += replicated_stages(c4, R, build, scale)
     # Resharding with and without the CRC check, run by run in turn, so
     # that each pair sees the same machine (reshard_verify_ratio).
-    rv, rn = Stage("dcp load 4 to 3 ranks"), Stage("dcp load 4 to 3, no CRC")
-    for _ in range(R):
-        rv.add(run_json(mpirun(3, ["load", c4, "--runs", "1"] + scale,
-                               build), MPI_ENV))
-        rn.add(run_json(mpirun(3, ["load", c4, "--runs", "1", "--no-verify",
-                                   "1"] + scale, build), MPI_ENV))
-    stages += [x.done([]) for x in (rv, rn)]
+    stages += list(reshard_verify_stages(c4, R, build, scale))
     stages.append(dcp_stage("dcp save 4 ranks unaligned", 4, "save", c4, R,
                             build, scale + ["--misalign", "16"]))
     # Asynchronous save of the same state: blocking time against a memcpy
