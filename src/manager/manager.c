@@ -351,7 +351,7 @@ int dcp_manager_list(dcp_ctx *ctx, const char *root,
                         "dcp_manager_list: NULL argument");
     *out = NULL;
     *n = 0;
-    const char *p, *s;
+    const char *p = NULL, *s = NULL;
     DCP_RETURN_IF(dcp__mgr_pattern(opts, &p, &s, &ctx->err));
     return dcp__mgr_list(ctx, root, p, s, 0, out, n);
 }
@@ -668,7 +668,7 @@ int dcp_manager_prune(dcp_ctx *ctx, const char *root,
         *removed = 0;
     if (!root)
         return dcp__err(&ctx->err, DCP_EINVAL, "dcp_manager_prune: no root");
-    const char *p, *s;
+    const char *p = NULL, *s = NULL;
     DCP_RETURN_IF(dcp__mgr_pattern(opts, &p, &s, &ctx->err));
     uint32_t keep_last = 0;
     int64_t keep_every = 0;
