@@ -283,7 +283,22 @@ def unflattened_torch_writes_dcp_reads(check, tmp):
     r = dcpio.run("dumpall", ck, os.path.join(tmp, "d"), expect_ok=False)
     check.true(r.returncode != 0 and "DCP_ENOTSUP" in r.stderr and
                "'model'" in r.stderr, r.stderr)
-
+    # a top-level list of tensors is one value holding tensors (refused),
+    # a top-level dict of plain values one value dcp reads
+    ck2 = os.path.join(tmp, "ck2")
+    tdcp.save({"lst": [torch.ones(2), torch.zeros(3)], "plain": {"a": 11}},
+              checkpoint_id=ck2,
+              planner=DefaultSavePlanner(flatten_state_dict=False))
+    rows = {ln.split("\t")[0]: ln.split("\t")[1:]
+            for ln in dcptool("ls", ck2).stdout.splitlines()}
+    check.eq(sorted(rows), ["lst", "plain"], "ls lists")
+    check.eq((rows["lst"][0], rows["plain"][0]), ("value", "value"),
+             "both values")
+    r = dcptool("cat", ck2, "lst", expect=1)
+    check.true("'lst'" in r.stderr and "holds torch tensors" in r.stderr,
+               r.stderr)
+    r = dcptool("cat", ck2, "plain")
+    check.true("a" in r.stdout and "11" in r.stdout, r.stdout)
 
 
 @R.test
