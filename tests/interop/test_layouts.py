@@ -283,6 +283,61 @@ def unflattened_torch_writes_dcp_reads(check, tmp):
     r = dcpio.run("dumpall", ck, os.path.join(tmp, "d"), expect_ok=False)
     check.true(r.returncode != 0 and "DCP_ENOTSUP" in r.stderr and
                "'model'" in r.stderr, r.stderr)
+    # a top-level list of tensors is one value holding tensors (refused),
+    # a top-level dict of plain values one value dcp reads
+    ck2 = os.path.join(tmp, "ck2")
+    tdcp.save({"lst": [torch.ones(2), torch.zeros(3)], "plain": {"a": 11}},
+              checkpoint_id=ck2,
+              planner=DefaultSavePlanner(flatten_state_dict=False))
+    rows = {ln.split("\t")[0]: ln.split("\t")[1:]
+            for ln in dcptool("ls", ck2).stdout.splitlines()}
+    check.eq(sorted(rows), ["lst", "plain"], "ls lists")
+    check.eq((rows["lst"][0], rows["plain"][0]), ("value", "value"),
+             "both values")
+    r = dcptool("cat", ck2, "lst", expect=1)
+    check.true("'lst'" in r.stderr and "holds torch tensors" in r.stderr,
+               r.stderr)
+    r = dcptool("cat", ck2, "plain")
+    check.true("a" in r.stdout and "11" in r.stdout, r.stdout)
+
+
+@R.test
+def pre_2_4_key_layout_torch_writes_dcp_reads(check, tmp):
+    """The pre-2.4 key layout (torch's traverse_state_dict_v_2_3, which
+    torch 2.13 still loads): a nested dict or list holding no tensor is one
+    value entry (a torch.save of the plain container) instead of one key
+    per leaf; containers with tensors flatten as today ("model.w"). Written
+    here by torch 2.13 itself with _version._derived_version = "2_3". dcp
+    lists the keys as stored, reads the tensors bit-exact and the plain
+    container as one value."""
+    from torch.distributed.checkpoint import _version
+    w = torch.randn(3, 5)
+    st = {"model": {"w": w}, "cfg": {"lr": 0.5, "n": 3}, "step": 7}
+    ck = os.path.join(tmp, "ck")
+    _version._derived_version = "2_3"
+    try:
+        tdcp.save(st, checkpoint_id=ck)
+    finally:
+        _version._derived_version = None
+    md = tdcp.FileSystemReader(ck).read_metadata()
+    check.eq(sorted(md.state_dict_metadata), ["cfg", "model.w", "step"],
+             "torch's 2.3 keys")
+    back = {"model": {"w": torch.zeros(3, 5)}, "cfg": {"lr": 0.0, "n": 0},
+            "step": 0}
+    tdcp.load(back, checkpoint_id=ck)
+    check.true(torch.equal(back["model"]["w"], w) and
+               back["cfg"] == {"lr": 0.5, "n": 3}, "torch 2.13 reads it")
+    rows = {ln.split("\t")[0]: ln.split("\t")[1:]
+            for ln in dcptool("ls", ck).stdout.splitlines()}
+    check.eq(sorted(rows), ["cfg", "model.w", "step"], "ls")
+    check.eq(rows["cfg"][0], "value", "cfg is a value")
+    got = dcptool("cat", ck, "model.w", text=False).stdout
+    check.eq(got.hex(), dcpio.tensor_bytes(w).hex(), "cat model.w")
+    r = dcptool("cat", ck, "cfg")
+    check.true("lr" in r.stdout and "0.5" in r.stdout and "3" in r.stdout,
+               r.stdout)
+    r = dcptool("cat", ck, "step")
+    check.eq(r.stdout.strip(), "7", "cat step")
 
 
 # ------------------------------------------------ rank-local checkpoints
