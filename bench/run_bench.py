@@ -124,6 +124,19 @@ class Stage:
         return self
 
 
+def merge_results(path, figs):
+    """figs merged into the results.json at path (other keys kept)."""
+    res = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            res = json.load(f)
+    res.update(figs)
+    with open(path, "w") as f:
+        f.write("{\n" + ",\n".join(
+            f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in res.items())
+            + "\n}\n")
+
+
 def fig(values, unit, nd=3):
     return {"value": round(statistics.median(values), nd), "unit": unit,
             "min": round(min(values), nd), "max": round(max(values), nd)}
@@ -364,17 +377,7 @@ def describe_machine(data):
 
 
 def write_outputs(res, stages, machine, meta, out_dir, plot):
-    # results.json: merge.
-    jpath = os.path.join(out_dir, "results.json")
-    old = {}
-    if os.path.exists(jpath):
-        with open(jpath) as f:
-            old = json.load(f)
-    old.update(res)
-    with open(jpath, "w") as f:
-        f.write("{\n" + ",\n".join(
-            f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in old.items())
-            + "\n}\n")
+    merge_results(os.path.join(out_dir, "results.json"), res)
     # RESULTS.md: our section only.
     mpath = os.path.join(out_dir, "RESULTS.md")
     text = open(mpath).read() if os.path.exists(mpath) else \
@@ -779,16 +782,7 @@ def issue16(a, build, data, scale, R):
     res["tmpfs_save_vs_torch"] = median_ratio(gbps(tds), gbps(tts))
     res["tmpfs_load_vs_torch"] = median_ratio(gbps(tdl), gbps(ttl))
     # Outputs: merged into results.json; RESULTS.md's own section.
-    path = os.path.join(a.out, "results.json")
-    old = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            old = json.load(f)
-    old.update(res)
-    with open(path, "w") as f:
-        f.write("{\n" + ",\n".join(
-            f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in old.items())
-            + "\n}\n")
+    merge_results(os.path.join(a.out, "results.json"), res)
     def row(k, what):
         v = res[k]
         return (f"| `{k}` | {v['value']} {v['unit']} | {v['min']} – "
@@ -912,16 +906,7 @@ def main():
         st = replicated_stages(c4, R, build, scale)
         shutil.rmtree(data, ignore_errors=True)
         figs = replicated_figs({x.name: x for x in st})
-        path = os.path.join(a.out, "results.json")
-        res = {}
-        if os.path.exists(path):
-            with open(path) as f:
-                res = json.load(f)
-        res.update(figs)
-        with open(path, "w") as f:
-            f.write("{\n" + ",\n".join(
-                f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in res.items())
-                + "\n}\n")
+        merge_results(os.path.join(a.out, "results.json"), figs)
         for k, v in figs.items():
             log(f"{k}: {v['value']} {v['unit']} ({v['min']} .. {v['max']})")
         return

@@ -872,28 +872,37 @@ static int list_one(const char *key, int64_t size, void *ud)
     return 0;
 }
 
-static int s3_list(void *impl, void *dir, const char *prefix, size_t max,
-                   dcp_storage_entry *out, size_t *count, struct dcp_err *err)
+/* Lists the keys under the directory's prefix + prefix through fn (list_one
+ * or subdir_one) into out; what: "objects" or "directories", for the
+ * message past max. */
+static int list_with(struct s3dir *d, const char *prefix, size_t max,
+                     dcp__s3_list_fn fn, const char *what,
+                     dcp_storage_entry *out, size_t *count,
+                     struct dcp_err *err)
 {
-    struct s3dir *d = dir;
     struct list_ud u = {strlen(d->prefix), max, 0, out};
     size_t pl = strlen(prefix);
     char *full = dcp__malloc(u.plen + pl + 1);
     int rc;
-    (void)impl;
     *count = 0;
     if (!full)
         return dcp__err(err, DCP_ENOMEM, "out of memory");
     memcpy(full, d->prefix, u.plen);
     memcpy(full + u.plen, prefix, pl + 1);
-    rc = dcp__s3_list(d->cl->s3, full, LIST_MAX_KEYS, list_one, &u, err);
+    rc = dcp__s3_list(d->cl->s3, full, LIST_MAX_KEYS, fn, &u, err);
     dcp__free(full);
     *count = u.n;
     if (rc == DCP_ELIMIT)
-        return dcp__err(err, DCP_ELIMIT,
-                        "more than %zu objects start with '%s%s'", max,
-                        d->prefix, prefix);
+        return dcp__err(err, DCP_ELIMIT, "more than %zu %s start with '%s%s'",
+                        max, what, d->prefix, prefix);
     return rc;
+}
+
+static int s3_list(void *impl, void *dir, const char *prefix, size_t max,
+                   dcp_storage_entry *out, size_t *count, struct dcp_err *err)
+{
+    (void)impl;
+    return list_with(dir, prefix, max, list_one, "objects", out, count, err);
 }
 
 /* The immediate "subdirectories" of a listing: the distinct first
@@ -930,25 +939,8 @@ int dcp__s3_list_dirs(void *dir, const char *prefix, size_t max,
                       dcp_storage_entry *out, size_t *count,
                       struct dcp_err *err)
 {
-    struct s3dir *d = dir;
-    struct list_ud u = {strlen(d->prefix), max, 0, out};
-    size_t pl = strlen(prefix);
-    char *full = dcp__malloc(u.plen + pl + 1);
-    int rc;
-    *count = 0;
-    if (!full)
-        return dcp__err(err, DCP_ENOMEM, "out of memory");
-    memcpy(full, d->prefix, u.plen);
-    memcpy(full + u.plen, prefix, pl + 1);
-    rc = dcp__s3_list(d->cl->s3, full, LIST_MAX_KEYS, subdir_one, &u, err);
-    dcp__free(full);
-    *count = u.n;
-    if (rc == DCP_ELIMIT)
-        return dcp__err(err, DCP_ELIMIT,
-                        "more than %zu directories or objects start with "
-                        "'%s%s'",
-                        max, d->prefix, prefix);
-    return rc;
+    return list_with(dir, prefix, max, subdir_one, "directories", out, count,
+                     err);
 }
 
 static int s3_publish(void *impl, void *dir, const char *path, const char *name,
