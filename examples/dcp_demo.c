@@ -174,7 +174,7 @@ int main(int argc, char **argv)
     CHECK(dcp_state_add_tensor(box, "fc1.weight", DCP_F32, 2, ps[0].shape,
                                boff, bsize, boxbuf, DCP_MEM_HOST));
     {
-        dcp_load_options lo = {sizeof(lo), DCP_LOAD_PARTIAL};
+        dcp_load_options lo = {sizeof(lo), DCP_LOAD_PARTIAL, NULL};
         int r, c;
         CHECK(dcp_load(ctx, box, dir, &lo));
         for (r = 0; r < 4; r++)

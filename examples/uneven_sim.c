@@ -213,7 +213,7 @@ static int check_particles(const struct sim *s)
 static int run_load(struct sim *s, dcp_comm *comm, dcp_ctx *ctx,
                     const char *dir)
 {
-    dcp_load_options lo = {sizeof(lo), DCP_LOAD_ALLOW_UNEXPECTED};
+    dcp_load_options lo = {sizeof(lo), DCP_LOAD_ALLOW_UNEXPECTED, NULL};
     dcp_metadata *md = NULL;
     dcp_state *st = NULL;
     dcp_entry_info e;

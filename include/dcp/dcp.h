@@ -770,6 +770,11 @@ typedef struct dcp_save_options {
     int no_fsync;
     /* enum dcp_save_flags (default 0); read when struct_size covers it. */
     unsigned flags;
+    /* A save planner (dcp_planner.h: rename, skip, cast or transform
+     * entries, the dedup policy, a hook on the coordinator's plan), or
+     * NULL for the default planner. Borrowed for the call. Read when
+     * struct_size covers it. */
+    const struct dcp_save_planner *planner;
 } dcp_save_options;
 
 /*
@@ -997,6 +1002,10 @@ enum dcp_load_flags {
 typedef struct dcp_load_options {
     uint32_t struct_size;
     unsigned flags; /* enum dcp_load_flags */
+    /* A load planner (dcp_planner.h: which stored key each entry reads,
+     * skips, a post-load hook per tensor box), or NULL for the default
+     * planner. Borrowed for the call. Read when struct_size covers it. */
+    const struct dcp_load_planner *planner;
 } dcp_load_options;
 
 /*

@@ -89,7 +89,7 @@ int dcp_metadata_chunk(const dcp_metadata *md, size_t index, size_t chunk,
     c = &md->e[index].chunks[chunk];
     out->offsets = c->off;
     out->sizes = c->size;
-    out->file = md->files[c->file];
+    out->file = c->file < md->nfiles ? md->files[c->file] : "";
     out->offset = c->offset;
     out->length = c->length;
     return DCP_OK;

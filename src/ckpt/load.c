@@ -24,6 +24,7 @@
 #include "dtype.h"
 #include "meta.h"
 #include "plan.h"
+#include "planner.h"
 #include "ranklocal.h"
 #include "read.h"
 #include "readonce.h"
@@ -457,7 +458,8 @@ int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
     ctx->plan_cached[DCP_IO_LOAD] = 0;
     if (!st || !path)
         rc = dcp__err(&ctx->err, DCP_EINVAL, "load: state and path needed");
-    if (opts && opts->struct_size >= sizeof(dcp_load_options))
+    if (opts && opts->struct_size >=
+                    offsetof(dcp_load_options, flags) + sizeof(opts->flags))
         flags = opts->flags;
     if (rc == DCP_OK && (flags & DCP_LOAD_READ_ONCE) &&
         (flags & DCP_LOAD_PER_RANK_READS))
@@ -546,24 +548,38 @@ out:
 int dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
              const dcp_load_options *opts)
 {
+    const dcp_load_planner *planner = dcp__load_opts_planner(opts);
     struct st_expansion ex;
+    struct pn_load pl;
+    dcp_state *use = NULL;
     int rc;
     if (!ctx)
         return DCP_EINVAL;
     dcp__async_settle(ctx);
     dcp__ctx_begin(ctx);
     dcp__ctx_ph_begin(ctx, DCP_IO_LOAD);
+    memset(&pl, 0, sizeof(pl));
     rc = dcp__state_expand_io(st, DCP_IO_LOAD, &ex, &ctx->err);
+    if (rc == DCP_OK)
+        rc = dcp__planner_load(planner, ctx->rank, ctx->size,
+                               ex.x ? ex.x : st, &use, &pl, &ctx->err);
     rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
     if (rc == DCP_OK) {
-        rc = dcp__load_state(ctx, ex.x ? ex.x : st, path, opts);
+        rc = dcp__load_state(ctx, use, path, opts);
         if (rc == DCP_OK) {
             double t = dcp__ph_start(&ctx->ph[DCP_IO_LOAD], DCP_PHASE_COPY);
-            rc = dcp__state_expand_loaded(&ex, st, &ctx->err);
+            rc = dcp__planner_loaded(planner, ctx->rank, ctx->size,
+                                     ex.x ? ex.x : st, &pl,
+                                     (const char *const *)ctx->missing,
+                                     ctx->nmissing, &ctx->err);
+            rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+            if (rc == DCP_OK)
+                rc = dcp__state_expand_loaded(&ex, st, &ctx->err);
             rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
             dcp__ph_end(&ctx->ph[DCP_IO_LOAD], DCP_PHASE_COPY, t, 0);
         }
     }
+    dcp__planner_load_release(&pl);
     dcp__state_expand_release(&ex);
     dcp__ctx_ph_done(ctx, DCP_IO_LOAD);
     return rc;

@@ -296,6 +296,7 @@ struct cand {
 #define BOX_CAND(w)     ((uint32_t)(w)[0])
 
 struct gp {
+    unsigned policy; /* PL_DEDUP_* */
     struct gkey *keys;
     size_t nkeys, capkeys;
     struct dcp_htab tab; /* keys by name */
@@ -981,9 +982,11 @@ static int build_entry(struct build *b, uint32_t k, const struct gkey *gk)
     return gk->is_tensor ? build_tensor(b, k, gk) : build_value(b, k, gk);
 }
 
-/* Gives each replicated chunk to its least-loaded holder, largest first. */
+/* Gives each replicated chunk to its least-loaded holder, largest first
+ * (or, with PL_DEDUP_LOWEST, to its lowest holder). */
 static void spread(struct build *b)
 {
+    int lowest = (b->p->policy & PL_DEDUP_LOWEST) != 0;
     size_t i, h;
     if (b->nreps > 1)
         qsort(b->reps, b->nreps, sizeof(*b->reps), cmp_rep);
@@ -992,7 +995,10 @@ static void spread(struct build *b)
         const struct hold *best = &b->hold[r->h0];
         for (h = r->h0 + 1; h < (size_t)r->h0 + r->nh; h++) {
             const struct hold *o = &b->hold[h];
-            if (b->load[o->rank] < b->load[best->rank] ||
+            if (lowest) {
+                if (o->rank < best->rank)
+                    best = o;
+            } else if (b->load[o->rank] < b->load[best->rank] ||
                 (b->load[o->rank] == b->load[best->rank] &&
                  o->rank < best->rank))
                 best = o;
@@ -1177,10 +1183,18 @@ int dcp__plan_global(const uint8_t *blobs, const size_t *lens,
                      const size_t *displs, int nranks, struct pl_global *g,
                      struct dcp_err *err)
 {
+    return dcp__plan_global_ex(blobs, lens, displs, nranks, 0, g, err);
+}
+
+int dcp__plan_global_ex(const uint8_t *blobs, const size_t *lens,
+                        const size_t *displs, int nranks, unsigned policy,
+                        struct pl_global *g, struct dcp_err *err)
+{
     struct gp p;
     int r, rc = DCP_OK;
     memset(g, 0, sizeof(*g));
     memset(&p, 0, sizeof(p));
+    p.policy = policy;
     p.nranks = nranks;
     p.err = err;
     g->nranks = nranks;

@@ -74,6 +74,14 @@ struct pl_global {
 int dcp__plan_global(const uint8_t *blobs, const size_t *lens,
                      const size_t *displs, int nranks, struct pl_global *g,
                      struct dcp_err *err);
+
+/* dcp__plan_global with a dedup policy: 0 (the least-loaded holder) or
+ * PL_DEDUP_LOWEST (the lowest-ranked holder writes, as torch's
+ * dedup_save_to_lowest_rank). */
+#define PL_DEDUP_LOWEST 1u
+int dcp__plan_global_ex(const uint8_t *blobs, const size_t *lens,
+                        const size_t *displs, int nranks, unsigned policy,
+                        struct pl_global *g, struct dcp_err *err);
 void dcp__plan_global_release(struct pl_global *g);
 
 /* Rank r's assignment: the file it writes and its records, in order. */

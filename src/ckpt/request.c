@@ -22,6 +22,7 @@
 
 #include "cuda.h"
 #include "keycheck.h"
+#include "planner.h"
 #include "save.h"
 #include "stage.h"
 #include "stateful.h"
@@ -34,6 +35,7 @@ struct dcp_request {
     int waited;         /* dcp_request_wait returned it */
     int rc;
     struct dcp_err err;
+    struct pn_save ps; /* a planner's converted copies, until complete */
 };
 
 /* Hands the job's writing to the worker (unless the job already failed:
@@ -54,6 +56,8 @@ static int start(dcp_ctx *ctx, const dcp_state *st, const char *path,
                  const dcp_save_options *opts, int copy_all, dcp_request **out)
 {
     struct st_expansion ex;
+    struct pn_save ps;
+    const dcp_state *use = NULL;
     struct sv_job *job = NULL;
     dcp_request *req;
     int rc;
@@ -68,11 +72,16 @@ static int start(dcp_ctx *ctx, const dcp_state *st, const char *path,
              : dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
     if (!req)
         memset(&ex, 0, sizeof(ex));
+    memset(&ps, 0, sizeof(ps));
     if (rc == DCP_OK)
-        rc = dcp__state_check_text(ex.use, &ctx->err);
-    rc = dcp__save_begin(ctx, ex.use, path, opts, rc, &job);
+        rc = dcp__planner_save(dcp__save_opts_planner(opts), ctx->rank,
+                               ctx->size, ex.use, &use, &ps, &ctx->err);
+    if (rc == DCP_OK)
+        rc = dcp__state_check_text(use, &ctx->err);
+    rc = dcp__save_begin(ctx, use, path, opts, rc, &job);
     dcp__ph_end(&ctx->ph[DCP_IO_SAVE], DCP_PHASE_PLAN, t, 0);
     if (rc != DCP_OK) {
+        dcp__planner_save_release(&ps);
         dcp__state_expand_release(&ex);
         dcp__free(req);
         dcp__ctx_ph_done(ctx, DCP_IO_SAVE);
@@ -90,8 +99,14 @@ static int start(dcp_ctx *ctx, const dcp_state *st, const char *path,
         dcp__save_stage(ctx, job);
     }
     /* From here on nothing of st is read: the records were described, the
-     * values pickled and the staged tensors copied. */
+     * values pickled and the staged tensors copied. A planner's converted
+     * copies are read by the writing when they were not staged (dcp_save):
+     * the request keeps them until the save completes. */
     dcp__state_expand_release(&ex);
+    if (copy_all)
+        dcp__planner_save_release(&ps);
+    else
+        req->ps = ps;
     req->ctx = ctx;
     req->job = job;
     ctx->inflight = req;
@@ -109,6 +124,7 @@ static int complete(dcp_request *req)
     rc = dcp__save_finish(ctx, req->job);
     dcp__ctx_ph_done(ctx, DCP_IO_SAVE);
     dcp__save_job_free(req->job);
+    dcp__planner_save_release(&req->ps);
     req->rc = rc;
     req->err = ctx->err;
     req->job = NULL;
@@ -130,6 +146,7 @@ static void abandon(dcp_request *req, const char *why)
     (void)dcp__save_fail(req->job, DCP_EINVAL, &e);
     dcp__worker_wait(ctx->worker);
     dcp__save_job_free(req->job);
+    dcp__planner_save_release(&req->ps);
     req->rc = DCP_EINVAL;
     req->err = e;
     req->job = NULL;

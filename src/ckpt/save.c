@@ -57,6 +57,7 @@
 #include "lock.h"
 #include "meta.h"
 #include "plan.h"
+#include "planner.h"
 #include "read.h"
 #include "stage.h"
 #include "state.h"
@@ -520,11 +521,14 @@ static int coord_dir(dcp_ctx *ctx, struct coord *co, const char *path)
 }
 
 static int coord_plan(dcp_ctx *ctx, struct coord *co, const char *path,
-                      const uint8_t *blobs, const size_t *lens,
-                      const size_t *displs)
+                      const dcp_save_planner *planner, const uint8_t *blobs,
+                      const size_t *lens, const size_t *displs)
 {
-    int rc =
-        dcp__plan_global(blobs, lens, displs, ctx->size, &co->g, &ctx->err);
+    int rc = dcp__plan_global_ex(blobs, lens, displs, ctx->size,
+                                 dcp__planner_policy(planner), &co->g,
+                                 &ctx->err);
+    if (rc == DCP_OK)
+        rc = dcp__planner_global(planner, &co->g, &ctx->err);
     if (rc == DCP_OK)
         rc = coord_dir(ctx, co, path);
     return rc == DCP_OK ? encode_assignments(co, &ctx->err) : rc;
@@ -634,6 +638,7 @@ struct sv_job {
     struct sv_cache *cache;
     int nocache;
     int zstd; /* DCP_SAVE_ZSTD: records as zstd frames (FORMAT.md §9.1) */
+    const dcp_save_planner *planner; /* borrowed for begin; NULL: default */
     /* The context's I/O engine (borrowed; set on the caller's thread, used
      * by the worker only while it writes) and its figures for this save,
      * copied to the context's report at the finish. */
@@ -959,6 +964,10 @@ int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
         job->nocache = (opts->flags & DCP_SAVE_NO_PLAN_CACHE) != 0;
         job->zstd = (opts->flags & DCP_SAVE_ZSTD) != 0;
     }
+    if (job)
+        job->planner = dcp__save_opts_planner(opts);
+    if (job && dcp__planner_save_nocache(job->planner))
+        job->nocache = 1;
     /* 1. Local plans. */
     if (rc == DCP_OK)
         rc = dcp__plan_local(st, &job->lp, &ctx->err);
@@ -988,7 +997,8 @@ int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
         goto out;
     /* 2. The global plan, on rank 0. */
     if (ctx->rank == 0) {
-        rc = coord_plan(ctx, &job->co, path, blobs, lens, displs);
+        rc = coord_plan(ctx, &job->co, path, job->planner, blobs, lens,
+                        displs);
         if (rc != DCP_OK && rc != DCP_EPLAN && ctx->size > 1)
             (void)dcp__err_prefix(&ctx->err, "rank 0 failed");
         job->dirfd = job->co.dirfd;

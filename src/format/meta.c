@@ -112,6 +112,7 @@ void dcp__meta_free(struct dcp_metadata *md)
             dcp__free(e->path[j].s);
         dcp__free(e->path);
         dcp__free(e->key);
+        dcp_value_free(e->pdata);
     }
     dcp__free(md->e);
     for (i = 0; i < md->nfiles; i++)

@@ -14,6 +14,9 @@
 #define MD_MOD_OLD "torch.distributed._shard.sharded_tensor.metadata"
 #define MD_MOD_FS "torch.distributed.checkpoint.filesystem"
 
+/* The planner_data key prefix of a planner's per-entry data. */
+#define MD_PDATA_PREFIX "dcp.planner_data:"
+
 /* One component of an entry's nested path (planner_data): a dict key
  * (s != NULL, owned) or a list index. */
 struct md_pathel {
@@ -48,6 +51,10 @@ struct md_entry {
     size_t nchunks;
     struct md_pathel *path; /* planner_data; NULL when absent */
     size_t npath;
+    /* A save planner's data for the entry (dcp_global_plan_set_data),
+     * stored in planner_data under MD_PDATA_PREFIX + key; owned, NULL
+     * when none. */
+    dcp_value *pdata;
     /* Set by the decoders (dcp__meta_index) for dcp__meta_overlapping:
      * chunks listed by ascending offset along dim 0 (as dcp and torch write
      * them), and the largest chunk extent along dim 0. */

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "pickle.h"
+#include "value.h"
 #include "text.h"
 #include "zframe.h"
 
@@ -360,6 +361,21 @@ static int walk_storage_item(struct walk *w, const struct pk_node *idx,
                : dcp__err(w->err, DCP_ENOMEM, "out of memory");
 }
 
+/* A planner's data for entry key (MD_PDATA_PREFIX items): a value; an
+ * item for a key the checkpoint lacks is ignored. */
+static int pdata(struct walk *w, const char *key, const struct pk_node *t)
+{
+    size_t budget[2] = {0, 0};
+    long ei = dcp__meta_find(w->md, key);
+    struct md_entry *e;
+    if (ei < 0)
+        return DCP_OK;
+    e = &w->md->e[ei];
+    dcp_value_free(e->pdata);
+    e->pdata = NULL;
+    return dcp__value_from_node(t, budget, &e->pdata, w->err);
+}
+
 static int walk_path(struct walk *w, const struct pk_node *pd)
 {
     size_t i, j;
@@ -372,6 +388,12 @@ static int walk_path(struct walk *w, const struct pk_node *pd)
         const struct pk_node *t = pd->u.seq.v[i + 1];
         struct md_entry *e;
         long ei;
+        if (key && !strncmp(key, MD_PDATA_PREFIX, strlen(MD_PDATA_PREFIX))) {
+            int rc = pdata(w, key + strlen(MD_PDATA_PREFIX), t);
+            if (rc != DCP_OK)
+                return rc;
+            continue;
+        }
         if (!key || (t->kind != PK_TUPLE && t->kind != PK_LIST))
             continue;
         ei = dcp__meta_find(w->md, key);

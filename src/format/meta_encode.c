@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "pickle.h"
+#include "value.h"
 #include "zframe.h"
 
 
@@ -387,7 +388,25 @@ static int enc_planner_data(struct enc *x, const struct dcp_metadata *md)
         if (rc == DCP_OK)
             rc = dcp__pkw_tuple(&x->w, e->npath ? e->npath : 1);
     }
-    return rc == DCP_OK ? enc_batch_end(x, md->n, PK_OP_SETITEMS) : rc;
+    if (rc == DCP_OK)
+        rc = enc_batch_end(x, md->n, PK_OP_SETITEMS);
+    /* A planner's data: MD_PDATA_PREFIX + key -> the value, which torch's
+     * readers never look up (they look up state keys only). */
+    for (i = 0; rc == DCP_OK && i < md->n; i++) {
+        const struct md_entry *e = &md->e[i];
+        struct dcp_buf k = {NULL, 0, 0};
+        if (!e->pdata)
+            continue;
+        rc = dcp__buf_printf(&k, "%s%s", MD_PDATA_PREFIX, e->key);
+        if (rc == DCP_OK)
+            rc = dcp__pkw_str(&x->w, (const char *)k.p, k.len);
+        dcp__buf_free(&k);
+        if (rc == DCP_OK)
+            rc = dcp__value_emit(&x->w, e->pdata);
+        if (rc == DCP_OK)
+            rc = dcp__pkw_op(&x->w, PK_OP_SETITEM);
+    }
+    return rc;
 }
 
 /* MetadataIndex(fqn, offset, index): _StorageInfo(path, offset, length). */

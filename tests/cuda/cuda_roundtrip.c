@@ -55,7 +55,7 @@ static struct {
 } cu;
 
 static int npass, nfail, cur_fail;
-static dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0};
+static dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0, NULL};
 
 #define CHECK(c)                                                             \
     do {                                                                     \

@@ -178,7 +178,7 @@ static uint32_t rs_io_flags;
 static inline int rs_save(const char *dir, unsigned seed, int sync)
 {
     struct refstate r;
-    dcp_save_options so = {sizeof(so), !sync, 0};
+    dcp_save_options so = {sizeof(so), !sync, 0, NULL};
     dcp_ctx_options co;
     dcp_ctx *ctx;
     int rc;

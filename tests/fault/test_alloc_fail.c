@@ -171,7 +171,7 @@ static int cached_runs; /* the first run is every_k's clean one */
 
 static void prep_save_cached(void)
 {
-    dcp_save_options so = {sizeof(so), 1, 0};
+    dcp_save_options so = {sizeof(so), 1, 0, NULL};
     fresh = 0;
     prep_save();
     if (dcp_save(ctx, news.st, dirpath("warm"), &so) != DCP_OK)

@@ -508,7 +508,7 @@ static double since(const struct timespec *t0)
 static double best_load(dcp_ctx *c, dcp_state *lt, const char *dir,
                         unsigned flags)
 {
-    dcp_load_options lo = {sizeof(lo), flags};
+    dcp_load_options lo = {sizeof(lo), flags, NULL};
     struct timespec t0;
     double best = 1e9, s;
     int rep;
@@ -557,7 +557,7 @@ static void cost(void)
                              DCP_MEM_HOST))
         abort();
     {
-        dcp_save_options so = {sizeof(so), 1, 0};
+        dcp_save_options so = {sizeof(so), 1, 0, NULL};
         if (dcp_save(c2, st, dir, &so))
             abort();
     }
@@ -640,7 +640,7 @@ static int save2_rank(int rank, dcp_comm *comm, void *arg)
     const char *dir = arg;
     struct refstate r;
     dcp_ctx *c;
-    dcp_save_options so = {sizeof(so), 1, 0};
+    dcp_save_options so = {sizeof(so), 1, 0, NULL};
     int rc;
     if (dcp_ctx_create(&c, comm, NULL) ||
         rs_build_part(&r, nranks_saved, rank, 2))

@@ -56,7 +56,7 @@
 
 static char root[512];
 static int full;
-static const dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0};
+static const dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0, NULL};
 
 static const char *sub(const char *name)
 {

@@ -50,7 +50,7 @@ static char root[512];
 static int full;
 static long npoints;
 static float buf[NEL];
-static const dcp_save_options durable = {sizeof(dcp_save_options), 0, 0};
+static const dcp_save_options durable = {sizeof(dcp_save_options), 0, 0, NULL};
 
 struct shared {
     int done;

@@ -49,7 +49,7 @@ static void decode_direct(const struct memfs *m)
 
 static void load_all(dcp_ctx *ctx, const dcp_metadata *md)
 {
-    dcp_load_options lo = {sizeof(lo), DCP_LOAD_PARTIAL};
+    dcp_load_options lo = {sizeof(lo), DCP_LOAD_PARTIAL, NULL};
     dcp_state *st = NULL;
     void *bufs[64];
     size_t nbufs = 0, i;

@@ -92,7 +92,7 @@ static int import_file(dcp_ctx *ctx, const char *file, const char *out,
  * matched). */
 static int load_file(dcp_ctx *ctx, const char *file)
 {
-    dcp_load_options lo = {sizeof(lo), DCP_LOAD_PARTIAL};
+    dcp_load_options lo = {sizeof(lo), DCP_LOAD_PARTIAL, NULL};
     dcp_state *st = NULL;
     int rc;
     if (dcp_state_create(&st) != DCP_OK)
@@ -114,7 +114,7 @@ static int load_everything(dcp_ctx *ctx, const char *dir)
         rc = dcp_state_create(&st);
     if (rc != DCP_OK) {
         /* Nothing to ask for: load must still refuse the checkpoint. */
-        dcp_load_options lo = {sizeof(lo), DCP_LOAD_PARTIAL};
+        dcp_load_options lo = {sizeof(lo), DCP_LOAD_PARTIAL, NULL};
         dcp_metadata_free(md);
         if (dcp_state_create(&st) != DCP_OK)
             return DCP_ENOMEM;

@@ -23,7 +23,7 @@
 #include "../tmpnames.h"
 
 static char root[256];
-static dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0};
+static dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0, NULL};
 
 static const char *sub(const char *name)
 {

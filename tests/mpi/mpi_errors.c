@@ -18,7 +18,7 @@
 static dcp_comm *comm;
 static dcp_ctx *ctx;
 static char root[256];
-static dcp_save_options so = {sizeof(dcp_save_options), 1, 0};
+static dcp_save_options so = {sizeof(dcp_save_options), 1, 0, NULL};
 
 static const char *sub(const char *name)
 {
@@ -315,7 +315,7 @@ static void test_load_failures(void)
     int64_t n = 4;
     float x[4] = {1, 2, 3, 4}, y[4] = {5, 6, 7, 8}, gx[4], gy[4];
     double dx[4];
-    dcp_load_options lo = {sizeof(dcp_load_options), DCP_LOAD_PARTIAL};
+    dcp_load_options lo = {sizeof(dcp_load_options), DCP_LOAD_PARTIAL, NULL};
     const char *const *keys;
     char want[64];
     dcp_state *st;

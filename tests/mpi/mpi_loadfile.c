@@ -306,7 +306,7 @@ static void test_errors(void)
     CHECK_MSG(ctx, "shape mismatch");
     /* partial: the unexpected keys are reported on every rank */
     {
-        dcp_load_options lo = {sizeof(lo), DCP_LOAD_PARTIAL};
+        dcp_load_options lo = {sizeof(lo), DCP_LOAD_PARTIAL, NULL};
         const char *const *keys;
         dcp_state_free(st);
         CHECK_OK(ctx, dcp_state_create(&st));
@@ -362,7 +362,7 @@ static int model(const char *file, const char *a, const char *b)
     CHECK_OK(ctx, dcp_load(ctx, st, a, NULL));
     CHECK_OK(ctx, dcp_save(ctx, st, b, NULL));
     for (mode = 0; mode < 2; mode++) {
-        dcp_load_options lo = {sizeof(lo), mode ? DCP_LOAD_FILE_ROOT_READS : 0};
+        dcp_load_options lo = {sizeof(lo), mode ? DCP_LOAD_FILE_ROOT_READS : 0, NULL};
         CHECK_OK(ctx, dcp_load_file(ctx, st2, file, &lo));
         for (i = 0; i < n; i++) {
             dcp_entry_info e;

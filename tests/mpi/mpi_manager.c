@@ -17,7 +17,7 @@
 
 static const char *root;
 static const int64_t shape[2] = {12, 5};
-static const dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0};
+static const dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0, NULL};
 
 /* This rank's rows of w, filled for step (or zero when fill is 0). */
 static float rows[12 * 5];

@@ -25,9 +25,9 @@
 
 static char root[256];
 static dcp_comm *comm;
-static const dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0};
+static const dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0, NULL};
 static const dcp_save_options nocache = {sizeof(dcp_save_options), 1,
-                                         DCP_SAVE_NO_PLAN_CACHE};
+                                         DCP_SAVE_NO_PLAN_CACHE, NULL};
 
 enum variant { V_BASE, V_ADDKEY, V_SHAPE, V_DTYPE, V_BOX, V_VALUE };
 

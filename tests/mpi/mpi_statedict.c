@@ -171,7 +171,7 @@ static void test_ranks_disagree(void)
     float w[NUMEL];
     dcp_sd *sd = make_sd(5, mt_rank == mt_size - 1 ? 2e-3 : 1e-3);
     dcp_state *st = NULL;
-    dcp_load_options partial = {sizeof(partial), DCP_LOAD_PARTIAL};
+    dcp_load_options partial = {sizeof(partial), DCP_LOAD_PARTIAL, NULL};
     int rc;
     snprintf(dir, sizeof(dir), "%s/sd", root);
     CHECK(dcp_state_create(&st) == 0);
@@ -268,7 +268,7 @@ static void test_generic_ranks_disagree(void)
     float w[NUMEL];
     dcp_sd *sd = make_generic(mt_rank == mt_size - 1 ? 2e-2 : 1e-2);
     dcp_state *st = NULL;
-    dcp_load_options partial = {sizeof(partial), DCP_LOAD_PARTIAL};
+    dcp_load_options partial = {sizeof(partial), DCP_LOAD_PARTIAL, NULL};
     int rc;
     snprintf(dir, sizeof(dir), "%s/generic", root);
     CHECK(dcp_state_create(&st) == 0);

@@ -45,7 +45,7 @@
 static char dir[512], t0[600], t1[600];
 static int node;
 static long kill_victim = -1;
-static const dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0};
+static const dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0, NULL};
 
 static const int64_t wshape[2] = {12, 5}, bshape[2] = {64, 1024};
 static float wbuf[12 * 5], bbuf[64 * 1024];

@@ -29,7 +29,7 @@
 #include "../tmpnames.h"
 
 static char root[256];
-static dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0};
+static dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0, NULL};
 
 static void make_root(void)
 {
@@ -334,7 +334,7 @@ static int model_check(dcp_ctx *ctx, struct model *m, const char *dir)
 TEST(mutate_after_return)
 {
     long iters = env_long("DCP_TEST_ASYNC_ITERS", 1000), i;
-    dcp_load_options fast = {sizeof(dcp_load_options), DCP_LOAD_NO_VERIFY};
+    dcp_load_options fast = {sizeof(dcp_load_options), DCP_LOAD_NO_VERIFY, NULL};
     dcp_ctx_options o;
     dcp_ctx *full, *tight;
     struct model m;
@@ -370,7 +370,7 @@ TEST(mutate_after_return)
             dcp_state *s2;
             int64_t shape[1] = {1024};
             float got[1024];
-            dcp_load_options lo = {sizeof(lo), DCP_LOAD_PARTIAL};
+            dcp_load_options lo = {sizeof(lo), DCP_LOAD_PARTIAL, NULL};
             if (i % 97 == 0) {
                 model_init(&g);
                 ASSERT_OK(dcp_state_create(&s2));

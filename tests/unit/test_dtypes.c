@@ -83,7 +83,7 @@ TEST(roundtrip_every_dtype)
 static int load_as(dcp_ctx *ctx, dcp_dtype from, dcp_dtype to, void *buf)
 {
     dcp_state *st;
-    dcp_load_options lo = {sizeof(lo), DCP_LOAD_CAST | DCP_LOAD_PARTIAL};
+    dcp_load_options lo = {sizeof(lo), DCP_LOAD_CAST | DCP_LOAD_PARTIAL, NULL};
     int rc;
     if (dcp_state_create(&st) != DCP_OK)
         return -1000;

@@ -178,7 +178,7 @@ TEST(load_file_single_process)
     char file[300];
     dcp_ctx *ctx = NULL;
     dcp_state *st = NULL;
-    dcp_load_options lo = {sizeof(lo), DCP_LOAD_PARTIAL};
+    dcp_load_options lo = {sizeof(lo), DCP_LOAD_PARTIAL, NULL};
     path(file, sizeof(file), "rt.pt");
     ASSERT_OK(dcp_ctx_create(&ctx, NULL, NULL));
     ASSERT_OK(dcp_state_create(&st));

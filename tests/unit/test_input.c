@@ -377,7 +377,7 @@ static int save_w_step(dcp_ctx *ctx, const char *dir)
 TEST(load_allow_unexpected)
 {
     const char *dir = dirpath("allow_unexpected");
-    dcp_load_options lo = {sizeof(lo), DCP_LOAD_ALLOW_UNEXPECTED};
+    dcp_load_options lo = {sizeof(lo), DCP_LOAD_ALLOW_UNEXPECTED, NULL};
     const char *const *keys;
     float got[3] = {0}, want[3] = {1, 2, 3};
     int64_t n = 3;
@@ -420,7 +420,7 @@ TEST(load_file_allow_unexpected)
     /* The same rule for dcp_load_file, on a torch.save export. */
     const char *dir = dirpath("allow_unexpected_file");
     char file[600];
-    dcp_load_options lo = {sizeof(lo), DCP_LOAD_ALLOW_UNEXPECTED};
+    dcp_load_options lo = {sizeof(lo), DCP_LOAD_ALLOW_UNEXPECTED, NULL};
     const char *const *keys;
     float got[3] = {0}, want[3] = {1, 2, 3};
     int64_t n = 3;

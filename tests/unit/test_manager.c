@@ -22,7 +22,7 @@
 #include "test.h"
 
 static char base[256];
-static const dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0};
+static const dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0, NULL};
 
 static const char *mkroot(const char *name)
 {

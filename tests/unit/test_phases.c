@@ -21,7 +21,7 @@
 
 static char root[256];
 static float *buf;
-static const dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0};
+static const dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0, NULL};
 
 static const char *dirpath(const char *name)
 {

@@ -23,9 +23,9 @@
 #include "save.h" /* dcp__save_write_fail_after */
 
 static char root[256];
-static const dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0};
+static const dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0, NULL};
 static const dcp_save_options nocache = {sizeof(dcp_save_options), 1,
-                                         DCP_SAVE_NO_PLAN_CACHE};
+                                         DCP_SAVE_NO_PLAN_CACHE, NULL};
 
 static const char *sub(const char *name)
 {
@@ -217,7 +217,7 @@ static int file_has(const char *path, const void *pat, size_t n, int at0)
 TEST(zstd_flag_with_cache)
 {
     static const unsigned char zmagic[4] = {0x28, 0xB5, 0x2F, 0xFD};
-    const dcp_save_options zs = {sizeof(dcp_save_options), 1, DCP_SAVE_ZSTD};
+    const dcp_save_options zs = {sizeof(dcp_save_options), 1, DCP_SAVE_ZSTD, NULL};
     const char *td = "transform_descriptors";
     dcp_ctx *ctx = NULL;
     char m[600], d[600];
@@ -266,9 +266,9 @@ TEST(failure_drops_cache)
 TEST(load_cache)
 {
     dcp_ctx *ctx = NULL, *wc = NULL;
-    dcp_load_options nv = {sizeof(dcp_load_options), DCP_LOAD_NO_VERIFY};
+    dcp_load_options nv = {sizeof(dcp_load_options), DCP_LOAD_NO_VERIFY, NULL};
     dcp_load_options nocache_load = {sizeof(dcp_load_options),
-                                     DCP_LOAD_NO_PLAN_CACHE};
+                                     DCP_LOAD_NO_PLAN_CACHE, NULL};
     dcp_state *st;
     int64_t four = 4, zero = 0;
     float extra[4];

@@ -292,7 +292,7 @@ TEST(strict_partial_and_cast)
     ASSERT(strstr(dcp_errmsg(ctx), "'nope'") != NULL);
     ASSERT(got[0] == 0.0f); /* nothing changed */
     {
-        dcp_load_options lo = {sizeof(lo), DCP_LOAD_PARTIAL};
+        dcp_load_options lo = {sizeof(lo), DCP_LOAD_PARTIAL, NULL};
         ASSERT_OK(dcp_load(ctx, st, dir, &lo));
         ASSERT_EQ(dcp_load_report(ctx, 0, &keys), 1);
         ASSERT_STR_EQ(keys[0], "nope");
@@ -326,7 +326,7 @@ TEST(strict_partial_and_cast)
     ASSERT_RC(dcp_load(ctx, st, dir, NULL), DCP_EMISMATCH);
     ASSERT(strstr(dcp_errmsg(ctx), "dtype") != NULL);
     {
-        dcp_load_options lo = {sizeof(lo), DCP_LOAD_CAST};
+        dcp_load_options lo = {sizeof(lo), DCP_LOAD_CAST, NULL};
         ASSERT_OK(dcp_load(ctx, st, dir, &lo));
         ASSERT_EQ(bf[0], 0x3FC0); /* 1.5 */
         ASSERT_EQ(bf[1], 0xC000); /* -2 */

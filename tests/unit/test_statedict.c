@@ -414,7 +414,7 @@ static int load_slice(dcp_ctx *ctx, const char *dir, int64_t lo, int64_t hi)
     if (rc == DCP_OK)
         rc = dcp_state_add_value(st, "trainer", dcp_value_none());
     if (rc == DCP_OK) {
-        dcp_load_options lo_ = {sizeof(lo_), DCP_LOAD_PARTIAL};
+        dcp_load_options lo_ = {sizeof(lo_), DCP_LOAD_PARTIAL, NULL};
         /* Partial: with a slice, keys outside it are asked by nobody. */
         rc = dcp_sd_load(ctx, sd, st, dir, &lo_, 0);
     }
@@ -557,7 +557,7 @@ TEST(other_shapes_and_dtypes)
     uint16_t bw[64], bm[64], bv[64];
     dcp_state *st;
     dcp_sd *sd;
-    dcp_load_options cast = {sizeof(cast), DCP_LOAD_CAST};
+    dcp_load_options cast = {sizeof(cast), DCP_LOAD_CAST, NULL};
     ASSERT_OK(dcp_ctx_create(&ctx, NULL, NULL));
     ASSERT_OK(save_net(ctx, dir, NPARAM, alt, make_sd));
     target_make(&t, make_sd(NPARAM, DCP_F32, NULL));
