@@ -11,6 +11,15 @@
  *                                 the coordinator's hook (SaveExtraData-
  *                                 Planner): {"dtype": "float32", "note":
  *                                 "master weights"} on every tensor
+ *   planner_recipes filter DIR    the state without model.layer.bias and
+ *                                 step (skipped), model.layer.weight
+ *                                 stored as float64 twice its value (a
+ *                                 user transform of each box)
+ *   planner_recipes postload DIR OUTDIR
+ *                                 loads model.layer.weight (float32 [8,16])
+ *                                 of DIR with a post-load hook adding 1 to
+ *                                 every element, written as
+ *                                 OUTDIR/model.layer.weight
  *   planner_recipes rename DIR FROM TO OUTDIR
  *                                 loads every tensor of DIR whose key
  *                                 starts with FROM into a state whose keys
@@ -101,6 +110,92 @@ static int save(const char *dir, const dcp_save_planner *p)
     if (rc != DCP_OK)
         fprintf(stderr, "save %s: %s\n", dir,
                 ctx ? dcp_errmsg(ctx) : dcp_strerror(rc));
+    dcp_state_free(st);
+    dcp_ctx_free(ctx);
+    return rc == DCP_OK ? 0 : 1;
+}
+
+/* A filter and a transform: two entries skipped, one stored as float64
+ * twice its value. */
+static int twice_f64(void *ud, const dcp_plan_item *it, size_t box,
+                     const int64_t *off, const int64_t *sz, const void *src,
+                     void *dst, size_t n)
+{
+    const float *s = src;
+    double *d = dst;
+    size_t i;
+    (void)ud;
+    (void)it;
+    (void)box;
+    (void)off;
+    (void)sz;
+    for (i = 0; i < n; i++)
+        d[i] = 2.0 * (double)s[i];
+    return 0;
+}
+
+static int filter(void *ud, const dcp_plan_item *it, dcp_plan_decision *d)
+{
+    (void)ud;
+    if (!strcmp(it->key, "model.layer.bias") || !strcmp(it->key, "step"))
+        return dcp_plan_skip(d);
+    if (!strcmp(it->key, "model.layer.weight"))
+        return dcp_plan_transform(d, DCP_F64, twice_f64, NULL);
+    return 0;
+}
+
+/* A post-load hook: 1 added to every element of a float32 box. */
+static int add_one(void *ud, const dcp_plan_item *it, size_t box,
+                   const int64_t *off, const int64_t *sz, void *buf)
+{
+    float *f = buf;
+    int64_t i, n = 1;
+    int k;
+    (void)ud;
+    (void)box;
+    (void)off;
+    if (it->dtype != DCP_F32)
+        return DCP_EINVAL;
+    for (k = 0; k < it->ndim; k++)
+        n *= sz[k];
+    for (i = 0; i < n; i++)
+        f[i] += 1.0f;
+    return 0;
+}
+
+static int post_load(const char *dir, const char *outdir)
+{
+    dcp_load_planner lp = {DCP_PLANNER_VERSION, 0, NULL, NULL, add_one};
+    dcp_load_options lo;
+    dcp_ctx *ctx = NULL;
+    dcp_state *st = NULL;
+    int64_t ws[2] = {8, 16};
+    float w[8 * 16];
+    char path[2048];
+    FILE *f;
+    int rc = dcp_ctx_create(&ctx, NULL, NULL);
+    memset(&lo, 0, sizeof(lo));
+    lo.struct_size = sizeof(lo);
+    lo.flags = DCP_LOAD_ALLOW_UNEXPECTED;
+    lo.planner = &lp;
+    if (rc == DCP_OK)
+        rc = dcp_state_create(&st);
+    if (rc == DCP_OK)
+        rc = dcp_state_add_tensor(st, "model.layer.weight", DCP_F32, 2, ws,
+                                  NULL, NULL, w, DCP_MEM_HOST);
+    if (rc == DCP_OK)
+        rc = dcp_load(ctx, st, dir, &lo);
+    snprintf(path, sizeof path, "%s/model.layer.weight", outdir);
+    if (rc == DCP_OK) {
+        f = fopen(path, "wb");
+        if (!f || fwrite(w, 1, sizeof w, f) != sizeof w)
+            rc = DCP_EIO;
+        if (f && fclose(f) != 0)
+            rc = DCP_EIO;
+    }
+    if (rc != DCP_OK)
+        fprintf(stderr, "post-load %s: %s\n", dir,
+                ctx && *dcp_errmsg(ctx) ? dcp_errmsg(ctx) : dcp_strerror(rc));
     dcp_state_free(st);
     dcp_ctx_free(ctx);
     return rc == DCP_OK ? 0 : 1;
@@ -205,9 +300,16 @@ int main(int argc, char **argv)
         return save(argv[2], &bf16);
     if (argc == 3 && !strcmp(argv[1], "extra"))
         return save(argv[2], &extra);
+    static const dcp_save_planner filt = {DCP_PLANNER_VERSION, 0, NULL,
+                                          filter, NULL};
+    if (argc == 3 && !strcmp(argv[1], "filter"))
+        return save(argv[2], &filt);
+    if (argc == 4 && !strcmp(argv[1], "postload"))
+        return post_load(argv[2], argv[3]);
     if (argc == 6 && !strcmp(argv[1], "rename"))
         return rename_load(argv[2], argv[3], argv[4], argv[5]);
-    fprintf(stderr, "usage: planner_recipes save|bf16|extra DIR\n"
+    fprintf(stderr, "usage: planner_recipes save|bf16|extra|filter DIR\n"
+                    "       planner_recipes postload DIR OUTDIR\n"
                     "       planner_recipes rename DIR FROM TO OUTDIR\n");
     return 2;
 }

@@ -144,16 +144,24 @@ static void item_of(const struct st_entry *e, int rank, int world,
     it->world = world;
 }
 
-/* Calls hook over every entry of st: d[i] gets entry i's decision; *same
- * is 1 when every decision keeps its entry. */
+/* Calls hook over every entry of st: (*dp)[i] gets entry i's decision
+ * (*dp NULL when there is no hook or no entry); *same is 1 when every
+ * decision keeps its entry. */
 static int decide(int (*hook)(void *, const dcp_plan_item *,
                               dcp_plan_decision *),
-                  void *ud, int load, const char *what, int rank, int world,
-                  const dcp_state *st, dcp_plan_decision *d, int *same,
-                  struct dcp_err *err)
+                  void *ud, int load, int rank, int world, const dcp_state *st,
+                  dcp_plan_decision **dp, int *same, struct dcp_err *err)
 {
+    const char *what = load ? "load planner" : "save planner";
+    dcp_plan_decision *d;
     size_t i;
     *same = 1;
+    *dp = NULL;
+    if (!hook || !st || !st->n)
+        return DCP_OK;
+    d = *dp = dcp__calloc(st->n, sizeof(*d));
+    if (!d)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
     for (i = 0; i < st->n; i++) {
         dcp_plan_item it;
         int r;
@@ -283,21 +291,14 @@ int dcp__planner_save(const dcp_save_planner *p, int rank, int world,
                       const dcp_state *use, const dcp_state **out,
                       struct pn_save *ps, struct dcp_err *err)
 {
-    dcp_plan_decision *d;
+    dcp_plan_decision *d = NULL;
     size_t i;
-    int rc, same;
+    int rc, same = 1;
     memset(ps, 0, sizeof(*ps));
     *out = use;
-    if (!p)
-        return DCP_OK;
-    DCP_RETURN_IF(check_version(p->version, "save", err));
-    if (!p->item || !use || !use->n)
-        return DCP_OK;
-    d = dcp__calloc(use->n, sizeof(*d));
-    if (!d)
-        return dcp__err(err, DCP_ENOMEM, "out of memory");
-    rc = decide(p->item, p->userdata, 0, "save planner", rank, world, use, d,
-                &same, err);
+    rc = p ? check_version(p->version, "save", err) : DCP_OK;
+    if (p && rc == DCP_OK)
+        rc = decide(p->item, p->userdata, 0, rank, world, use, &d, &same, err);
     if (rc == DCP_OK && !same) {
         rc = dcp_state_create(&ps->x);
         if (rc != DCP_OK)
@@ -308,7 +309,7 @@ int dcp__planner_save(const dcp_save_planner *p, int rank, int world,
         if (rc == DCP_OK)
             *out = ps->x;
     }
-    decisions_free(d, use->n);
+    decisions_free(d, use ? use->n : 0);
     return rc;
 }
 
@@ -474,21 +475,14 @@ int dcp__planner_load(const dcp_load_planner *p, int rank, int world,
                       dcp_state *use, dcp_state **out, struct pn_load *pl,
                       struct dcp_err *err)
 {
-    dcp_plan_decision *d;
+    dcp_plan_decision *d = NULL;
     size_t i;
-    int rc, same;
+    int rc, same = 1;
     memset(pl, 0, sizeof(*pl));
     *out = use;
-    if (!p)
-        return DCP_OK;
-    DCP_RETURN_IF(check_version(p->version, "load", err));
-    if (!p->item || !use || !use->n)
-        return DCP_OK;
-    d = dcp__calloc(use->n, sizeof(*d));
-    if (!d)
-        return dcp__err(err, DCP_ENOMEM, "out of memory");
-    rc = decide(p->item, p->userdata, 1, "load planner", rank, world, use, d,
-                &same, err);
+    rc = p ? check_version(p->version, "load", err) : DCP_OK;
+    if (p && rc == DCP_OK)
+        rc = decide(p->item, p->userdata, 1, rank, world, use, &d, &same, err);
     if (rc == DCP_OK && !same) {
         pl->map = dcp__malloc(use->n * sizeof(*pl->map));
         pl->nmap = use->n;
@@ -503,7 +497,7 @@ int dcp__planner_load(const dcp_load_planner *p, int rank, int world,
         if (rc == DCP_OK)
             *out = pl->x;
     }
-    decisions_free(d, use->n);
+    decisions_free(d, use ? use->n : 0);
     return rc;
 }
 

@@ -170,6 +170,38 @@ def rename_on_load_matches_torch(check, tmp):
 
 
 @R.test
+def filter_and_transform(check, tmp):
+    """Skips and a user transform at save time, as torch reads them."""
+    ck = os.path.join(tmp, "filtered")
+    recipes("filter", ck)
+    md = FileSystemReader(ck).read_metadata()
+    check.eq(sorted(md.state_dict_metadata), ["model.layer.weight"],
+             "only the kept key is stored")
+    check.eq(md.state_dict_metadata["model.layer.weight"].properties.dtype,
+             torch.float64, "stored dtype")
+    w = model_state()["model"]["layer.weight"]
+    sd = {"model": {"layer.weight": torch.zeros(8, 16, dtype=torch.float64)}}
+    tdcp.load(sd, checkpoint_id=ck, no_dist=True)
+    check.true(same_bits(sd["model"]["layer.weight"], w.double() * 2),
+               "the transform's output, loaded by torch")
+
+
+@R.test
+def post_load_hook(check, tmp):
+    """A post-load hook after torch's data landed: what torch loads + 1."""
+    ck = os.path.join(tmp, "torch_model")
+    sd = model_state()
+    tdcp.save(sd, checkpoint_id=ck, no_dist=True)
+    out = os.path.join(tmp, "out")
+    os.makedirs(out)
+    recipes("postload", ck, out)
+    with open(os.path.join(out, "model.layer.weight"), "rb") as f:
+        check.eq(f.read(),
+                 dcpio.tensor_bytes(sd["model"]["layer.weight"] + 1.0),
+                 "loaded + 1")
+
+
+@R.test
 def default_save_is_plain(check, tmp):
     ck = os.path.join(tmp, "plain")
     recipes("save", ck)
