@@ -1194,7 +1194,10 @@ typedef struct dcp_clean_result {
  * metadata files (.metadata.tmp, .metadata.<...>.tmp) that no committed
  * .metadata names. Never a file the committed checkpoint names, never a
  * file whose name is not one dcp writes (a user's own files stay), never
- * through a symbolic link (links are not listed). Takes the directory's
+ * through a symbolic link (links are not listed). On an object store
+ * (s3://), also the incomplete multipart uploads of such names directly
+ * under the prefix, which a killed writer leaves (counted in files, not
+ * in bytes). Takes the directory's
  * one-writer lock (as dcp_save) for the time it runs, so a save or import
  * in progress there is never touched: DCP_EBUSY naming that writer.
  * A lock left by a dead writer of this host is taken over; one of another

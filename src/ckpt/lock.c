@@ -449,6 +449,14 @@ int dcp__clean_leftovers(int dirfd, const char *path,
     if (rc == DCP_OK)
         rc = clean_prefix(dirfd, DCP__LOCK_NAME ".", md, force ? 2 : 1, ent,
                           files, bytes, err);
+    /* An object store's incomplete uploads of killed writers' data files
+     * and temporaries (never objects: no bytes to count). */
+    if (rc == DCP_OK) {
+        uint64_t n = 0;
+        rc = dcp__fs_abort_uploads(dirfd, dcp__leftover_name, &n, err);
+        if (files)
+            *files += n;
+    }
     dcp__free(ent);
     if (rc != DCP_OK && rc != DCP_ENOTSUP)
         (void)dcp__err_prefix(err, "cannot remove the leftovers in '%s'",

@@ -65,7 +65,7 @@ int dcp_path_is_s3(const char *path)
 #define DEF_PART      ((size_t)8 << 20)
 #define BIG_PUT       ((size_t)64 << 20) /* put/publish go multipart above */
 #define LIST_MAX_KEYS ((size_t)1 << 20)
-#define UPID_MAX      1100
+#define UPID_MAX      DCP__S3_UPID_MAX
 /* Read-ahead for small reads (zip headers, pickles, small records): a read
  * of at most WIN_SMALL bytes is served from one of NWIN cached windows of
  * WIN bytes, aligned to WIN, fetched whole on a miss. */
@@ -943,6 +943,43 @@ int dcp__s3_list_dirs(void *dir, const char *prefix, size_t max,
                      err);
 }
 
+/* dcp__s3_abort_uploads: the uploads in progress directly in the
+ * directory whose names keep() accepts. */
+struct abort_ctx {
+    struct s3dir *d;
+    int (*keep)(const char *name);
+    uint64_t n;
+    struct dcp_err *err;
+};
+
+static int abort_one(const char *key, const char *upid, void *ud)
+{
+    struct abort_ctx *a = ud;
+    const char *name = key + strlen(a->d->prefix);
+    int rc;
+    if (strchr(name, '/') || !a->keep(name))
+        return 0; /* another directory's, or not ours to judge */
+    rc = dcp__s3_mpu_abort(a->d->cl->s3, key, upid, a->err);
+    if (rc == DCP_ENOENT) { /* completed or aborted meanwhile */
+        dcp__err_clear(a->err);
+        return 0;
+    }
+    if (rc == DCP_OK)
+        a->n++;
+    return rc;
+}
+
+int dcp__s3_abort_uploads(void *dir, int (*leftover)(const char *name),
+                          uint64_t *n, struct dcp_err *err)
+{
+    struct s3dir *d = dir;
+    struct abort_ctx a = {d, leftover, 0, err};
+    int rc = dcp__s3_list_uploads(d->cl->s3, d->prefix, LIST_MAX_KEYS,
+                                  abort_one, &a, err);
+    *n = a.n;
+    return rc;
+}
+
 static int s3_publish(void *impl, void *dir, const char *path, const char *name,
                       const void *p, size_t n, uint32_t flags, int *visible,
                       struct dcp_err *err)
@@ -1053,6 +1090,15 @@ int dcp__s3_list_dirs(void *dir, const char *prefix, size_t max,
     (void)out;
     *count = 0;
     return no_s3(prefix, err);
+}
+
+int dcp__s3_abort_uploads(void *dir, int (*leftover)(const char *name),
+                          uint64_t *n, struct dcp_err *err)
+{
+    (void)dir;
+    (void)leftover;
+    *n = 0;
+    return no_s3("", err);
 }
 
 #define S3_OPS_INIT                                          \

@@ -1544,27 +1544,114 @@ int dcp__s3_list(struct dcp__s3 *s3, const char *prefix, size_t max_keys,
     return rc;
 }
 
+int dcp__s3_list_uploads(struct dcp__s3 *s3, const char *prefix,
+                         size_t max, dcp__s3_upload_fn fn, void *ud,
+                         struct dcp_err *err)
+{
+    char *pfx = enc_dup(prefix ? prefix : ""), *kmark = NULL, *umark = NULL;
+    char *key = dcp__malloc(4200);
+    size_t n = 0;
+    int rc = pfx && key ? DCP_OK : dcp__err(err, DCP_ENOMEM, "out of memory");
+    for (int page = 0; rc == DCP_OK; page++) {
+        struct req r = {.method = "GET", .kind = RQ_PLAIN};
+        const char *x;
+        size_t xl, pos = 0, got = 0;
+        char trunc[8] = "", nk[2048], nu[DCP__S3_UPID_MAX];
+        if (kmark)
+            rc = set_query(&r,
+                           "key-marker=%s&prefix=%s&upload-id-marker=%s"
+                           "&uploads=",
+                           kmark, pfx, umark);
+        else
+            rc = set_query(&r, "prefix=%s&uploads=", pfx);
+        dcp__free(kmark);
+        dcp__free(umark);
+        kmark = umark = NULL;
+        if (rc) {
+            rc = dcp__err(err, rc, "s3://%s: prefix too long", s3->bucket);
+            req_release(&r);
+            break;
+        }
+        rc = one(s3, &r, err);
+        x = (const char *)r.resp.p;
+        xl = r.resp.len;
+        while (rc == DCP_OK) {
+            const char *c = find_mem(x + pos, xl - pos, "<Upload>", 8), *e;
+            size_t cpos, cend, p2;
+            char upid[DCP__S3_UPID_MAX];
+            if (!c)
+                break;
+            cpos = (size_t)(c - x);
+            e = find_mem(c, xl - cpos, "</Upload>", 9);
+            if (!e) {
+                rc = dcp__err(err, DCP_EFORMAT,
+                              "s3://%s: malformed upload listing",
+                              s3->bucket);
+                break;
+            }
+            cend = (size_t)(e - x);
+            p2 = cpos;
+            if (xml_next(x, cend, &p2, "Key", key, 4200) != 1 ||
+                (p2 = cpos, xml_next(x, cend, &p2, "UploadId", upid,
+                                     sizeof(upid)) != 1)) {
+                rc = dcp__err(err, DCP_EFORMAT,
+                              "s3://%s: upload listing entry without a "
+                              "valid Key or UploadId",
+                              s3->bucket);
+                break;
+            }
+            if (++n > max) {
+                rc = dcp__err(err, DCP_ELIMIT,
+                              "s3://%s/%s: more than %zu uploads under the "
+                              "prefix",
+                              s3->bucket, prefix ? prefix : "", max);
+                break;
+            }
+            got++;
+            rc = fn(key, upid, ud);
+            pos = cend + 9;
+        }
+        if (rc == DCP_OK) {
+            size_t p3 = 0;
+            xml_next(x, xl, &p3, "IsTruncated", trunc, sizeof(trunc));
+        }
+        if (rc == DCP_OK && !strcmp(trunc, "true")) {
+            size_t p3 = 0, p4 = 0;
+            if (xml_next(x, xl, &p3, "NextKeyMarker", nk, sizeof(nk)) != 1 ||
+                xml_next(x, xl, &p4, "NextUploadIdMarker", nu, sizeof(nu)) !=
+                    1 ||
+                got == 0 || page > 100000)
+                rc = dcp__err(err, DCP_EFORMAT,
+                              "s3://%s: truncated upload listing without "
+                              "valid markers",
+                              s3->bucket);
+            else if (!(kmark = enc_dup(nk)) || !(umark = enc_dup(nu)))
+                rc = dcp__err(err, DCP_ENOMEM, "out of memory");
+        }
+        req_release(&r);
+        if (!kmark)
+            break;
+    }
+    dcp__free(kmark);
+    dcp__free(umark);
+    dcp__free(pfx);
+    dcp__free(key);
+    return rc;
+}
+
+static int count_one(const char *key, const char *upid, void *ud)
+{
+    (void)key;
+    (void)upid;
+    ++*(size_t *)ud;
+    return 0;
+}
+
 int dcp__s3_count_uploads(struct dcp__s3 *s3, const char *prefix, size_t *count,
                           struct dcp_err *err)
 {
     *count = 0;
-    char *pfx = enc_dup(prefix ? prefix : "");
-    if (!pfx)
-        return dcp__err(err, DCP_ENOMEM, "out of memory");
-    struct req r = {.method = "GET", .kind = RQ_PLAIN};
-    int rc = set_query(&r, "prefix=%s&uploads=", pfx);
-    dcp__free(pfx);
-    if (rc)
-        return dcp__err(err, rc, "s3://%s: prefix too long", s3->bucket);
-    rc = one(s3, &r, err);
-    if (rc == DCP_OK) {
-        const char *x = (const char *)r.resp.p;
-        for (size_t i = 0; i + 8 <= r.resp.len; i++)
-            if (!memcmp(x + i, "<Upload>", 8))
-                (*count)++;
-    }
-    req_release(&r);
-    return rc;
+    return dcp__s3_list_uploads(s3, prefix, 1000000, count_one, count, err);
 }
 
 int dcp__s3_mpu_abort(struct dcp__s3 *s3, const char *key, const char *upid,

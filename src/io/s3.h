@@ -156,8 +156,19 @@ typedef int (*dcp__s3_list_fn)(const char *key, int64_t size, void *ud);
 int dcp__s3_list(struct dcp__s3 *s3, const char *prefix, size_t max_keys,
                  dcp__s3_list_fn fn, void *ud, struct dcp_err *err);
 
+/*
+ * Lists the multipart uploads in progress under prefix
+ * (ListMultipartUploads, following the markers), calling fn(key,
+ * upload_id, ud) for each; fn returning non-zero stops with that code. At
+ * most max uploads (more: DCP_ELIMIT).
+ */
+#define DCP__S3_UPID_MAX 1100 /* an upload id's bytes, with its NUL */
+typedef int (*dcp__s3_upload_fn)(const char *key, const char *upid, void *ud);
+int dcp__s3_list_uploads(struct dcp__s3 *s3, const char *prefix, size_t max,
+                         dcp__s3_upload_fn fn, void *ud, struct dcp_err *err);
+
 /* Number of multipart uploads in progress under prefix (for tests and
- * cleanup checks), at most 1000. */
+ * cleanup checks). */
 int dcp__s3_count_uploads(struct dcp__s3 *s3, const char *prefix, size_t *count,
                           struct dcp_err *err);
 

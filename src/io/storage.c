@@ -620,6 +620,18 @@ int dcp__fs_list_dirs(int dirfd, const char *prefix, size_t max,
     return DCP_OK;
 }
 
+int dcp__fs_abort_uploads(int dirfd, int (*leftover)(const char *name),
+                          uint64_t *n, struct dcp_err *err)
+{
+    struct slot *d = lookup(dirfd, 1);
+    *n = 0;
+    if (!d)
+        return bad_handle(err, "directory");
+    if (d->s != &dcp__s3_storage)
+        return DCP_OK;
+    return dcp__s3_abort_uploads(d->h, leftover, n, err);
+}
+
 int dcp__fs_publish(int dirfd, const char *path, const char *name,
                     const void *p, size_t n, uint32_t flags, int *visible,
                     struct dcp_err *err)

@@ -100,6 +100,18 @@ void dcp__fs_write_abort(int dirfd, int fd, const char *name);
 int dcp__fs_list(int dirfd, const char *prefix, size_t max,
                  dcp_storage_entry *out, size_t *count, struct dcp_err *err);
 
+/*
+ * Aborts the writes in progress in directory dirfd that a killed writer
+ * left: on an object store, the incomplete multipart uploads of objects
+ * directly in the directory whose names leftover() accepts (they hold
+ * storage but are no object; S3 keeps them until aborted). Other back
+ * ends have none: DCP_OK with *n 0. Call with the directory's lock held.
+ * *n: uploads aborted. Returns DCP_OK or the listing's or an abort's
+ * failure.
+ */
+int dcp__fs_abort_uploads(int dirfd, int (*leftover)(const char *name),
+                          uint64_t *n, struct dcp_err *err);
+
 /* Lists the immediate subdirectories of dirfd whose names start with
  * prefix (on S3: the distinct first components of the keys below the
  * directory that go deeper), at most max into out (size 0), sorted by
@@ -176,6 +188,10 @@ void dcp__s3_hint(void *file, uint64_t off, uint64_t len);
 int dcp__s3_list_dirs(void *dir, const char *prefix, size_t max,
                       dcp_storage_entry *out, size_t *count,
                       struct dcp_err *err);
+
+/* The S3 back end's half of dcp__fs_abort_uploads. */
+int dcp__s3_abort_uploads(void *dir, int (*leftover)(const char *name),
+                          uint64_t *n, struct dcp_err *err);
 
 /* Validates and copies ops into s (ops NULL: the POSIX back end).
  * Returns DCP_OK or DCP_EINVAL. */

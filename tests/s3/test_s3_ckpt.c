@@ -5,7 +5,8 @@
  * storage contract v2 members the lock relies on (exclusive publish, list,
  * delete, multipart begin/complete/abort), and bad input: a failed or
  * killed save commits nothing and leaves the old checkpoint loadable, no
- * multipart upload left by a failed one; a lying or cut or stalled server
+ * multipart upload left by a failed one, and the uploads a killed one left
+ * are aborted by dcp_clean and by the next save (others' kept); a lying or cut or stalled server
  * gives a clear error naming the object, never a hang; odd object names; a
  * prefix that holds something else; a missing bucket; wrong credentials
  * (with --auth).
@@ -84,6 +85,20 @@ static size_t uploads(const char *prefix)
         n = 998;
     dcp__s3_free(s3);
     return n;
+}
+
+/* Starts a multipart upload of key and leaves it in progress. */
+static int begin_upload(const char *key)
+{
+    struct dcp__s3 *s3 = client();
+    struct dcp_err err = {0};
+    char upid[DCP__S3_UPID_MAX];
+    int ok = s3 && dcp__s3_mpu_create(s3, key, upid, sizeof(upid), &err) ==
+                       DCP_OK;
+    if (!ok)
+        fprintf(stderr, "begin_upload %s: %s\n", key, err.msg);
+    dcp__s3_free(s3);
+    return ok;
 }
 
 static int count_fn(const char *key, int64_t size, void *ud)
@@ -493,6 +508,8 @@ TEST(killed_save)
 {
     static const int delays_ms[] = {150, 400, 900};
     dcp_ctx *ctx;
+    dcp_clean_result res;
+    size_t left;
     unsigned got;
     const int64_t nw = (int64_t)8 << 20; /* 32 MiB */
     int newer = 0;
@@ -518,11 +535,27 @@ TEST(killed_save)
         ASSERT(got == 1 || got == 2);
         newer += got == 2;
     }
+    left = uploads("ck/kill/");
     fprintf(stderr,
             "  killed saves: %d of 3 had committed; %zu uploads "
             "left (invisible)\n",
-            newer, uploads("ck/kill/"));
+            newer, left);
+    /* Plus one of each kind by hand: a data file's and a temporary's
+     * (leftovers), a user object's and another directory's (kept). */
+    ASSERT(begin_upload("ck/kill/__1_0.0123456789abcdef.distcp"));
+    ASSERT(begin_upload("ck/kill/.metadata.77-1-abc.tmp"));
+    ASSERT(begin_upload("ck/kill/user.bin"));
+    ASSERT(begin_upload("ck/kill/sub/__0_0.distcp"));
+    ASSERT_EQ(uploads("ck/kill/"), left + 4);
+    memset(&res, 0, sizeof(res));
+    res.struct_size = sizeof(res);
+    ASSERT_EQ(dcp_clean(ctx, at("ck/kill"), 0, &res), DCP_OK);
+    ASSERT_EQ(uploads("ck/kill/"), 2); /* user.bin, sub/ */
+    ASSERT(res.files >= left + 2);
+    /* The next save aborts them too. */
+    ASSERT(begin_upload("ck/kill/__0_0.0123456789abcdef.distcp"));
     ASSERT_EQ(save(ctx, at("ck/kill"), nw, 3), DCP_OK);
+    ASSERT_EQ(uploads("ck/kill/"), 2);
     ASSERT_EQ(load(ctx, at("ck/kill"), nw, &got), DCP_OK);
     ASSERT_EQ(got, 3);
     dcp_ctx_free(ctx);

@@ -192,6 +192,38 @@ TEST(list_continuation)
     dcp__s3_free(s3);
 }
 
+/* ListMultipartUploads past one page (1000 uploads): every upload once,
+ * with its id, aborted through the listing. */
+static int abort_listed(const char *key, const char *upid, void *ud)
+{
+    struct dcp__s3 *s3 = ud;
+    struct dcp_err err = {0};
+    return dcp__s3_mpu_abort(s3, key, upid, &err);
+}
+
+TEST(upload_listing)
+{
+    struct dcp__s3 *s3 = client(0, 4, NULL);
+    struct dcp_err err = {0};
+    char key[64], upid[DCP__S3_UPID_MAX];
+    size_t nu = 0;
+    ASSERT(s3);
+    for (int i = 0; i < 1003; i++) {
+        snprintf(key, sizeof(key), "ups/k%04d", i);
+        ASSERT_EQ(dcp__s3_mpu_create(s3, key, upid, sizeof(upid), &err), 0);
+    }
+    ASSERT_EQ(dcp__s3_count_uploads(s3, "ups/", &nu, &err), 0);
+    ASSERT_EQ(nu, 1003);
+    ASSERT_EQ(dcp__s3_list_uploads(s3, "ups/", 1002, abort_listed, s3, &err),
+              DCP_ELIMIT);
+    ASSERT_EQ(dcp__s3_count_uploads(s3, "ups/", &nu, &err), 0);
+    ASSERT_EQ(nu, 1);
+    ASSERT_EQ(dcp__s3_list_uploads(s3, "ups/", 10, abort_listed, s3, &err), 0);
+    ASSERT_EQ(dcp__s3_count_uploads(s3, "ups/", &nu, &err), 0);
+    ASSERT_EQ(nu, 0);
+    dcp__s3_free(s3);
+}
+
 TEST(exclusive_and_errors)
 {
     struct dcp__s3 *s3 = client(0, 2, NULL);
@@ -446,6 +478,7 @@ int main(void)
     RUN(odd_keys);
     RUN(threads);
     RUN(list_continuation);
+    RUN(upload_listing);
     RUN(exclusive_and_errors);
     RUN(faults_retried);
     RUN(faults_fatal);
