@@ -480,8 +480,8 @@ def dcp_box(ckpt_dir, key, offsets, sizes, work_dir, mode="loadbox"):
         return f.read()
 
 
-def mpiexec(np, *args, tmp, timeout=120):
-    """Runs interop_state_mpi ARGS on np ranks under mpiexec (DCP_MPIEXEC,
+def mpiexec(np, *args, tmp, timeout=120, program="interop_state_mpi"):
+    """Runs program (interop_state_mpi) ARGS on np ranks under mpiexec (DCP_MPIEXEC,
     as CMake found it; mpiexec --oversubscribe from PATH otherwise) and
     returns the CompletedProcess. Open MPI's session directory goes under
     tmp, so concurrent tests do not share one."""
@@ -494,7 +494,7 @@ def mpiexec(np, *args, tmp, timeout=120):
             raise RuntimeError("no DCP_MPIEXEC and no mpiexec in PATH")
         cmd = [found, "--oversubscribe"]
     cmd += [os.environ.get("DCP_MPIEXEC_NUMPROC_FLAG") or "-n", str(np),
-            prog("interop_state_mpi")] + [str(a) for a in args]
+            prog(program)] + [str(a) for a in args]
     env = dict(os.environ)
     for k in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
               "OMPI_MCA_rmaps_base_oversubscribe"):

@@ -2,8 +2,9 @@
  * Planners over MPI (dcp_planner.h): the dedup policy (replicated tensors
  * spread over their holders by default, all written by rank 0 with
  * DCP_PLAN_DEDUP_LOWEST_RANK, as the global hook sees and the data files
- * show), the load-balanced DDP recipe (each rank saves its share of the
- * replicated keys), a hook failing on one rank failing the save or load on
+ * show), torch's load-balanced DDP recipe (each rank saves its chunk of the
+ * replicated keys; with --save, the checkpoints
+ * tests/interop/test_planner_mpi.py compares with torch's own planners), a hook failing on one rank failing the save or load on
  * every rank with that rank's message, and a renaming load resharded.
  */
 #include <dcp/dcp.h>
@@ -121,33 +122,69 @@ static void test_dedup_policy(void)
     dcp_ctx_free(ctx);
 }
 
-/* torch's DDPLoadBalancingPlanner recipe: every rank holds every key and
- * saves the keys of its share only. */
-static int ddp_share(void *ud, const dcp_plan_item *it, dcp_plan_decision *d)
+/* torch's DDPLoadBalancingPlanner recipe (SavePlanner docs): every rank
+ * holds every key; the state's items, in order, are cut into world chunks
+ * of ceil(n / world) and rank r saves chunk r only. The hook is called once
+ * per entry in state order: the userdata counts the calls. */
+struct ddp {
+    size_t n; /* entries in the state */
+    size_t i; /* entries seen */
+};
+
+static int ddp_chunk(void *ud, const dcp_plan_item *it, dcp_plan_decision *d)
 {
-    int i;
-    (void)ud;
-    if (sscanf(it->key, "rep%d", &i) == 1 && i % it->world != it->rank)
-        return dcp_plan_skip(d);
-    return 0;
+    struct ddp *c = ud;
+    size_t per = (c->n + (size_t)it->world - 1) / (size_t)it->world;
+    size_t i = c->i++;
+    return i / per == (size_t)it->rank ? 0 : dcp_plan_skip(d);
 }
 
 static void test_ddp_load_balanced(void)
 {
     dcp_ctx *ctx = NULL;
     dcp_state *st = make_rep();
-    dcp_save_planner p = {DCP_PLANNER_VERSION, 0, NULL, ddp_share,
-                          see_writers};
+    struct ddp c = {NREP + 1, 0};
+    dcp_save_planner p = {DCP_PLANNER_VERSION, 0, &c, ddp_chunk, see_writers};
     dcp_save_options so = {sizeof(so), 1, 0, &p};
+    size_t per = (NREP + 1 + (size_t)mt_size - 1) / (size_t)mt_size;
     int i;
     CHECK_OK(ctx, dcp_ctx_create(&ctx, comm, NULL));
     CHECK_OK(ctx, dcp_save(ctx, st, dir("ddp"), &so));
-    if (mt_rank == 0) /* rep<i> written by rank i % size (entries sorted) */
+    if (mt_rank == 0) { /* sorted: epoch, rep0, ...; state: rep0, ..., epoch */
+        CHECK(writers[0] == (int)(NREP / per));
         for (i = 0; i < NREP; i++)
-            CHECK(writers[i + 1] == i % mt_size);
+            CHECK(writers[i + 1] == (int)((size_t)i / per));
+    }
     CHECK(check_rep(ctx, dir("ddp")));
     dcp_state_free(st);
     dcp_ctx_free(ctx);
+}
+
+/* mpi_planner --save lowest|ddp DIR: one save of the replicated state
+ * with that planner, for tests/interop/test_planner_mpi.py. */
+static int save_for_torch(const char *mode, const char *path)
+{
+    dcp_ctx *ctx = NULL;
+    dcp_state *st = make_rep();
+    struct ddp c = {NREP + 1, 0};
+    dcp_save_planner p = {DCP_PLANNER_VERSION, 0, &c, NULL, NULL};
+    dcp_save_options so = {sizeof(so), 0, 0, &p};
+    int rc;
+    if (!strcmp(mode, "lowest"))
+        p.flags = DCP_PLAN_DEDUP_LOWEST_RANK;
+    else if (!strcmp(mode, "ddp"))
+        p.item = ddp_chunk;
+    else
+        return 2;
+    rc = st ? dcp_ctx_create(&ctx, comm, NULL) : DCP_ENOMEM;
+    if (rc == DCP_OK)
+        rc = dcp_save(ctx, st, path, &so);
+    if (rc != DCP_OK)
+        fprintf(stderr, "[rank %d] save: %s\n", mt_rank,
+                ctx ? dcp_errmsg(ctx) : dcp_strerror(rc));
+    dcp_state_free(st);
+    dcp_ctx_free(ctx);
+    return rc == DCP_OK ? 0 : 1;
 }
 
 static int fail_last(void *ud, const dcp_plan_item *it, dcp_plan_decision *d)
@@ -248,9 +285,15 @@ static void test_rename_resharded(void)
 int main(int argc, char **argv)
 {
     mt_init(&argc, &argv);
-    mt_tmpdir(root, sizeof(root), "planner");
     if (dcp_comm_mpi(&comm, MPI_COMM_WORLD) != DCP_OK)
         MPI_Abort(MPI_COMM_WORLD, 1);
+    if (argc == 4 && !strcmp(argv[1], "--save")) {
+        int rc = save_for_torch(argv[2], argv[3]);
+        dcp_comm_free(comm);
+        MPI_Finalize();
+        return rc;
+    }
+    mt_tmpdir(root, sizeof(root), "planner");
     RUN(dedup_policy);
     RUN(ddp_load_balanced);
     RUN(hook_failure_agreed);
