@@ -889,7 +889,7 @@ static int list_with(struct s3dir *d, const char *prefix, size_t max,
         return dcp__err(err, DCP_ENOMEM, "out of memory");
     memcpy(full, d->prefix, u.plen);
     memcpy(full + u.plen, prefix, pl + 1);
-    rc = dcp__s3_list(d->cl->s3, full, LIST_MAX_KEYS, fn, &u, err);
+    rc = dcp__s3_list_delim(d->cl->s3, full, 1, LIST_MAX_KEYS, fn, &u, err);
     dcp__free(full);
     *count = u.n;
     if (rc == DCP_ELIMIT)

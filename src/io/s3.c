@@ -1426,6 +1426,47 @@ int dcp__s3_delete_many(struct dcp__s3 *s3, const char *const *keys, size_t n,
 int dcp__s3_list(struct dcp__s3 *s3, const char *prefix, size_t max_keys,
                  dcp__s3_list_fn fn, void *ud, struct dcp_err *err)
 {
+    return dcp__s3_list_delim(s3, prefix, 0, max_keys, fn, ud, err);
+}
+
+/* The <CommonPrefixes><Prefix>p</Prefix></CommonPrefixes> of a delimited
+ * listing page x[0..xl), each through fn(p, -1, ud); *n counts them
+ * against max_keys, *got the page's. */
+static int list_prefixes(struct dcp__s3 *s3, const char *x, size_t xl,
+                         const char *prefix, size_t max_keys, size_t *n,
+                         size_t *got, dcp__s3_list_fn fn, void *ud,
+                         char *key, struct dcp_err *err)
+{
+    size_t pos = 0;
+    for (;;) {
+        const char *c = find_mem(x + pos, xl - pos, "<CommonPrefixes>", 16);
+        const char *e;
+        size_t cpos, p2;
+        int u;
+        if (!c)
+            return DCP_OK;
+        cpos = (size_t)(c - x);
+        e = find_mem(c, xl - cpos, "</CommonPrefixes>", 17);
+        p2 = cpos;
+        if (!e || xml_next(x, (size_t)(e - x), &p2, "Prefix", key, 4200) != 1)
+            return dcp__err(err, DCP_EFORMAT,
+                            "s3://%s: malformed common prefix in a listing",
+                            s3->bucket);
+        if (++*n > max_keys)
+            return dcp__err(err, DCP_ELIMIT,
+                            "s3://%s/%s: more than %zu keys under the prefix",
+                            s3->bucket, prefix ? prefix : "", max_keys);
+        ++*got;
+        if ((u = fn(key, -1, ud)) != 0)
+            return u;
+        pos = (size_t)(e - x) + 17;
+    }
+}
+
+int dcp__s3_list_delim(struct dcp__s3 *s3, const char *prefix, int delim,
+                       size_t max_keys, dcp__s3_list_fn fn, void *ud,
+                       struct dcp_err *err)
+{
     size_t nk = 0;
     char *token = NULL, *pfx = enc_dup(prefix ? prefix : "");
     if (!pfx)
@@ -1436,13 +1477,16 @@ int dcp__s3_list(struct dcp__s3 *s3, const char *prefix, size_t max_keys,
         rc = dcp__err(err, DCP_ENOMEM, "out of memory");
     for (int page = 0; rc == DCP_OK; page++) {
         struct req r = {.method = "GET", .kind = RQ_PLAIN};
+        /* Query parameters in byte order (SigV4's canonical query). */
+        const char *dl = delim ? "delimiter=%2F&" : "";
         if (token)
             rc = set_query(&r,
-                           "continuation-token=%s&list-type=2&max-keys=1000"
+                           "continuation-token=%s&%slist-type=2&max-keys=1000"
                            "&prefix=%s",
-                           token, pfx);
+                           token, dl, pfx);
         else
-            rc = set_query(&r, "list-type=2&max-keys=1000&prefix=%s", pfx);
+            rc = set_query(&r, "%slist-type=2&max-keys=1000&prefix=%s", dl,
+                           pfx);
         if (rc) {
             rc = dcp__err(err, rc, "s3://%s/%s: list query too long",
                           s3->bucket, prefix ? prefix : "");
@@ -1517,6 +1561,9 @@ int dcp__s3_list(struct dcp__s3 *s3, const char *prefix, size_t max_keys,
         }
         char trunc[8] = "", next[2048];
         size_t p3 = 0;
+        if (rc == DCP_OK && delim)
+            rc = list_prefixes(s3, x, xl, prefix, max_keys, &nk, &got, fn, ud,
+                               key, err);
         if (rc == DCP_OK)
             xml_next(x, xl, &p3, "IsTruncated", trunc, sizeof(trunc));
         dcp__free(token);

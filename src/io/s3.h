@@ -156,6 +156,14 @@ typedef int (*dcp__s3_list_fn)(const char *key, int64_t size, void *ud);
 int dcp__s3_list(struct dcp__s3 *s3, const char *prefix, size_t max_keys,
                  dcp__s3_list_fn fn, void *ud, struct dcp_err *err);
 
+/* dcp__s3_list; with delim, one level only (delimiter "/"): the keys
+ * directly under prefix, and each deeper "directory" once, as its common
+ * prefix ("<prefix><name>/") with size -1 — so listing a directory costs
+ * its own entries, not every key below it. */
+int dcp__s3_list_delim(struct dcp__s3 *s3, const char *prefix, int delim,
+                       size_t max_keys, dcp__s3_list_fn fn, void *ud,
+                       struct dcp_err *err);
+
 /*
  * Lists the multipart uploads in progress under prefix
  * (ListMultipartUploads, following the markers), calling fn(key,

@@ -192,6 +192,52 @@ TEST(list_continuation)
     dcp__s3_free(s3);
 }
 
+/* A delimited listing: the keys directly under the prefix and each deeper
+ * "directory" once (size -1), across pages. */
+struct seen_d {
+    int keys, dirs, other;
+};
+
+static int delim_fn(const char *key, int64_t size, void *ud)
+{
+    struct seen_d *s = ud;
+    if (size < 0 && !strncmp(key, "dl/d", 4) && key[strlen(key) - 1] == '/')
+        s->dirs++;
+    else if (size >= 0 && !strncmp(key, "dl/k", 4) && !strchr(key + 3, '/'))
+        s->keys++;
+    else
+        s->other++;
+    return 0;
+}
+
+TEST(list_delimited)
+{
+    struct dcp__s3 *s3 = client(0, 4, NULL);
+    struct dcp_err err = {0};
+    struct seen_d sd = {0, 0, 0};
+    char key[64];
+    ASSERT(s3);
+    for (int i = 0; i < 5; i++) {
+        snprintf(key, sizeof(key), "dl/k%d", i);
+        ASSERT_EQ(dcp__s3_put(s3, key, "x", 1, 0, &err), 0);
+    }
+    for (int i = 0; i < 1003; i++) { /* 1003 directories: two pages */
+        snprintf(key, sizeof(key), "dl/d%04d/x", i);
+        ASSERT_EQ(dcp__s3_put(s3, key, "x", 1, 0, &err), 0);
+        if (i < 3) {
+            snprintf(key, sizeof(key), "dl/d%04d/y/z", i);
+            ASSERT_EQ(dcp__s3_put(s3, key, "x", 1, 0, &err), 0);
+        }
+    }
+    ASSERT_EQ(dcp__s3_list_delim(s3, "dl/", 1, 5000, delim_fn, &sd, &err), 0);
+    ASSERT_EQ(sd.keys, 5);
+    ASSERT_EQ(sd.dirs, 1003);
+    ASSERT_EQ(sd.other, 0);
+    ASSERT_EQ(dcp__s3_list_delim(s3, "dl/", 1, 1000, delim_fn, &sd, &err),
+              DCP_ELIMIT);
+    dcp__s3_free(s3);
+}
+
 /* ListMultipartUploads past one page (1000 uploads): every upload once,
  * with its id, aborted through the listing. */
 static int abort_listed(const char *key, const char *upid, void *ud)
@@ -479,6 +525,7 @@ int main(void)
     RUN(threads);
     RUN(list_continuation);
     RUN(upload_listing);
+    RUN(list_delimited);
     RUN(exclusive_and_errors);
     RUN(faults_retried);
     RUN(faults_fatal);
