@@ -24,6 +24,9 @@ about 200 KB.
   srcfile   whole torch.save files of state dicts (nested dicts and lists,
             OrderedDict, nn.Parameter, tied weights, views, values) and
             safetensors files, as dcp_import and dcp_load_file read them
+  layouts   (into metadata/, beside its seeds) torch's ZStandard records,
+            SAFETENSORS data files and unflattened layout; dcp's planner
+            outputs (planner data, a bf16 copy, a filtered state)
   (all)     the hostile set of make_hostile.py (run that first)
 --targets picks some of them (default: all).
 """
@@ -302,6 +305,46 @@ def metadatas():
         shutil.rmtree(tmp)
 
 
+def layouts():
+    """Issue 18's and 17's layouts as whole checkpoints for the metadata
+    target (added beside the other seeds, which stay): torch's ZStandard
+    records, SAFETENSORS data files and the unflattened layout; dcp's own
+    zstd records and planner data, when a build directory is given."""
+    from torch.distributed.checkpoint import (DefaultSavePlanner,
+                                              FileSystemWriter)
+    from torch.distributed.checkpoint._extension import ZStandard
+    from torch.distributed.checkpoint.filesystem import SerializationFormat
+    d = os.path.join(HERE, "corpus", "metadata")
+    os.makedirs(d, exist_ok=True)
+    tmp = tempfile.mkdtemp()
+    sd = {"model": {"w": torch.arange(24.0).reshape(4, 6),
+                    "b": torch.ones(6, dtype=torch.bfloat16)},
+          "step": 7, "cfg": {"lr": 0.5}}
+    try:
+        writers = {
+            "zstd": lambda p: FileSystemWriter(p, _extensions=[ZStandard()]),
+            "safetensors": lambda p: FileSystemWriter(
+                p, serialization_format=SerializationFormat.SAFETENSORS),
+        }
+        for name, w in writers.items():
+            p = os.path.join(tmp, name)
+            tdcp.save(sd, storage_writer=w(p), no_dist=True)
+            write(d, "torch-layout-" + name, checkpoint_bytes(p))
+        p = os.path.join(tmp, "unflat")
+        tdcp.save(sd, checkpoint_id=p, no_dist=True,
+                  planner=DefaultSavePlanner(flatten_state_dict=False))
+        write(d, "torch-layout-unflat", checkpoint_bytes(p))
+        build = sys.argv[1] if len(sys.argv) > 1 else ""
+        recipes = os.path.join(build, "planner_recipes")
+        if os.path.exists(recipes):
+            for mode in ("extra", "bf16", "filter"):
+                p = os.path.join(tmp, "dcp-" + mode)
+                if os.system("%s %s %s" % (recipes, mode, p)) == 0:
+                    write(d, "dcp-planner-" + mode, checkpoint_bytes(p))
+    finally:
+        shutil.rmtree(tmp)
+
+
 def st_states():
     g = torch.Generator().manual_seed(1)
     states = {
@@ -428,7 +471,8 @@ def hostile_seeds(targets):
 
 
 if __name__ == "__main__":
-    ALL = ("pickle", "torchzip", "metadata", "safetensors", "srcfile")
+    ALL = ("pickle", "torchzip", "metadata", "safetensors", "srcfile",
+           "layouts")
     targets = ALL
     if "--targets" in sys.argv:
         i = sys.argv.index("--targets")
@@ -436,11 +480,13 @@ if __name__ == "__main__":
         del sys.argv[i:i + 2]
     makers = {"pickle": pickles, "torchzip": torchzips,
               "metadata": metadatas, "safetensors": safetensorses,
-              "srcfile": srcfiles}
+              "srcfile": srcfiles, "layouts": layouts}
     for t in targets:
         makers[t]()
     hostile_seeds(targets)
     for t in targets:
+        if t == "layouts":
+            continue
         d = os.path.join(HERE, "corpus", t)
         n = len(os.listdir(d))
         size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
