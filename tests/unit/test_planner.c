@@ -549,6 +549,21 @@ static int load_conflict(void *ud, const dcp_plan_item *it,
     return strcmp(it->key, "model.b") ? 0 : dcp_plan_rename(d, "model.w");
 }
 
+static int load_fails(void *ud, const dcp_plan_item *it, dcp_plan_decision *d)
+{
+    (void)ud;
+    if (strcmp(it->key, "model.w"))
+        return 0;
+    dcp_plan_error(d, "nope");
+    return DCP_EKEY;
+}
+
+static int load_casts(void *ud, const dcp_plan_item *it, dcp_plan_decision *d)
+{
+    (void)ud;
+    return it->is_tensor ? dcp_plan_cast(d, DCP_BF16) : 0;
+}
+
 TEST(load_rename_conflict)
 {
     dcp_ctx *ctx = NULL;
@@ -563,7 +578,20 @@ TEST(load_rename_conflict)
     ASSERT_EQ(dcp_load(ctx, st, sub("c-src"), &lo), DCP_EINVAL);
     ASSERT(strstr(dcp_errmsg(ctx), "stored key 'model.w'"));
     ASSERT(!memcmp(keep, b2, sizeof b2));
-    /* A cast on load is refused: dcp_plan_cast is for saves. */
+    /* A failing load item hook, and a cast asked of a load decision:
+     * refused before anything is read, every buffer as it was. */
+    {
+        float wkeep[NEL];
+        memset(w, 0x33, sizeof w);
+        memcpy(wkeep, w, sizeof w);
+        p.item = load_fails;
+        ASSERT_EQ(dcp_load(ctx, st, sub("c-src"), &lo), DCP_EKEY);
+        ASSERT(strstr(dcp_errmsg(ctx), "load planner on key 'model.w': nope"));
+        ASSERT(!memcmp(wkeep, w, sizeof w));
+        p.item = load_casts;
+        ASSERT_EQ(dcp_load(ctx, st, sub("c-src"), &lo), DCP_EINVAL);
+        ASSERT(!memcmp(wkeep, w, sizeof w));
+    }
     dcp_state_free(st);
     dcp_ctx_free(ctx);
 }
