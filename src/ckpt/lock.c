@@ -395,39 +395,50 @@ static int named_by(const struct dcp_metadata *md, const char *name)
     return 0;
 }
 
-static int clean_prefix(int dirfd, const char *prefix,
-                        const struct dcp_metadata *md, int lockfiles,
-                        dcp_storage_entry *ent, uint64_t *files,
-                        uint64_t *bytes, struct dcp_err *err)
+/* Whether name is a leftover to remove: a data file or metadata
+ * temporary no committed checkpoint names (not data files when keep_data:
+ * torch's rank-local checkpoint), or the lock's own temporaries (with
+ * force, its take-over markers too). */
+static int is_leftover(const char *name, const struct dcp_metadata *md,
+                       int keep_data, int force)
+{
+    size_t len = strlen(name);
+    if (!strncmp(name, DCP__LOCK_NAME ".", 6)) {
+        /* Its publication temporaries (a contender whose temporary goes
+         * retries, lock.c), and with force the take-over markers too. */
+        return force || (len > 10 && !strcmp(name + len - 4, ".tmp") &&
+                         strncmp(name, DCP__LOCK_NAME ".takeover-", 15) != 0);
+    }
+    if (keep_data && !strncmp(name, "__", 2))
+        return 0;
+    return dcp__leftover_name(name) && !named_by(md, name);
+}
+
+/* Removes the leftovers among the names starting with prefix. Returns
+ * DCP_ELIMIT (error cleared) when there were more than LIST_MAX names:
+ * the first LIST_MAX were handled. */
+static int clean_list(int dirfd, const char *prefix,
+                      const struct dcp_metadata *md, int keep_data, int force,
+                      dcp_storage_entry *ent, uint64_t *files,
+                      uint64_t *bytes, struct dcp_err *err)
 {
     size_t i, count = 0;
-    int rc = dcp__fs_list(dirfd, prefix, LIST_MAX, ent, &count, err);
-    if (rc == DCP_ELIMIT) { /* the first LIST_MAX now, the rest next time */
+    int rc = dcp__fs_list(dirfd, prefix, LIST_MAX, ent, &count, err), more;
+    more = rc == DCP_ELIMIT;
+    if (more) {
         dcp__err_clear(err);
         rc = DCP_OK;
     }
     for (i = 0; rc == DCP_OK && i < count; i++) {
-        const char *name = ent[i].name;
-        size_t len = strlen(name);
-        /* The lock's own: its publication temporaries (a contender whose
-         * temporary goes retries, lock.c), and with force the take-over
-         * markers too. */
-        int ours = lockfiles ? strncmp(name, DCP__LOCK_NAME ".", 6) == 0 &&
-                                   (lockfiles > 1 ||
-                                    (len > 10 &&
-                                     !strcmp(name + len - 4, ".tmp") &&
-                                     strncmp(name, DCP__LOCK_NAME ".takeover-",
-                                             15) != 0))
-                             : dcp__leftover_name(name);
-        if (!ours || named_by(md, name))
+        if (!is_leftover(ent[i].name, md, keep_data, force))
             continue;
-        rc = dcp__fs_unlink(dirfd, name, err);
+        rc = dcp__fs_unlink(dirfd, ent[i].name, err);
         if (rc == DCP_OK && files)
             ++*files;
         if (rc == DCP_OK && bytes)
             *bytes += ent[i].size;
     }
-    return rc;
+    return rc == DCP_OK && more ? DCP_ELIMIT : rc;
 }
 
 int dcp__clean_leftovers(int dirfd, const char *path,
@@ -436,19 +447,28 @@ int dcp__clean_leftovers(int dirfd, const char *path,
                          struct dcp_err *err)
 {
     dcp_storage_entry *ent = dcp__malloc(LIST_MAX * sizeof(*ent));
-    int rc;
+    size_t i;
+    int rc, keep_data;
     if (!ent)
         return dcp__err(err, DCP_ENOMEM, "out of memory");
     /* No .metadata but torch's rank-local __0.metadata: the data files
      * belong to that checkpoint (docs/FORMAT.md §9.2), not leftovers. */
-    rc = !md && dcp__fs_exists(dirfd, "__0.metadata")
-             ? DCP_OK
-             : clean_prefix(dirfd, "__", md, 0, ent, files, bytes, err);
-    if (rc == DCP_OK)
-        rc = clean_prefix(dirfd, ".metadata.", md, 0, ent, files, bytes, err);
-    if (rc == DCP_OK)
-        rc = clean_prefix(dirfd, DCP__LOCK_NAME ".", md, force ? 2 : 1, ent,
-                          files, bytes, err);
+    keep_data = !md && dcp__fs_exists(dirfd, "__0.metadata");
+    /* One listing of the directory (one request on an object store);
+     * past LIST_MAX names, one per kind of leftover, so that many other
+     * files cannot hide them. */
+    rc = clean_list(dirfd, "", md, keep_data, force, ent, files, bytes, err);
+    if (rc == DCP_ELIMIT) {
+        static const char *const kinds[3] = {"__", ".metadata.",
+                                             DCP__LOCK_NAME "."};
+        rc = DCP_OK;
+        for (i = 0; rc == DCP_OK && i < 3; i++) {
+            rc = clean_list(dirfd, kinds[i], md, keep_data, force, ent, files,
+                            bytes, err);
+            if (rc == DCP_ELIMIT) /* the first LIST_MAX now, the rest later */
+                rc = DCP_OK;
+        }
+    }
     /* An object store's incomplete uploads of killed writers' data files
      * and temporaries (never objects: no bytes to count). */
     if (rc == DCP_OK) {

@@ -988,6 +988,23 @@ TEST(clean_filter)
     ASSERT_EQ(load_seed(ctx, dir, 1, &lrc), 9);
     /* No directory: DCP_ENOENT. */
     ASSERT_RC(dcp_clean(ctx, sub("none"), 0, NULL), DCP_ENOENT);
+    /* More names than one listing takes (4096): user files sorting first
+     * do not hide the leftovers (listed again by kind). */
+    for (i = 0; i < 4200; i++) {
+        char nm[32];
+        snprintf(nm, sizeof(nm), ".a%04zu", i); /* sorts first */
+        touch(dir, nm, 1);
+    }
+    for (i = 0; i < sizeof(gone) / sizeof(gone[0]); i++)
+        touch(dir, gone[i], 100);
+    memset(&cr, 0, sizeof(cr));
+    cr.struct_size = sizeof(cr);
+    ASSERT_OK(dcp_clean(ctx, dir, 0, &cr));
+    ASSERT_U64_EQ(cr.files, 5);
+    for (i = 0; i < sizeof(gone) / sizeof(gone[0]); i++)
+        ASSERT(!has(dir, gone[i]));
+    ASSERT(has(dir, ".a4199") && has(dir, "notes.txt"));
+    ASSERT_EQ(load_seed(ctx, dir, 1, &lrc), 9);
     dcp_ctx_free(ctx);
 }
 
