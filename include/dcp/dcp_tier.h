@@ -129,6 +129,28 @@ typedef struct dcp_tier_options {
      * stack (dcp_tier_save, _drain_test, _drain_wait, _restore, _free).
      * 0 (default): dcp_tier_save returns once tier 0 committed. */
     int tier0_async;
+    /* --- peer replicas (issue 19, second slice) --- */
+    /* k: how many partner nodes hold a replica of each node's tier-0 data
+     * files (0, the default: none, as before). After each tier-0 commit
+     * every rank sends each data file it wrote, over the communicator in
+     * pieces of 4 MiB, to one rank of each of its node's k partner nodes,
+     * which writes it under the same name into its own node's step
+     * directory (synced unless no_fsync). Needs a communicator with
+     * point-to-point operations (dcp_comm.h version 2; MPI's has them)
+     * when there is more than one node. Clamped to the number of nodes
+     * that may hold a partner's data (other nodes, other failure domains):
+     * with one node there is nothing to replicate. The same on every rank.
+     * Nodes are numbered 0, 1, ... in the order of their lowest rank. */
+    uint32_t replicas;
+    /* This rank's failure domain (a rack, a power domain): nodes in the
+     * same domain (> 0) never hold each other's replicas. 0 (default): the
+     * node is a domain of its own. The same on every rank of a node. */
+    int failure_domain;
+    /* Explicit partners of this rank's node: NULL (default: the next
+     * `replicas` nodes in ring order of node index, skipping the node's
+     * own failure domain), or `replicas` distinct node indices, none the
+     * node's own, the same on every rank of a node. Copied. */
+    const int *partners;
 } dcp_tier_options;
 
 typedef struct dcp_tier dcp_tier;
