@@ -44,6 +44,15 @@
 #define WINDOW   4
 #define NSLOT    (2 * WINDOW)
 
+static dcp__replica_hook_fn hook_fn;
+static void *hook_arg;
+
+void dcp__replica_set_hook(dcp__replica_hook_fn fn, void *arg)
+{
+    hook_fn = fn;
+    hook_arg = arg;
+}
+
 /* ------------------------------------------------------------ the nodes */
 
 void dcp__nodes_release(struct dcp__nodes *nd)
@@ -359,7 +368,11 @@ static int piece_done(struct xfer *x, int s, int *ended)
     *ended = 0;
     if (!j->send && !j->failed) {
         struct dcp_err e = {0};
-        int r = dcp__fs_pwrite(j->fd, sl->buf, sl->len, sl->off, j->tmp, &e);
+        const char *name = x->md->files[j->file];
+        int h = hook_fn ? hook_fn(x->rank, name, sl->off, hook_arg) : 0;
+        int r =
+            h ? dcp__err(&e, h, "injected fault")
+              : dcp__fs_pwrite(j->fd, sl->buf, sl->len, sl->off, j->tmp, &e);
         if (r != DCP_OK)
             local_fail(x, j, r, &e);
     }

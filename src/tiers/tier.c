@@ -55,6 +55,11 @@ static dcp__tier_hook_fn hook_fn;
 static void *hook_arg;
 static size_t replica_piece = (size_t)4 << 20;
 
+void dcp__tier_set_replica_hook(dcp__tier_hook_fn fn, void *arg)
+{
+    dcp__replica_set_hook(fn, arg);
+}
+
 void dcp__tier_set_replica_piece(size_t bytes)
 {
     replica_piece = bytes ? bytes : (size_t)4 << 20;

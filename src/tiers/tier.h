@@ -30,4 +30,10 @@ void dcp__tier_set_drain_hook(dcp__tier_hook_fn fn, void *arg);
  * save is in flight; not thread safe. */
 void dcp__tier_set_replica_piece(size_t bytes);
 
+/* Test hook: fn as dcp__tier_set_drain_hook's, called on the receiving
+ * rank before each piece of a replica is written (file: the data file's
+ * name, off: the piece's offset); a non-zero return fails that replica
+ * (the save's replication fails on every rank). NULL: none. */
+void dcp__tier_set_replica_hook(dcp__tier_hook_fn fn, void *arg);
+
 #endif /* DCP_TIER_H */

@@ -36,7 +36,10 @@
  *                restore loads step 2 from tier 0, bit-exact
  *   peers2 DIR   2 ranks as nodes P1 and P3 (P0 and P2 not named): step
  *                2 restored from tier 0 resharded 4 -> 2, from own and
- *                partner copies only
+ *                partner copies only; then in DIR/a: tier0_async saves
+ *                replicated; a replica failing on one rank fails the save
+ *                alike, no partial replica left; a/P3 lost: the newest
+ *                step with every file surviving loads
  *   peerslost DIR  4 ranks: P1 lost too (two adjacent nodes, one
  *                replica): step 2 on no tier complete, step 1 from tier 1;
  *                tier 1 emptied: DCP_ENOENT on every rank; replicas 0 and
@@ -748,6 +751,66 @@ static void test_peers2(void)
     dcp_tier_free(t);
 }
 
+/* A replica's write failing on rank 1 at its second piece. */
+static int rhook(int rank, const char *file, uint64_t off, void *arg)
+{
+    (void)file;
+    (void)arg;
+    return rank == 1 && off > 0 ? DCP_EIO : 0;
+}
+
+/* 2 ranks as nodes a/P1, a/P3 (tier 1 a/t1), replicas 1: tier0_async
+ * saves replicated when completed; a replica failing on rank 1 fails the
+ * save alike everywhere and leaves no partial replica; with a/P3 lost,
+ * the newest step whose every file survives (4) loads from tier 0. */
+static void test_peers_async(void)
+{
+    snprintf(t0, sizeof t0, "%s/a/P%d", dir, node);
+    snprintf(t1, sizeof t1, "%s/a/t1", dir);
+    nrep = 1;
+    async0 = 1;
+    dcp__tier_set_replica_piece(16 << 10);
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    async0 = 0;
+    int64_t s = -1;
+    int tier = -1;
+    for (int k = 3; k <= 4; k++) {
+        dcp_state *st = make_state(k, 1);
+        CHECK_OK(ctx, dcp_tier_save(t, st, k, NULL));
+        dcp_state_free(st);
+    }
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 4);
+    dcp_tier_free(t);
+    char p1[700], p3[700];
+    snprintf(p1, sizeof p1, "%s/a/P1", dir);
+    snprintf(p3, sizeof p3, "%s/a/P3", dir);
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int k = 3; k <= 4; k++)
+        CHECK(exists(p1, k, "__1_0.distcp") && exists(p3, k, "__0_0.distcp"));
+    t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp__tier_set_replica_hook(rhook, NULL);
+    dcp_state *st = make_state(5, 1);
+    int rc = dcp_tier_save(t, st, 5, NULL);
+    dcp__tier_set_replica_hook(NULL, NULL);
+    CHECK_RC(ctx, rc, DCP_EIO);
+    CHECK(mt_same(rc) && mt_same_str(dcp_errmsg(ctx)));
+    CHECK_MSG(ctx, "replica of '__0_0.distcp' from rank 0 (rank 1)");
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "test $(ls -A '%s/step-5' | wc -l) = 2", t0);
+    CHECK(system(cmd) == 0);
+    rm_node("a/P3");
+    st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 4 && tier == 0);
+    CHECK(holds(st, 4));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+    dcp__tier_set_replica_piece(0);
+}
+
 static void test_peerslost(void)
 {
     nrep = 1;
@@ -879,6 +942,7 @@ int main(int argc, char **argv)
         RUN(peers);
     } else if (strcmp(mode, "peers2") == 0) {
         RUN(peers2);
+        RUN(peers_async);
     } else if (strcmp(mode, "peerslost") == 0) {
         RUN(peerslost);
     } else if (strcmp(mode, "s3") == 0) {
