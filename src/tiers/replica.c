@@ -14,7 +14,7 @@
  * s's position in its own node (modulo P's size), for each partner P of
  * s's node. A job is one file between two ranks; jobs are ordered by
  * (file, partner) on every rank, and each rank runs its own jobs in that
- * order, at most WINDOW at a time, each with two pieces in flight. The
+ * order, at most WINDOW at a time, each with DEPTH (2) pieces in flight. The
  * globally first unfinished job is always among the running ones of both
  * its ranks, so the exchange cannot deadlock. Messages of one job carry
  * one tag, TAG_BASE + the job's number among the jobs of its pair of
@@ -42,7 +42,8 @@
 #define TAG_BASE 24576 /* readonce.c uses 1 .. 16385 */
 #define TAG_SPAN 8192
 #define WINDOW   4
-#define NSLOT    (2 * WINDOW)
+#define DEPTH    2 /* pieces in flight per job */
+#define NSLOT    (DEPTH * WINDOW)
 
 static dcp__replica_hook_fn hook_fn;
 static void *hook_arg;
@@ -350,7 +351,7 @@ static int start(struct xfer *x, struct job *j, int *running)
         finish(x, j);
         return DCP_OK;
     }
-    for (int k = 0; k < 2 && j->posted < j->size; k++) {
+    for (int k = 0; k < DEPTH && j->posted < j->size; k++) {
         rc = post(x, free_slot(x), j);
         if (rc != DCP_OK)
             return rc;
