@@ -519,7 +519,11 @@ static int settle(struct xfer *x, struct job *jobs, size_t n, int ok,
         if (!j->kept)
             continue;
         if (ok && rc == DCP_OK) {
-            rc = dcp__fs_rename(x->dirfd, j->tmp, x->md->files[j->file], err);
+            const char *name = x->md->files[j->file];
+            int h = hook_fn ? hook_fn(x->rank, ".rename", 0, hook_arg) : 0;
+            rc =
+                h ? dcp__err(err, h, "cannot rename '%s': injected fault", name)
+                  : dcp__fs_rename(x->dirfd, j->tmp, name, err);
             any = 1;
         } else {
             (void)dcp__fs_unlink(x->dirfd, j->tmp, NULL);

@@ -63,8 +63,10 @@ int dcp__replicate(const dcp_comm *c, const struct dcp__nodes *nd, int rank,
 
 /* Test hook (tier.h's dcp__tier_set_replica_hook): fn(rank, file, off,
  * arg) is called on the receiving rank before each piece of a replica is
- * written; a non-zero return (a negative DCP_E*) fails that replica as a
- * write error would. NULL: none. Not thread safe. */
+ * written, and with file ".rename" (off 0) before each replica is renamed
+ * to its file's name after the agreement; a non-zero return (a negative
+ * DCP_E*) fails that replica as a write (rename) error would; fn may also
+ * kill the process. NULL: none. Not thread safe. */
 typedef int (*dcp__replica_hook_fn)(int rank, const char *file, uint64_t off,
                                     void *arg);
 void dcp__replica_set_hook(dcp__replica_hook_fn fn, void *arg);

@@ -32,8 +32,10 @@ void dcp__tier_set_replica_piece(size_t bytes);
 
 /* Test hook: fn as dcp__tier_set_drain_hook's, called on the receiving
  * rank before each piece of a replica is written (file: the data file's
- * name, off: the piece's offset); a non-zero return fails that replica
- * (the save's replication fails on every rank). NULL: none. */
+ * name, off: the piece's offset) and before each replica is renamed to
+ * its name once every rank agreed (file ".rename", off 0); a non-zero
+ * return fails that replica (the save's replication fails on every rank);
+ * fn may also kill the process. NULL: none. */
 void dcp__tier_set_replica_hook(dcp__tier_hook_fn fn, void *arg);
 
 #endif /* DCP_TIER_H */

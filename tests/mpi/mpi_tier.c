@@ -44,6 +44,15 @@
  *                replica): step 2 on no tier complete, step 1 from tier 1;
  *                tier 1 emptied: DCP_ENOENT on every rank; replicas 0 and
  *                a node lost: tier 1's newest, not the newer tier-0 step
+ *   rkill DIR V K  2 ranks as 2 nodes R0, R1, replicas 1: step 1 saved,
+ *                replicated, drained; step 2's replication killed on rank
+ *                V (SIGKILL) at its K-th replica hook call (before each
+ *                piece it receives, before the rename after the agreement;
+ *                tier_peers_kill.sh runs the points)
+ *   rkillcheck DIR V  after rkill, node R<V> lost too: the restore loads
+ *                step 2 from tier 0 if the survivor holds R<V>'s file of
+ *                step 2 under its name, else step 1, whole, bit-exact;
+ *                then a new step saves and restores
  */
 #include <dcp/dcp.h>
 #include <dcp/dcp_manager.h>
@@ -811,6 +820,69 @@ static void test_peers_async(void)
     dcp__tier_set_replica_piece(0);
 }
 
+/* rkill: the victim dies at its kill_at-th replica hook call. */
+static int rkill_hook(int rank, const char *file, uint64_t off, void *arg)
+{
+    (void)file;
+    (void)off;
+    (void)arg;
+    if (rank == victim && ++calls == kill_at)
+        raise(SIGKILL);
+    return 0;
+}
+
+static void test_rkill(void)
+{
+    nrep = 1;
+    dcp__tier_set_replica_piece(16 << 10);
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp_state *st = make_state(1, 1);
+    int64_t s = -1;
+    CHECK_OK(ctx, dcp_tier_save(t, st, 1, NULL));
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    calls = 0;
+    victim = (int)kill_victim;
+    dcp__tier_set_replica_hook(rkill_hook, NULL);
+    st = make_state(2, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 2, NULL)); /* the victim dies */
+    dcp__tier_set_replica_hook(NULL, NULL);
+    victim = -1;
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
+static void test_rkillcheck(void)
+{
+    int v = (int)kill_victim, w = 1 - v;
+    char lost[40], surv[700], vfile[32];
+    snprintf(lost, sizeof lost, "R%d", v);
+    snprintf(surv, sizeof surv, "%s/R%d", dir, w);
+    snprintf(vfile, sizeof vfile, "__%d_0.distcp", v);
+    rm_node(lost);
+    nrep = 1;
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp_state *st = make_state(0, 0);
+    int64_t s = -1;
+    int tier = -1;
+    int have = exists(surv, 2, vfile);
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(tier == 0 && mt_same((int)s));
+    CHECK(s == (have ? 2 : 1));
+    CHECK(holds(st, s));
+    dcp_state_free(st);
+    st = make_state(3, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 3, NULL));
+    dcp_state_free(st);
+    st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 3 && tier == 0);
+    CHECK(holds(st, 3));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
 static void test_peerslost(void)
 {
     nrep = 1;
@@ -865,12 +937,15 @@ static void test_peerslost(void)
 int main(int argc, char **argv)
 {
     mt_init(&argc, &argv);
-    if (argc < 3 || (strcmp(argv[1], "kill") == 0 && argc != 5)) {
+    if (argc < 3 || (strcmp(argv[1], "kill") == 0 && argc != 5) ||
+        (strcmp(argv[1], "rkill") == 0 && argc != 5) ||
+        (strcmp(argv[1], "rkillcheck") == 0 && argc != 4)) {
         if (mt_rank == 0)
-            fprintf(stderr,
-                    "usage: mpi_tier save|restart|lost|killcheck|"
-                    "interop|peers|peers2|peerslost DIR | kill DIR VICTIM K | "
-                    "s3 DIR S3URL\n");
+            fprintf(stderr, "usage: mpi_tier save|restart|lost|killcheck|"
+                            "interop|peers|peers2|peerslost DIR | kill|rkill "
+                            "DIR VICTIM K | "
+                            "rkillcheck DIR VICTIM | "
+                            "s3 DIR S3URL\n");
         MPI_Finalize();
         return 2;
     }
@@ -888,15 +963,17 @@ int main(int argc, char **argv)
         node = mt_rank ? 3 : 1;
     else
         node = mt_rank; /* kill, killcheck: 2 ranks, 2 nodes */
-    if (strcmp(mode, "kill") == 0) {
+    if (strcmp(mode, "kill") == 0 || strcmp(mode, "rkill") == 0) {
         kill_victim = strtol(argv[3], NULL, 10);
         kill_at = (int)strtol(argv[4], NULL, 10);
     }
+    if (strcmp(mode, "rkillcheck") == 0)
+        kill_victim = strtol(argv[3], NULL, 10);
     if (strcmp(mode, "interop") == 0)
         node = mt_rank / 2;
     if ((strcmp(mode, "save") == 0 || strcmp(mode, "kill") == 0 ||
-         strcmp(mode, "peers") == 0 || strcmp(mode, "interop") == 0 ||
-         strcmp(mode, "s3") == 0) &&
+         strcmp(mode, "peers") == 0 || strcmp(mode, "rkill") == 0 ||
+         strcmp(mode, "interop") == 0 || strcmp(mode, "s3") == 0) &&
         mt_rank == 0) {
         char cmd[600];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -913,6 +990,8 @@ int main(int argc, char **argv)
     snprintf(t0, sizeof t0, "%s/n%d", dir, node);
     if (strncmp(mode, "peers", 5) == 0)
         snprintf(t0, sizeof t0, "%s/P%d", dir, node);
+    if (strncmp(mode, "rkill", 5) == 0)
+        snprintf(t0, sizeof t0, "%s/R%d", dir, node);
     snprintf(t1, sizeof t1, "%s/t1", dir);
     if (strcmp(mode, "s3") == 0 && argc == 4)
         snprintf(t1, sizeof t1, "%s", argv[3]);
@@ -945,6 +1024,10 @@ int main(int argc, char **argv)
         RUN(peers_async);
     } else if (strcmp(mode, "peerslost") == 0) {
         RUN(peerslost);
+    } else if (strcmp(mode, "rkill") == 0) {
+        RUN(rkill);
+    } else if (strcmp(mode, "rkillcheck") == 0) {
+        RUN(rkillcheck);
     } else if (strcmp(mode, "s3") == 0) {
         RUN(s3);
     } else {
