@@ -1,6 +1,6 @@
 /*
- * dcp memory tiers (issue 19, first slice): a stack of two tiers of
- * step-named checkpoints ("step-<N>", as dcp_manager.h names them).
+ * dcp memory tiers (issue 19: first slice, peer replicas): a stack of two
+ * tiers of step-named checkpoints ("step-<N>", as dcp_manager.h names them).
  *
  * Tier 0 is node-local: every rank names its node's tier-0 directory
  * (a tmpfs or a local disk); the ranks that pass the same string form one
@@ -55,13 +55,43 @@
  * local or an s3:// tier-1 root). Removal is the manager's (crash safe,
  * `.metadata` first).
  *
- * Not in this slice (docs/ARCHITECTURE.md, tiers): replicas of a node's
- * tier-0 data on partner nodes, and reading another node's tier-0 files
- * over the communicator. Tier-0 restore reads every file it needs
- * through the node directories this rank can open: on one machine (the
- * tests) all of them; on a cluster whose tier-0 path is node-local, only
- * its own node's, so a restore that needs another node's files fails the
- * tier-0 load and falls back to tier 1.
+ * Peer replicas (option replicas = k > 0): nodes are numbered in the
+ * order of their lowest rank; node n's partners are the next k nodes in
+ * ring order (n+1, n+2, ... mod the node count) outside n's failure
+ * domain, or the nodes the user names (option partners). After each
+ * tier-0 commit (and after the `.metadata` reached every node) every rank
+ * sends each data file it wrote, over the communicator (point-to-point,
+ * pieces of 4 MiB, on the caller's thread), to one rank of each partner
+ * node, which writes it into its own node's "<tier0_dir>/step-<N>" under
+ * the same name: a temporary first, synced unless no_fsync, renamed only
+ * once every rank agreed that every replica arrived. A node directory
+ * holding replicas is therefore the step's `.metadata`, its own ranks'
+ * files and whole copies of its partners' files: a subset of the step's
+ * checkpoint that dcp and torch read like the others. dcp_tier_save (or,
+ * with tier0_async, the call completing the save) returns after the
+ * replicas are durable. What a restore survives: any set of lost nodes
+ * that leaves, for every node, the node itself or one of its partners; a
+ * node's replicas cost k times its data in the partners' tier 0 and the
+ * same bytes on the communicator per save.
+ *
+ * Restore after losing nodes: the restore reads each data file from
+ * whichever node directory known to the stack holds it (its own node's
+ * first), so survivors and replacement ranks (whose new, empty tier0_dir
+ * names a node of no data) load from local and partner copies; a step is
+ * complete on tier 0 only when every data file it names is on some
+ * surviving node, else the newest complete tier-1 step is loaded (older,
+ * when the newest was not drained; *step says which), or DCP_ENOENT names
+ * the missing file when tier 1 has none. A load reads one `.metadata` and
+ * records of its save only: never a mix of two steps.
+ *
+ * Limitation: the restore's listing and reads are file accesses to the
+ * node directories (the ones named by the current ranks' tier0_dir): on
+ * one machine (the tests) every rank opens every node's; on a cluster
+ * whose tier-0 path is node-local a rank sees only its own node's, so a
+ * restore needing another node's file (a replica included) fails the
+ * tier-0 load and falls back to tier 1. Forwarding such files over the
+ * communicator is not implemented. A node directory no current rank names
+ * is not looked at.
  *
  * Threads: a dcp_tier is used by one thread at a time (its context's
  * rule); the drain thread does file I/O only, every communicator call
@@ -129,6 +159,28 @@ typedef struct dcp_tier_options {
      * stack (dcp_tier_save, _drain_test, _drain_wait, _restore, _free).
      * 0 (default): dcp_tier_save returns once tier 0 committed. */
     int tier0_async;
+    /* --- peer replicas (issue 19, second slice) --- */
+    /* k: how many partner nodes hold a replica of each node's tier-0 data
+     * files (0, the default: none, as before). After each tier-0 commit
+     * every rank sends each data file it wrote, over the communicator in
+     * pieces of 4 MiB, to one rank of each of its node's k partner nodes,
+     * which writes it under the same name into its own node's step
+     * directory (synced unless no_fsync). Needs a communicator with
+     * point-to-point operations (dcp_comm.h version 2; MPI's has them)
+     * when there is more than one node. Clamped to the number of nodes
+     * that may hold a partner's data (other nodes, other failure domains):
+     * with one node there is nothing to replicate. The same on every rank.
+     * Nodes are numbered 0, 1, ... in the order of their lowest rank. */
+    uint32_t replicas;
+    /* This rank's failure domain (a rack, a power domain): nodes in the
+     * same domain (> 0) never hold each other's replicas. 0 (default): the
+     * node is a domain of its own. The same on every rank of a node. */
+    int failure_domain;
+    /* Explicit partners of this rank's node: NULL (default: the next
+     * `replicas` nodes in ring order of node index, skipping the node's
+     * own failure domain), or `replicas` distinct node indices, none the
+     * node's own, the same on every rank of a node. Copied. */
+    const int *partners;
 } dcp_tier_options;
 
 typedef struct dcp_tier dcp_tier;
@@ -141,9 +193,12 @@ typedef struct dcp_tier dcp_tier;
  * ctx's communicator: every rank passes the same tier1_root and the same
  * options but tier0_dir; every rank returns the same code.
  * Returns DCP_OK, DCP_EINVAL (NULL argument, missing root, bad options,
- * options or tier1_root differing between ranks), DCP_EIO (a root not
- * creatable), DCP_ENOMEM; the message (dcp_errmsg(ctx)) names the path
- * and rank. On failure *out is NULL.
+ * options or tier1_root differing between ranks, failure_domain or
+ * partners differing within a node, a partner that is not another node
+ * or named twice), DCP_ENOTSUP (replicas on a communicator without
+ * point-to-point operations), DCP_EIO (a root not creatable),
+ * DCP_ENOMEM; the message (dcp_errmsg(ctx)) names the path, node and
+ * rank. On failure *out is NULL.
  */
 DCP_API int dcp_tier_create(dcp_tier **out, dcp_ctx *ctx,
                             const dcp_tier_options *opts);
@@ -171,9 +226,16 @@ DCP_API void dcp_tier_free(dcp_tier *t);
  * above, which then concerns the drain before it), then this one is
  * staged (dcp_save_async) and the call returns; a failure of the earlier
  * one is returned here and nothing new is started.
+ * With replicas, the data files are then sent to the partner nodes and
+ * the call returns once they are durable there. A replication failure
+ * (a peer's write, the transport) is returned on every rank, the message
+ * naming the file and ranks; the step stays committed in tier 0 without
+ * replicas (no partial replica is left under a data file's name) and is
+ * not drained.
  * Collective. Returns DCP_OK, DCP_EINVAL, DCP_EBUSY (tier 1's step locked
  * by another writer; tier 0 is committed), the codes of dcp_save (and of
- * dcp_request_wait with tier0_async), DCP_EIO, DCP_ENOMEM; every rank the
+ * dcp_request_wait with tier0_async), DCP_EIO, DCP_ENOSPC, DCP_ETIMEOUT
+ * (a peer did not answer during replication), DCP_ENOMEM; every rank the
  * same, the message in dcp_errmsg(ctx).
  */
 DCP_API int dcp_tier_save(dcp_tier *t, const dcp_state *state, int64_t step,
@@ -206,8 +268,12 @@ DCP_API int dcp_tier_drain_wait(dcp_tier *t, int64_t *step);
  * Completes a drain in flight first (its result kept for
  * dcp_tier_drain_wait). *step and *tier (may be NULL) receive what was
  * loaded (-1 and -1 on DCP_ENOENT). The choice is rank 0's, broadcast:
- * every rank loads the same step from the same tier. Collective.
- * Returns DCP_OK, DCP_ENOENT (no complete step on any tier), the codes of
+ * every rank loads the same step from the same tier. Data files are read
+ * from any node directory holding them (own, or a partner's replica).
+ * Collective.
+ * Returns DCP_OK, DCP_ENOENT (no complete step on any tier; the message
+ * names a data file of tier 0's newest step missing on every node), the
+ * codes of
  * dcp_load (of the tier-1 load after a fallback; the state's buffers are
  * then undefined), DCP_EIO, DCP_ENOMEM.
  */

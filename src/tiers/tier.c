@@ -42,6 +42,7 @@
 #include "lock.h"
 #include "manager.h"
 #include "meta.h"
+#include "replica.h"
 #include "storage.h"
 #include "t0fs.h"
 #include "util.h"
@@ -52,6 +53,17 @@
 
 static dcp__tier_hook_fn hook_fn;
 static void *hook_arg;
+static size_t replica_piece = (size_t)4 << 20;
+
+void dcp__tier_set_replica_hook(dcp__tier_hook_fn fn, void *arg)
+{
+    dcp__replica_set_hook(fn, arg);
+}
+
+void dcp__tier_set_replica_piece(size_t bytes)
+{
+    replica_piece = bytes ? bytes : (size_t)4 << 20;
+}
 
 void dcp__tier_set_drain_hook(dcp__tier_hook_fn fn, void *arg)
 {
@@ -103,6 +115,7 @@ struct dcp_tier {
     char *root0; /* rank 0's node root */
     int leader;  /* lowest rank of its node */
     struct dcp__t0fs fs;
+    struct dcp__nodes nd; /* the nodes and their replica partners */
     struct dcp__storage t1s;
     struct drain d;
     /* tier0_async: the tier-0 save in flight (staged, not committed). */
@@ -175,6 +188,10 @@ static int take_opts(dcp_tier *t, const dcp_tier_options *opts,
         return dcp__err(err, DCP_EINVAL,
                         "dcp_tier_create: drain_buffer_bytes below 4096");
     t->o.drain_buffer_bytes &= ~(uint64_t)4095;
+    if (t->o.replicas > 65535)
+        return dcp__err(err, DCP_EINVAL,
+                        "dcp_tier_create: replicas %u too large (rank %d)",
+                        t->o.replicas, t->rank);
     memset(&t->so, 0, sizeof t->so);
     t->so.struct_size = sizeof t->so;
     if (t->o.save_opts) {
@@ -191,47 +208,101 @@ static int take_opts(dcp_tier *t, const dcp_tier_options *opts,
     return DCP_OK;
 }
 
-/* Every rank's tier0_dir on every rank: the node roots, own first. */
-static int find_nodes(dcp_tier *t, struct dcp_err *err)
+/* This rank's replica spec: "<failure domain>[:<p0>,<p1>...]" (replica.h). */
+static char *replica_spec(const dcp_tier *t)
 {
-    const dcp_comm *c = t->ctx->comm;
+    size_t cap = 24 + (t->o.partners ? 12 * (size_t)t->o.replicas : 0);
+    char *s = dcp__malloc(cap);
+    if (!s)
+        return NULL;
+    size_t n = (size_t)snprintf(s, cap, "%d", t->o.failure_domain);
+    for (uint32_t j = 0; t->o.partners && j < t->o.replicas; j++)
+        n += (size_t)snprintf(s + n, cap - n, "%c%d", j ? ',' : ':',
+                              t->o.partners[j]);
+    return s;
+}
+
+/* The node roots, own first, from the strings of every rank (dirs). */
+static int take_roots(dcp_tier *t, const char *const *dirs, struct dcp_err *err)
+{
     const char *mine = t->o.tier0_dir;
-    uint8_t *all = NULL, *got = NULL;
-    size_t *lens = NULL, *displs = NULL, total = 0, glen = 0;
-    int rc = dcp__comm_gather_blob(c, mine, strlen(mine) + 1, 0, &all, &lens,
-                                   &displs, err);
-    if (rc == DCP_OK && t->rank == 0)
-        total = displs[t->size - 1] + lens[t->size - 1];
-    if (rc == DCP_OK)
-        rc = dcp__comm_bcast_blob(c, all, total, 0, &got, &glen, err);
-    const char *p = t->rank == 0 ? (const char *)all : (const char *)got;
-    size_t len = t->rank == 0 ? total : glen;
-    if (rc == DCP_OK) {
-        t->fs.roots = dcp__calloc((size_t)t->size + 1, sizeof(char *));
-        if (!t->fs.roots || !(t->fs.roots[0] = dcp__strdup(mine)))
-            rc = dcp__err(err, DCP_ENOMEM, "out of memory");
-        else
-            t->fs.n = 1;
-    }
+    t->fs.roots = dcp__calloc((size_t)t->size + 1, sizeof(char *));
+    if (!t->fs.roots || !(t->fs.roots[0] = dcp__strdup(mine)) ||
+        !(t->root0 = dcp__strdup(dirs[0])))
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    t->fs.n = 1;
     t->leader = 1;
-    size_t off = 0;
-    for (int r = 0; rc == DCP_OK && r < t->size && off < len; r++) {
-        const char *s = p + off;
-        off += strlen(s) + 1;
-        if (r == 0 && !(t->root0 = dcp__strdup(s))) {
-            rc = dcp__err(err, DCP_ENOMEM, "out of memory");
-            break;
-        }
+    for (int r = 0; r < t->size; r++) {
+        const char *s = dirs[r];
         if (r < t->rank && strcmp(s, mine) == 0)
             t->leader = 0;
         size_t i = 0;
         while (i < t->fs.n && strcmp(t->fs.roots[i], s) != 0)
             i++;
         if (i == t->fs.n && !(t->fs.roots[t->fs.n++] = dcp__strdup(s)))
+            return dcp__err(err, DCP_ENOMEM, "out of memory");
+    }
+    return DCP_OK;
+}
+
+/* Every rank's tier0_dir and replica spec on every rank: the node roots,
+ * own first, and the node map with its partners (t->nd). Collective; the
+ * same result on every rank. */
+static int find_nodes(dcp_tier *t, struct dcp_err *err)
+{
+    const dcp_comm *c = t->ctx->comm;
+    const char *mine = t->o.tier0_dir;
+    uint8_t *all = NULL, *got = NULL, *blob = NULL;
+    size_t *lens = NULL, *displs = NULL, total = 0, glen = 0, dl = strlen(mine);
+    const char **dirs = NULL, **specs = NULL;
+    char *spec = replica_spec(t);
+    int rc = DCP_OK;
+    if (spec && (blob = dcp__malloc(dl + strlen(spec) + 2))) {
+        memcpy(blob, mine, dl + 1);
+        memcpy(blob + dl + 1, spec, strlen(spec) + 1);
+    } else {
+        rc = dcp__err(err, DCP_ENOMEM, "out of memory (rank %d)", t->rank);
+    }
+    rc = dcp__comm_agree_err(c, rc, err);
+    if (rc == DCP_OK)
+        rc = dcp__comm_gather_blob(c, blob, dl + strlen(spec) + 2, 0, &all,
+                                   &lens, &displs, err);
+    if (rc == DCP_OK && t->rank == 0)
+        total = displs[t->size - 1] + lens[t->size - 1];
+    if (rc == DCP_OK)
+        rc = dcp__comm_bcast_blob(c, all, total, 0, &got, &glen, err);
+    const char *p = t->rank == 0 ? (const char *)all : (const char *)got;
+    size_t len = t->rank == 0 ? total : glen, off = 0;
+    if (rc == DCP_OK) {
+        dirs = dcp__calloc((size_t)t->size, sizeof(char *));
+        specs = dcp__calloc((size_t)t->size, sizeof(char *));
+        if (!dirs || !specs)
             rc = dcp__err(err, DCP_ENOMEM, "out of memory");
     }
-    if (rc == DCP_OK && !t->root0)
-        rc = dcp__err(err, DCP_EIO, "tier-0 directories not received");
+    for (int r = 0; rc == DCP_OK && r < t->size; r++) {
+        for (int k = 0; k < 2; k++) {
+            const char *z = off < len ? memchr(p + off, 0, len - off) : NULL;
+            if (!z) {
+                rc = dcp__err(err, DCP_EIO, "tier-0 directories not received");
+                break;
+            }
+            *(k ? &specs[r] : &dirs[r]) = p + off;
+            off = (size_t)(z - p) + 1;
+        }
+    }
+    if (rc == DCP_OK)
+        rc = take_roots(t, dirs, err);
+    rc = dcp__comm_agree_err(c, rc, err);
+    if (rc == DCP_OK)
+        rc = dcp__nodes_plan(&t->nd, dirs, specs, t->size, t->o.replicas, err);
+    if (rc == DCP_OK && dcp__nodes_replicating(&t->nd) && !dcp__comm_has_p2p(c))
+        rc = dcp__err(err, DCP_ENOTSUP,
+                      "dcp_tier_create: replicas need a communicator with "
+                      "point-to-point operations (dcp_comm.h version 2)");
+    dcp__free((void *)dirs);
+    dcp__free((void *)specs);
+    dcp__free(spec);
+    dcp__free(blob);
     dcp__free(all);
     dcp__free(got);
     dcp__free(lens);
@@ -248,6 +319,7 @@ static void tier_release(dcp_tier *t)
     for (size_t i = 0; t->fs.roots && t->fs.roots[i]; i++)
         dcp__free(t->fs.roots[i]);
     dcp__free(t->fs.roots);
+    dcp__nodes_release(&t->nd);
     dcp__free(t->root0);
     dcp__free(t->t1);
     dcp__free(t);
@@ -257,10 +329,10 @@ static void tier_release(dcp_tier *t)
 static int same_opts(dcp_tier *t)
 {
     char s[512];
-    snprintf(s, sizeof s, "%s|%u|%u|%d|%" PRIu64 "|%" PRIu64 "|%d|%u", t->t1,
+    snprintf(s, sizeof s, "%s|%u|%u|%d|%" PRIu64 "|%" PRIu64 "|%d|%u|%u", t->t1,
              t->o.keep_last0, t->o.keep_last1, t->o.busy,
              t->o.drain_bytes_per_sec, t->o.drain_buffer_bytes, t->so.no_fsync,
-             t->so.flags);
+             t->so.flags, t->o.replicas);
     return dcp__comm_same_string(t->ctx->comm, s, "tier1_root and tier options",
                                  &t->ctx->err);
 }
@@ -321,6 +393,7 @@ int dcp_tier_create(dcp_tier **out, dcp_ctx *ctx, const dcp_tier_options *opts)
         return rc;
     }
     t->o.ctx_opts = NULL; /* used during creation only */
+    t->o.partners = NULL;
     *out = t;
     return DCP_OK;
 }
@@ -726,8 +799,24 @@ static int spread_meta(dcp_tier *t, const char *own)
     return agree(t, rc);
 }
 
-/* After the tier-0 commit of step: .metadata in every node. (Tier-0
- * retention runs on the drain thread, prune0.) Collective. */
+/* The step's data files to the partner nodes (replica.c). Collective. */
+static int replicate(dcp_tier *t, const char *own)
+{
+    struct dcp_metadata *md = NULL;
+    int rc = dcp__meta_decode(t->d.meta, t->d.metalen, &md, &t->ctx->err);
+    rc = agree(t, rc);
+    if (rc == DCP_OK) {
+        dcp__storage_use(NULL);
+        rc = dcp__replicate(t->ctx->comm, &t->nd, t->rank, own, md,
+                            replica_piece, t->so.no_fsync, &t->ctx->err);
+    }
+    dcp__meta_free(md);
+    return rc;
+}
+
+/* After the tier-0 commit of step: .metadata in every node, then the
+ * replicas when asked. (Tier-0 retention runs on the drain thread,
+ * prune0.) Collective. */
 static int post0(dcp_tier *t, int64_t step)
 {
     char name[40];
@@ -737,6 +826,8 @@ static int post0(dcp_tier *t, int64_t step)
     rc = agree(t, rc);
     if (rc == DCP_OK)
         rc = spread_meta(t, own);
+    if (rc == DCP_OK && dcp__nodes_replicating(&t->nd))
+        rc = replicate(t, own);
     dcp__free(own);
     if (rc != DCP_OK) {
         dcp__free(t->d.meta);
@@ -946,8 +1037,10 @@ void dcp_tier_free(dcp_tier *t)
 /* ---------------------------------------------------------------------- */
 
 /* Rank 0: whether tier-0 step s is complete in the union of the node
- * directories: a .metadata that decodes, every data file present. */
-static int t0_complete(dcp_tier *t, int64_t s)
+ * directories: a .metadata that decodes, every data file present (on
+ * some node: its own or a partner's copy). The first step found lacking a
+ * file names it in miss (cap bytes), unless miss is already set. */
+static int t0_complete(dcp_tier *t, int64_t s, char *miss, size_t cap)
 {
     char vpath[64];
     snprintf(vpath, sizeof vpath, VROOT "/" PREFIX "%" PRId64, s);
@@ -962,8 +1055,13 @@ static int t0_complete(dcp_tier *t, int64_t s)
                          &len, &e) == DCP_OK &&
         dcp__meta_decode(buf, len, &md, &e) == DCP_OK) {
         ok = 1;
-        for (size_t i = 0; ok && i < md->nfiles; i++)
+        for (size_t i = 0; ok && i < md->nfiles; i++) {
             ok = dcp__fs_exists(fd, md->files[i]);
+            if (!ok && !*miss)
+                snprintf(miss, cap,
+                         "; step %" PRId64 " lacks '%s' on every node", s,
+                         md->files[i]);
+        }
     }
     if (fd >= 0)
         dcp__fs_release(fd);
@@ -978,9 +1076,10 @@ static int cmp_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* Rank 0: the newest complete tier-0 step (-1: none). Unreadable node
- * directories count as empty (a lost node). */
-static int t0_newest(dcp_tier *t, int64_t *out)
+/* Rank 0: the newest complete tier-0 step (-1: none); miss as
+ * t0_complete's. Unreadable node directories count as empty (a lost
+ * node). */
+static int t0_newest(dcp_tier *t, int64_t *out, char *miss, size_t mcap)
 {
     *out = -1;
     int64_t *steps = NULL;
@@ -1014,7 +1113,7 @@ static int t0_newest(dcp_tier *t, int64_t *out)
     for (size_t i = 0; rc == DCP_OK && i < n; i++) {
         if (i && steps[i] == steps[i - 1])
             continue;
-        if (t0_complete(t, steps[i])) {
+        if (t0_complete(t, steps[i], miss, mcap)) {
             *out = steps[i];
             break;
         }
@@ -1072,8 +1171,9 @@ int dcp_tier_restore(dcp_tier *t, dcp_state *state,
         return rc;
     /* v: tier-0 step, tier-1 step. */
     int64_t v[2] = {-1, -1};
+    char miss[400] = "";
     if (t->rank == 0) {
-        rc = t0_newest(t, &v[0]);
+        rc = t0_newest(t, &v[0], miss, sizeof miss);
         if (rc == DCP_OK) {
             dcp__err_clear(&t->ctx->err); /* unreadable node directories */
             t1_newest(t, &v[1]);
@@ -1081,8 +1181,8 @@ int dcp_tier_restore(dcp_tier *t, dcp_state *state,
         if (rc == DCP_OK && v[0] < 0 && v[1] < 0)
             rc = dcp__err(&t->ctx->err, DCP_ENOENT,
                           "no complete step on tier 0 (%zu node "
-                          "directories) nor on tier 1 '%s'",
-                          t->fs.n, t->t1);
+                          "directories%s) nor on tier 1 '%s'",
+                          t->fs.n, miss, t->t1);
     }
     rc = dcp__comm_share_err(t->ctx->comm, rc, &t->ctx->err, 0);
     if (rc == DCP_OK)

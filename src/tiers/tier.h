@@ -1,10 +1,12 @@
 /*
- * The tier stack's internal pieces (dcp_tier.h is the API): the drain's
- * test hook, for white-box tests (tests/mpi/mpi_tier.c).
+ * The tier stack's internal pieces (dcp_tier.h is the API): test hooks
+ * (the drain's, the replicas' piece size), for white-box tests
+ * (tests/mpi/mpi_tier.c).
  */
 #ifndef DCP_TIER_H
 #define DCP_TIER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dcp/dcp_tier.h"
@@ -22,5 +24,18 @@
 typedef int (*dcp__tier_hook_fn)(int rank, const char *file, uint64_t off,
                                  void *arg);
 void dcp__tier_set_drain_hook(dcp__tier_hook_fn fn, void *arg);
+
+/* Test hook: the size of the pieces replicas travel in (0: the default,
+ * 4 MiB), so that tests run many pieces on small files. Set it while no
+ * save is in flight; not thread safe. */
+void dcp__tier_set_replica_piece(size_t bytes);
+
+/* Test hook: fn as dcp__tier_set_drain_hook's, called on the receiving
+ * rank before each piece of a replica is written (file: the data file's
+ * name, off: the piece's offset) and before each replica is renamed to
+ * its name once every rank agreed (file ".rename", off 0); a non-zero
+ * return fails that replica (the save's replication fails on every rank);
+ * fn may also kill the process. NULL: none. */
+void dcp__tier_set_replica_hook(dcp__tier_hook_fn fn, void *arg);
 
 #endif /* DCP_TIER_H */

@@ -27,6 +27,32 @@
  *                mixes; a new drain takes the dead holder's lock over
  *   interop DIR  4 ranks as 2 nodes: step 1 saved and drained, the same
  *                state in DIR/plain (tests/interop/test_tier_mpi.py)
+ * Peer replicas (nodes P0..P3 under DIR, one rank each at first):
+ *   peers DIR    4 ranks as 4 nodes, replicas 1 (pieces of 16 KiB):
+ *                bad partners refused alike; failure domains steer the
+ *                partner; step 1 drained, step 2's drain failed (tier 1
+ *                holds step 1 only); each node holds its own file and,
+ *                byte for byte, its ring predecessor's; node P2 lost: the
+ *                restore loads step 2 from tier 0, bit-exact
+ *   peers2 DIR   2 ranks as nodes P1 and P3 (P0 and P2 not named): step
+ *                2 restored from tier 0 resharded 4 -> 2, from own and
+ *                partner copies only; then in DIR/a: tier0_async saves
+ *                replicated; a replica failing on one rank fails the save
+ *                alike, no partial replica left; a/P3 lost: the newest
+ *                step with every file surviving loads
+ *   peerslost DIR  4 ranks: P1 lost too (two adjacent nodes, one
+ *                replica): step 2 on no tier complete, step 1 from tier 1;
+ *                tier 1 emptied: DCP_ENOENT on every rank; replicas 0 and
+ *                a node lost: tier 1's newest, not the newer tier-0 step
+ *   rkill DIR V K  2 ranks as 2 nodes R0, R1, replicas 1: step 1 saved,
+ *                replicated, drained; step 2's replication killed on rank
+ *                V (SIGKILL) at its K-th replica hook call (before each
+ *                piece it receives, before the rename after the agreement;
+ *                tier_peers_kill.sh runs the points)
+ *   rkillcheck DIR V  after rkill, node R<V> lost too: the restore loads
+ *                step 2 from tier 0 if the survivor holds R<V>'s file of
+ *                step 2 under its name, else step 1, whole, bit-exact;
+ *                then a new step saves and restores
  */
 #include <dcp/dcp.h>
 #include <dcp/dcp_manager.h>
@@ -110,6 +136,9 @@ static int hook(int rank, const char *file, uint64_t off, void *arg)
 }
 
 static int async0;
+static uint32_t nrep; /* replicas */
+static int fdom;      /* failure_domain */
+static const int *parts;
 static dcp_tier *mk(dcp_ctx *ctx, int busy, uint64_t bw)
 {
     dcp_tier_options o;
@@ -125,6 +154,9 @@ static dcp_tier *mk(dcp_ctx *ctx, int busy, uint64_t bw)
     o.drain_buffer_bytes = 64 << 10;
     o.save_opts = &nosync;
     o.tier0_async = async0;
+    o.replicas = nrep;
+    o.failure_domain = fdom;
+    o.partners = parts;
     CHECK_OK(ctx, dcp_tier_create(&t, ctx, &o));
     return t;
 }
@@ -593,13 +625,327 @@ static void test_s3(void)
     dcp_tier_free(t);
 }
 
+/* ---------------------------------------------------------------- peers */
+
+/* Whether files a and b hold the same bytes (both must exist). */
+static int same_file(const char *a, const char *b)
+{
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int same = fa && fb;
+    while (same) {
+        int x = fgetc(fa), y = fgetc(fb);
+        same = x == y;
+        if (x == EOF)
+            break;
+    }
+    if (fa)
+        fclose(fa);
+    if (fb)
+        fclose(fb);
+    return same;
+}
+
+static void rm_node(const char *name)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (mt_rank == 0) {
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s/%s'", dir, name);
+        CHECK(system(cmd) == 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* Bad partners refused alike on every rank; failure domains steer the
+ * ring: domains {1, 1, 2, 2} put node 0's replica on node 2, not 1. */
+static void test_peers_config(void)
+{
+    char saved[600], saved1[600];
+    snprintf(saved, sizeof saved, "%s", t0);
+    snprintf(saved1, sizeof saved1, "%s", t1);
+    snprintf(t0, sizeof t0, "%s/dom/P%d", dir, node);
+    snprintf(t1, sizeof t1, "%s/dom/t1", dir);
+    nrep = 1;
+    int self[1] = {node}, far[1] = {9};
+    dcp_tier *t = NULL;
+    dcp_tier_options o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.tier0_dir = t0;
+    o.tier1_root = t1;
+    o.replicas = 1;
+    o.partners = self;
+    int rc = dcp_tier_create(&t, ctx, &o);
+    CHECK_RC(ctx, rc, DCP_EINVAL);
+    CHECK(t == NULL && mt_same(rc) && mt_same_str(dcp_errmsg(ctx)));
+    CHECK_MSG(ctx, "partner");
+    o.partners = mt_rank == 3 ? far : NULL;
+    rc = dcp_tier_create(&t, ctx, &o);
+    CHECK_RC(ctx, rc, DCP_EINVAL);
+    CHECK(mt_same(rc) && mt_same_str(dcp_errmsg(ctx)));
+    fdom = node < 2 ? 1 : 2;
+    t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp_state *st = make_state(1, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 1, NULL));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+    fdom = 0;
+    char p0[700], p1[700];
+    snprintf(p0, sizeof p0, "%s/dom/P2", dir);
+    snprintf(p1, sizeof p1, "%s/dom/P1", dir);
+    CHECK(exists(p0, 1, "__0_0.distcp") && !exists(p1, 1, "__0_0.distcp"));
+    snprintf(p0, sizeof p0, "%s/dom/P0", dir);
+    CHECK(exists(p0, 1, "__3_0.distcp") && !exists(p0, 1, "__1_0.distcp"));
+    snprintf(t0, sizeof t0, "%s", saved);
+    snprintf(t1, sizeof t1, "%s", saved1);
+}
+
+static void test_peers(void)
+{
+    nrep = 1;
+    dcp__tier_set_replica_piece(16 << 10);
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp_state *st = make_state(1, 1);
+    int64_t s = -1;
+    int tier = -1;
+    CHECK_OK(ctx, dcp_tier_save(t, st, 1, NULL));
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    dcp_state_free(st);
+    /* Step 2: saved with its replicas; its drain fails. */
+    fail_rank = 1;
+    st = make_state(2, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 2, NULL));
+    CHECK(dcp_tier_drain_wait(t, &s) == DCP_EIO && s == 2);
+    fail_rank = -1;
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(mask(ctx, t1) == BIT(1));
+    /* Own file, and the predecessor's replica byte for byte; nothing
+     * else (no temporaries). */
+    char own[32], pred[32], a[1024], b[1024];
+    int pr = (mt_rank + 3) % 4;
+    snprintf(own, sizeof own, "__%d_0.distcp", mt_rank);
+    snprintf(pred, sizeof pred, "__%d_0.distcp", pr);
+    CHECK(exists(t0, 2, ".metadata") && exists(t0, 2, own));
+    snprintf(a, sizeof a, "%s/step-2/%s", t0, pred);
+    snprintf(b, sizeof b, "%s/P%d/step-2/%s", dir, pr, pred);
+    CHECK(same_file(a, b));
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "test $(ls -A '%s/step-2' | wc -l) = 3", t0);
+    CHECK(system(cmd) == 0);
+    /* Node P2 lost: tier 0 still has every file of step 2. */
+    rm_node("P2");
+    st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 2 && tier == 0);
+    CHECK(holds(st, 2));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+    dcp__tier_set_replica_piece(0);
+}
+
+/* 2 ranks naming P1 and P3: every file of step 2 is on one of them (own
+ * or replica), resharded 4 -> 2. */
+static void test_peers2(void)
+{
+    nrep = 3; /* clamped to 1 with 2 nodes */
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp_state *st = make_state(0, 0);
+    int64_t s = -1;
+    int tier = -1;
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 2 && tier == 0);
+    CHECK(holds(st, 2));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
+/* A replica's write failing on rank 1 at its second piece. */
+static int rhook(int rank, const char *file, uint64_t off, void *arg)
+{
+    (void)file;
+    (void)arg;
+    return rank == 1 && off > 0 ? DCP_EIO : 0;
+}
+
+/* 2 ranks as nodes a/P1, a/P3 (tier 1 a/t1), replicas 1: tier0_async
+ * saves replicated when completed; a replica failing on rank 1 fails the
+ * save alike everywhere and leaves no partial replica; with a/P3 lost,
+ * the newest step whose every file survives (4) loads from tier 0. */
+static void test_peers_async(void)
+{
+    snprintf(t0, sizeof t0, "%s/a/P%d", dir, node);
+    snprintf(t1, sizeof t1, "%s/a/t1", dir);
+    nrep = 1;
+    async0 = 1;
+    dcp__tier_set_replica_piece(16 << 10);
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    async0 = 0;
+    int64_t s = -1;
+    int tier = -1;
+    for (int k = 3; k <= 4; k++) {
+        dcp_state *st = make_state(k, 1);
+        CHECK_OK(ctx, dcp_tier_save(t, st, k, NULL));
+        dcp_state_free(st);
+    }
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 4);
+    dcp_tier_free(t);
+    char p1[700], p3[700];
+    snprintf(p1, sizeof p1, "%s/a/P1", dir);
+    snprintf(p3, sizeof p3, "%s/a/P3", dir);
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int k = 3; k <= 4; k++)
+        CHECK(exists(p1, k, "__1_0.distcp") && exists(p3, k, "__0_0.distcp"));
+    t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp__tier_set_replica_hook(rhook, NULL);
+    dcp_state *st = make_state(5, 1);
+    int rc = dcp_tier_save(t, st, 5, NULL);
+    dcp__tier_set_replica_hook(NULL, NULL);
+    CHECK_RC(ctx, rc, DCP_EIO);
+    CHECK(mt_same(rc) && mt_same_str(dcp_errmsg(ctx)));
+    CHECK_MSG(ctx, "replica of '__0_0.distcp' from rank 0 (rank 1)");
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "test $(ls -A '%s/step-5' | wc -l) = 2", t0);
+    CHECK(system(cmd) == 0);
+    rm_node("a/P3");
+    st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 4 && tier == 0);
+    CHECK(holds(st, 4));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+    dcp__tier_set_replica_piece(0);
+}
+
+/* rkill: the victim dies at its kill_at-th replica hook call. */
+static int rkill_hook(int rank, const char *file, uint64_t off, void *arg)
+{
+    (void)file;
+    (void)off;
+    (void)arg;
+    if (rank == victim && ++calls == kill_at)
+        raise(SIGKILL);
+    return 0;
+}
+
+static void test_rkill(void)
+{
+    nrep = 1;
+    dcp__tier_set_replica_piece(16 << 10);
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp_state *st = make_state(1, 1);
+    int64_t s = -1;
+    CHECK_OK(ctx, dcp_tier_save(t, st, 1, NULL));
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    calls = 0;
+    victim = (int)kill_victim;
+    dcp__tier_set_replica_hook(rkill_hook, NULL);
+    st = make_state(2, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 2, NULL)); /* the victim dies */
+    dcp__tier_set_replica_hook(NULL, NULL);
+    victim = -1;
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
+static void test_rkillcheck(void)
+{
+    int v = (int)kill_victim, w = 1 - v;
+    char lost[40], surv[700], vfile[32];
+    snprintf(lost, sizeof lost, "R%d", v);
+    snprintf(surv, sizeof surv, "%s/R%d", dir, w);
+    snprintf(vfile, sizeof vfile, "__%d_0.distcp", v);
+    rm_node(lost);
+    nrep = 1;
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp_state *st = make_state(0, 0);
+    int64_t s = -1;
+    int tier = -1;
+    int have = exists(surv, 2, vfile);
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(tier == 0 && mt_same((int)s));
+    CHECK(s == (have ? 2 : 1));
+    CHECK(holds(st, s));
+    dcp_state_free(st);
+    st = make_state(3, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 3, NULL));
+    dcp_state_free(st);
+    st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 3 && tier == 0);
+    CHECK(holds(st, 3));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
+static void test_peerslost(void)
+{
+    nrep = 1;
+    rm_node("P1");
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp_state *st = make_state(0, 0);
+    int64_t s = -1;
+    int tier = -1;
+    /* P1 and P2 gone: __1_0 of step 2 is on neither survivor. */
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 1 && tier == 1 && mt_same((int)s));
+    CHECK(holds(st, 1));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+    /* Nothing on tier 1 either: DCP_ENOENT, the same everywhere. */
+    char old[600];
+    snprintf(old, sizeof old, "%s", t1);
+    snprintf(t1, sizeof t1, "%s/t1-empty", dir);
+    t = mk(ctx, DCP_TIER_WAIT, 0);
+    st = make_state(0, 0);
+    int rc = dcp_tier_restore(t, st, NULL, &s, &tier);
+    CHECK_RC(ctx, rc, DCP_ENOENT);
+    CHECK(mt_same(rc) && mt_same_str(dcp_errmsg(ctx)));
+    CHECK(s == -1 && tier == -1);
+    CHECK_MSG(ctx, "__1_0.distcp");
+    dcp_state_free(st);
+    dcp_tier_free(t);
+    snprintf(t1, sizeof t1, "%s", old);
+    /* replicas 0: a lost node costs the steps after the last drained. */
+    nrep = 0;
+    snprintf(t0, sizeof t0, "%s/z/P%d", dir, node);
+    t = mk(ctx, DCP_TIER_WAIT, 0);
+    st = make_state(5, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 5, NULL));
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    dcp_state_free(st);
+    fail_rank = 1;
+    st = make_state(6, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 6, NULL));
+    CHECK(dcp_tier_drain_wait(t, &s) == DCP_EIO);
+    fail_rank = -1;
+    dcp_state_free(st);
+    rm_node("z/P3");
+    st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 5 && tier == 1);
+    CHECK(holds(st, 5));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
 int main(int argc, char **argv)
 {
     mt_init(&argc, &argv);
-    if (argc < 3 || (strcmp(argv[1], "kill") == 0 && argc != 5)) {
+    if (argc < 3 || (strcmp(argv[1], "kill") == 0 && argc != 5) ||
+        (strcmp(argv[1], "rkill") == 0 && argc != 5) ||
+        (strcmp(argv[1], "rkillcheck") == 0 && argc != 4)) {
         if (mt_rank == 0)
             fprintf(stderr, "usage: mpi_tier save|restart|lost|killcheck|"
-                            "interop DIR | kill DIR VICTIM K | s3 DIR S3URL\n");
+                            "interop|peers|peers2|peerslost DIR | kill|rkill "
+                            "DIR VICTIM K | "
+                            "rkillcheck DIR VICTIM | "
+                            "s3 DIR S3URL\n");
         MPI_Finalize();
         return 2;
     }
@@ -611,15 +957,22 @@ int main(int argc, char **argv)
         node = mt_rank < 2 ? 0 : 1;
     else if (strcmp(mode, "lost") == 0)
         node = 0;
+    else if (strcmp(mode, "peers") == 0 || strcmp(mode, "peerslost") == 0)
+        node = mt_rank;
+    else if (strcmp(mode, "peers2") == 0)
+        node = mt_rank ? 3 : 1;
     else
         node = mt_rank; /* kill, killcheck: 2 ranks, 2 nodes */
-    if (strcmp(mode, "kill") == 0) {
+    if (strcmp(mode, "kill") == 0 || strcmp(mode, "rkill") == 0) {
         kill_victim = strtol(argv[3], NULL, 10);
         kill_at = (int)strtol(argv[4], NULL, 10);
     }
+    if (strcmp(mode, "rkillcheck") == 0)
+        kill_victim = strtol(argv[3], NULL, 10);
     if (strcmp(mode, "interop") == 0)
         node = mt_rank / 2;
     if ((strcmp(mode, "save") == 0 || strcmp(mode, "kill") == 0 ||
+         strcmp(mode, "peers") == 0 || strcmp(mode, "rkill") == 0 ||
          strcmp(mode, "interop") == 0 || strcmp(mode, "s3") == 0) &&
         mt_rank == 0) {
         char cmd[600];
@@ -635,6 +988,10 @@ int main(int argc, char **argv)
     }
     MPI_Barrier(MPI_COMM_WORLD);
     snprintf(t0, sizeof t0, "%s/n%d", dir, node);
+    if (strncmp(mode, "peers", 5) == 0)
+        snprintf(t0, sizeof t0, "%s/P%d", dir, node);
+    if (strncmp(mode, "rkill", 5) == 0)
+        snprintf(t0, sizeof t0, "%s/R%d", dir, node);
     snprintf(t1, sizeof t1, "%s/t1", dir);
     if (strcmp(mode, "s3") == 0 && argc == 4)
         snprintf(t1, sizeof t1, "%s", argv[3]);
@@ -659,6 +1016,18 @@ int main(int argc, char **argv)
         RUN(kill);
     } else if (strcmp(mode, "interop") == 0) {
         RUN(interop);
+    } else if (strcmp(mode, "peers") == 0) {
+        RUN(peers_config);
+        RUN(peers);
+    } else if (strcmp(mode, "peers2") == 0) {
+        RUN(peers2);
+        RUN(peers_async);
+    } else if (strcmp(mode, "peerslost") == 0) {
+        RUN(peerslost);
+    } else if (strcmp(mode, "rkill") == 0) {
+        RUN(rkill);
+    } else if (strcmp(mode, "rkillcheck") == 0) {
+        RUN(rkillcheck);
     } else if (strcmp(mode, "s3") == 0) {
         RUN(s3);
     } else {

@@ -1,0 +1,304 @@
+/*
+ * tier_peers_bench: peer replicas of tier 0 (dcp_tier.h, replicas 1) on
+ * 2 ranks as 2 nodes (one tier-0 directory each) on one machine.
+ *
+ *   mpiexec -n 2 tier_peers_bench [DIR0 [DIR1 [MIB [RUNS]]]]
+ *       defaults: /dev/shm/dcp-peers-bench (tier 0: DIR0/n<rank>),
+ *                 /tmp/dcp-peers-bench (tier 1), 128 MiB per rank, 5 runs
+ *
+ * Each rank holds MIB MiB (16 float32 tensors, random). Each run, back to
+ * back on both ranks:
+ *  - memcpy of the rank's bytes;
+ *  - the communicator: each rank sends its bytes to the other and
+ *    receives the other's (MPI_Isend/Irecv in 4 MiB pieces, as the
+ *    replication does): bytes per rank / time;
+ *  - dcp_tier_save with replicas 0, then with replicas 1 (the drain
+ *    waited for between saves, not timed): the blocking times.
+ * tier0_block_vs_memcpy_replica1 = median(save, replicas 1) /
+ * median(memcpy); beside it the replicas-0 ratio and the communicator's
+ * bandwidth. Then restore after losing node 1 (its directory deleted):
+ * dcp_tier_restore from tier 0 (node 0's own and replica files) against
+ * a plain dcp_load of the same step from tier 1 with its page cache
+ * dropped (tier_restore_peers_speedup). Prints JSON entries for
+ * bench/results.json on rank 0's stdout and a summary on stderr. On this
+ * machine both "nodes" share the cores and memory: the communicator is
+ * shared memory, not a network.
+ */
+#include <dcp/dcp.h>
+#include <dcp/dcp_mpi.h>
+#include <dcp/dcp_tier.h>
+
+#include <dirent.h>
+#include <fcntl.h> /* posix_fadvise */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NT    16
+#define PIECE ((size_t)4 << 20)
+
+static int rank;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static volatile unsigned char sink;
+
+static void evict(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    if (!d)
+        return;
+    while ((e = readdir(d))) {
+        char p[2048];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        int fd = open(p, O_RDONLY);
+        if (fd < 0)
+            continue;
+        (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        close(fd);
+    }
+    closedir(d);
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n)
+{
+    double c[64];
+    memcpy(c, v, sizeof(double) * (size_t)n);
+    qsort(c, (size_t)n, sizeof(double), cmp_dbl);
+    return n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+}
+
+/* The slowest rank's time. */
+static double slowest(double t)
+{
+    double m = 0;
+    MPI_Allreduce(&t, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return m;
+}
+
+#define DIE(ctx, what)                                                      \
+    do {                                                                    \
+        fprintf(stderr, "tier_peers_bench (rank %d): %s: %s\n", rank, what, \
+                dcp_errmsg(ctx));                                           \
+        MPI_Abort(MPI_COMM_WORLD, 1);                                       \
+    } while (0)
+
+static dcp_tier *make(dcp_ctx *ctx, const char *t0, const char *t1, uint32_t k)
+{
+    dcp_tier_options o;
+    dcp_tier *t = NULL;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.tier0_dir = t0;
+    o.tier1_root = t1;
+    o.keep_last0 = 2;
+    o.keep_last1 = 2;
+    o.replicas = k;
+    if (dcp_tier_create(&t, ctx, &o) != DCP_OK)
+        DIE(ctx, "dcp_tier_create");
+    return t;
+}
+
+/* Each rank's n bytes to the other, the other's into in. */
+static void exchange(const unsigned char *out, unsigned char *in, size_t n)
+{
+    int peer = 1 - rank;
+    for (size_t off = 0; off < n; off += 4 * PIECE) {
+        MPI_Request r[8];
+        int k = 0;
+        for (size_t o = off; o < n && o < off + 4 * PIECE; o += PIECE) {
+            int len = (int)(n - o < PIECE ? n - o : PIECE);
+            MPI_Irecv(in + o, len, MPI_BYTE, peer, 7, MPI_COMM_WORLD, &r[k++]);
+            MPI_Isend(out + o, len, MPI_BYTE, peer, 7, MPI_COMM_WORLD, &r[k++]);
+        }
+        MPI_Waitall(k, r, MPI_STATUSES_IGNORE);
+    }
+}
+
+static dcp_state *mkstate(dcp_ctx *ctx, unsigned char *buf, size_t per)
+{
+    dcp_state *st = NULL;
+    if (dcp_state_create(&st) != DCP_OK)
+        DIE(ctx, "state");
+    for (int i = 0; i < NT; i++) {
+        char name[64];
+        int64_t shape[2] = {2, (int64_t)(per / 4)};
+        int64_t off[2] = {rank, 0}, sz[2] = {1, (int64_t)(per / 4)};
+        snprintf(name, sizeof name, "layers.%d.weight", i);
+        if (dcp_state_add_tensor(st, name, DCP_F32, 2, shape, off, sz,
+                                 buf + (size_t)i * per, DCP_MEM_HOST) != DCP_OK)
+            DIE(ctx, "add tensor");
+    }
+    return st;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const char *d0 = argc > 1 ? argv[1] : "/dev/shm/dcp-peers-bench";
+    const char *t1 = argc > 2 ? argv[2] : "/tmp/dcp-peers-bench";
+    size_t mib = argc > 3 ? (size_t)atol(argv[3]) : 128;
+    int runs = argc > 4 ? atoi(argv[4]) : 5;
+    if (size != 2 || mib < 1 || runs < 1 || runs > 64) {
+        if (rank == 0)
+            fprintf(stderr, "usage: mpiexec -n 2 tier_peers_bench [DIR0 "
+                            "[DIR1 [MIB [RUNS]]]]\n");
+        MPI_Finalize();
+        return 2;
+    }
+    if (rank == 0) {
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", d0, t1);
+        if (system(cmd) != 0)
+            MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    char t0[1100];
+    snprintf(t0, sizeof t0, "%s/n%d", d0, rank);
+    size_t per = (mib << 20) / NT / 4 * 4, total = per * NT;
+    unsigned char *buf = malloc(total), *dst = malloc(total);
+    unsigned char *in = malloc(total);
+    if (!buf || !dst || !in)
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    srand(1 + (unsigned)rank);
+    for (size_t i = 0; i < total; i++)
+        buf[i] = (unsigned char)rand();
+    memset(dst, 1, total);
+    memset(in, 1, total);
+
+    dcp_comm *comm = NULL;
+    dcp_ctx *ctx = NULL;
+    if (dcp_comm_mpi(&comm, MPI_COMM_WORLD) != DCP_OK ||
+        dcp_ctx_create(&ctx, comm, NULL) != DCP_OK)
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    dcp_state *st = mkstate(ctx, buf, per);
+    dcp_tier *t0k = make(ctx, t0, t1, 0), *t1k = make(ctx, t0, t1, 1);
+    int64_t step = 0;
+    /* Warm-up: both stacks once. */
+    if (dcp_tier_save(t0k, st, step++, NULL) != DCP_OK ||
+        dcp_tier_drain_wait(t0k, NULL) != DCP_OK ||
+        dcp_tier_save(t1k, st, step++, NULL) != DCP_OK ||
+        dcp_tier_drain_wait(t1k, NULL) != DCP_OK)
+        DIE(ctx, "warm-up");
+    exchange(buf, in, total);
+    double mc[64], cm[64], s0[64], s1[64];
+    for (int r = 0; r < runs; r++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double a = now();
+        memcpy(dst, buf, total);
+        mc[r] = slowest(now() - a);
+        sink = (unsigned char)(sink + dst[(size_t)r * 4099 % total]);
+        MPI_Barrier(MPI_COMM_WORLD);
+        a = now();
+        exchange(buf, in, total);
+        cm[r] = slowest(now() - a);
+        MPI_Barrier(MPI_COMM_WORLD);
+        a = now();
+        if (dcp_tier_save(t0k, st, step++, NULL) != DCP_OK)
+            DIE(ctx, "save, replicas 0");
+        s0[r] = slowest(now() - a);
+        if (dcp_tier_drain_wait(t0k, NULL) != DCP_OK)
+            DIE(ctx, "drain, replicas 0");
+        MPI_Barrier(MPI_COMM_WORLD);
+        a = now();
+        if (dcp_tier_save(t1k, st, step++, NULL) != DCP_OK)
+            DIE(ctx, "save, replicas 1");
+        s1[r] = slowest(now() - a);
+        if (dcp_tier_drain_wait(t1k, NULL) != DCP_OK)
+            DIE(ctx, "drain, replicas 1");
+    }
+    dcp_tier_free(t0k);
+    int64_t last = step - 1;
+
+    /* Node 1 lost: restore from node 0's own and replica files. */
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s/n1'", d0);
+        if (system(cmd) != 0)
+            MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    dcp_state *st2 = mkstate(ctx, dst, per);
+    char t1step[1200];
+    snprintf(t1step, sizeof t1step, "%s/step-%lld", t1, (long long)last);
+    double r0[3], r1[3];
+    for (int r = 0; r < 3; r++) {
+        int64_t got = -1;
+        int tier = -1;
+        memset(dst, 0, total);
+        MPI_Barrier(MPI_COMM_WORLD);
+        double a = now();
+        if (dcp_tier_restore(t1k, st2, NULL, &got, &tier) != DCP_OK)
+            DIE(ctx, "dcp_tier_restore");
+        r0[r] = slowest(now() - a);
+        if (got != last || tier != 0 || memcmp(dst, buf, total) != 0)
+            DIE(ctx, "restore from peers: wrong step, tier or bytes");
+        if (rank == 0)
+            evict(t1step);
+        memset(dst, 0, total);
+        MPI_Barrier(MPI_COMM_WORLD);
+        a = now();
+        if (dcp_load(ctx, st2, t1step, NULL) != DCP_OK)
+            DIE(ctx, "dcp_load from tier 1");
+        r1[r] = slowest(now() - a);
+        if (memcmp(dst, buf, total) != 0)
+            DIE(ctx, "load from tier 1: wrong bytes");
+    }
+    dcp_tier_free(t1k);
+    dcp_state_free(st2);
+    dcp_state_free(st);
+
+    double mmc = median(mc, runs), mcm = median(cm, runs);
+    double ms0 = median(s0, runs), ms1 = median(s1, runs);
+    double mr0 = median(r0, 3), mr1 = median(r1, 3);
+    double gbps = (double)total / mcm / 1e9;
+    if (rank == 0) {
+        fprintf(stderr,
+                "tier_peers_bench: 2 ranks as 2 nodes, %zu MiB per rank, "
+                "%d runs: memcpy %.1f ms; communicator exchange %.1f ms "
+                "(%.2f GB/s per rank each way); tier-0 save blocks %.1f ms "
+                "(x%.2f memcpy) with replicas 0, %.1f ms (x%.2f) with "
+                "replicas 1; node 1 lost: restore from tier 0 (own + "
+                "replica) %.1f ms, load from tier 1 (page cache dropped) "
+                "%.1f ms (x%.2f)\n",
+                mib, runs, mmc * 1e3, mcm * 1e3, gbps, ms0 * 1e3, ms0 / mmc,
+                ms1 * 1e3, ms1 / mmc, mr0 * 1e3, mr1 * 1e3, mr1 / mr0);
+        printf("  \"tier0_block_vs_memcpy_replica1\": {\"value\": %.3f, "
+               "\"unit\": \"x memcpy\", \"replicas0\": %.3f, "
+               "\"comm_gbps\": %.3f, \"mib_per_rank\": %zu},\n",
+               ms1 / mmc, ms0 / mmc, gbps, mib);
+        printf("  \"tier_replica_comm_gbps\": {\"value\": %.3f, \"unit\": "
+               "\"GB/s per rank each way\"},\n",
+               gbps);
+        printf("  \"tier_restore_peers_speedup\": {\"value\": %.3f, "
+               "\"unit\": \"x tier-1 load\", \"t0_ms\": %.2f, "
+               "\"t1_ms\": %.2f}\n",
+               mr1 / mr0, mr0 * 1e3, mr1 * 1e3);
+    }
+    dcp_ctx_free(ctx);
+    dcp_comm_free(comm);
+    free(buf);
+    free(dst);
+    free(in);
+    MPI_Finalize();
+    return 0;
+}

@@ -1,0 +1,74 @@
+/*
+ * Peer replicas of tier-0 data files (replica.c): the node map and its
+ * partners, and the transfer of a committed step's data files to the
+ * partner nodes over the communicator's point-to-point operations.
+ */
+#ifndef DCP_REPLICA_H
+#define DCP_REPLICA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "meta.h"
+#include "util.h"
+
+/*
+ * The nodes of a tier stack: node n is the n-th distinct tier0_dir in rank
+ * order. members[first[n] .. first[n] + count[n]) are node n's ranks,
+ * ascending; node_of[r] is rank r's node. Node n's partners (the nodes
+ * holding its replicas) are part[n * k .. n * k + kn[n]).
+ */
+struct dcp__nodes {
+    int size; /* ranks */
+    int nnodes;
+    int *node_of;
+    int *first, *count, *members;
+    uint32_t k;
+    int *kn, *part;
+};
+
+/*
+ * Builds nd from every rank's tier0_dir (dirs[r]) and replica spec
+ * (specs[r]: "<failure domain>" or "<failure domain>:<p0>,<p1>,..." for
+ * explicit partners), k replicas asked. Deterministic (every rank passing
+ * the same arrays gets the same result and message): DCP_OK, DCP_EINVAL
+ * (a node whose ranks disagree on the spec, bad explicit partners; named),
+ * DCP_ENOMEM.
+ */
+int dcp__nodes_plan(struct dcp__nodes *nd, const char *const *dirs,
+                    const char *const *specs, int size, uint32_t k,
+                    struct dcp_err *err);
+void dcp__nodes_release(struct dcp__nodes *nd);
+
+/* Whether some node has a partner (replication has work to do). */
+int dcp__nodes_replicating(const struct dcp__nodes *nd);
+
+/*
+ * Replicates step md's data files over c: each rank sends every file of md
+ * it wrote ("__<rank>_*", read from stepdir, its own node's step
+ * directory) to one rank of each partner node of its node (the one at the
+ * sender's position in its node, modulo the partner's size), in pieces of
+ * at most piece bytes, at most 4 files in flight; the receiver writes it
+ * into a temporary in its own stepdir, synced unless nosync. Once every
+ * rank agreed that every transfer succeeded, the temporaries are renamed
+ * to the files' names and stepdir synced; on a failure they are removed.
+ * Every rank returns the same code: DCP_OK, DCP_EIO, DCP_ENOSPC, DCP_ENOMEM,
+ * a transport failure (DCP_ETIMEOUT, ...), the message naming rank and
+ * file. Collective; uses the calling thread's storage back end (POSIX).
+ */
+int dcp__replicate(const dcp_comm *c, const struct dcp__nodes *nd, int rank,
+                   const char *stepdir, const struct dcp_metadata *md,
+                   size_t piece, int nosync, struct dcp_err *err);
+
+/* Test hook (tier.h's dcp__tier_set_replica_hook): fn(rank, file, off,
+ * arg) is called on the receiving rank before each piece of a replica is
+ * written, and with file ".rename" (off 0) before each replica is renamed
+ * to its file's name after the agreement; a non-zero return (a negative
+ * DCP_E*) fails that replica as a write (rename) error would; fn may also
+ * kill the process. NULL: none. Not thread safe. */
+typedef int (*dcp__replica_hook_fn)(int rank, const char *file, uint64_t off,
+                                    void *arg);
+void dcp__replica_set_hook(dcp__replica_hook_fn fn, void *arg);
+
+#endif /* DCP_REPLICA_H */
