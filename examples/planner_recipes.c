@@ -146,8 +146,10 @@ static int filter(void *ud, const dcp_plan_item *it, dcp_plan_decision *d)
 
 /* A post-load hook: 1 added to every element of a float32 box. */
 static int add_one(void *ud, const dcp_plan_item *it, size_t box,
-                   const int64_t *off, const int64_t *sz, void *buf)
+                   const int64_t *off, const int64_t *sz,
+                      const int64_t *strides, void *buf)
 {
+    (void)strides;
     float *f = buf;
     int64_t i, n = 1;
     int k;

@@ -657,6 +657,36 @@ DCP_API int dcp_state_add_tensor(dcp_state *st, const char *name,
                                  void *buf, dcp_mem mem);
 
 /*
+ * As dcp_state_add_tensor, for a box whose elements are not packed in
+ * memory: element (i0, i1, ...) of the box is at buf + (i0 * strides[0] +
+ * i1 * strides[1] + ...) * element size. The interior of a block with
+ * ghost cells is such a box: a 64 x 48 interior inside a 66 x 50 array
+ * with one ghost layer is sizes {64, 48}, strides {50, 1}, buf at element
+ * (1, 1). No packing by the caller: a save gathers the box's elements
+ * (into the context's staging buffers, on the calling thread, as for
+ * dcp_save_async; it does not write straight from buf as dcp_save does
+ * for a packed box), a load scatters each stored chunk's overlap into it
+ * and touches no other byte (the ghost cells keep their values). Every
+ * other rule of dcp_state_add_tensor holds (the same buffer lifetime, a
+ * second box of the same tensor may be packed or strided).
+ *  - strides: ndim element strides (not bytes), each >= 0, such that no
+ *    two elements of the box share memory (ordered by stride, each at
+ *    least the previous dimension's stride times its size; dimensions of
+ *    size 0 or 1 are free). NULL, or the C-contiguous strides, is
+ *    dcp_state_add_tensor exactly. Negative strides are refused.
+ * Returns the codes of dcp_state_add_tensor; DCP_EINVAL also for strides
+ * that alias or overflow; DCP_ENOTSUP for a non-contiguous DCP_MEM_CUDA
+ * box. Not collective; a state is not thread safe.
+ */
+DCP_API int dcp_state_add_tensor_strided(dcp_state *st, const char *name,
+                                         dcp_dtype dtype, int ndim,
+                                         const int64_t *global_shape,
+                                         const int64_t *offsets,
+                                         const int64_t *sizes,
+                                         const int64_t *strides, void *buf,
+                                         dcp_mem mem);
+
+/*
  * Adds a non-tensor value under the current path (name as for
  * dcp_state_add_tensor, NULL included); takes ownership of value,
  * also on failure (NULL value gives DCP_ENOMEM, so constructors can be

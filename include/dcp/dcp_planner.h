@@ -103,8 +103,9 @@ DCP_API int dcp_plan_cast(dcp_plan_decision *d, dcp_dtype dtype);
 /*
  * A user transform of each box: fn(userdata, it, box, offsets, sizes,
  * src, dst, n) is called once per box of the item on the calling thread,
- * src the box's n elements (it->dtype, C order), dst room for n elements
- * of dtype; it returns 0 or fails the save (its code as for any hook).
+ * src the box's n elements (it->dtype, C order: a strided box is packed
+ * first), dst room for n elements of dtype; it returns 0 or fails the
+ * save (its code as for any hook).
  */
 typedef int (*dcp_plan_box_fn)(void *userdata, const dcp_plan_item *it,
                                size_t box, const int64_t *offsets,
@@ -205,9 +206,13 @@ typedef struct dcp_load_planner {
     /* After every rank's data landed: once per tensor box of this rank's
      * state entries that were loaded (under the state's key, it->dtype
      * the box's dtype), buf the box's memory (host, or a device pointer
-     * for DCP_MEM_CUDA). May change the box's bytes. NULL: none. */
+     * for DCP_MEM_CUDA): C-contiguous when strides is NULL, else element
+     * (i0, i1, ...) at buf + sum of i * strides (a box added with
+     * dcp_state_add_tensor_strided). May change the box's bytes. NULL:
+     * none. */
     int (*post_load)(void *userdata, const dcp_plan_item *it, size_t box,
-                     const int64_t *offsets, const int64_t *sizes, void *buf);
+                     const int64_t *offsets, const int64_t *sizes,
+                     const int64_t *strides, void *buf);
 } dcp_load_planner;
 
 /* The default planners: every hook keeps what it is given (no flags).

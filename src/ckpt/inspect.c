@@ -151,6 +151,7 @@ int dcp_metadata_read_box(dcp_ctx *ctx, const dcp_metadata *md, size_t index,
     dest.off = off;
     dest.size = size;
     dest.buf = buf;
+    dest.stride = NULL;
     dest.dtype = e->dtype;
     rc = dcp__rd_open(&f, md->dir, md, &ctx->err);
     if (rc != DCP_OK)

@@ -194,6 +194,8 @@ static int load_tensor(struct rd_files *f, const struct st_entry *se,
         dest[i].off = se->boxes[i].off;
         dest[i].size = se->boxes[i].size;
         dest[i].buf = host ? host + hoff : se->boxes[i].buf;
+        /* A strided box is host memory (dcp_state_add_tensor_strided). */
+        dest[i].stride = se->boxes[i].strided ? se->boxes[i].stride : NULL;
         dest[i].dtype = se->dtype;
         hoff += (size_t)dcp__box_numel(se->ndim, se->boxes[i].size) *
                 dcp_dtype_size(se->dtype);

@@ -217,6 +217,7 @@ static int convert_box(struct pn_save *ps, const struct st_entry *e,
                        int world, void **out, struct dcp_err *err)
 {
     const struct st_box *box = &e->boxes[b];
+    const void *src = box->buf;
     uint64_t n = dcp__box_numel(e->ndim, box->size);
     size_t es = dcp_dtype_size(d->dtype), bytes;
     void **nb;
@@ -235,17 +236,35 @@ static int convert_box(struct pn_save *ps, const struct st_entry *e,
                         "out of memory converting key '%s' (%zu bytes)",
                         e->key, bytes);
     ps->bufs[ps->nbufs++] = buf;
+    if (box->strided && n) { /* packed first: hooks see C order */
+        size_t ib = (size_t)n * dcp_dtype_size(e->dtype);
+        void *packed = dcp__malloc(ib);
+        if (!packed)
+            return dcp__err(err, DCP_ENOMEM, "out of memory packing key '%s'",
+                            e->key);
+        dcp__box_gather(e->ndim, dcp_dtype_size(e->dtype), box->size,
+                        box->stride, box->buf, 0, ib, packed);
+        ps->bufs[ps->nbufs - 1] = packed; /* freed with the others */
+        nb = dcp__realloc(ps->bufs, (ps->nbufs + 1) * sizeof(*nb));
+        if (!nb) {
+            dcp__free(buf);
+            return dcp__err(err, DCP_ENOMEM, "out of memory");
+        }
+        ps->bufs = nb;
+        ps->bufs[ps->nbufs++] = buf;
+        src = packed;
+    }
     if (d->fn) {
         dcp_plan_item it;
         int r;
         item_of(e, rank, world, &it);
-        r = d->fn(d->fn_ud, &it, b, box->off, box->size, box->buf, buf,
+        r = d->fn(d->fn_ud, &it, b, box->off, box->size, src, buf,
                   (size_t)n);
         if (r != 0)
             return hook_failed(err, r, "save planner's transform", e->key,
                                "");
     } else if (n) {
-        dcp__convert(buf, d->dtype, box->buf, e->dtype, (size_t)n);
+        dcp__convert(buf, d->dtype, src, e->dtype, (size_t)n);
     }
     *out = buf;
     return DCP_OK;
@@ -270,9 +289,11 @@ static int add_planned(struct pn_save *ps, const struct st_entry *e,
             if (d->conv && (rc = convert_box(ps, e, b, d, rank, world, &buf,
                                              err)) != DCP_OK)
                 return rc;
-            rc = dcp_state_add_tensor(x, name, dt, e->ndim, e->shape,
-                                      e->boxes[b].off, e->boxes[b].size, buf,
-                                      e->mem);
+            rc = dcp_state_add_tensor_strided(
+                x, name, dt, e->ndim, e->shape, e->boxes[b].off,
+                e->boxes[b].size,
+                e->boxes[b].strided && !d->conv ? e->boxes[b].stride : NULL,
+                buf, e->mem);
             if (rc == DCP_OK && b == 0 && x->n == before)
                 rc = DCP_EEXIST;
         }
@@ -460,9 +481,11 @@ static int add_load(struct pn_load *pl, size_t i, const struct st_entry *e,
     if (rc == DCP_OK && !e->is_tensor)
         rc = dcp_state_add_value(x, name, dcp_value_copy(e->value));
     for (b = 0; rc == DCP_OK && e->is_tensor && b < e->nboxes; b++)
-        rc = dcp_state_add_tensor(x, name, e->dtype, e->ndim, e->shape,
-                                  e->boxes[b].off, e->boxes[b].size,
-                                  e->boxes[b].buf, e->mem);
+        rc = dcp_state_add_tensor_strided(
+            x, name, e->dtype, e->ndim, e->shape, e->boxes[b].off,
+            e->boxes[b].size,
+            e->boxes[b].strided ? e->boxes[b].stride : NULL, e->boxes[b].buf,
+            e->mem);
     if (rc != DCP_OK)
         return dcp__err(err, rc, "load planner: key '%s' read as '%s': %s",
                         e->key, k, dcp_strerror(rc));
@@ -541,8 +564,10 @@ int dcp__planner_loaded(const dcp_load_planner *p, int rank, int world,
             continue;
         item_of(e, rank, world, &it);
         for (b = 0; b < e->nboxes; b++) {
-            int r = p->post_load(p->userdata, &it, b, e->boxes[b].off,
-                                 e->boxes[b].size, e->boxes[b].buf);
+            int r = p->post_load(
+                p->userdata, &it, b, e->boxes[b].off, e->boxes[b].size,
+                e->boxes[b].strided ? e->boxes[b].stride : NULL,
+                e->boxes[b].buf);
             if (r != 0)
                 return hook_failed(err, r, "load planner's post_load", e->key,
                                    "");

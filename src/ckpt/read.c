@@ -250,9 +250,13 @@ static void copy_overlap(const struct rd_dest *dst, const struct tz_tensor *t,
                          const int64_t *ioff, const int64_t *isize)
 {
     size_t ss = dcp_dtype_size(t->dtype), ds = dcp_dtype_size(dst->dtype);
-    int64_t dstride[DCP_MAX_NDIM];
+    int64_t cstride[DCP_MAX_NDIM];
+    const int64_t *dstride = dst->stride;
     struct box_runs r;
-    dcp__box_cstrides(t->ndim, dst->size, dstride);
+    if (!dstride) {
+        dcp__box_cstrides(t->ndim, dst->size, cstride);
+        dstride = cstride;
+    }
     dcp__box_runs_init(
         &r, t->ndim, isize,
         t->storage_offset + dcp__box_at(t->ndim, ioff, coff, t->stride),
@@ -286,7 +290,7 @@ static int64_t direct_offset(const struct rd_dest *dest,
 {
     int64_t row = (int64_t)dcp_dtype_size(t->dtype);
     int d;
-    if (dest->dtype != t->dtype || !is_contiguous(t))
+    if (dest->dtype != t->dtype || dest->stride || !is_contiguous(t))
         return -1;
     for (d = 0; d < ndim; d++) {
         if (c->off[d] < dest->off[d] ||
@@ -740,8 +744,8 @@ static long plan_targets(const struct md_entry *e, const struct md_chunk *c,
         if (!dcp__box_intersect(e->ndim, c->off, c->size, dest[i].off,
                                 dest[i].size, ioff, isize))
             continue;
-        if (dest[i].dtype != t->dtype)
-            return -1;
+        if (dest[i].dtype != t->dtype || dest[i].stride)
+            return -1; /* a cast, or a strided box: copied */
         so = run_offset(e->ndim, c->off, c->size, ioff, isize, es);
         dof = run_offset(e->ndim, dest[i].off, dest[i].size, ioff, isize, es);
         if (so < 0 || dof < 0)

@@ -33,7 +33,8 @@ struct rd_files {
 struct rd_dest {
     const int64_t *off;  /* global offsets of the box */
     const int64_t *size; /* box sizes */
-    void *buf;           /* C-contiguous elements of the box */
+    void *buf;           /* the box's elements: C-contiguous, or */
+    const int64_t *stride; /* these element strides (NULL: C order) */
     dcp_dtype dtype;     /* may differ from the stored dtype (cast) */
 };
 

@@ -293,6 +293,7 @@ static int dests_of(const struct ex *x, size_t ei, struct rd_dest **d,
         (*d)[i].off = se->boxes[i].off;
         (*d)[i].size = se->boxes[i].size;
         (*d)[i].buf = se->boxes[i].buf;
+        (*d)[i].stride = se->boxes[i].strided ? se->boxes[i].stride : NULL;
         (*d)[i].dtype = se->dtype;
     }
     *nd = se->nboxes;
@@ -309,7 +310,7 @@ static uint8_t *direct(const struct md_entry *e, size_t ci,
     int k;
     for (i = 0; i < nd; i++) {
         int64_t row = (int64_t)dcp_dtype_size(e->dtype);
-        if (d[i].dtype != e->dtype)
+        if (d[i].dtype != e->dtype || d[i].stride)
             continue;
         for (k = 0; k < e->ndim; k++) {
             if (c->off[k] < d[i].off[k] ||
@@ -378,6 +379,7 @@ static int send_job(struct ex *x, struct rd_files *f, struct job *j,
         whole.off = e->chunks[j->ci].off;
         whole.size = e->chunks[j->ci].size;
         whole.buf = j->buf;
+        whole.stride = NULL;
         whole.dtype = e->dtype;
         *local_rc =
             dcp__rd_chunk(f, e, j->ci, &whole, 1, verify, NULL, &x->ctx->err);

@@ -78,6 +78,45 @@ void dcp__box_copy(int ndim, size_t esize, const int64_t *size, const void *src,
                (size_t)r.run * esize);
 }
 
+void dcp__box_gather(int ndim, size_t esize, const int64_t *size,
+                     const int64_t *stride, const void *src, uint64_t off,
+                     uint64_t len, void *dst)
+{
+    int64_t idx[DCP_MAX_NDIM] = {0};
+    uint64_t e = off / esize, b = off % esize;
+    uint8_t *out = dst;
+    int d, last = ndim - 1;
+    if (!len)
+        return;
+    if (ndim == 0) {
+        memcpy(out, (const uint8_t *)src + b, (size_t)len);
+        return;
+    }
+    for (d = last; d >= 0; d--) { /* the coordinates of element e */
+        idx[d] = (int64_t)(e % (uint64_t)size[d]);
+        e /= (uint64_t)size[d];
+    }
+    while (len && idx[0] < size[0]) {
+        /* A run: the rest of the row when its elements are adjacent, one
+         * element otherwise. */
+        int64_t m = 0, cnt = stride[last] == 1 ? size[last] - idx[last] : 1;
+        uint64_t n = (uint64_t)cnt * esize - b;
+        for (d = 0; d < ndim; d++)
+            m += idx[d] * stride[d];
+        if (n > len)
+            n = len;
+        memcpy(out, (const uint8_t *)src + (size_t)m * esize + b, (size_t)n);
+        out += n;
+        len -= n;
+        b = 0;
+        idx[last] += cnt;
+        for (d = last; d > 0 && idx[d] >= size[d]; d--) {
+            idx[d] = 0;
+            idx[d - 1]++;
+        }
+    }
+}
+
 int dcp__box_intersect(int ndim, const int64_t *aoff, const int64_t *asize,
                        const int64_t *boff, const int64_t *bsize,
                        int64_t *ioff, int64_t *isize)

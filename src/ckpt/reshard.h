@@ -87,6 +87,17 @@ void dcp__box_copy(int ndim, size_t esize, const int64_t *size, const void *src,
                    int64_t doff, const int64_t *dstride);
 
 /*
+ * Copies bytes [off, off + len) of the packed (C-order) image of a strided
+ * box into dst: the box has sizes size, elements of esize bytes at src +
+ * (sum of index * stride) * esize. off and len need not fall on element
+ * boundaries (a staging piece may cut an element). One memcpy per row when
+ * the last dimension's stride is 1.
+ */
+void dcp__box_gather(int ndim, size_t esize, const int64_t *size,
+                     const int64_t *stride, const void *src, uint64_t off,
+                     uint64_t len, void *dst);
+
+/*
  * Load planning: marks (mark[i] = 1) every chunk i of tensor entry e that
  * overlaps the box (off, size), and returns how many it newly marked. mark
  * has e->nchunks bytes. With chunks sorted along dim 0 (dcp__meta_index), a

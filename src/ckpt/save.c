@@ -83,7 +83,20 @@ struct sv_rec {
     dcp_mem mem;
     size_t stage;  /* staging source index + 1; 0: written from src */
     size_t pickle; /* values: index into lp.pickles */
+    /* A strided box (dcp_state_add_tensor_strided): src's element strides;
+     * always staged, gathered by gather_rec. */
+    int strided;
+    int64_t stride[DCP_MAX_NDIM];
 };
+
+/* The staging copy of a strided record: bytes [off, off + len) of its
+ * packed image. */
+static void gather_rec(const void *ud, uint64_t off, uint64_t len, void *dst)
+{
+    const struct sv_rec *r = ud;
+    dcp__box_gather(r->ndim, dcp_dtype_size(r->dtype), r->size, r->stride,
+                    r->src, off, len, dst);
+}
 
 /* Test hook: the k-th data file write from now on fails. */
 static _Atomic uint64_t wfail_count, wfail_at;
@@ -707,6 +720,9 @@ static int build_recs(struct sv_job *job, const dcp_state *st,
                 dcp__box_numel(se->ndim, b->size) * dcp_dtype_size(se->dtype);
             r->src = b->buf;
             r->mem = se->mem;
+            r->strided = b->strided;
+            if (b->strided)
+                memcpy(r->stride, b->stride, sizeof(r->stride));
         } else {
             r->pickle = a->recs[i].lent;
         }
@@ -1046,7 +1062,8 @@ int dcp__save_prepare_staging(dcp_ctx *ctx, struct sv_job *job, int copy_all)
         return DCP_OK;
     for (i = 0; i < job->nrecs; i++) {
         const struct sv_rec *r = &job->recs[i];
-        n += r->is_tensor && r->nbytes && (copy_all || r->mem == DCP_MEM_CUDA);
+        n += r->is_tensor && r->nbytes &&
+             (copy_all || r->mem == DCP_MEM_CUDA || r->strided);
     }
     if (!n)
         return DCP_OK;
@@ -1062,11 +1079,15 @@ int dcp__save_prepare_staging(dcp_ctx *ctx, struct sv_job *job, int copy_all)
     for (i = 0; i < job->nrecs; i++) {
         struct sv_rec *r = &job->recs[i];
         if (!r->is_tensor || !r->nbytes ||
-            !(copy_all || r->mem == DCP_MEM_CUDA))
+            !(copy_all || r->mem == DCP_MEM_CUDA || r->strided))
             continue;
         job->srcs[job->nsrcs].p = r->src;
         job->srcs[job->nsrcs].n = r->nbytes;
         job->srcs[job->nsrcs].cuda = r->mem == DCP_MEM_CUDA;
+        if (r->strided) {
+            job->srcs[job->nsrcs].gather = gather_rec;
+            job->srcs[job->nsrcs].ud = r;
+        }
         cuda |= r->mem == DCP_MEM_CUDA;
         r->stage = ++job->nsrcs;
     }

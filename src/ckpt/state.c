@@ -252,7 +252,7 @@ static int take_last(dcp_state *st, const char **name, int64_t *name_i,
 static int add_tensor_at(dcp_state *st, const char *name, int64_t name_i,
                          dcp_dtype dtype, int ndim, const int64_t *shape,
                          const int64_t *off, const int64_t *size, void *buf,
-                         dcp_mem mem)
+                         const int64_t *stride, dcp_mem mem)
 {
     struct dcp_buf key = {0};
     struct st_entry *e;
@@ -294,6 +294,70 @@ static int add_tensor_at(dcp_state *st, const char *name, int64_t name_i,
         box->size[d] = size[d];
     }
     box->buf = buf;
+    if (stride) {
+        box->strided = 1;
+        for (d = 0; d < ndim; d++)
+            box->stride[d] = stride[d];
+    }
+    return DCP_OK;
+}
+
+const int64_t *dcp__box_strides(const struct st_box *b, int ndim,
+                                int64_t tmp[DCP_MAX_NDIM])
+{
+    if (b->strided)
+        return b->stride;
+    dcp__box_cstrides(ndim, b->size, tmp);
+    return tmp;
+}
+
+#define DCP_MAX_DTYPE_SIZE 16 /* complex128 */
+
+/* Checks strides for a box of the given sizes: non-negative, and no two
+ * elements at one address (dimensions of more than one element, ordered
+ * by stride, each stride at least the previous one's extent). *contig is
+ * 1 when they are the C-contiguous strides wherever it matters (sizes of
+ * 0 or 1 make a stride irrelevant). */
+static int strides_check(int ndim, const int64_t *size, const int64_t *stride,
+                         int *contig)
+{
+    int order[DCP_MAX_NDIM], n = 0, i, j, d;
+    int64_t c = 1;
+    *contig = 1;
+    for (d = 0; d < ndim; d++)
+        if (stride[d] < 0)
+            return DCP_EINVAL;
+    for (d = ndim - 1; d >= 0; d--) {
+        if (size[d] > 1 && stride[d] != c)
+            *contig = 0;
+        if (size[d] > 1)
+            c *= size[d];
+    }
+    for (d = 0; d < ndim; d++)
+        if (size[d] > 1)
+            order[n++] = d;
+    for (i = 1; i < n; i++) /* insertion sort by stride */
+        for (j = i; j > 0 && stride[order[j]] < stride[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    for (i = 0; i < n; i++) {
+        int64_t need = 1, ext;
+        if (i > 0 && (dcp__mul_overflow_i64(stride[order[i - 1]],
+                                            size[order[i - 1]], &ext) ||
+                      (need = ext) < 0))
+            return DCP_EINVAL;
+        if (stride[order[i]] < need)
+            return DCP_EINVAL;
+    }
+    if (n) { /* the whole extent, in bytes, must be addressable */
+        int64_t ext;
+        if (dcp__mul_overflow_i64(stride[order[n - 1]], size[order[n - 1]],
+                                  &ext) ||
+            dcp__mul_overflow_i64(ext, DCP_MAX_DTYPE_SIZE, &ext))
+            return DCP_EINVAL;
+    }
     return DCP_OK;
 }
 
@@ -302,9 +366,20 @@ int dcp_state_add_tensor(dcp_state *st, const char *name, dcp_dtype dtype,
                          const int64_t *offsets, const int64_t *sizes,
                          void *buf, dcp_mem mem)
 {
+    return dcp_state_add_tensor_strided(st, name, dtype, ndim, global_shape,
+                                        offsets, sizes, NULL, buf, mem);
+}
+
+int dcp_state_add_tensor_strided(dcp_state *st, const char *name,
+                                 dcp_dtype dtype, int ndim,
+                                 const int64_t *global_shape,
+                                 const int64_t *offsets, const int64_t *sizes,
+                                 const int64_t *strides, void *buf,
+                                 dcp_mem mem)
+{
     int64_t off[DCP_MAX_NDIM] = {0}, size[DCP_MAX_NDIM] = {0}, name_i = 0;
     struct md_pathel saved;
-    int d, rc, took;
+    int d, rc, took, contig = 1;
     if (!st || dcp_dtype_size(dtype) == 0 || ndim < 0 || ndim > DCP_MAX_NDIM ||
         (ndim > 0 && !global_shape) ||
         (mem != DCP_MEM_HOST && mem != DCP_MEM_CUDA))
@@ -318,11 +393,15 @@ int dcp_state_add_tensor(dcp_state *st, const char *name, dcp_dtype dtype,
         return rc;
     if (!buf && dcp__box_numel(ndim, size) != 0)
         return DCP_EINVAL;
+    if (strides && (rc = strides_check(ndim, size, strides, &contig)) != DCP_OK)
+        return rc;
+    if (!contig && mem != DCP_MEM_HOST)
+        return DCP_ENOTSUP;
     took = take_last(st, &name, &name_i, &saved);
     if (took < 0)
         return DCP_EINVAL;
     rc = add_tensor_at(st, name, name_i, dtype, ndim, global_shape, off,
-                       size, buf, mem);
+                       size, buf, contig ? NULL : strides, mem);
     if (took)
         st->cur[st->ncur++] = saved;
     return rc;

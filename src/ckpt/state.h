@@ -16,7 +16,17 @@ struct st_box {
     int64_t off[DCP_MAX_NDIM];
     int64_t size[DCP_MAX_NDIM];
     void *buf;
+    /* A strided box (dcp_state_add_tensor_strided): element strides of buf
+     * per dimension; strided is 0 when the box is C-contiguous (stride
+     * then unset), which every path takes as before. */
+    int strided;
+    int64_t stride[DCP_MAX_NDIM];
 };
+
+/* The box's strides: its own, or the C-contiguous ones of its sizes (into
+ * tmp). */
+const int64_t *dcp__box_strides(const struct st_box *b, int ndim,
+                                int64_t tmp[DCP_MAX_NDIM]);
 
 struct st_entry {
     char *key; /* path joined with '.' */

@@ -49,8 +49,9 @@ static int add_copy(struct st_expansion *ex, const struct md_pathel *prefix,
     if (se->is_tensor) {
         for (b = 0; rc == DCP_OK && b < se->nboxes; b++) {
             const struct st_box *box = &se->boxes[b];
-            rc = dcp_state_add_tensor(x, NULL, se->dtype, se->ndim, se->shape,
-                                      box->off, box->size, box->buf, se->mem);
+            rc = dcp_state_add_tensor_strided(
+                x, NULL, se->dtype, se->ndim, se->shape, box->off, box->size,
+                box->strided ? box->stride : NULL, box->buf, se->mem);
             if (rc == DCP_OK && b == 0 && x->n == before)
                 rc = DCP_EINVAL; /* merged into an existing key */
         }

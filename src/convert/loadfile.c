@@ -472,14 +472,39 @@ static int apply(struct lf *lf, const uint8_t *p, size_t len)
     return rc;
 }
 
-/* Places a slab's bytes (stored dtype) into the box buffer. */
+/* Places a slab's bytes (stored dtype) into the box buffer; into a
+ * strided box (dcp_state_add_tensor_strided) run by run. */
 static void place(struct lf *lf, const struct st_entry *se, size_t i,
                   const struct st_box *b, const struct slab_it *it,
                   const void *src)
 {
-    uint8_t *dst = (uint8_t *)b->buf + it->lin * dcp_dtype_size(se->dtype);
+    size_t ds = dcp_dtype_size(se->dtype), ss = dcp_dtype_size(lf->fdt[i]);
+    uint8_t *dst = (uint8_t *)b->buf + it->lin * ds;
+    if (b->strided) {
+        int64_t sstride[DCP_MAX_NDIM];
+        struct box_runs r;
+        dcp__box_cstrides(se->ndim, it->sz, sstride);
+        dcp__box_runs_init(&r, se->ndim, it->sz, 0, sstride,
+                           dcp__box_at(se->ndim, it->off, NULL, b->stride),
+                           b->stride);
+        while (dcp__box_runs_next(&r))
+            dcp__convert((uint8_t *)b->buf + (size_t)r.dst * ds, se->dtype,
+                         (const uint8_t *)src + (size_t)r.src * ss,
+                         lf->fdt[i], (size_t)r.run);
+        return;
+    }
     if (src != dst)
         dcp__convert(dst, se->dtype, src, lf->fdt[i], (size_t)it->n);
+}
+
+/* Where a slab of box b is read: straight into b, or into the stage (a
+ * cast, or a strided box). */
+static uint8_t *slab_dst(struct lf *lf, const struct st_entry *se, size_t i,
+                         const struct st_box *b, const struct slab_it *it)
+{
+    return lf->fdt[i] == se->dtype && !b->strided
+               ? (uint8_t *)b->buf + it->lin * dcp_dtype_size(se->dtype)
+               : lf->stage;
 }
 
 /* Own mode: this rank reads its slabs. */
@@ -501,10 +526,7 @@ static int read_own(struct lf *lf)
             for (slab_first(&it, se->ndim, b->size, dcp_dtype_size(lf->fdt[i]),
                             lf->cap);
                  rc == DCP_OK && !it.done; slab_next(&it)) {
-                uint8_t *dst =
-                    lf->fdt[i] == se->dtype
-                        ? (uint8_t *)b->buf + it.lin * dcp_dtype_size(se->dtype)
-                        : lf->stage;
+                uint8_t *dst = slab_dst(lf, se, i, b, &it);
                 for (d = 0; d < se->ndim; d++)
                     goff[d] = b->off[d] + it.off[d];
                 rc = dcp__src_read_box(&lf->ix, e, goff, it.sz, dst,
@@ -651,9 +673,7 @@ static int root_rounds(struct lf *lf, const uint8_t *all, const size_t *lens,
             }
         }
         if (have)
-            dst = lf->fdt[mine.entry] == se->dtype
-                      ? (uint8_t *)b->buf + mine.it.lin * es
-                      : lf->stage;
+            dst = slab_dst(lf, se, mine.entry, b, &mine.it);
         rc = dcp__comm_scatterv(lf->ctx->comm, send, slen, sdis,
                                 dst ? (void *)dst : (void *)lf->stage,
                                 have ? (size_t)mine.it.n * es : 0, 0, lf->err);

@@ -258,6 +258,8 @@ int dcp__stage_run(struct stg_pipe *p, struct dcp_err *err)
             rc = dcp__cuda_copy_async(dst, (const uint8_t *)s->p + pc.off,
                                       (size_t)pc.len, err);
             cuda_pending = 1;
+        } else if (s->gather) {
+            s->gather(s->ud, pc.off, pc.len, dst);
         } else {
             memcpy(dst, (const uint8_t *)s->p + pc.off, (size_t)pc.len);
         }

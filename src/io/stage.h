@@ -45,6 +45,11 @@ struct stg_src {
     const void *p;
     uint64_t n;
     int cuda; /* p is CUDA memory */
+    /* When set (host memory), the source is not n bytes at p: gather(ud,
+     * off, len, dst) copies bytes [off, off + len) of it to dst (a strided
+     * box, ckpt/save.c). */
+    void (*gather)(const void *ud, uint64_t off, uint64_t len, void *dst);
+    const void *ud;
 };
 
 /* Bytes the arena needs to hold every source at once (64-byte aligned

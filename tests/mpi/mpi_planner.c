@@ -197,8 +197,10 @@ static int fail_last(void *ud, const dcp_plan_item *it, dcp_plan_decision *d)
 }
 
 static int post_fail_1(void *ud, const dcp_plan_item *it, size_t box,
-                       const int64_t *off, const int64_t *sz, void *buf)
+                       const int64_t *off, const int64_t *sz,
+                      const int64_t *strides, void *buf)
 {
+    (void)strides;
     (void)ud;
     (void)box;
     (void)off;

@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../sidmask.h"
+#include "../ckptcmp.h"
 #include "meta.h"
 #include "test.h"
 
@@ -75,71 +75,6 @@ static void fill(void)
     w[2] = 1.0f + 1.0f / 256.0f; /* a bf16 midpoint: ties to even */
     for (i = 0; i < 3; i++)
         b2[i] = 0.5 * i;
-}
-
-static int read_file(const char *path, unsigned char **p, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    long len;
-    if (!f)
-        return -1;
-    fseek(f, 0, SEEK_END);
-    len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *n = (size_t)len;
-    *p = malloc(*n ? *n : 1);
-    if (!*p || fread(*p, 1, *n, f) != *n) {
-        fclose(f);
-        free(*p);
-        return -1;
-    }
-    fclose(f);
-    return 0;
-}
-
-/* Replaces every occurrence of the n bytes a by b in p. */
-static void subst(unsigned char *p, size_t len, const char *a, const char *b,
-                  size_t n)
-{
-    size_t i;
-    for (i = 0; n && i + n <= len; i++)
-        if (!memcmp(p + i, a, n))
-            memcpy(p + i, b, n);
-}
-
-/* Whether the checkpoints in directories da and db (names of one length)
- * are the same bytes but for their save ids and paths. */
-static int same_checkpoint(dcp_ctx *ctx, const char *da, const char *db)
-{
-    static const char *const files[] = {".metadata", "__0_0.distcp"};
-    dcp_metadata *ma = NULL, *mb = NULL;
-    int ok = dcp_metadata_open(ctx, da, &ma) == DCP_OK &&
-             dcp_metadata_open(ctx, db, &mb) == DCP_OK &&
-             strlen(da) == strlen(db) &&
-             strlen(ma->save_id) == strlen(mb->save_id);
-    size_t f;
-    for (f = 0; ok && f < 2; f++) {
-        unsigned char *pa = NULL, *pb = NULL;
-        size_t na = 0, nb = 0;
-        char fa[600], fb[600];
-        snprintf(fa, sizeof fa, "%s/%s", da, files[f]);
-        snprintf(fb, sizeof fb, "%s/%s", db, files[f]);
-        ok = read_file(fa, &pa, &na) == 0 && read_file(fb, &pb, &nb) == 0 &&
-             na == nb;
-        if (ok && f == 0) {
-            subst(pa, na, da, db, strlen(da));
-            subst(pa, na, ma->save_id, mb->save_id, strlen(ma->save_id));
-        } else if (ok) {
-            ok = dcp_test_mask_sids(pa, na) > 0 &&
-                 dcp_test_mask_sids(pa, na) == dcp_test_mask_sids(pb, nb);
-        }
-        ok = ok && !memcmp(pa, pb, na);
-        free(pa);
-        free(pb);
-    }
-    dcp_metadata_free(ma);
-    dcp_metadata_free(mb);
-    return ok;
 }
 
 static int exists(const char *dir, const char *name)
@@ -446,8 +381,10 @@ static int load_item(void *ud, const dcp_plan_item *it, dcp_plan_decision *d)
 static int post_count;
 
 static int post_scale(void *ud, const dcp_plan_item *it, size_t box,
-                      const int64_t *off, const int64_t *sz, void *buf)
+                      const int64_t *off, const int64_t *sz,
+                      const int64_t *strides, void *buf)
 {
+    (void)strides;
     float *f = buf;
     size_t i, n = (size_t)(sz[0] * sz[1]);
     (void)ud;
@@ -503,8 +440,10 @@ TEST(load_rename_many_to_one)
 }
 
 static int post_fail(void *ud, const dcp_plan_item *it, size_t box,
-                     const int64_t *off, const int64_t *sz, void *buf)
+                     const int64_t *off, const int64_t *sz,
+                      const int64_t *strides, void *buf)
 {
+    (void)strides;
     (void)ud;
     (void)box;
     (void)off;
