@@ -47,10 +47,9 @@ static void sweep(int steps)
         memcpy(next, grid, sizeof(grid));
         for (i = 1; i <= N; i++)
             for (j = 1; j <= N; j++)
-                next[i * W + j] = 0.25 * (grid[(i - 1) * W + j] +
-                                          grid[(i + 1) * W + j] +
-                                          grid[i * W + j - 1] +
-                                          grid[i * W + j + 1]);
+                next[i * W + j] =
+                    0.25 * (grid[(i - 1) * W + j] + grid[(i + 1) * W + j] +
+                            grid[i * W + j - 1] + grid[i * W + j + 1]);
         memcpy(grid, next, sizeof(grid));
     }
 }
@@ -74,8 +73,7 @@ static dcp_state *state(int64_t step)
     dcp_state *st = NULL;
     if (dcp_state_create(&st) ||
         dcp_state_add_tensor_strided(st, "u", DCP_F64, 2, shape, NULL, NULL,
-                                     strides, &grid[1 * W + 1],
-                                     DCP_MEM_HOST) ||
+                                     strides, &grid[1 * W + 1], DCP_MEM_HOST) ||
         dcp_state_add_value(st, "step", dcp_value_int(step))) {
         dcp_state_free(st);
         return NULL;

@@ -53,8 +53,8 @@ static dcp_state *model_state(void)
     if (dcp_state_create(&st) || dcp_state_push(st, "model") ||
         dcp_state_add_tensor(st, "layer.weight", DCP_F32, 2, ws, NULL, NULL,
                              weight, DCP_MEM_HOST) ||
-        dcp_state_add_tensor(st, "layer.bias", DCP_F32, 1, bs, NULL, NULL,
-                             bias, DCP_MEM_HOST) ||
+        dcp_state_add_tensor(st, "layer.bias", DCP_F32, 1, bs, NULL, NULL, bias,
+                             DCP_MEM_HOST) ||
         dcp_state_pop(st) ||
         dcp_state_add_value(st, "step", dcp_value_int(42))) {
         dcp_state_free(st);
@@ -83,8 +83,9 @@ static int extra_data(void *ud, dcp_global_plan *gp)
         if (dcp_metadata_entry(md, i, &e) != DCP_OK || !e.is_tensor)
             continue;
         v = dcp_value_dict();
-        if (!v || dcp_value_dict_set(v, "dtype",
-                                     dcp_value_str(dcp_dtype_name(e.dtype))) ||
+        if (!v ||
+            dcp_value_dict_set(v, "dtype",
+                               dcp_value_str(dcp_dtype_name(e.dtype))) ||
             dcp_value_dict_set(v, "note", dcp_value_str("master weights"))) {
             dcp_value_free(v);
             return DCP_ENOMEM;
@@ -147,7 +148,7 @@ static int filter(void *ud, const dcp_plan_item *it, dcp_plan_decision *d)
 /* A post-load hook: 1 added to every element of a float32 box. */
 static int add_one(void *ud, const dcp_plan_item *it, size_t box,
                    const int64_t *off, const int64_t *sz,
-                      const int64_t *strides, void *buf)
+                   const int64_t *strides, void *buf)
 {
     (void)strides;
     float *f = buf;
@@ -292,18 +293,18 @@ static int rename_load(const char *dir, const char *from, const char *to,
 
 int main(int argc, char **argv)
 {
-    static const dcp_save_planner bf16 = {DCP_PLANNER_VERSION, 0, NULL,
-                                          to_bf16, NULL};
-    static const dcp_save_planner extra = {DCP_PLANNER_VERSION, 0, NULL,
-                                           NULL, extra_data};
+    static const dcp_save_planner bf16 = {DCP_PLANNER_VERSION, 0, NULL, to_bf16,
+                                          NULL};
+    static const dcp_save_planner extra = {DCP_PLANNER_VERSION, 0, NULL, NULL,
+                                           extra_data};
     if (argc == 3 && !strcmp(argv[1], "save"))
         return save(argv[2], NULL);
     if (argc == 3 && !strcmp(argv[1], "bf16"))
         return save(argv[2], &bf16);
     if (argc == 3 && !strcmp(argv[1], "extra"))
         return save(argv[2], &extra);
-    static const dcp_save_planner filt = {DCP_PLANNER_VERSION, 0, NULL,
-                                          filter, NULL};
+    static const dcp_save_planner filt = {DCP_PLANNER_VERSION, 0, NULL, filter,
+                                          NULL};
     if (argc == 3 && !strcmp(argv[1], "filter"))
         return save(argv[2], &filt);
     if (argc == 4 && !strcmp(argv[1], "postload"))

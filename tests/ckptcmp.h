@@ -39,8 +39,8 @@ static int ckptcmp_read_file(const char *path, unsigned char **p, size_t *n)
 }
 
 /* Replaces every occurrence of the n bytes a by b in p. */
-static void ckptcmp_subst(unsigned char *p, size_t len, const char *a, const char *b,
-                  size_t n)
+static void ckptcmp_subst(unsigned char *p, size_t len, const char *a,
+                          const char *b, size_t n)
 {
     size_t i;
     for (i = 0; n && i + n <= len; i++)
@@ -65,11 +65,12 @@ static int same_checkpoint(dcp_ctx *ctx, const char *da, const char *db)
         char fa[600], fb[600];
         snprintf(fa, sizeof fa, "%s/%s", da, files[f]);
         snprintf(fb, sizeof fb, "%s/%s", db, files[f]);
-        ok = ckptcmp_read_file(fa, &pa, &na) == 0 && ckptcmp_read_file(fb, &pb, &nb) == 0 &&
-             na == nb;
+        ok = ckptcmp_read_file(fa, &pa, &na) == 0 &&
+             ckptcmp_read_file(fb, &pb, &nb) == 0 && na == nb;
         if (ok && f == 0) {
             ckptcmp_subst(pa, na, da, db, strlen(da));
-            ckptcmp_subst(pa, na, ma->save_id, mb->save_id, strlen(ma->save_id));
+            ckptcmp_subst(pa, na, ma->save_id, mb->save_id,
+                          strlen(ma->save_id));
         } else if (ok) {
             ok = dcp_test_mask_sids(pa, na) > 0 &&
                  dcp_test_mask_sids(pa, na) == dcp_test_mask_sids(pb, nb);

@@ -17,7 +17,8 @@
  *        -> local plans, gathered on rank 0
  *        -> global plan on rank 0 (dedup policy)
  *        -> save planner's global hook on rank 0 (inspect the plan: every
- *           entry, chunk and writer rank; attach planner data; veto)
+ *           entry, chunk, holders and writer rank; move writers among
+ *           holders; attach planner data; veto)
  *        -> writing, commit
  *  load  state_dict of stateful entries
  *        -> load planner's item hook, per entry, on every rank (which
@@ -109,8 +110,8 @@ DCP_API int dcp_plan_cast(dcp_plan_decision *d, dcp_dtype dtype);
  */
 typedef int (*dcp_plan_box_fn)(void *userdata, const dcp_plan_item *it,
                                size_t box, const int64_t *offsets,
-                               const int64_t *sizes, const void *src,
-                               void *dst, size_t n);
+                               const int64_t *sizes, const void *src, void *dst,
+                               size_t n);
 
 /* Save only: stores the tensor as fn makes it, in dtype (it->dtype to
  * keep it), memory as for dcp_plan_cast. Returns DCP_OK, DCP_EINVAL (a
@@ -143,6 +144,21 @@ DCP_API const dcp_metadata *dcp_global_plan_metadata(const dcp_global_plan *gp);
  * counts them), or -1 for indices out of range. */
 DCP_API int dcp_global_plan_writer(const dcp_global_plan *gp, size_t index,
                                    size_t chunk);
+
+/* The ranks that hold that chunk (a replicated box or value: several;
+ * otherwise its writer alone): how many, and the first cap of them into
+ * ranks (may be NULL when cap is 0). 0 for indices out of range. */
+DCP_API size_t dcp_global_plan_holders(const dcp_global_plan *gp, size_t index,
+                                       size_t chunk, int *ranks, size_t cap);
+
+/*
+ * Adjusts the plan: rank, one of the chunk's holders, writes it instead
+ * of the rank the dedup policy chose (every rank then writes what the
+ * adjusted plan gives it). Returns DCP_OK, DCP_EINVAL (indices out of
+ * range, rank not a holder).
+ */
+DCP_API int dcp_global_plan_set_writer(dcp_global_plan *gp, size_t index,
+                                       size_t chunk, int rank);
 
 /*
  * Attaches planner data to entry index: a value stored in the
@@ -186,11 +202,10 @@ typedef struct dcp_save_planner {
     void *userdata;   /* passed to every hook */
     /* Per entry of this rank's (expanded) state, in state order; NULL
      * keeps every entry. May rename, skip, cast or transform. */
-    int (*item)(void *userdata, const dcp_plan_item *it,
-                dcp_plan_decision *d);
+    int (*item)(void *userdata, const dcp_plan_item *it, dcp_plan_decision *d);
     /* On rank 0, after the global plan is built and checked, before
-     * anything is written; NULL: none. May inspect, attach planner data,
-     * or fail the save. */
+     * anything is written; NULL: none. May inspect, move writers among a
+     * chunk's holders, attach planner data, or fail the save. */
     int (*global)(void *userdata, dcp_global_plan *gp);
 } dcp_save_planner;
 
@@ -201,8 +216,7 @@ typedef struct dcp_load_planner {
     /* Per entry of this rank's (expanded) state, in state order; NULL
      * loads every entry from its own key. May rename (the stored key to
      * read) or skip. */
-    int (*item)(void *userdata, const dcp_plan_item *it,
-                dcp_plan_decision *d);
+    int (*item)(void *userdata, const dcp_plan_item *it, dcp_plan_decision *d);
     /* After every rank's data landed: once per tensor box of this rank's
      * state entries that were loaded (under the state's key, it->dtype
      * the box's dtype), buf the box's memory (host, or a device pointer

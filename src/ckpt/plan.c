@@ -297,6 +297,8 @@ struct cand {
 
 struct gp {
     unsigned policy; /* PL_DEDUP_* */
+    pl_hook_fn hook; /* the coordinator's hook (planner.c), or NULL */
+    void *hook_ud;
     struct gkey *keys;
     size_t nkeys, capkeys;
     struct dcp_htab tab; /* keys by name */
@@ -706,6 +708,11 @@ struct build {
     uint32_t nchunk; /* chunks made so far */
     uint64_t dsize;  /* the current entry's dtype size */
     uint64_t *load;
+    /* Only with a hook (gp.hook), per chunk id (cbase[k] + j): the
+     * writer's cand and rank, and the chunk's rep + 1 (0: one holder). */
+    uint32_t *wci;
+    int32_t *wrank;
+    uint32_t *crep;
 };
 
 /* Rebuilds an entry's path from its encoding and key. */
@@ -751,6 +758,78 @@ static void set_writer(struct build *b, uint32_t k, uint32_t j,
     b->load[h->rank] += weight;
     b->kj[h->ci] = ((uint64_t)k + 1) << 32 | j;
     b->nrec[h->rank + 1]++;
+    if (b->wci) {
+        b->wci[b->cbase[k] + j] = h->ci;
+        b->wrank[b->cbase[k] + j] = (int32_t)h->rank;
+    }
+}
+
+/* ------------------------------------------------- the hook's view */
+
+int dcp__pl_view_writer(const struct pl_view *v, uint32_t k, uint32_t j)
+{
+    const struct build *b = (const struct build *)v;
+    if (k >= b->md->n || j >= b->md->e[k].nchunks)
+        return -1;
+    return b->wrank[b->cbase[k] + j];
+}
+
+size_t dcp__pl_view_holders(const struct pl_view *v, uint32_t k, uint32_t j,
+                            int *ranks, size_t cap)
+{
+    const struct build *b = (const struct build *)v;
+    size_t cid, n, i;
+    const struct rep *r;
+    if (k >= b->md->n || j >= b->md->e[k].nchunks)
+        return 0;
+    cid = b->cbase[k] + j;
+    if (!b->crep[cid]) {
+        if (cap)
+            ranks[0] = b->wrank[cid];
+        return 1;
+    }
+    r = &b->reps[b->crep[cid] - 1];
+    n = r->nh;
+    for (i = 0; i < n && i < cap; i++)
+        ranks[i] = (int)b->hold[r->h0 + i].rank;
+    return n;
+}
+
+int dcp__pl_view_set_writer(struct pl_view *v, uint32_t k, uint32_t j,
+                            int rank)
+{
+    struct build *b = (struct build *)v;
+    size_t cid, i;
+    const struct rep *r;
+    int old;
+    if (k >= b->md->n || j >= b->md->e[k].nchunks)
+        return DCP_EINVAL;
+    cid = b->cbase[k] + j;
+    old = b->wrank[cid];
+    if (rank == old)
+        return DCP_OK;
+    if (!b->crep[cid])
+        return DCP_EINVAL; /* one holder: no choice */
+    r = &b->reps[b->crep[cid] - 1];
+    for (i = 0; i < r->nh; i++)
+        if ((int)b->hold[r->h0 + i].rank == rank)
+            break;
+    if (i == r->nh)
+        return DCP_EINVAL; /* rank does not hold that chunk */
+    b->load[old] -= r->weight;
+    b->kj[b->wci[cid]] = 0;
+    b->nrec[old + 1]--;
+    set_writer(b, k, j, &b->hold[r->h0 + i], r->weight);
+    return DCP_OK;
+}
+
+/* After spread: each replicated chunk's rep, then the hook. */
+static int run_hook(struct build *b)
+{
+    size_t i;
+    for (i = 0; i < b->nreps; i++)
+        b->crep[b->cbase[b->reps[i].k] + b->reps[i].j] = (uint32_t)i + 1;
+    return b->p->hook(b->p->hook_ud, (struct pl_view *)b, b->md);
 }
 
 /* Records the holders hold[h0..nhold) of chunk j of entry k: one writes it
@@ -1140,8 +1219,14 @@ static int build_all(struct gp *p, const uint8_t *blobs, const size_t *lens,
     b.reps = huge_array(p->ncands, sizeof(*b.reps), 0);
     b.hold = huge_array(p->ncands, sizeof(*b.hold), 0);
     b.load = dcp__calloc((size_t)p->nranks, sizeof(*b.load));
+    if (p->hook) {
+        b.wci = huge_array(b.cbase[p->nkeys], sizeof(*b.wci), 1);
+        b.wrank = huge_array(b.cbase[p->nkeys], sizeof(*b.wrank), 1);
+        b.crep = huge_array(b.cbase[p->nkeys], sizeof(*b.crep), 1);
+    }
     if (!b.md->e || !b.md->chunk_block || !b.srt || !b.srt2 || !b.rkey[0] ||
-        !b.ridx[0] || !b.kj || !b.nrec || !b.reps || !b.hold || !b.load)
+        !b.ridx[0] || !b.kj || !b.nrec || !b.reps || !b.hold || !b.load ||
+        (p->hook && (!b.wci || !b.wrank || !b.crep)))
         goto out;
     b.rkey[1] = b.rkey[0] + maxn;
     b.ridx[1] = b.ridx[0] + maxn;
@@ -1156,7 +1241,10 @@ static int build_all(struct gp *p, const uint8_t *blobs, const size_t *lens,
     if (rc != DCP_OK)
         goto out_rc;
     spread(&b);
-    rc = make_recs(&b, g);
+    if (p->hook)
+        rc = run_hook(&b);
+    if (rc == DCP_OK)
+        rc = make_recs(&b, g);
     if (rc == DCP_OK) {
         g->bytes = b.load;
         b.load = NULL;
@@ -1176,6 +1264,9 @@ out_rc:
     dcp__free(b.reps);
     dcp__free(b.hold);
     dcp__free(b.load);
+    dcp__free(b.wci);
+    dcp__free(b.wrank);
+    dcp__free(b.crep);
     return rc;
 }
 
@@ -1183,18 +1274,22 @@ int dcp__plan_global(const uint8_t *blobs, const size_t *lens,
                      const size_t *displs, int nranks, struct pl_global *g,
                      struct dcp_err *err)
 {
-    return dcp__plan_global_ex(blobs, lens, displs, nranks, 0, g, err);
+    return dcp__plan_global_ex(blobs, lens, displs, nranks, 0, NULL, NULL, g,
+                               err);
 }
 
 int dcp__plan_global_ex(const uint8_t *blobs, const size_t *lens,
                         const size_t *displs, int nranks, unsigned policy,
-                        struct pl_global *g, struct dcp_err *err)
+                        pl_hook_fn hook, void *hook_ud, struct pl_global *g,
+                        struct dcp_err *err)
 {
     struct gp p;
     int r, rc = DCP_OK;
     memset(g, 0, sizeof(*g));
     memset(&p, 0, sizeof(p));
     p.policy = policy;
+    p.hook = hook;
+    p.hook_ud = hook_ud;
     p.nranks = nranks;
     p.err = err;
     g->nranks = nranks;

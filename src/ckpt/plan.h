@@ -79,9 +79,33 @@ int dcp__plan_global(const uint8_t *blobs, const size_t *lens,
  * PL_DEDUP_LOWEST (the lowest-ranked holder writes, as torch's
  * dedup_save_to_lowest_rank). */
 #define PL_DEDUP_LOWEST 1u
+
+/*
+ * The coordinator's hook (the save planner's global hook, planner.c):
+ * called once the writers are chosen and before the records are listed,
+ * with the plan's metadata (entries sorted, chunks set, no files yet) and
+ * a view of its writers that it may change among each chunk's holders.
+ * A nonzero return fails the plan with that code (message in err, set by
+ * the hook). The view is valid during the call only.
+ */
+struct pl_view;
+typedef int (*pl_hook_fn)(void *ud, struct pl_view *v,
+                          struct dcp_metadata *md);
+/* The rank writing chunk j of entry k, or -1 (out of range). */
+int dcp__pl_view_writer(const struct pl_view *v, uint32_t k, uint32_t j);
+/* The ranks holding chunk j of entry k (the writer alone when one rank
+ * holds it): their number; the first cap of them into ranks. */
+size_t dcp__pl_view_holders(const struct pl_view *v, uint32_t k, uint32_t j,
+                            int *ranks, size_t cap);
+/* Makes rank, a holder, the chunk's writer. DCP_OK or DCP_EINVAL (out of
+ * range, not a holder). */
+int dcp__pl_view_set_writer(struct pl_view *v, uint32_t k, uint32_t j,
+                            int rank);
+
 int dcp__plan_global_ex(const uint8_t *blobs, const size_t *lens,
                         const size_t *displs, int nranks, unsigned policy,
-                        struct pl_global *g, struct dcp_err *err);
+                        pl_hook_fn hook, void *hook_ud, struct pl_global *g,
+                        struct dcp_err *err);
 void dcp__plan_global_release(struct pl_global *g);
 
 /* Rank r's assignment: the file it writes and its records, in order. */

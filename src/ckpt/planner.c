@@ -30,16 +30,16 @@ struct dcp_plan_decision {
 
 const dcp_save_planner *dcp__save_opts_planner(const dcp_save_options *o)
 {
-    return o && o->struct_size >= offsetof(dcp_save_options, planner) +
-                                      sizeof(o->planner)
+    return o && o->struct_size >=
+                       offsetof(dcp_save_options, planner) + sizeof(o->planner)
                ? o->planner
                : NULL;
 }
 
 const dcp_load_planner *dcp__load_opts_planner(const dcp_load_options *o)
 {
-    return o && o->struct_size >= offsetof(dcp_load_options, planner) +
-                                      sizeof(o->planner)
+    return o && o->struct_size >=
+                       offsetof(dcp_load_options, planner) + sizeof(o->planner)
                ? o->planner
                : NULL;
 }
@@ -212,9 +212,9 @@ static int check_version(uint32_t v, const char *what, struct dcp_err *err)
 /* ----------------------------------------------------------------- save */
 
 /* The box's elements converted or transformed into a new buffer. */
-static int convert_box(struct pn_save *ps, const struct st_entry *e,
-                       size_t b, const dcp_plan_decision *d, int rank,
-                       int world, void **out, struct dcp_err *err)
+static int convert_box(struct pn_save *ps, const struct st_entry *e, size_t b,
+                       const dcp_plan_decision *d, int rank, int world,
+                       void **out, struct dcp_err *err)
 {
     const struct st_box *box = &e->boxes[b];
     const void *src = box->buf;
@@ -233,8 +233,8 @@ static int convert_box(struct pn_save *ps, const struct st_entry *e,
     buf = dcp__malloc_aligned(4096, bytes);
     if (!buf)
         return dcp__err(err, DCP_ENOMEM,
-                        "out of memory converting key '%s' (%zu bytes)",
-                        e->key, bytes);
+                        "out of memory converting key '%s' (%zu bytes)", e->key,
+                        bytes);
     ps->bufs[ps->nbufs++] = buf;
     if (box->strided && n) { /* packed first: hooks see C order */
         size_t ib = (size_t)n * dcp_dtype_size(e->dtype);
@@ -258,11 +258,9 @@ static int convert_box(struct pn_save *ps, const struct st_entry *e,
         dcp_plan_item it;
         int r;
         item_of(e, rank, world, &it);
-        r = d->fn(d->fn_ud, &it, b, box->off, box->size, src, buf,
-                  (size_t)n);
+        r = d->fn(d->fn_ud, &it, b, box->off, box->size, src, buf, (size_t)n);
         if (r != 0)
-            return hook_failed(err, r, "save planner's transform", e->key,
-                               "");
+            return hook_failed(err, r, "save planner's transform", e->key, "");
     } else if (n) {
         dcp__convert(buf, d->dtype, src, e->dtype, (size_t)n);
     }
@@ -360,33 +358,51 @@ unsigned dcp__planner_policy(const dcp_save_planner *p)
 /* --------------------------------------------------------- global plan */
 
 struct dcp_global_plan {
-    struct pl_global *g;
-    size_t *cbase; /* per entry: its first chunk in writer */
-    int *writer;
+    struct pl_view *v;
+    struct dcp_metadata *md;
     char msg[DCP_ERRMSG_MAX];
 };
 
 const dcp_metadata *dcp_global_plan_metadata(const dcp_global_plan *gp)
 {
-    return gp ? gp->g->md : NULL;
+    return gp ? gp->md : NULL;
 }
 
 int dcp_global_plan_writer(const dcp_global_plan *gp, size_t index,
                            size_t chunk)
 {
-    if (!gp || index >= gp->g->md->n || chunk >= gp->g->md->e[index].nchunks)
+    if (!gp || index >= gp->md->n || chunk >= gp->md->e[index].nchunks)
         return -1;
-    return gp->writer[gp->cbase[index] + chunk];
+    return dcp__pl_view_writer(gp->v, (uint32_t)index, (uint32_t)chunk);
+}
+
+size_t dcp_global_plan_holders(const dcp_global_plan *gp, size_t index,
+                               size_t chunk, int *ranks, size_t cap)
+{
+    if (!gp || index >= gp->md->n || chunk >= gp->md->e[index].nchunks ||
+        (cap && !ranks))
+        return 0;
+    return dcp__pl_view_holders(gp->v, (uint32_t)index, (uint32_t)chunk, ranks,
+                                cap);
+}
+
+int dcp_global_plan_set_writer(dcp_global_plan *gp, size_t index, size_t chunk,
+                               int rank)
+{
+    if (!gp || index >= gp->md->n || chunk >= gp->md->e[index].nchunks)
+        return DCP_EINVAL;
+    return dcp__pl_view_set_writer(gp->v, (uint32_t)index, (uint32_t)chunk,
+                                   rank);
 }
 
 int dcp_global_plan_set_data(dcp_global_plan *gp, size_t index, dcp_value *v)
 {
     struct md_entry *e;
-    if (!gp || !v || index >= gp->g->md->n) {
+    if (!gp || !v || index >= gp->md->n) {
         dcp_value_free(v);
         return DCP_EINVAL;
     }
-    e = &gp->g->md->e[index];
+    e = &gp->md->e[index];
     dcp_value_free(e->pdata);
     e->pdata = v;
     return DCP_OK;
@@ -403,52 +419,45 @@ int dcp_global_plan_error(dcp_global_plan *gp, const char *fmt, ...)
     return DCP_OK;
 }
 
-const dcp_value *dcp_metadata_planner_data(const dcp_metadata *md,
-                                           size_t index)
+const dcp_value *dcp_metadata_planner_data(const dcp_metadata *md, size_t index)
 {
     return md && index < md->n ? md->e[index].pdata : NULL;
 }
 
-int dcp__planner_global(const dcp_save_planner *p, struct pl_global *g,
-                        struct dcp_err *err)
+struct hook_ud {
+    const dcp_save_planner *p;
+    struct dcp_err *err;
+};
+
+/* plan.c's hook: the save planner's global hook over the plan. */
+static int global_hook(void *ud, struct pl_view *v, struct dcp_metadata *md)
 {
+    const struct hook_ud *h = ud;
     dcp_global_plan gp;
-    const struct dcp_metadata *md = g->md;
-    size_t i, total = 0;
-    int r, rc = DCP_OK;
-    if (!p || p->version < 1 || !p->global)
-        return DCP_OK;
+    int r;
     memset(&gp, 0, sizeof(gp));
-    gp.g = g;
-    gp.cbase = dcp__calloc(md->n + 1, sizeof(*gp.cbase));
-    for (i = 0; gp.cbase && i < md->n; i++) {
-        gp.cbase[i] = total;
-        total += md->e[i].nchunks;
-    }
-    gp.writer = dcp__malloc((total ? total : 1) * sizeof(*gp.writer));
-    if (!gp.cbase || !gp.writer) {
-        rc = dcp__err(err, DCP_ENOMEM, "out of memory");
-        goto out;
-    }
-    for (i = 0; i < total; i++)
-        gp.writer[i] = -1;
-    for (r = 0; r < g->nranks; r++)
-        for (i = g->recbase[r]; i < g->recbase[r + 1]; i++)
-            gp.writer[gp.cbase[g->recs[i].k] + g->recs[i].j] = r;
-    r = p->global(p->userdata, &gp);
-    if (r != 0) {
-        if (gp.msg[0])
-            rc = dcp__err(err, hook_code(r), "save planner's global hook: %s",
-                          gp.msg);
-        else
-            rc = dcp__err(err, hook_code(r),
-                          "save planner's global hook failed (returned %d)",
-                          r);
-    }
-out:
-    dcp__free(gp.cbase);
-    dcp__free(gp.writer);
-    return rc;
+    gp.v = v;
+    gp.md = md;
+    r = h->p->global(h->p->userdata, &gp);
+    if (r == 0)
+        return DCP_OK;
+    if (gp.msg[0])
+        return dcp__err(h->err, hook_code(r), "save planner's global hook: %s",
+                        gp.msg);
+    return dcp__err(h->err, hook_code(r),
+                    "save planner's global hook failed (returned %d)", r);
+}
+
+int dcp__planner_plan_global(const dcp_save_planner *p, const uint8_t *blobs,
+                             const size_t *lens, const size_t *displs,
+                             int nranks, struct pl_global *g,
+                             struct dcp_err *err)
+{
+    struct hook_ud h = {p, err};
+    int hook = p && p->version >= 1 && p->global;
+    return dcp__plan_global_ex(blobs, lens, displs, nranks,
+                               dcp__planner_policy(p),
+                               hook ? global_hook : NULL, &h, g, err);
 }
 
 /* ----------------------------------------------------------------- load */
@@ -483,9 +492,8 @@ static int add_load(struct pn_load *pl, size_t i, const struct st_entry *e,
     for (b = 0; rc == DCP_OK && e->is_tensor && b < e->nboxes; b++)
         rc = dcp_state_add_tensor_strided(
             x, name, e->dtype, e->ndim, e->shape, e->boxes[b].off,
-            e->boxes[b].size,
-            e->boxes[b].strided ? e->boxes[b].stride : NULL, e->boxes[b].buf,
-            e->mem);
+            e->boxes[b].size, e->boxes[b].strided ? e->boxes[b].stride : NULL,
+            e->boxes[b].buf, e->mem);
     if (rc != DCP_OK)
         return dcp__err(err, rc, "load planner: key '%s' read as '%s': %s",
                         e->key, k, dcp_strerror(rc));
@@ -558,9 +566,8 @@ int dcp__planner_loaded(const dcp_load_planner *p, int rank, int world,
         dcp_plan_item it;
         if (!e->is_tensor || (pl->x && pl->map[i] == SIZE_MAX))
             continue;
-        if (nmissing &&
-            is_missing(pl->x ? pl->x->e[pl->map[i]].key : e->key, missing,
-                       nmissing))
+        if (nmissing && is_missing(pl->x ? pl->x->e[pl->map[i]].key : e->key,
+                                   missing, nmissing))
             continue;
         item_of(e, rank, world, &it);
         for (b = 0; b < e->nboxes; b++) {

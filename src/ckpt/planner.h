@@ -40,18 +40,21 @@ const dcp_load_planner *dcp__load_opts_planner(const dcp_load_options *o);
  * hook); a NULL p does not. */
 int dcp__planner_save_nocache(const dcp_save_planner *p);
 
-/* The global hook on rank 0 over g (the dedup policy already applied).
- * Returns DCP_OK or the hook's code with its message. */
-int dcp__planner_global(const dcp_save_planner *p, struct pl_global *g,
-                        struct dcp_err *err);
+/* dcp__plan_global with p's dedup policy and its global hook (run on the
+ * plan before its records are listed, so it may move writers). Returns
+ * dcp__plan_global's codes, or the hook's with its message. */
+int dcp__planner_plan_global(const dcp_save_planner *p, const uint8_t *blobs,
+                             const size_t *lens, const size_t *displs,
+                             int nranks, struct pl_global *g,
+                             struct dcp_err *err);
 
 /* Dedup policy flags for dcp__plan_global_ex. */
 unsigned dcp__planner_policy(const dcp_save_planner *p);
 
 /* A load's planned state. */
 struct pn_load {
-    dcp_state *x;  /* NULL: use itself is loaded */
-    size_t *map;   /* per entry of use: its entry in x, or SIZE_MAX */
+    dcp_state *x; /* NULL: use itself is loaded */
+    size_t *map;  /* per entry of use: its entry in x, or SIZE_MAX */
     size_t nmap;
 };
 

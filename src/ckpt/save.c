@@ -537,11 +537,8 @@ static int coord_plan(dcp_ctx *ctx, struct coord *co, const char *path,
                       const dcp_save_planner *planner, const uint8_t *blobs,
                       const size_t *lens, const size_t *displs)
 {
-    int rc = dcp__plan_global_ex(blobs, lens, displs, ctx->size,
-                                 dcp__planner_policy(planner), &co->g,
-                                 &ctx->err);
-    if (rc == DCP_OK)
-        rc = dcp__planner_global(planner, &co->g, &ctx->err);
+    int rc = dcp__planner_plan_global(planner, blobs, lens, displs,
+                                      ctx->size, &co->g, &ctx->err);
     if (rc == DCP_OK)
         rc = coord_dir(ctx, co, path);
     return rc == DCP_OK ? encode_assignments(co, &ctx->err) : rc;

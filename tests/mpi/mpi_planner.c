@@ -4,8 +4,9 @@
  * DCP_PLAN_DEDUP_LOWEST_RANK, as the global hook sees and the data files
  * show), torch's load-balanced DDP recipe (each rank saves its chunk of the
  * replicated keys; with --save, the checkpoints
- * tests/interop/test_planner_mpi.py compares with torch's own planners), a hook failing on one rank failing the save or load on
- * every rank with that rank's message, and a renaming load resharded.
+ * tests/interop/test_planner_mpi.py compares with torch's own planners), a hook
+ * failing on one rank failing the save or load on every rank with that rank's
+ * message, and a renaming load resharded.
  */
 #include <dcp/dcp.h>
 #include <dcp/dcp_mpi.h>
@@ -16,7 +17,7 @@
 #include "mpitest.h"
 
 #define NREP 6
-#define NEL 64
+#define NEL  64
 
 static dcp_comm *comm;
 static char root[256];
@@ -122,6 +123,55 @@ static void test_dedup_policy(void)
     dcp_ctx_free(ctx);
 }
 
+/* A global hook that moves every chunk to its highest holder, and checks
+ * that a non-holder is refused. */
+static int bad_moves;
+
+static int to_highest(void *ud, dcp_global_plan *gp)
+{
+    const dcp_metadata *md = dcp_global_plan_metadata(gp);
+    size_t i;
+    (void)ud;
+    for (i = 0; i < dcp_metadata_count(md); i++) {
+        int ranks[64];
+        size_t n = dcp_global_plan_holders(gp, i, 0, ranks, 64), h;
+        int best = -1;
+        for (h = 0; h < n && h < 64; h++)
+            if (ranks[h] > best)
+                best = ranks[h];
+        if (n != (size_t)mt_size ||
+            dcp_global_plan_set_writer(gp, i, 0, best) != DCP_OK ||
+            dcp_global_plan_writer(gp, i, 0) != best ||
+            dcp_global_plan_set_writer(gp, i, 0, mt_size) != DCP_EINVAL ||
+            dcp_global_plan_set_writer(gp, i, 9, best) != DCP_EINVAL)
+            bad_moves++;
+    }
+    return 0;
+}
+
+static void test_move_writers(void)
+{
+    dcp_ctx *ctx = NULL;
+    dcp_state *st = make_rep();
+    dcp_save_planner p = {DCP_PLANNER_VERSION, 0, NULL, NULL, to_highest};
+    dcp_save_options so = {sizeof(so), 1, 0, &p};
+    int r;
+    bad_moves = 0;
+    CHECK_OK(ctx, dcp_ctx_create(&ctx, comm, NULL));
+    CHECK_OK(ctx, dcp_save(ctx, st, dir("moved"), &so));
+    if (mt_rank == 0) {
+        CHECK(bad_moves == 0);
+        for (r = 0; r < mt_size; r++) {
+            char f[32];
+            snprintf(f, sizeof f, "__%d_0.distcp", r);
+            CHECK(has(dir("moved"), f) == (r == mt_size - 1));
+        }
+    }
+    CHECK(check_rep(ctx, dir("moved")));
+    dcp_state_free(st);
+    dcp_ctx_free(ctx);
+}
+
 /* torch's DDPLoadBalancingPlanner recipe (SavePlanner docs): every rank
  * holds every key; the state's items, in order, are cut into world chunks
  * of ceil(n / world) and rank r saves chunk r only. The hook is called once
@@ -198,7 +248,7 @@ static int fail_last(void *ud, const dcp_plan_item *it, dcp_plan_decision *d)
 
 static int post_fail_1(void *ud, const dcp_plan_item *it, size_t box,
                        const int64_t *off, const int64_t *sz,
-                      const int64_t *strides, void *buf)
+                       const int64_t *strides, void *buf)
 {
     (void)strides;
     (void)ud;
@@ -265,8 +315,8 @@ static void test_rename_resharded(void)
     for (i = 0; i < sz[0] * 5; i++)
         mine[i] = (float)(off[0] * 5 + i);
     CHECK(dcp_state_create(&st) == DCP_OK);
-    CHECK(dcp_state_add_tensor(st, "model.w", DCP_F32, 2, shape, off, sz,
-                               mine, DCP_MEM_HOST) == DCP_OK);
+    CHECK(dcp_state_add_tensor(st, "model.w", DCP_F32, 2, shape, off, sz, mine,
+                               DCP_MEM_HOST) == DCP_OK);
     CHECK_OK(ctx, dcp_save(ctx, st, dir("rows"), NULL));
     dcp_state_free(st);
     mt_split(5, mt_size, mt_rank, &off[1], &sz[1]);
@@ -298,6 +348,7 @@ int main(int argc, char **argv)
     mt_tmpdir(root, sizeof(root), "planner");
     RUN(dedup_policy);
     RUN(ddp_load_balanced);
+    RUN(move_writers);
     RUN(hook_failure_agreed);
     RUN(rename_resharded);
     dcp_comm_free(comm);

@@ -10,8 +10,8 @@
 
 #include "mpitest.h"
 
-#define NR 41
-#define NC 29
+#define NR   41
+#define NC   29
 #define SENT 0x7fc0beefu
 
 static dcp_comm *comm;
@@ -56,8 +56,8 @@ static int check(const uint32_t *a, const int64_t *off, const int64_t *size,
     return 1;
 }
 
-static dcp_state *state_of(const int64_t *off, const int64_t *size,
-                           uint32_t *a, int64_t g, int64_t cw)
+static dcp_state *state_of(const int64_t *off, const int64_t *size, uint32_t *a,
+                           int64_t g, int64_t cw)
 {
     dcp_state *st = NULL;
     int64_t shape[2] = {NR, NC}, strides[2] = {cw, 1};

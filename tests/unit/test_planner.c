@@ -25,7 +25,7 @@
 
 #define ROWS 4
 #define COLS 6
-#define NEL (ROWS * COLS)
+#define NEL  (ROWS * COLS)
 
 static char root[256];
 static float w[NEL];
@@ -57,8 +57,7 @@ static dcp_state *make(void)
                              DCP_MEM_HOST) ||
         dcp_state_add_tensor(st, "b", DCP_F64, 1, s1, NULL, NULL, b2,
                              DCP_MEM_HOST) ||
-        dcp_state_pop(st) ||
-        dcp_state_add_value(st, "tmp", dcp_value_int(7)) ||
+        dcp_state_pop(st) || dcp_state_add_value(st, "tmp", dcp_value_int(7)) ||
         dcp_state_add_value(st, "step", dcp_value_int(5)))
         abort();
     return st;
@@ -205,9 +204,9 @@ static int twice_f64(void *ud, const dcp_plan_item *it, size_t box,
 static int xform_item(void *ud, const dcp_plan_item *it, dcp_plan_decision *d)
 {
     (void)ud;
-    return strcmp(it->key, "model.w") ? 0
-                                      : dcp_plan_transform(d, DCP_F64,
-                                                           twice_f64, NULL);
+    return strcmp(it->key, "model.w")
+               ? 0
+               : dcp_plan_transform(d, DCP_F64, twice_f64, NULL);
 }
 
 TEST(save_transform)
@@ -260,7 +259,8 @@ TEST(save_hook_failure)
     ASSERT_OK(dcp_ctx_create(&ctx, NULL, NULL));
     fill();
     ASSERT_EQ(dcp_save(ctx, st, sub("s-fail"), &so), DCP_EKEY);
-    ASSERT(strstr(dcp_errmsg(ctx), "save planner on key 'step': no steps here"));
+    ASSERT(
+        strstr(dcp_errmsg(ctx), "save planner on key 'step': no steps here"));
     ASSERT(!exists(sub("s-fail"), ".metadata"));
     p.item = bad_cast_item;
     ASSERT_EQ(dcp_save(ctx, st, sub("s-fail"), &so), DCP_EINVAL);
@@ -275,8 +275,7 @@ TEST(save_hook_failure)
     dcp_ctx_free(ctx);
 }
 
-static int collide_item(void *ud, const dcp_plan_item *it,
-                        dcp_plan_decision *d)
+static int collide_item(void *ud, const dcp_plan_item *it, dcp_plan_decision *d)
 {
     (void)ud;
     return strcmp(it->key, "tmp") ? 0 : dcp_plan_rename(d, "step");
@@ -319,8 +318,8 @@ static int global_hook(void *ud, dcp_global_plan *gp)
         return 1;
     }
     v = dcp_value_dict();
-    if (!v || dcp_value_dict_set(v, "note",
-                                 dcp_value_str("fp32 master")) != DCP_OK)
+    if (!v ||
+        dcp_value_dict_set(v, "note", dcp_value_str("fp32 master")) != DCP_OK)
         return DCP_ENOMEM;
     return i >= 0 ? dcp_global_plan_set_data(gp, (size_t)i, v) : DCP_EINVAL;
 }
@@ -347,7 +346,8 @@ TEST(global_hook)
     ASSERT(pd && dcp_value_type_of(pd) == DCP_VALUE_DICT);
     note = dcp_value_dict_get(pd, "note");
     ASSERT(note && !strcmp(dcp_value_as_str(note, NULL), "fp32 master"));
-    ASSERT(!dcp_metadata_planner_data(md, (size_t)dcp_metadata_find(md, "step")));
+    ASSERT(
+        !dcp_metadata_planner_data(md, (size_t)dcp_metadata_find(md, "step")));
     dcp_metadata_free(md);
     /* The data does not disturb a load; a second save plans afresh. */
     ASSERT_OK(dcp_load(ctx, st, sub("g-data"), NULL));
@@ -416,8 +416,8 @@ TEST(load_rename_many_to_one)
     ASSERT_OK(dcp_state_create(&ld));
     ASSERT_OK(dcp_state_add_tensor(ld, "new.w", DCP_F32, 2, shape, NULL, NULL,
                                    a, DCP_MEM_HOST));
-    ASSERT_OK(dcp_state_add_tensor(ld, "copy.w", DCP_F32, 2, shape, NULL,
-                                   NULL, c, DCP_MEM_HOST));
+    ASSERT_OK(dcp_state_add_tensor(ld, "copy.w", DCP_F32, 2, shape, NULL, NULL,
+                                   c, DCP_MEM_HOST));
     ASSERT_OK(dcp_state_add_tensor(ld, "junk", DCP_F32, 2, shape, NULL, NULL,
                                    junk, DCP_MEM_HOST));
     ASSERT_OK(dcp_state_add_value(ld, "s1", dcp_value_int(0)));
@@ -441,7 +441,7 @@ TEST(load_rename_many_to_one)
 
 static int post_fail(void *ud, const dcp_plan_item *it, size_t box,
                      const int64_t *off, const int64_t *sz,
-                      const int64_t *strides, void *buf)
+                     const int64_t *strides, void *buf)
 {
     (void)strides;
     (void)ud;

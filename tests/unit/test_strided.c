@@ -22,11 +22,11 @@
 #include "test.h"
 
 /* 2-D: a 64 x 48 interior inside 66 x 50 (one ghost layer). */
-#define R 64
-#define C 48
-#define G 1
-#define RW (R + 2 * G)
-#define CW (C + 2 * G)
+#define R    64
+#define C    48
+#define G    1
+#define RW   (R + 2 * G)
+#define CW   (C + 2 * G)
 #define SENT 0x7fc0dead /* a NaN pattern in the ghost cells */
 
 static char root[256];
@@ -171,8 +171,8 @@ TEST(save_identical_to_packed)
         ASSERT_OK(dcp_ctx_create(&small, NULL, &co));
         ASSERT_OK(dcp_state_create(&bs));
         ASSERT_OK(dcp_state_add_tensor_strided(bs, "u", DCP_U32, 2, bshape,
-                                               NULL, NULL, bstr,
-                                               big + BC + 3, DCP_MEM_HOST));
+                                               NULL, NULL, bstr, big + BC + 3,
+                                               DCP_MEM_HOST));
         ASSERT_OK(dcp_state_create(&bq));
         ASSERT_OK(dcp_state_add_tensor(bq, "u", DCP_U32, 2, bshape, NULL, NULL,
                                        bp, DCP_MEM_HOST));
@@ -279,8 +279,8 @@ TEST(load_subboxes_cast)
             for (j = 0; j < 40; j++) {
                 double got = d[k * 22 * 40 + i * 40 + j];
                 int in = i >= 1 && i < 21 && j >= 2 && j < 37;
-                double want = in ? (double)val((k ? 30 : 10) + i - 1, 5 + j - 2)
-                                 : -1.0;
+                double want =
+                    in ? (double)val((k ? 30 : 10) + i - 1, 5 + j - 2) : -1.0;
                 ASSERT(got == want);
             }
     dcp_state_free(st);
@@ -395,10 +395,10 @@ TEST(planner_cast_and_load_file)
                 float v;
                 if (in) { /* the bf16 copy, widened back */
                     v = val(r - G, c - G);
-                    ASSERT_OK(dcp_convert_elements(&h, DCP_BF16, &v, DCP_F32,
-                                                   1));
-                    ASSERT_OK(dcp_convert_elements(&v, DCP_F32, &h, DCP_BF16,
-                                                   1));
+                    ASSERT_OK(
+                        dcp_convert_elements(&h, DCP_BF16, &v, DCP_F32, 1));
+                    ASSERT_OK(
+                        dcp_convert_elements(&v, DCP_F32, &h, DCP_BF16, 1));
                     memcpy(&want, &v, 4);
                 }
                 ASSERT_EQ(b[r * CW + c], want);
