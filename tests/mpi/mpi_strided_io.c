@@ -18,16 +18,19 @@
 
 #include <unistd.h> /* access */
 
-#define ROWS 96
-#define COLS 40
-#define D0 12
-#define D1 10
-#define D2 18
+#define ROWS    96
+#define COLS    40
+#define D0      12
+#define D1      10
+#define D2      18
 #define GHOST_V (-31.5)
 
 static const dcp_save_options nosync = {sizeof(dcp_save_options), 1, 0, NULL};
 
-static double val(int64_t i, int64_t j) { return (double)(i * 1000 + j) + 0.25; }
+static double val(int64_t i, int64_t j)
+{
+    return (double)(i * 1000 + j) + 0.25;
+}
 
 static float val3(int64_t i, int64_t j, int64_t k)
 {
@@ -112,11 +115,11 @@ static int blk_walk(struct blk *b, int fill)
             else
                 ((float *)b->a)[at] = (float)v;
         } else {
-            double got = b->es == 8 ? ((double *)b->a)[at]
-                                    : (double)((float *)b->a)[at];
+            double got =
+                b->es == 8 ? ((double *)b->a)[at] : (double)((float *)b->a)[at];
             if (got != w && bad++ < 3)
-                fprintf(stderr, "[rank %d] element %zu: %g, want %g\n",
-                        mt_rank, at, got, w);
+                fprintf(stderr, "[rank %d] element %zu: %g, want %g\n", mt_rank,
+                        at, got, w);
         }
         for (d = b->nd - 1; d >= 0; d--) {
             if (++p[d] < b->dim[d])
@@ -260,7 +263,10 @@ static void load_file(dcp_ctx *ctx, const char *dir, unsigned flags)
 static dcp_ctx *g_ctx;
 static const char *g_dir;
 
-static void test_save(void) { do_save(g_ctx, g_dir); }
+static void test_save(void)
+{
+    do_save(g_ctx, g_dir);
+}
 
 static void test_load(void)
 {

@@ -36,7 +36,10 @@ static const char *sub(const char *name)
 /* A 2-D block with g ghost layers: an (r + 2g) x (c + 2g) allocation filled
  * with the sentinel; interior element (i, j) of global row base gets
  * val(base + i, j) when fill. */
-static double val(int64_t i, int64_t j) { return (double)(i * 1000 + j) + 0.5; }
+static double val(int64_t i, int64_t j)
+{
+    return (double)(i * 1000 + j) + 0.5;
+}
 
 struct blk {
     double *a;
@@ -62,7 +65,10 @@ static int blk_init(struct blk *b, int64_t r, int64_t c, int64_t g,
     return 0;
 }
 
-static double *blk_in(const struct blk *b) { return b->a + b->g * b->ld + b->g; }
+static double *blk_in(const struct blk *b)
+{
+    return b->a + b->g * b->ld + b->g;
+}
 
 /* Interior equal to val (rows from base, columns from cbase) and every
  * ghost cell still the sentinel. */
@@ -71,10 +77,10 @@ static int blk_check(const struct blk *b, int64_t base, int64_t cbase)
     int64_t i, j;
     for (i = 0; i < b->r + 2 * b->g; i++)
         for (j = 0; j < b->ld; j++) {
-            int in = i >= b->g && i < b->r + b->g && j >= b->g &&
-                     j < b->c + b->g;
-            double want = in ? val(base + i - b->g, cbase + j - b->g)
-                             : SENTINEL;
+            int in =
+                i >= b->g && i < b->r + b->g && j >= b->g && j < b->c + b->g;
+            double want =
+                in ? val(base + i - b->g, cbase + j - b->g) : SENTINEL;
             if (b->a[i * b->ld + j] != want) {
                 fprintf(stderr, "element (%lld, %lld): %g, want %g\n",
                         (long long)i, (long long)j, b->a[i * b->ld + j], want);
@@ -170,10 +176,10 @@ static int load2d(dcp_ctx *ctx, const char *path, int64_t rows, int64_t cols,
             ok = blk_init(&b[n], nr, nc, g, 0, 0) == 0;
             stride[0] = b[n].ld;
             stride[1] = 1;
-            ok = ok && dcp_state_add_tensor_strided(
-                           st, "u", DCP_F64, 2, shape, off, size,
-                           g ? stride : NULL, blk_in(&b[n]),
-                           DCP_MEM_HOST) == DCP_OK;
+            ok = ok &&
+                 dcp_state_add_tensor_strided(
+                     st, "u", DCP_F64, 2, shape, off, size, g ? stride : NULL,
+                     blk_in(&b[n]), DCP_MEM_HOST) == DCP_OK;
             n++;
         }
     ok = ok && dcp_load(ctx, st, path, &lo) == DCP_OK;
@@ -266,9 +272,8 @@ static int sf_state_dict(void *u, dcp_state *st)
 {
     int64_t shape[2] = {8, 6}, stride[2] = {sf_blk.ld, 1};
     (void)u;
-    return dcp_state_add_tensor_strided(st, "w", DCP_F64, 2, shape, NULL,
-                                        NULL, stride, blk_in(&sf_blk),
-                                        DCP_MEM_HOST);
+    return dcp_state_add_tensor_strided(st, "w", DCP_F64, 2, shape, NULL, NULL,
+                                        stride, blk_in(&sf_blk), DCP_MEM_HOST);
 }
 
 static int sf_load(void *u, const dcp_state *st)
@@ -345,9 +350,8 @@ TEST(load_file)
         stride[1] = 3;
         lo.flags = DCP_LOAD_CAST;
         ASSERT_OK(dcp_state_create(&st));
-        ASSERT_OK(dcp_state_add_tensor_strided(st, "u", DCP_F32, 2, shape,
-                                               NULL, NULL, stride, fb,
-                                               DCP_MEM_HOST));
+        ASSERT_OK(dcp_state_add_tensor_strided(st, "u", DCP_F32, 2, shape, NULL,
+                                               NULL, stride, fb, DCP_MEM_HOST));
         ASSERT_OK(dcp_load_file(ctx, st, sub(outs[f]), &lo));
         for (i = 0; i < 128 && !bad; i++)
             for (j = 0; j < 48 * 3; j++)
