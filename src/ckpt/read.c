@@ -725,18 +725,67 @@ static int cmp_target(const void *pa, const void *pb)
 }
 
 /*
+ * A strided destination's runs shorter than this are not read straight
+ * into it: a read part per few hundred bytes (a ghost-cell block's rows)
+ * costs more than reading the chunk once and copying.
+ */
+#define RUN_DIRECT_MIN ((uint64_t)4 << 10)
+
+/*
+ * The targets of the overlap (ioff, isize) of chunk c with the strided
+ * destination d: one per run that is contiguous both in the chunk's bytes
+ * and at d (the box copy's runs), appended to *tg (*n of *cap used, grown
+ * as needed). Returns 0; -1 when a run is shorter than RUN_DIRECT_MIN
+ * (copy instead); -2 when out of memory.
+ */
+static int strided_targets(int ndim, const struct md_chunk *c,
+                           const struct rd_dest *d, const int64_t *ioff,
+                           const int64_t *isize, size_t es,
+                           struct target **tg, size_t *n, size_t *cap)
+{
+    int64_t cs[DCP_MAX_NDIM];
+    uint64_t runs;
+    struct box_runs r;
+    dcp__box_cstrides(ndim, c->size, cs);
+    dcp__box_runs_init(&r, ndim, isize, dcp__box_at(ndim, ioff, c->off, cs),
+                       cs, dcp__box_at(ndim, ioff, d->off, d->stride),
+                       d->stride);
+    if ((uint64_t)r.run * es < RUN_DIRECT_MIN)
+        return -1;
+    runs = dcp__box_numel(ndim, isize) / (uint64_t)r.run;
+    if (*n + runs > *cap) {
+        size_t want = (size_t)(*n + runs) * 2;
+        struct target *p = dcp__realloc(*tg, want * sizeof(*p));
+        if (!p)
+            return -2;
+        *tg = p;
+        *cap = want;
+    }
+    while (dcp__box_runs_next(&r)) {
+        (*tg)[*n].off = (uint64_t)r.src * es;
+        (*tg)[*n].len = (uint64_t)r.run * es;
+        (*tg)[*n].dst = (uint8_t *)d->buf + (size_t)r.dst * es;
+        (*n)++;
+    }
+    return 0;
+}
+
+/*
  * Where each destination overlapping chunk c takes its bytes from: one
  * target per destination when each overlap is a single run in the chunk
- * and in the destination, with no cast and no two overlaps sharing bytes.
- * Returns the number of targets, or -1 when the chunk must be copied
- * element-wise (dcp__rd_chunk).
+ * and in the destination, or one per run for a strided destination whose
+ * runs are long enough; with no cast and no two overlaps sharing bytes.
+ * *ptg (*cap entries, at least ndest) is grown as needed. Returns the
+ * number of targets, -1 when the chunk must be copied element-wise
+ * (dcp__rd_chunk), -2 when out of memory.
  */
 static long plan_targets(const struct md_entry *e, const struct md_chunk *c,
                          const struct tz_tensor *t, const struct rd_dest *dest,
-                         size_t ndest, struct target *tg)
+                         size_t ndest, struct target **ptg, size_t *cap)
 {
     int64_t ioff[DCP_MAX_NDIM], isize[DCP_MAX_NDIM];
     size_t es = dcp_dtype_size(t->dtype), i, n = 0;
+    struct target *tg;
     if (!is_contiguous(t))
         return -1;
     for (i = 0; i < ndest; i++) {
@@ -744,8 +793,23 @@ static long plan_targets(const struct md_entry *e, const struct md_chunk *c,
         if (!dcp__box_intersect(e->ndim, c->off, c->size, dest[i].off,
                                 dest[i].size, ioff, isize))
             continue;
-        if (dest[i].dtype != t->dtype || dest[i].stride)
-            return -1; /* a cast, or a strided box: copied */
+        if (dest[i].dtype != t->dtype)
+            return -1; /* a cast: copied */
+        if (dest[i].stride) {
+            int r = strided_targets(e->ndim, c, &dest[i], ioff, isize, es,
+                                    ptg, &n, cap);
+            if (r < 0)
+                return r; /* short runs: copied */
+            continue;
+        }
+        if (n == *cap) { /* strided targets used the room */
+            tg = dcp__realloc(*ptg, 2 * *cap * sizeof(*tg));
+            if (!tg)
+                return -2;
+            *ptg = tg;
+            *cap *= 2;
+        }
+        tg = *ptg;
         so = run_offset(e->ndim, c->off, c->size, ioff, isize, es);
         dof = run_offset(e->ndim, dest[i].off, dest[i].size, ioff, isize, es);
         if (so < 0 || dof < 0)
@@ -755,6 +819,7 @@ static long plan_targets(const struct md_entry *e, const struct md_chunk *c,
         tg[n].dst = (uint8_t *)dest[i].buf + dof;
         n++;
     }
+    tg = *ptg;
     if (n > 1)
         qsort(tg, n, sizeof(*tg), cmp_target);
     for (i = 1; i < n; i++)
@@ -831,6 +896,7 @@ int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e, size_t ci,
     struct rec r;
     uint64_t at = 0;
     uint32_t id;
+    size_t cap = ndest ? ndest : 1;
     long n, i;
     int rc;
     /* A compressed record is decompressed whole: no ranged reads. */
@@ -841,10 +907,14 @@ int dcp__rd_chunk_plan(struct rd_files *f, const struct md_entry *e, size_t ci,
         return rc;
     if (r.mem) /* re-made in memory (safetensors-serialised) */
         return dcp__rd_chunk(f, e, ci, dest, ndest, verify, NULL, err);
-    tg = dcp__malloc((ndest ? ndest : 1) * sizeof(*tg));
+    tg = dcp__malloc(cap * sizeof(*tg));
     if (!tg)
         return dcp__err(err, DCP_ENOMEM, "out of memory");
-    n = plan_targets(e, c, &t, dest, ndest, tg);
+    n = plan_targets(e, c, &t, dest, ndest, &tg, &cap);
+    if (n == -2) {
+        dcp__free(tg);
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    }
     if (n < 0) {
         dcp__free(tg);
         return dcp__rd_chunk(f, e, ci, dest, ndest, verify, NULL, err);

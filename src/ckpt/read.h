@@ -67,7 +67,9 @@ void dcp__rd_prefetch(struct rd_files *f, const struct md_entry *e, size_t ci);
  * data is not read here: a stream is added to batch with one part per
  * destination (with verify, also parts that read the rest of the chunk for
  * its CRC only), which dcp__io_rbatch_run reads later, straight into the
- * destinations where it can. Other chunks are read and copied at once.
+ * destinations where it can. A strided destination (rd_dest.stride) whose
+ * overlap's contiguous runs are all at least 4 KiB gets one part per run.
+ * Other chunks are read and copied at once.
  * A record with block CRCs (docs/FORMAT.md §4) is verified block by block,
  * and only the blocks the destinations overlap are read, in both cases.
  * Same return codes as dcp__rd_chunk.

@@ -13,6 +13,11 @@
  *       The same with dcp_save_async through a 64 KiB staging budget; the
  *       state and every buffer are freed as soon as the call returns,
  *       before dcp_request_wait.
+ *       With DCP_INTEROP_STRIDED=1 in the environment, both save every
+ *       non-empty box of one or more dimensions from the interior of a
+ *       larger allocation (one ghost element on each side of every
+ *       dimension, filled with 0xee bytes) with
+ *       dcp_state_add_tensor_strided: the checkpoint must be the same.
  *   interop_state dumpall DIR OUTDIR
  *       Opens DIR with dcp_metadata_open, builds a state with every tensor
  *       (whole global shape, zeroed buffer) and every value (template
@@ -764,6 +769,7 @@ struct leaf {
     dcp_dtype dtype;
     int ndim;
     const int64_t *shape, *offsets, *sizes;
+    const int64_t *strides; /* NULL: C-contiguous */
     void *buf;
     dcp_value *value;
 };
@@ -808,9 +814,9 @@ static int add_leaf(dcp_state *st, const dcp_value *path, struct leaf *lf,
     }
     if (rc == DCP_OK) {
         if (lf->is_tensor)
-            rc = dcp_state_add_tensor(st, name, lf->dtype, lf->ndim, lf->shape,
-                                      lf->offsets, lf->sizes, lf->buf,
-                                      DCP_MEM_HOST);
+            rc = dcp_state_add_tensor_strided(
+                st, name, lf->dtype, lf->ndim, lf->shape, lf->offsets,
+                lf->sizes, lf->strides, lf->buf, DCP_MEM_HOST);
         else
             rc = dcp_state_add_value(st, name, lf->value);
         lf->value = NULL;
@@ -974,6 +980,43 @@ static int box_data(struct cur *c, const char *mdir, const char *fname,
     return 0;
 }
 
+/*
+ * DCP_INTEROP_STRIDED: the packed box data (sizes, elements of es bytes)
+ * copied into the interior of an allocation one element larger on each
+ * side of every dimension (the rest 0xee bytes). *base: the allocation
+ * (NULL without memory); returns the interior's first element, strides in
+ * stride.
+ */
+static char *to_strided(const char *data, int nd, const int64_t *sizes,
+                        size_t es, int64_t *stride, char **base)
+{
+    int64_t dim[DCP_MAX_NDIM], idx[DCP_MAX_NDIM] = {0}, total = 1, at, n;
+    int64_t k, count = (int64_t)numel(nd, sizes);
+    int d;
+    for (d = nd - 1; d >= 0; d--) {
+        dim[d] = sizes[d] + 2;
+        stride[d] = total;
+        total *= dim[d];
+    }
+    *base = malloc((size_t)total * es);
+    if (!*base)
+        return NULL;
+    memset(*base, 0xee, (size_t)total * es);
+    for (k = 0; k < count; k++) {
+        for (at = 0, d = 0; d < nd; d++)
+            at += (idx[d] + 1) * stride[d];
+        memcpy(*base + (size_t)at * es, data + (size_t)k * es, es);
+        for (d = nd - 1; d >= 0; d--) {
+            if (++idx[d] < sizes[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+    for (n = 0, d = 0; d < nd; d++)
+        n += stride[d];
+    return *base + (size_t)n * es;
+}
+
 /* Handles one "tensor" line after the tag. out: NULL for a save; for a load
  * the record list the line is appended to. */
 static int line_tensor(struct cur *c, dcp_state *st, const char *mdir,
@@ -983,7 +1026,8 @@ static int line_tensor(struct cur *c, dcp_state *st, const char *mdir,
     int64_t shape[DCP_MAX_NDIM], offs[DCP_MAX_NDIM], sizes[DCP_MAX_NDIM];
     int nd_shape, nd_offs, nd_sizes, rc;
     char dtname[64], why[200] = "";
-    char *fname = NULL, *data = NULL;
+    char *fname = NULL, *data = NULL, *inner = NULL, *pad = NULL;
+    int64_t stride[DCP_MAX_NDIM];
     size_t flen = 0;
     dcp_dtype dt;
     struct leaf lf;
@@ -1019,6 +1063,16 @@ static int line_tensor(struct cur *c, dcp_state *st, const char *mdir,
         perr(c, "out of memory");
         goto bad;
     }
+    if (!out && want && nd_shape > 0 && getenv("DCP_INTEROP_STRIDED")) {
+        inner = to_strided(data, nd_shape, sizes, dcp_dtype_size(dt), stride,
+                           &pad);
+        if (!inner || bufs_add(keep, pad) != 0) {
+            free(pad);
+            data = NULL; /* kept */
+            perr(c, "out of memory");
+            goto bad;
+        }
+    }
     memset(&lf, 0, sizeof(lf));
     lf.is_tensor = 1;
     lf.dtype = dt;
@@ -1026,7 +1080,8 @@ static int line_tensor(struct cur *c, dcp_state *st, const char *mdir,
     lf.shape = nd_shape ? shape : NULL;
     lf.offsets = nd_shape ? offs : NULL;
     lf.sizes = nd_shape ? sizes : NULL;
-    lf.buf = want ? data : NULL; /* an empty box passes NULL */
+    lf.strides = inner ? stride : NULL;
+    lf.buf = inner ? inner : want ? data : NULL; /* an empty box: NULL */
     rc = add_leaf(st, path, &lf, why, sizeof(why));
     if (rc != DCP_OK) {
         data = NULL;
