@@ -111,12 +111,12 @@ static int blk_walk(struct blk *b, int fill)
         if (fill) {
             double v = in ? w : GHOST_V;
             if (b->es == 8)
-                ((double *)b->a)[at] = v;
+                ((double *)(void *)b->a)[at] = v;
             else
-                ((float *)b->a)[at] = (float)v;
+                ((float *)(void *)b->a)[at] = (float)v;
         } else {
             double got =
-                b->es == 8 ? ((double *)b->a)[at] : (double)((float *)b->a)[at];
+                b->es == 8 ? ((double *)(void *)b->a)[at] : (double)((float *)(void *)b->a)[at];
             if (got != w && bad++ < 3)
                 fprintf(stderr, "[rank %d] element %zu: %g, want %g\n", mt_rank,
                         at, got, w);
@@ -136,9 +136,9 @@ static void blk_ghosts(struct blk *b)
     size_t k;
     for (k = 0; k < b->total; k++) {
         if (b->es == 8)
-            ((double *)b->a)[k] = GHOST_V;
+            ((double *)(void *)b->a)[k] = GHOST_V;
         else
-            ((float *)b->a)[k] = (float)GHOST_V;
+            ((float *)(void *)b->a)[k] = (float)GHOST_V;
     }
 }
 
