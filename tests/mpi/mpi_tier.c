@@ -33,7 +33,8 @@
  *                partner; step 1 drained, step 2's drain failed (tier 1
  *                holds step 1 only); each node holds its own file and,
  *                byte for byte, its ring predecessor's; node P2 lost: the
- *                restore loads step 2 from tier 0, bit-exact, rank 2
+ *                restore loads step 2 from tier 0 (with a copy failing:
+ *                tier 1's step 1, whole), bit-exact, rank 2
  *                (P2's replacement) getting P2's file over the
  *                communicator (a rank reads its own node's directory
  *                only); in DIR/q: node P2 lost, 3 ranks (P0, P1, P3)
@@ -704,6 +705,14 @@ static void test_peers_config(void)
     snprintf(t1, sizeof t1, "%s", saved1);
 }
 
+/* A copy's write failing on rank 2 at its second piece. */
+static int rhook2(int rank, const char *file, uint64_t off, void *arg)
+{
+    (void)file;
+    (void)arg;
+    return rank == 2 && off > 0 ? DCP_EIO : 0;
+}
+
 static void test_peers(void)
 {
     nrep = 1;
@@ -742,6 +751,18 @@ static void test_peers(void)
      * its own node's only and gets __2_0 over the communicator. Tier 1
      * holds step 1 only: step 2 came from tier 0. */
     rm_node("P2");
+    /* A copy failing on rank 2 at its second piece: the tier-0 load of
+     * step 2 fails alike everywhere and falls back to tier 1's step 1,
+     * whole; no partial copy is left under the file's name. */
+    dcp__tier_set_replica_hook(rhook2, NULL);
+    st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    dcp__tier_set_replica_hook(NULL, NULL);
+    CHECK(s == 1 && tier == 1);
+    CHECK(holds(st, 1));
+    dcp_state_free(st);
+    if (mt_rank == 2)
+        CHECK(!exists(t0, 2, "__2_0.distcp"));
     uint64_t f0 = dcp__tier_fetched_bytes();
     st = make_state(0, 0);
     CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
