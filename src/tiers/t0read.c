@@ -632,6 +632,11 @@ int dcp__t0_fetch(const struct dcp__t0in *in, const struct dcp__t0pick *pk,
     rc = dcp__comm_agree_err(in->c, rc, err);
     if (rc == DCP_OK)
         rc = share_plan(in, pk, need, md->nfiles, &all, &n, err);
+    if (rc == DCP_OK && n && !dcp__comm_has_p2p(in->c))
+        rc = dcp__err(err, DCP_ENOTSUP,
+                      "%zu files must be copied between nodes, and the "
+                      "communicator has no point-to-point operations",
+                      n);
     if (rc == DCP_OK) {
         dcp__storage_use(NULL);
         rc = dcp__transfer(in->c, in->rank, dir, md, all, n, in->piece,

@@ -17,6 +17,10 @@
  * rank's thread done (drain_finish). The thread does file I/O only; every
  * communicator call is on the caller's thread.
  *
+ * The restore (t0read.c) treats tier 0 as node-local: t0fs opens files in
+ * the rank's own node's directory only; the listing of steps and the
+ * files a node lacks travel over the communicator before dcp_load.
+ *
  * State: `struct drain` is the drain in flight (at most one); its thread
  * writes rc, err and done (release) and nothing else; the caller's thread
  * reads them after seeing done (acquire) or after pthread_join. The result
