@@ -16,8 +16,10 @@
  *    waited for between saves, not timed): the blocking times.
  * tier0_block_vs_memcpy_replica1 = median(save, replicas 1) /
  * median(memcpy); beside it the replicas-0 ratio and the communicator's
- * bandwidth. Then restore after losing node 1 (its directory deleted):
- * dcp_tier_restore from tier 0 (node 0's own and replica files) against
+ * bandwidth. Then restore after losing node 1 (its directory deleted
+ * before each run): dcp_tier_restore from tier 0 (node 0's own and
+ * replica files; node 1's rank reads its own node's directory only, so
+ * the file it reads is first copied there over the communicator) against
  * a plain dcp_load of the same step from tier 1 with its page cache
  * dropped (tier_restore_peers_speedup). Prints JSON entries for
  * bench/results.json on rank 0's stdout and a summary on stderr. On this
@@ -228,15 +230,9 @@ int main(int argc, char **argv)
     dcp_tier_free(t0k);
     int64_t last = step - 1;
 
-    /* Node 1 lost: restore from node 0's own and replica files. */
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) {
-        char cmd[1200];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s/n1'", d0);
-        if (system(cmd) != 0)
-            MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
+    /* Node 1 lost, before each run (a restore copies what node 1's rank
+     * reads into node 1's directory, over the communicator): restore
+     * from node 0's own and replica files. */
     dcp_state *st2 = mkstate(ctx, dst, per);
     char t1step[1200];
     snprintf(t1step, sizeof t1step, "%s/step-%lld", t1, (long long)last);
@@ -245,6 +241,13 @@ int main(int argc, char **argv)
         int64_t got = -1;
         int tier = -1;
         memset(dst, 0, total);
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank == 0) {
+            char cmd[1200];
+            snprintf(cmd, sizeof cmd, "rm -rf '%s/n1'", d0);
+            if (system(cmd) != 0)
+                MPI_Abort(MPI_COMM_WORLD, 1);
+        }
         MPI_Barrier(MPI_COMM_WORLD);
         double a = now();
         if (dcp_tier_restore(t1k, st2, NULL, &got, &tier) != DCP_OK)

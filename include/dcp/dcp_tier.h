@@ -37,11 +37,11 @@
  * dcp_tier_outcome).
  *
  * dcp_tier_restore finds the newest step complete on either tier — on
- * tier 0 a step is complete when a `.metadata` decodes in some node
- * directory and every data file it names is found in one of the node
- * directories known to the stack; on tier 1 when its `.metadata`
- * decodes — decided by rank 0 and broadcast, and loads it with dcp_load
- * (resharded to any world size). Tier 0 wins a tie. A tier-0 load that
+ * tier 0 a step is complete when a `.metadata` decodes in the directory
+ * of some node of a current rank and every data file it names is held by
+ * one of those nodes; on tier 1 when its `.metadata` decodes — decided by
+ * rank 0 and broadcast, and loads it with dcp_load (resharded to any
+ * world size). Tier 0 wins a tie. A tier-0 load that
  * fails (a file gone, a record of another save: every record carries its
  * save's id) falls back to the newest complete tier-1 step. A load reads
  * one `.metadata` and only records of that save, so two steps are never
@@ -74,24 +74,34 @@
  * node's replicas cost k times its data in the partners' tier 0 and the
  * same bytes on the communicator per save.
  *
- * Restore after losing nodes: the restore reads each data file from
- * whichever node directory known to the stack holds it (its own node's
- * first), so survivors and replacement ranks (whose new, empty tier0_dir
- * names a node of no data) load from local and partner copies; a step is
- * complete on tier 0 only when every data file it names is on some
- * surviving node, else the newest complete tier-1 step is loaded (older,
- * when the newest was not drained; *step says which), or DCP_ENOENT names
- * the missing file when tier 1 has none. A load reads one `.metadata` and
- * records of its save only: never a mix of two steps.
+ * Restore with node-local tier 0: a rank opens files in its own node's
+ * tier-0 directory only, never another node's. Each node's lowest rank
+ * lists its own node's complete steps and their files (names, sizes);
+ * the listings are gathered on rank 0, which decides (the `.metadata` of
+ * a step sent to it by a node holding one). Before a tier-0 load, each
+ * node's lowest rank makes the step's directory in its node (a
+ * replacement node's is new and empty) and publishes `.metadata` there;
+ * every data file that some rank of a node reads (the files holding the
+ * chunks its state's boxes overlap and its values; every file with a
+ * load planner or stateful entries) and that the node lacks is copied
+ * whole into the node's step directory from a node holding it, over the
+ * communicator (point-to-point, pieces of 4 MiB, on the caller's thread,
+ * a temporary renamed once every copy arrived); then dcp_load reads local
+ * files. So survivors and replacement ranks load from own and partner
+ * copies; the copies stay in tier 0 (a node that received a lost node's
+ * file holds a replica of it again, until retention). A step is complete
+ * on tier 0 only when every data file it names is on some surviving node,
+ * else the newest complete tier-1 step is loaded (older, when the newest
+ * was not drained; *step says which), or DCP_ENOENT names the missing
+ * file when tier 1 has none. A copy that fails falls back to tier 1 as a
+ * failed load does. A load reads one `.metadata` and records of its save
+ * only: never a mix of two steps.
  *
- * Limitation: the restore's listing and reads are file accesses to the
- * node directories (the ones named by the current ranks' tier0_dir): on
- * one machine (the tests) every rank opens every node's; on a cluster
- * whose tier-0 path is node-local a rank sees only its own node's, so a
- * restore needing another node's file (a replica included) fails the
- * tier-0 load and falls back to tier 1. Forwarding such files over the
- * communicator is not implemented. A node directory no current rank names
- * is not looked at.
+ * Limitations: a node directory that no current rank names is not looked
+ * at; a node receives whole files even when its ranks read part of one
+ * (a restore at another world size); a communicator without
+ * point-to-point operations can restore from tier 0 only what each node
+ * holds itself.
  *
  * Threads: a dcp_tier is used by one thread at a time (its context's
  * rule); the drain thread does file I/O only, every communicator call
@@ -268,14 +278,19 @@ DCP_API int dcp_tier_drain_wait(dcp_tier *t, int64_t *step);
  * Completes a drain in flight first (its result kept for
  * dcp_tier_drain_wait). *step and *tier (may be NULL) receive what was
  * loaded (-1 and -1 on DCP_ENOENT). The choice is rank 0's, broadcast:
- * every rank loads the same step from the same tier. Data files are read
- * from any node directory holding them (own, or a partner's replica).
- * Collective.
+ * every rank loads the same step from the same tier. Each rank reads its
+ * own node's tier-0 directory only; the data files its node's ranks read
+ * and the node lacks are first copied into it from a node holding them
+ * (own files or a partner's replica) over the communicator; they stay
+ * there. Collective.
  * Returns DCP_OK, DCP_ENOENT (no complete step on any tier; the message
  * names a data file of tier 0's newest step missing on every node), the
  * codes of
  * dcp_load (of the tier-1 load after a fallback; the state's buffers are
- * then undefined), DCP_EIO, DCP_ENOMEM.
+ * then undefined), DCP_EIO, DCP_ENOSPC (a copy into tier 0, with no
+ * tier-1 step to fall back to), DCP_ENOTSUP (files to copy between nodes
+ * on a communicator without point-to-point operations, idem),
+ * DCP_ETIMEOUT, DCP_ENOMEM.
  */
 DCP_API int dcp_tier_restore(dcp_tier *t, dcp_state *state,
                              const dcp_load_options *opts, int64_t *step,

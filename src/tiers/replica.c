@@ -21,6 +21,11 @@
  * ranks (mod TAG_SPAN): the running jobs of a pair have distinct tags,
  * and the pieces of a job match in order (MPI's non-overtaking rule).
  *
+ * The same machinery runs any shared list of whole-file transfers
+ * (dcp__transfer): the restore's copies of files a node lacks (t0read.c).
+ * The plan is a list every rank holds in the same order; each rank's jobs
+ * are its entries in that order.
+ *
  * A local I/O failure (a read on the sender, a write on the receiver) does
  * not stop the messages: the job goes on sending or receiving and writes
  * nothing, so that no peer waits for a message never sent; the failure is
@@ -230,6 +235,7 @@ struct xfer {
     size_t piece;
     int nosync;
     int rank;
+    const char *what; /* "replica", "copy": for messages */
     struct slot sl[NSLOT];
     void *reqs[NSLOT];
     size_t live;
@@ -245,9 +251,9 @@ static void local_fail(struct xfer *x, struct job *j, int rc,
     if (x->local_rc == DCP_OK) {
         x->local_rc = rc;
         x->lerr = *e;
-        dcp__err_prefix(&x->lerr, "replica of '%s' %s rank %d (rank %d): ",
-                        x->md->files[j->file], j->send ? "to" : "from", j->peer,
-                        x->rank);
+        dcp__err_prefix(&x->lerr, "%s of '%s' %s rank %d (rank %d): ",
+                        x->what, x->md->files[j->file],
+                        j->send ? "to" : "from", j->peer, x->rank);
     }
 }
 
@@ -425,12 +431,13 @@ static int exchange(struct xfer *x, struct job *jobs, size_t njobs)
     return rc;
 }
 
-/* The transfers involving this rank, in the global order: counted, and
- * filled into jobs unless NULL (sizes sz, per-pair counters to, from). */
-static size_t each_job(struct xfer *x, const struct dcp__nodes *nd,
-                       struct job *jobs, const int64_t *sz, int *to, int *from)
+/* Every transfer of the replication of md (sizes sz, negated, from the
+ * allreduce), in the global order (file, partner): counted, and filled
+ * into all unless NULL. */
+static size_t each_job(const struct dcp_metadata *md,
+                       const struct dcp__nodes *nd, struct dcp__xjob *all,
+                       const int64_t *sz)
 {
-    const struct dcp_metadata *md = x->md;
     size_t n = 0;
     for (size_t i = 0; i < md->nfiles; i++) {
         int s = owner(md->files[i], nd->size);
@@ -442,19 +449,11 @@ static size_t each_job(struct xfer *x, const struct dcp__nodes *nd,
             pos++;
         for (int p = 0; p < nd->kn[ns]; p++) {
             int P = nd->part[(size_t)ns * nd->k + (size_t)p];
-            int r = nd->members[nd->first[P] + pos % nd->count[P]];
-            if (s != x->rank && r != x->rank)
-                continue;
-            if (jobs) {
-                struct job *j = &jobs[n];
-                int *cnt = s == x->rank ? &to[r] : &from[s];
-                memset(j, 0, sizeof *j);
-                j->file = i;
-                j->peer = s == x->rank ? r : s;
-                j->send = s == x->rank;
-                j->tag = TAG_BASE + (*cnt)++ % TAG_SPAN;
-                j->size = (uint64_t)-sz[i];
-                j->fd = -1;
+            if (all) {
+                all[n].file = (uint32_t)i;
+                all[n].src = s;
+                all[n].dst = nd->members[nd->first[P] + pos % nd->count[P]];
+                all[n].size = (uint64_t)-sz[i];
             }
             n++;
         }
@@ -462,19 +461,17 @@ static size_t each_job(struct xfer *x, const struct dcp__nodes *nd,
     return n;
 }
 
-/* The jobs of this rank, in the global order, with the sizes of md's data
- * files (each from its writer, one allreduce). Collective. */
+/* The sizes of md's data files (each from its writer, one allreduce) and
+ * every transfer of the replication, in the global order. Collective. */
 static int plan_jobs(struct xfer *x, const struct dcp__nodes *nd,
-                     struct job **out, size_t *nout)
+                     struct dcp__xjob **out, size_t *nout)
 {
     const struct dcp_metadata *md = x->md;
-    size_t nf = md->nfiles, n = each_job(x, nd, NULL, NULL, NULL, NULL);
+    size_t nf = md->nfiles, n = each_job(md, nd, NULL, NULL);
     int64_t *sz = dcp__calloc(nf ? nf : 1, sizeof *sz);
-    int *to = dcp__calloc((size_t)nd->size, sizeof(int));
-    int *from = dcp__calloc((size_t)nd->size, sizeof(int));
-    struct job *jobs = dcp__calloc(n ? n : 1, sizeof *jobs);
+    struct dcp__xjob *all = dcp__calloc(n ? n : 1, sizeof *all);
     int rc = DCP_OK;
-    if (!sz || !to || !from || !jobs)
+    if (!sz || !all)
         rc = dcp__err(x->err, DCP_ENOMEM, "out of memory (rank %d)", x->rank);
     rc = dcp__comm_agree_err(x->c, rc, x->err);
     for (size_t i = 0; rc == DCP_OK && i < nf; i++) {
@@ -495,18 +492,61 @@ static int plan_jobs(struct xfer *x, const struct dcp__nodes *nd,
     if (rc == DCP_OK)
         rc = dcp__comm_allreduce_min(x->c, sz, nf, x->err);
     if (rc == DCP_OK)
-        each_job(x, nd, jobs, sz, to, from);
+        each_job(md, nd, all, sz);
     dcp__free(sz);
-    dcp__free(to);
-    dcp__free(from);
     if (rc != DCP_OK) {
-        dcp__free(jobs);
-        jobs = NULL;
+        dcp__free(all);
+        all = NULL;
         n = 0;
     }
-    *out = jobs;
+    *out = all;
     *nout = n;
     return rc;
+}
+
+/* This rank's jobs of the shared list all, in its order; the tag of a
+ * job is its number among the jobs of its pair of ranks (both ranks count
+ * the same sequence). */
+static int my_jobs(struct xfer *x, const struct dcp__xjob *all, size_t nall,
+                   struct job **out, size_t *nout)
+{
+    int size = dcp__comm_size(x->c);
+    int *to = dcp__calloc((size_t)size, sizeof(int));
+    int *from = dcp__calloc((size_t)size, sizeof(int));
+    size_t n = 0;
+    for (size_t i = 0; i < nall; i++)
+        n += all[i].src == x->rank || all[i].dst == x->rank;
+    struct job *jobs = dcp__calloc(n ? n : 1, sizeof *jobs);
+    *out = NULL;
+    *nout = 0;
+    if (!to || !from || !jobs) {
+        dcp__free(to);
+        dcp__free(from);
+        dcp__free(jobs);
+        return dcp__err(x->err, DCP_ENOMEM, "out of memory (rank %d)",
+                        x->rank);
+    }
+    n = 0;
+    for (size_t i = 0; i < nall; i++) {
+        const struct dcp__xjob *a = &all[i];
+        if (a->src != x->rank && a->dst != x->rank)
+            continue;
+        struct job *j = &jobs[n++];
+        int send = a->src == x->rank;
+        int *cnt = send ? &to[a->dst] : &from[a->src];
+        memset(j, 0, sizeof *j);
+        j->file = a->file;
+        j->peer = send ? a->dst : a->src;
+        j->send = send;
+        j->tag = TAG_BASE + (*cnt)++ % TAG_SPAN;
+        j->size = a->size;
+        j->fd = -1;
+    }
+    dcp__free(to);
+    dcp__free(from);
+    *out = jobs;
+    *nout = n;
+    return DCP_OK;
 }
 
 /* After the agreement: the temporaries renamed (ok) or removed. */
@@ -532,8 +572,62 @@ static int settle(struct xfer *x, struct job *jobs, size_t n, int ok,
     if (rc == DCP_OK && any && !x->nosync)
         rc = dcp__fs_fsync_dir(x->dirfd, stepdir, err);
     if (rc != DCP_OK)
-        dcp__err_prefix(err, "replicas in '%s' (rank %d): ", stepdir, x->rank);
+        dcp__err_prefix(err, "%ss in '%s' (rank %d): ", x->what, stepdir,
+                        x->rank);
     return rc;
+}
+
+/* Runs the shared list all (x's directory opened, maybe a local failure
+ * recorded): the exchange, the agreement, the renames. Collective. */
+static int run(struct xfer *x, const struct dcp__xjob *all, size_t nall,
+               const char *stepdir)
+{
+    struct job *jobs = NULL;
+    size_t n = 0;
+    int rc = my_jobs(x, all, nall, &jobs, &n);
+    rc = dcp__comm_agree_err(x->c, rc, x->err);
+    /* After a local failure so far (the step directory, a size): the
+     * messages still flow, nothing is read or written. */
+    for (size_t i = 0; x->local_rc != DCP_OK && i < n; i++)
+        jobs[i].failed = 1;
+    /* Transport failures end the exchange; local ones are agreed on. */
+    if (rc == DCP_OK)
+        rc = exchange(x, jobs, n);
+    if (rc == DCP_OK) {
+        rc = x->local_rc;
+        if (rc != DCP_OK)
+            *x->err = x->lerr;
+    }
+    rc = dcp__comm_agree_err(x->c, rc, x->err);
+    int rc2 = settle(x, jobs, n, rc == DCP_OK, stepdir, x->err);
+    if (rc == DCP_OK)
+        rc = dcp__comm_agree_err(x->c, rc2, x->err);
+    for (int s = 0; s < NSLOT; s++)
+        dcp__free(x->sl[s].buf);
+    dcp__free(jobs);
+    dcp__fs_release(x->dirfd);
+    return rc;
+}
+
+static void xfer_init(struct xfer *x, const dcp_comm *c, int rank,
+                      const char *stepdir, const struct dcp_metadata *md,
+                      size_t piece, int nosync, const char *what,
+                      struct dcp_err *err)
+{
+    memset(x, 0, sizeof *x);
+    x->c = c;
+    x->md = md;
+    x->piece = piece;
+    x->nosync = nosync;
+    x->rank = rank;
+    x->err = err;
+    x->what = what;
+    x->dirfd = -1;
+    int rc = dcp__fs_open_dir(stepdir, &x->dirfd, &x->lerr);
+    if (rc != DCP_OK) {
+        x->local_rc = rc;
+        dcp__err_prefix(&x->lerr, "%ss (rank %d): ", what, rank);
+    }
 }
 
 int dcp__replicate(const dcp_comm *c, const struct dcp__nodes *nd, int rank,
@@ -541,41 +635,23 @@ int dcp__replicate(const dcp_comm *c, const struct dcp__nodes *nd, int rank,
                    size_t piece, int nosync, struct dcp_err *err)
 {
     struct xfer x;
-    memset(&x, 0, sizeof x);
-    x.c = c;
-    x.md = md;
-    x.piece = piece;
-    x.nosync = nosync;
-    x.rank = rank;
-    x.err = err;
-    x.dirfd = -1;
-    struct job *jobs = NULL;
+    xfer_init(&x, c, rank, stepdir, md, piece, nosync, "replica", err);
+    struct dcp__xjob *all = NULL;
     size_t n = 0;
-    int rc = dcp__fs_open_dir(stepdir, &x.dirfd, &x.lerr);
-    if (rc != DCP_OK) {
-        x.local_rc = rc;
-        dcp__err_prefix(&x.lerr, "replicas (rank %d): ", rank);
-    }
-    /* Transport failures end the exchange; local ones are agreed on. */
-    rc = plan_jobs(&x, nd, &jobs, &n);
-    /* After a local failure so far (the step directory, a size): the
-     * messages still flow, nothing is read or written. */
-    for (size_t i = 0; x.local_rc != DCP_OK && i < n; i++)
-        jobs[i].failed = 1;
+    int rc = plan_jobs(&x, nd, &all, &n);
     if (rc == DCP_OK)
-        rc = exchange(&x, jobs, n);
-    if (rc == DCP_OK) {
-        rc = x.local_rc;
-        if (rc != DCP_OK)
-            *err = x.lerr;
-    }
-    rc = dcp__comm_agree_err(c, rc, err);
-    int rc2 = settle(&x, jobs, n, rc == DCP_OK, stepdir, err);
-    if (rc == DCP_OK)
-        rc = dcp__comm_agree_err(c, rc2, err);
-    for (int s = 0; s < NSLOT; s++)
-        dcp__free(x.sl[s].buf);
-    dcp__free(jobs);
-    dcp__fs_release(x.dirfd);
+        rc = run(&x, all, n, stepdir);
+    else
+        dcp__fs_release(x.dirfd);
+    dcp__free(all);
     return rc;
+}
+
+int dcp__transfer(const dcp_comm *c, int rank, const char *stepdir,
+                  const struct dcp_metadata *md, const struct dcp__xjob *all,
+                  size_t n, size_t piece, int nosync, struct dcp_err *err)
+{
+    struct xfer x;
+    xfer_init(&x, c, rank, stepdir, md, piece, nosync, "copy", err);
+    return run(&x, all, n, stepdir);
 }

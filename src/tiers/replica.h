@@ -61,6 +61,31 @@ int dcp__replicate(const dcp_comm *c, const struct dcp__nodes *nd, int rank,
                    const char *stepdir, const struct dcp_metadata *md,
                    size_t piece, int nosync, struct dcp_err *err);
 
+/*
+ * One whole-file transfer of a shared plan: md->files[file], size bytes,
+ * from rank src (read from its own node's step directory) to rank dst
+ * (written into its own).
+ */
+struct dcp__xjob {
+    uint32_t file;
+    int src, dst;
+    uint64_t size;
+};
+
+/*
+ * Runs the transfers all[0 .. n), the same list in the same order on every
+ * rank, with dcp__replicate's machinery: pieces of at most piece bytes,
+ * at most 4 files in flight per rank, the receiver writing a temporary in
+ * its stepdir that is renamed to the file's name once every rank agreed
+ * that every transfer succeeded (removed otherwise); stepdir synced unless
+ * nosync. Every rank returns the same code: DCP_OK, DCP_EIO, DCP_ENOSPC,
+ * DCP_ENOMEM, a transport failure, the message naming rank and file.
+ * Collective; uses the calling thread's storage back end (POSIX).
+ */
+int dcp__transfer(const dcp_comm *c, int rank, const char *stepdir,
+                  const struct dcp_metadata *md, const struct dcp__xjob *all,
+                  size_t n, size_t piece, int nosync, struct dcp_err *err);
+
 /* Test hook (tier.h's dcp__tier_set_replica_hook): fn(rank, file, off,
  * arg) is called on the receiving rank before each piece of a replica is
  * written, and with file ".rename" (off 0) before each replica is renamed

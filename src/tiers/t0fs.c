@@ -1,15 +1,16 @@
 /*
- * The tier-0 storage back end: one checkpoint path over the node
- * directories (dcp_tier.h). A tier-0 step is saved and loaded under the
+ * The tier-0 storage back end: one checkpoint path over a node's tier-0
+ * directory (dcp_tier.h). A tier-0 step is saved and loaded under the
  * virtual path "<vroot>/step-N", the same string on every rank (dcp_save
- * and dcp_load check that); this back end maps it onto "<root>/step-N" for
- * every node root the stack knows, this rank's own node first:
- *  - everything that writes, lists, renames, publishes or syncs acts on
- *    this rank's own node directory only: each rank's data file lands in
- *    its node, rank 0's lock, leftover cleaning and `.metadata` in rank
- *    0's node;
- *  - open_read and exists look in the own node first, then in the others
- *    (the union of the node directories is the checkpoint).
+ * and dcp_load check that); this back end maps it onto "<root>/step-N" of
+ * this rank's own node root, and nothing else: every call (writes,
+ * listings, renames, publishing, syncs, and the reads: open_read, exists)
+ * acts on the own node's directory only, as on a cluster whose tier 0 is
+ * node-local (a tmpfs). Each rank's data file lands in its node, rank 0's
+ * lock, leftover cleaning and `.metadata` in rank 0's node; a load reads
+ * the files its rank's node holds, which the restore (t0read.c) has made
+ * complete for what the node's ranks read, copying the others over the
+ * communicator first.
  * Paths outside the virtual root go straight to the POSIX back end (the
  * manager's removal, which the tier stack runs through the same context).
  * Every call is the POSIX back end's, on its own handles; the file handles
@@ -28,8 +29,8 @@ static const dcp_storage_ops *px(void)
     return dcp_storage_posix();
 }
 
-/* A directory: one POSIX handle per node root (NULL where it does not
- * exist), h[0] the own node's. */
+/* A directory: the own node's POSIX handle (n is 1; the array form is
+ * kept so that a directory spanning several roots stays possible). */
 struct t0dir {
     size_t n;
     void *h[];
@@ -85,7 +86,7 @@ static int t_open_dir(void *impl, const char *path, void **dir,
 {
     struct dcp__t0fs *fs = impl;
     const char *rel = rel_of(fs, path);
-    size_t n = rel ? fs->n : 1;
+    size_t n = 1;
     struct t0dir *d = dcp__calloc(1, sizeof *d + n * sizeof(void *));
     if (!d)
         return dcp__err(err, DCP_ENOMEM, "out of memory");
@@ -117,8 +118,8 @@ static int t_open_dir(void *impl, const char *path, void **dir,
     if (!found) {
         t_close_dir(impl, d);
         return dcp__err(err, DCP_ENOENT,
-                        "checkpoint directory '%s' does not exist in any "
-                        "tier-0 node directory (first: '%s')",
+                        "checkpoint directory '%s' does not exist in this "
+                        "node's tier-0 directory '%s'",
                         path, fs->roots[0]);
     }
     *dir = d;

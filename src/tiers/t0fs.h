@@ -1,8 +1,8 @@
 /*
  * The tier-0 storage back end (t0fs.c): the virtual path "<vroot>/<rel>"
- * over "<roots[i]>/<rel>" for every node root, roots[0] this rank's own
- * node; writes go to the own node, reads look in every node. Other paths
- * are the POSIX back end's.
+ * over "<roots[0]>/<rel>", roots[0] this rank's own node's root: every
+ * call, reads included, acts on the own node's directory only. Other
+ * paths are the POSIX back end's.
  */
 #ifndef DCP_T0FS_H
 #define DCP_T0FS_H
@@ -16,7 +16,7 @@
  * tier stack, which outlives the context using it. */
 struct dcp__t0fs {
     const char *vroot; /* no trailing '/' */
-    char **roots;      /* n node roots, own first */
+    char **roots;      /* n node roots, own first; only roots[0] is used */
     size_t n;
 };
 

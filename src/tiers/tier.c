@@ -17,6 +17,10 @@
  * rank's thread done (drain_finish). The thread does file I/O only; every
  * communicator call is on the caller's thread.
  *
+ * The restore (t0read.c) treats tier 0 as node-local: t0fs opens files in
+ * the rank's own node's directory only; the listing of steps and the
+ * files a node lacks travel over the communicator before dcp_load.
+ *
  * State: `struct drain` is the drain in flight (at most one); its thread
  * writes rc, err and done (release) and nothing else; the caller's thread
  * reads them after seeing done (acquire) or after pthread_join. The result
@@ -45,6 +49,7 @@
 #include "replica.h"
 #include "storage.h"
 #include "t0fs.h"
+#include "t0read.h"
 #include "util.h"
 
 #define VROOT       "@tier0"
@@ -1036,92 +1041,6 @@ void dcp_tier_free(dcp_tier *t)
 /* Restore                                                                */
 /* ---------------------------------------------------------------------- */
 
-/* Rank 0: whether tier-0 step s is complete in the union of the node
- * directories: a .metadata that decodes, every data file present (on
- * some node: its own or a partner's copy). The first step found lacking a
- * file names it in miss (cap bytes), unless miss is already set. */
-static int t0_complete(dcp_tier *t, int64_t s, char *miss, size_t cap)
-{
-    char vpath[64];
-    snprintf(vpath, sizeof vpath, VROOT "/" PREFIX "%" PRId64, s);
-    struct dcp_err e = {0};
-    int fd = -1, ok = 0;
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    struct dcp_metadata *md = NULL;
-    dcp__storage_use(&t->c0->storage);
-    if (dcp__fs_open_dir(vpath, &fd, &e) == DCP_OK &&
-        dcp__fs_read_all(fd, ".metadata", t->ctx->max_metadata_bytes, &buf,
-                         &len, &e) == DCP_OK &&
-        dcp__meta_decode(buf, len, &md, &e) == DCP_OK) {
-        ok = 1;
-        for (size_t i = 0; ok && i < md->nfiles; i++) {
-            ok = dcp__fs_exists(fd, md->files[i]);
-            if (!ok && !*miss)
-                snprintf(miss, cap,
-                         "; step %" PRId64 " lacks '%s' on every node", s,
-                         md->files[i]);
-        }
-    }
-    if (fd >= 0)
-        dcp__fs_release(fd);
-    dcp__meta_free(md);
-    dcp__free(buf);
-    return ok;
-}
-
-static int cmp_desc(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? 1 : x > y ? -1 : 0;
-}
-
-/* Rank 0: the newest complete tier-0 step (-1: none); miss as
- * t0_complete's. Unreadable node directories count as empty (a lost
- * node). */
-static int t0_newest(dcp_tier *t, int64_t *out, char *miss, size_t mcap)
-{
-    *out = -1;
-    int64_t *steps = NULL;
-    size_t n = 0, cap = 0;
-    int rc = DCP_OK;
-    for (size_t r = 0; rc == DCP_OK && r < t->fs.n; r++) {
-        dcp_manager_entry *e = NULL;
-        size_t ne = 0;
-        if (dcp__mgr_list(t->c0, t->fs.roots[r], PREFIX, "", 0, &e, &ne) !=
-            DCP_OK)
-            continue;
-        for (size_t i = 0; rc == DCP_OK && i < ne; i++) {
-            if (e[i].status != DCP_MANAGER_COMPLETE)
-                continue;
-            if (n == cap) {
-                size_t nc = cap ? 2 * cap : 16;
-                int64_t *ns = dcp__realloc(steps, nc * sizeof *ns);
-                if (!ns) {
-                    rc = dcp__err(&t->ctx->err, DCP_ENOMEM, "out of memory");
-                    break;
-                }
-                steps = ns;
-                cap = nc;
-            }
-            steps[n++] = e[i].step;
-        }
-        dcp_manager_list_free(e, ne);
-    }
-    if (n)
-        qsort(steps, n, sizeof *steps, cmp_desc);
-    for (size_t i = 0; rc == DCP_OK && i < n; i++) {
-        if (i && steps[i] == steps[i - 1])
-            continue;
-        if (t0_complete(t, steps[i], miss, mcap)) {
-            *out = steps[i];
-            break;
-        }
-    }
-    dcp__free(steps);
-    return rc;
-}
-
 /* Rank 0: the newest complete tier-1 step (-1: none). */
 static void t1_newest(dcp_tier *t, int64_t *out)
 {
@@ -1152,6 +1071,31 @@ static int load1(dcp_tier *t, dcp_state *st, const dcp_load_options *opts,
     return rc;
 }
 
+static uint64_t fetched_bytes;
+
+uint64_t dcp__tier_fetched_bytes(void)
+{
+    return fetched_bytes;
+}
+
+/* The tier-0 load of step (the decision pk): the files the node lacks
+ * copied from the nodes holding them, then dcp_load on local files.
+ * Collective. */
+static int load0(dcp_tier *t, const struct dcp__t0in *in,
+                 const struct dcp__t0pick *pk, dcp_state *st,
+                 const dcp_load_options *opts, int64_t step)
+{
+    uint64_t got = 0;
+    int rc = dcp__t0_fetch(in, pk, step, st, opts, &got, &t->ctx->err);
+    fetched_bytes += got;
+    if (rc == DCP_OK) {
+        char vpath[64];
+        snprintf(vpath, sizeof vpath, VROOT "/" PREFIX "%" PRId64, step);
+        rc = from_ctx(t, t->c0, dcp_load(t->c0, st, vpath, opts));
+    }
+    return rc;
+}
+
 int dcp_tier_restore(dcp_tier *t, dcp_state *state,
                      const dcp_load_options *opts, int64_t *step, int *tier)
 {
@@ -1169,32 +1113,46 @@ int dcp_tier_restore(dcp_tier *t, dcp_state *state,
     rc = agree(t, rc);
     if (rc != DCP_OK)
         return rc;
-    /* v: tier-0 step, tier-1 step. */
+    /* v: tier-0 step, tier-1 step. Tier 1's is listed first (rank 0), so
+     * that tier 0 looks only at steps at least as new. */
     int64_t v[2] = {-1, -1};
-    char miss[400] = "";
+    struct dcp__t0in in;
+    struct dcp__t0pick pk;
+    memset(&in, 0, sizeof in);
+    in.c = t->ctx->comm;
+    in.nd = &t->nd;
+    in.rank = t->rank;
+    in.leader = t->leader;
+    in.root = t->fs.roots[0];
+    in.lctx = t->c0;
+    in.max_meta = t->ctx->max_metadata_bytes;
+    in.piece = replica_piece;
+    in.nosync = t->so.no_fsync;
+    if (t->rank == 0)
+        t1_newest(t, &v[1]);
+    rc = dcp__t0_decide(&in, v[1], &pk, &t->ctx->err);
+    if (rc != DCP_OK)
+        return rc;
     if (t->rank == 0) {
-        rc = t0_newest(t, &v[0], miss, sizeof miss);
-        if (rc == DCP_OK) {
-            dcp__err_clear(&t->ctx->err); /* unreadable node directories */
-            t1_newest(t, &v[1]);
-        }
-        if (rc == DCP_OK && v[0] < 0 && v[1] < 0)
+        v[0] = pk.step;
+        dcp__err_clear(&t->ctx->err); /* unreadable node directories */
+        if (v[0] < 0 && v[1] < 0)
             rc = dcp__err(&t->ctx->err, DCP_ENOENT,
-                          "no complete step on tier 0 (%zu node "
+                          "no complete step on tier 0 (%d node "
                           "directories%s) nor on tier 1 '%s'",
-                          t->fs.n, miss, t->t1);
+                          t->nd.nnodes, pk.miss, t->t1);
     }
     rc = dcp__comm_share_err(t->ctx->comm, rc, &t->ctx->err, 0);
     if (rc == DCP_OK)
         rc = dcp__comm_bcast(t->ctx->comm, v, sizeof v, 0, &t->ctx->err);
-    if (rc != DCP_OK)
+    if (rc != DCP_OK) {
+        dcp__t0pick_release(&pk);
         return rc;
+    }
     int64_t got = -1;
     int from = -1;
     if (v[0] >= 0 && v[0] >= v[1]) {
-        char vpath[64];
-        snprintf(vpath, sizeof vpath, VROOT "/" PREFIX "%" PRId64, v[0]);
-        rc = from_ctx(t, t->c0, dcp_load(t->c0, state, vpath, opts));
+        rc = load0(t, &in, &pk, state, opts, v[0]);
         got = v[0];
         from = 0;
         if (rc != DCP_OK && v[1] >= 0) {
@@ -1207,6 +1165,7 @@ int dcp_tier_restore(dcp_tier *t, dcp_state *state,
         got = v[1];
         from = 1;
     }
+    dcp__t0pick_release(&pk);
     if (rc == DCP_OK) {
         if (step)
             *step = got;

@@ -38,4 +38,9 @@ void dcp__tier_set_replica_piece(size_t bytes);
  * fn may also kill the process. NULL: none. */
 void dcp__tier_set_replica_hook(dcp__tier_hook_fn fn, void *arg);
 
+/* Test hook: the bytes of tier-0 data files this rank received from
+ * other nodes over the communicator in restores (t0read.c), since the
+ * process started. */
+uint64_t dcp__tier_fetched_bytes(void);
+
 #endif /* DCP_TIER_H */

@@ -33,7 +33,12 @@
  *                partner; step 1 drained, step 2's drain failed (tier 1
  *                holds step 1 only); each node holds its own file and,
  *                byte for byte, its ring predecessor's; node P2 lost: the
- *                restore loads step 2 from tier 0, bit-exact
+ *                restore loads step 2 from tier 0 (with a copy failing:
+ *                tier 1's step 1, whole), bit-exact, rank 2
+ *                (P2's replacement) getting P2's file over the
+ *                communicator (a rank reads its own node's directory
+ *                only); in DIR/q: node P2 lost, 3 ranks (P0, P1, P3)
+ *                restore step 2 from tier 0 resharded 4 -> 3
  *   peers2 DIR   2 ranks as nodes P1 and P3 (P0 and P2 not named): step
  *                2 restored from tier 0 resharded 4 -> 2, from own and
  *                partner copies only; then in DIR/a: tier0_async saves
@@ -700,6 +705,14 @@ static void test_peers_config(void)
     snprintf(t1, sizeof t1, "%s", saved1);
 }
 
+/* A copy's write failing on rank 2 at its second piece. */
+static int rhook2(int rank, const char *file, uint64_t off, void *arg)
+{
+    (void)file;
+    (void)arg;
+    return rank == 2 && off > 0 ? DCP_EIO : 0;
+}
+
 static void test_peers(void)
 {
     nrep = 1;
@@ -733,15 +746,103 @@ static void test_peers(void)
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "test $(ls -A '%s/step-2' | wc -l) = 3", t0);
     CHECK(system(cmd) == 0);
-    /* Node P2 lost: tier 0 still has every file of step 2. */
+    /* Node P2 lost: tier 0 still has every file of step 2, on P3 (P2's
+     * partner); rank 2, P2's replacement with an empty directory, sees
+     * its own node's only and gets __2_0 over the communicator. Tier 1
+     * holds step 1 only: step 2 came from tier 0. */
     rm_node("P2");
+    /* A copy failing on rank 2 at its second piece: the tier-0 load of
+     * step 2 fails alike everywhere and falls back to tier 1's step 1,
+     * whole; no partial copy is left under the file's name. */
+    dcp__tier_set_replica_hook(rhook2, NULL);
+    st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    dcp__tier_set_replica_hook(NULL, NULL);
+    CHECK(s == 1 && tier == 1);
+    CHECK(holds(st, 1));
+    dcp_state_free(st);
+    if (mt_rank == 2)
+        CHECK(!exists(t0, 2, "__2_0.distcp"));
+    uint64_t f0 = dcp__tier_fetched_bytes();
     st = make_state(0, 0);
     CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
     CHECK(s == 2 && tier == 0);
     CHECK(holds(st, 2));
     dcp_state_free(st);
+    CHECK(mask(ctx, t1) == BIT(1));
+    if (mt_rank == 2) {
+        CHECK(dcp__tier_fetched_bytes() > f0);
+        CHECK(exists(t0, 2, ".metadata") && exists(t0, 2, "__2_0.distcp"));
+        snprintf(a, sizeof a, "%s/step-2/__2_0.distcp", t0);
+        snprintf(b, sizeof b, "%s/P3/step-2/__2_0.distcp", dir);
+        CHECK(same_file(a, b));
+    }
     dcp_tier_free(t);
     dcp__tier_set_replica_piece(0);
+}
+
+/* In DIR/q, 4 ranks as 4 nodes, replicas 1: step 1 drained, step 2's
+ * drain failed; node q/P2 lost; ranks 0, 1, 3 (nodes q/P0, q/P1, q/P3)
+ * restore step 2 from tier 0 resharded 4 -> 3, each seeing its own node's
+ * directory only: the files a node lacks (__1_0 for P0, __2_0 for P1)
+ * come over the communicator. */
+static void test_peers3(void)
+{
+    char saved[600], saved1[600];
+    snprintf(saved, sizeof saved, "%s", t0);
+    snprintf(saved1, sizeof saved1, "%s", t1);
+    snprintf(t0, sizeof t0, "%s/q/P%d", dir, node);
+    snprintf(t1, sizeof t1, "%s/q/t1", dir);
+    nrep = 1;
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    int64_t s = -1;
+    int tier = -1;
+    for (int k = 1; k <= 2; k++) {
+        fail_rank = k == 2 ? 1 : -1;
+        dcp_state *st = make_state(k, 1);
+        CHECK_OK(ctx, dcp_tier_save(t, st, k, NULL));
+        CHECK(dcp_tier_drain_wait(t, &s) == (k == 2 ? DCP_EIO : DCP_OK));
+        dcp_state_free(st);
+    }
+    fail_rank = -1;
+    dcp_tier_free(t);
+    rm_node("q/P2");
+    MPI_Comm sub;
+    MPI_Comm_split(MPI_COMM_WORLD, mt_rank == 2, mt_rank, &sub);
+    uint64_t f0 = dcp__tier_fetched_bytes(), got = 0, sum = 0;
+    if (mt_rank != 2) {
+        dcp_comm *c3 = NULL;
+        dcp_ctx *x3 = NULL;
+        int wr = mt_rank, ws = mt_size;
+        MPI_Comm_rank(sub, &mt_rank);
+        MPI_Comm_size(sub, &mt_size);
+        if (dcp_comm_mpi(&c3, sub) != DCP_OK ||
+            dcp_ctx_create(&x3, c3, NULL) != DCP_OK)
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        t = mk(x3, DCP_TIER_WAIT, 0);
+        dcp_state *st = make_state(0, 0);
+        CHECK_OK(x3, dcp_tier_restore(t, st, NULL, &s, &tier));
+        CHECK(s == 2 && tier == 0);
+        CHECK(holds(st, 2));
+        dcp_state_free(st);
+        dcp_tier_free(t);
+        got = dcp__tier_fetched_bytes() - f0;
+        MPI_Allreduce(&got, &sum, 1, MPI_UINT64_T, MPI_SUM, sub);
+        CHECK(sum > 0);
+        dcp_ctx_free(x3);
+        dcp_comm_free(c3);
+        mt_rank = wr;
+        mt_size = ws;
+    }
+    MPI_Comm_free(&sub);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(mask(ctx, t1) == BIT(1));
+    char p0[700];
+    snprintf(p0, sizeof p0, "%s/q/P0", dir);
+    if (mt_rank == 0)
+        CHECK(exists(p0, 2, "__1_0.distcp"));
+    snprintf(t0, sizeof t0, "%s", saved);
+    snprintf(t1, sizeof t1, "%s", saved1);
 }
 
 /* 2 ranks naming P1 and P3: every file of step 2 is on one of them (own
@@ -1019,6 +1120,7 @@ int main(int argc, char **argv)
     } else if (strcmp(mode, "peers") == 0) {
         RUN(peers_config);
         RUN(peers);
+        RUN(peers3);
     } else if (strcmp(mode, "peers2") == 0) {
         RUN(peers2);
         RUN(peers_async);
