@@ -48,7 +48,12 @@ enum dcp_file_format {
     DCP_FORMAT_TORCH = 2,
     /* Import only: a model.safetensors.index.json and the shards it names
      * (in the same directory). */
-    DCP_FORMAT_SAFETENSORS_INDEX = 3
+    DCP_FORMAT_SAFETENSORS_INDEX = 3,
+    /* Import and load: a directory of *.safetensors files as torch's
+     * HuggingFaceStorageWriter writes them, each tensor whole or in
+     * per-rank pieces placed by the files' DCP_SHARDING_INFO (AUTO picks
+     * it for a directory; docs/FORMAT.md §9.5). */
+    DCP_FORMAT_SAFETENSORS_DIR = 4
 };
 
 enum dcp_convert_flags {

@@ -13,7 +13,10 @@
  *
  * A safetensors file gives one contiguous tensor per header entry; an
  * index (model.safetensors.index.json) names shards in its own directory,
- * each checked against the index both ways.
+ * each checked against the index both ways. Neither may hold a piece of a
+ * larger tensor (a DCP_SHARDING_INFO offset other than 0). A directory is
+ * read as Hugging Face's per-rank files (hfdir.c): each tensor assembled
+ * from its pieces, a box read piece by piece.
  */
 #include "srcfile.h"
 
@@ -28,6 +31,7 @@
 
 #include "dcp/dcp_convert.h"
 #include "cvname.h"
+#include "hfdir.h"
 #include "json.h"
 #include "meta.h"
 #include "pickle.h"
@@ -104,6 +108,7 @@ void dcp__src_close(struct src_index *ix)
             dcp__free(e->path[j].s);
         dcp__free(e->path);
         dcp__free(e->key);
+        dcp__free(e->pieces);
         dcp_value_free(e->value);
     }
     dcp__free(ix->e);
@@ -164,7 +169,7 @@ static int add_sf_tensors(struct src_index *ix, uint32_t file,
                           struct dcp_err *err)
 {
     size_t i;
-    int rc = DCP_OK;
+    int rc = dcp__hf_check_whole(sf, ix->files[file], err);
     for (i = 0; rc == DCP_OK && i < sf->n; i++) {
         const struct sf_tensor *t = &sf->t[i];
         struct src_entry *e = new_entry(ix, cap);
@@ -364,6 +369,73 @@ static int open_index(struct src_index *ix, const char *path, size_t *cap,
     dcp__free(ents);
 out:
     dcp__json_free(doc);
+    return rc;
+}
+
+/* ------------------------------------------- safetensors directory */
+
+static int dir_tensor(struct src_index *ix, const struct hf_dir *d,
+                      const struct hf_tensor *t, size_t *cap,
+                      struct dcp_err *err)
+{
+    struct src_entry *e = new_entry(ix, cap);
+    size_t i;
+    if (!e)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    e->is_tensor = 1;
+    e->dtype = t->dtype;
+    e->ndim = t->ndim;
+    memcpy(e->shape, t->shape, sizeof(e->shape));
+    c_strides(e);
+    DCP_RETURN_IF(flat_path(e, t->key, err));
+    e->pieces = dcp__calloc(t->n, sizeof(*e->pieces));
+    if (!e->pieces)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    e->npieces = t->n;
+    for (i = 0; i < t->n; i++) {
+        const struct hf_piece *p = &d->p[t->first + i];
+        struct src_piece *q = &e->pieces[i];
+        q->file = p->file; /* files opened in d's order, from 0 */
+        q->base = p->data;
+        memcpy(q->off, p->off, sizeof(q->off));
+        memcpy(q->size, p->size, sizeof(q->size));
+        e->storage_bytes += p->bytes;
+    }
+    return DCP_OK;
+}
+
+static int open_dir(struct src_index *ix, const char *path, size_t *cap,
+                    struct dcp_err *err)
+{
+    struct hf_dir d;
+    size_t i, plen = strlen(path);
+    int dirfd = -1, rc;
+    uint32_t f;
+    rc = dcp__fs_open_dir(path, &dirfd, err);
+    if (rc != DCP_OK)
+        return rc;
+    rc = dcp__hf_scan(dirfd, path, &d, err);
+    dcp__fs_release(dirfd);
+    if (rc == DCP_ENOENT)
+        return dcp__err(err, DCP_ENOENT,
+                        "'%s': a directory without *.safetensors files",
+                        path);
+    if (rc != DCP_OK)
+        return rc;
+    for (i = 0; rc == DCP_OK && i < d.nfiles; i++) {
+        char *full = dcp__malloc(plen + strlen(d.files[i]) + 2);
+        if (!full) {
+            rc = dcp__err(err, DCP_ENOMEM, "out of memory");
+            break;
+        }
+        (void)snprintf(full, plen + strlen(d.files[i]) + 2, "%s/%s", path,
+                       d.files[i]);
+        rc = add_file(ix, full, &f, DCP_EUNSAFE, err);
+        dcp__free(full);
+    }
+    for (i = 0; rc == DCP_OK && i < d.nt; i++)
+        rc = dir_tensor(ix, &d, &d.t[i], cap, err);
+    dcp__hf_release(&d);
     return rc;
 }
 
@@ -709,8 +781,13 @@ static int sniff(const char *path, int *format, struct dcp_err *err)
 {
     uint8_t m[4] = {0};
     size_t n = strlen(path);
+    struct stat sb;
     ssize_t got;
     int fd;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        *format = DCP_FORMAT_SAFETENSORS_DIR;
+        return DCP_OK;
+    }
     if (n >= 5 && strcmp(path + n - 5, ".json") == 0) {
         *format = DCP_FORMAT_SAFETENSORS_INDEX;
         return DCP_OK;
@@ -749,6 +826,9 @@ int dcp__src_open(const char *path, int format, uint64_t max_pickle,
         break;
     case DCP_FORMAT_TORCH:
         rc = open_torch(ix, path, max_pickle, &cap, err);
+        break;
+    case DCP_FORMAT_SAFETENSORS_DIR:
+        rc = open_dir(ix, path, &cap, err);
         break;
     default:
         rc = dcp__err(err, DCP_EINVAL, "unknown file format %d", format);
@@ -822,6 +902,84 @@ static void gather_box(const struct src_index *ix, const struct src_entry *e,
                   e->stride, dst, 0, dstride);
 }
 
+/* The box (off, size) of a tensor stored in pieces: the part of each
+ * piece inside the box, one read per run. The pieces tile the tensor, so
+ * every byte of dst is written once. */
+static int read_pieces(struct src_index *ix, const struct src_entry *e,
+                       const int64_t *off, const int64_t *size, uint8_t *dst,
+                       struct dcp_err *err)
+{
+    size_t es = dcp_dtype_size(e->dtype), i;
+    int64_t dstride[DCP_MAX_NDIM], pstride[DCP_MAX_NDIM];
+    int64_t lo[DCP_MAX_NDIM], isz[DCP_MAX_NDIM];
+    struct box_runs r;
+    int d, empty;
+    dcp__box_cstrides(e->ndim, size, dstride);
+    for (i = 0; i < e->npieces; i++) {
+        const struct src_piece *p = &e->pieces[i];
+        for (d = 0, empty = 0; d < e->ndim; d++) {
+            int64_t a = off[d] > p->off[d] ? off[d] : p->off[d];
+            int64_t b = off[d] + size[d] < p->off[d] + p->size[d]
+                            ? off[d] + size[d]
+                            : p->off[d] + p->size[d];
+            lo[d] = a;
+            isz[d] = b > a ? b - a : 0;
+            empty |= b <= a;
+        }
+        if (empty)
+            continue;
+        if (e->ndim == 0) { /* the one element */
+            DCP_RETURN_IF(dcp__fs_pread(ix->fds[p->file], dst, es, p->base,
+                                        ix->files[p->file], err));
+            continue;
+        }
+        dcp__box_cstrides(e->ndim, p->size, pstride);
+        dcp__box_runs_init(&r, e->ndim, isz,
+                           dcp__box_at(e->ndim, lo, p->off, pstride), pstride,
+                           dcp__box_at(e->ndim, lo, off, dstride), dstride);
+        while (dcp__box_runs_next(&r))
+            DCP_RETURN_IF(dcp__fs_pread(
+                ix->fds[p->file], dst + (size_t)r.dst * es, (size_t)r.run * es,
+                p->base + (uint64_t)r.src * es, ix->files[p->file], err));
+    }
+    return DCP_OK;
+}
+
+/* count elements of a tensor stored in pieces from linear index first, as
+ * at most 2 * ndim boxes: each the largest block aligned at first that
+ * fits the rest. */
+static int read_pieces_linear(struct src_index *ix, const struct src_entry *e,
+                              uint64_t first, uint64_t count, uint8_t *dst,
+                              struct dcp_err *err)
+{
+    size_t es = dcp_dtype_size(e->dtype);
+    int64_t idx[DCP_MAX_NDIM] = {0}, sz[DCP_MAX_NDIM] = {0};
+    uint64_t rem, inner, m;
+    int nd = e->ndim, d, L;
+    if (nd == 0)
+        return read_pieces(ix, e, idx, sz, dst, err);
+    while (count > 0) {
+        for (rem = first, d = nd - 1; d >= 0; d--) {
+            idx[d] = (int64_t)(rem % (uint64_t)e->shape[d]);
+            rem /= (uint64_t)e->shape[d];
+        }
+        for (L = nd - 1, inner = 1;
+             L > 0 && idx[L] == 0 && inner * (uint64_t)e->shape[L] <= count;
+             L--)
+            inner *= (uint64_t)e->shape[L];
+        m = (uint64_t)(e->shape[L] - idx[L]);
+        if (m > count / inner)
+            m = count / inner;
+        for (d = 0; d < nd; d++)
+            sz[d] = d < L ? 1 : d == L ? (int64_t)m : e->shape[d];
+        DCP_RETURN_IF(read_pieces(ix, e, idx, sz, dst, err));
+        dst += m * inner * es;
+        first += m * inner;
+        count -= m * inner;
+    }
+    return DCP_OK;
+}
+
 int dcp__src_read_box(struct src_index *ix, const struct src_entry *e,
                       const int64_t *off, const int64_t *size, void *dst,
                       uint64_t cache_limit, struct dcp_err *err)
@@ -832,6 +990,8 @@ int dcp__src_read_box(struct src_index *ix, const struct src_entry *e,
     uint8_t *out = dst;
     if (dcp__box_numel(e->ndim, size) == 0)
         return DCP_OK;
+    if (e->pieces)
+        return read_pieces(ix, e, off, size, out, err);
     if (!e->contiguous) {
         DCP_RETURN_IF(load_cache(ix, e, cache_limit, err));
         gather_box(ix, e, off, size, out);
@@ -860,6 +1020,8 @@ int dcp__src_read(struct src_index *ix, const struct src_entry *e,
     int nd = e->ndim, d;
     if (count == 0)
         return DCP_OK;
+    if (e->pieces)
+        return read_pieces_linear(ix, e, first, count, dst, err);
     if (e->contiguous)
         return dcp__fs_pread(ix->fds[e->file], dst, (size_t)(count * es),
                              e->base +

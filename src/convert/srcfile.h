@@ -11,6 +11,14 @@
 #include "util.h"
 #include "state.h"
 
+/* A box of a tensor stored in pieces, contiguous (C order) at base. */
+struct src_piece {
+    uint32_t file;
+    uint64_t base;
+    int64_t off[DCP_MAX_NDIM];
+    int64_t size[DCP_MAX_NDIM];
+};
+
 struct src_entry {
     char *key;              /* flattened as torch's flatten_state_dict */
     struct md_pathel *path; /* owned; npath >= 1 */
@@ -26,6 +34,10 @@ struct src_entry {
     int64_t stride[DCP_MAX_NDIM]; /* elements */
     int64_t storage_offset;       /* elements */
     int contiguous;               /* C order, the view starts at offset */
+    /* A tensor of a safetensors directory (hfdir.h): its pieces, which
+     * tile the shape; file, base and the view are then unused. */
+    struct src_piece *pieces;
+    size_t npieces;
     dcp_value *value;             /* values: owned */
 };
 
@@ -44,8 +56,9 @@ struct src_index {
 };
 
 /*
- * Opens path as format (DCP_FORMAT_AUTO sniffs: a zip archive is torch,
- * a name ending in ".json" a safetensors index, else safetensors) and
+ * Opens path as format (DCP_FORMAT_AUTO sniffs: a directory is a
+ * safetensors directory, a zip archive is torch, a name ending in ".json"
+ * a safetensors index, else safetensors) and
  * parses it. max_pickle bounds a torch.save file's data.pkl. Duplicate
  * keys are DCP_EFORMAT. On failure *ix is released.
  */

@@ -29,35 +29,29 @@
 /* Box comparisons of the overlap check, all tensors together. */
 #define HF_MAX_CMP ((uint64_t)1 << 28)
 
-struct piece {
-    char *key;
-    uint32_t file;
-    dcp_dtype dtype;
-    int ndim;
-    uint64_t bytes;
-    int64_t off[DCP_MAX_NDIM];
-    int64_t size[DCP_MAX_NDIM];
-};
-
 struct hf {
     const char *path;
     char **files; /* the directory's *.safetensors names */
     size_t nfiles;
-    struct piece *p;
+    struct hf_piece *p;
     size_t np, cap;
     uint64_t cmp; /* overlap comparisons made */
     struct dcp_err *err;
 };
 
-static void hf_release(struct hf *h)
+void dcp__hf_release(struct hf_dir *d)
 {
     size_t i;
-    for (i = 0; i < h->np; i++)
-        dcp__free(h->p[i].key);
-    dcp__free(h->p);
-    for (i = 0; i < h->nfiles; i++)
-        dcp__free(h->files[i]);
-    dcp__free(h->files);
+    if (!d)
+        return;
+    for (i = 0; i < d->np; i++)
+        dcp__free(d->p[i].key);
+    dcp__free(d->p);
+    for (i = 0; i < d->nfiles; i++)
+        dcp__free(d->files[i]);
+    dcp__free(d->files);
+    dcp__free(d->t);
+    memset(d, 0, sizeof(*d));
 }
 
 static int is_sf_name(const char *s)
@@ -139,7 +133,7 @@ static const struct json_node *find_member(const struct json_node **m,
 }
 
 /* Fills p->off from the DCP_SHARDING_INFO entry v of tensor p->key. */
-static int piece_offsets(struct hf *h, const char *file, struct piece *p,
+static int piece_offsets(struct hf *h, const char *file, struct hf_piece *p,
                          const struct json_node *v)
 {
     const struct json_node *so = v ? dcp__json_get(v, "saved_offsets") : NULL;
@@ -177,7 +171,7 @@ static int add_pieces(struct hf *h, uint32_t f, const struct sf_file *sf,
                         h->path, HF_MAX_PIECES);
     if (h->np + sf->n > h->cap) {
         size_t c = h->np + sf->n > 2 * h->cap ? h->np + sf->n : 2 * h->cap;
-        struct piece *p = dcp__realloc(h->p, c * sizeof(*p));
+        struct hf_piece *p = dcp__realloc(h->p, c * sizeof(*p));
         if (!p)
             return dcp__err(h->err, DCP_ENOMEM, "out of memory");
         h->p = p;
@@ -185,7 +179,7 @@ static int add_pieces(struct hf *h, uint32_t f, const struct sf_file *sf,
     }
     for (i = 0; rc == DCP_OK && i < sf->n; i++) {
         const struct sf_tensor *t = &sf->t[i];
-        struct piece *p = &h->p[h->np];
+        struct hf_piece *p = &h->p[h->np];
         memset(p, 0, sizeof(*p));
         p->key = dcp__strdup(t->name);
         if (!p->key)
@@ -195,6 +189,7 @@ static int add_pieces(struct hf *h, uint32_t f, const struct sf_file *sf,
         p->dtype = t->dtype;
         p->ndim = t->ndim;
         p->bytes = t->end - t->begin;
+        p->data = sf->data_off + t->begin;
         memcpy(p->size, t->shape, sizeof(p->size));
         if (info)
             rc = piece_offsets(h, h->files[f], p,
@@ -203,16 +198,59 @@ static int add_pieces(struct hf *h, uint32_t f, const struct sf_file *sf,
     return rc;
 }
 
+/*
+ * The DCP_SHARDING_INFO of sf (file name, in h->path), parsed: *m its
+ * members (key, value pairs) sorted by key, *n pairs; *m NULL without
+ * one. Free *m and *doc.
+ */
+static int info_members(struct hf *h, const char *name,
+                        const struct sf_file *sf, struct json_doc **doc,
+                        const struct json_node ***m, size_t *n)
+{
+    struct json_node *root = NULL;
+    const char *info = NULL;
+    size_t i, len;
+    int rc;
+    *doc = NULL;
+    *m = NULL;
+    *n = 0;
+    for (i = 0; i < sf->nmeta; i++)
+        if (!strcmp(sf->meta[2 * i], HF_INFO_KEY))
+            info = sf->meta[2 * i + 1];
+    if (!info)
+        return DCP_OK;
+    len = strlen(info);
+    rc = dcp__json_parse(info, len, 4,
+                         len / 2 + 16 < ((size_t)1 << 22) ? len / 2 + 16
+                                                          : ((size_t)1 << 22),
+                         doc, &root, h->err);
+    if (rc == DCP_OK && root->kind != JSON_OBJ)
+        rc = dcp__err(h->err, DCP_EFORMAT, "not a JSON object");
+    if (rc == DCP_OK && dcp__json_dup_key(root))
+        rc = dcp__err(h->err, DCP_EFORMAT, "tensor '%s' given twice",
+                      dcp__json_dup_key(root));
+    if (rc != DCP_OK)
+        return dcp__err_prefix(h->err, "'%s/%s': " HF_INFO_KEY, h->path,
+                               name);
+    *m = dcp__malloc((2 * root->len + 1) * sizeof(**m));
+    if (!*m)
+        return dcp__err(h->err, DCP_ENOMEM, "out of memory");
+    for (i = 0; i < 2 * root->len; i++)
+        (*m)[i] = root->v[i];
+    qsort(*m, root->len, 2 * sizeof(**m), cmp_member);
+    *n = root->len;
+    return DCP_OK;
+}
+
 /* Reads file f's header and adds its pieces. */
 static int read_file(struct hf *h, int dirfd, uint32_t f)
 {
-    const char *name = h->files[f], *info = NULL;
+    const char *name = h->files[f];
     struct json_doc *doc = NULL;
-    struct json_node *root = NULL;
     const struct json_node **m = NULL;
     struct sf_file sf;
     uint64_t size = 0;
-    size_t i, len;
+    size_t n = 0;
     int fd = -1, rc;
     memset(&sf, 0, sizeof(sf));
     rc = dcp__fs_open_read(dirfd, name, &fd, &size, h->err);
@@ -224,45 +262,55 @@ static int read_file(struct hf *h, int dirfd, uint32_t f)
         dcp__sf_release(&sf);
         return dcp__err_prefix(h->err, "'%s'", h->path);
     }
-    for (i = 0; i < sf.nmeta; i++)
-        if (!strcmp(sf.meta[2 * i], HF_INFO_KEY))
-            info = sf.meta[2 * i + 1];
-    if (info) {
-        len = strlen(info);
-        rc = dcp__json_parse(info, len, 4,
-                             len / 2 + 16 < ((size_t)1 << 22)
-                                 ? len / 2 + 16
-                                 : ((size_t)1 << 22),
-                             &doc, &root, h->err);
-        if (rc == DCP_OK && root->kind != JSON_OBJ)
-            rc = dcp__err(h->err, DCP_EFORMAT, "not a JSON object");
-        if (rc == DCP_OK && dcp__json_dup_key(root))
-            rc = dcp__err(h->err, DCP_EFORMAT, "tensor '%s' given twice",
-                          dcp__json_dup_key(root));
-        if (rc != DCP_OK)
-            (void)dcp__err_prefix(h->err, "'%s/%s': " HF_INFO_KEY, h->path,
-                                  name);
-    }
-    if (rc == DCP_OK && root) {
-        m = dcp__malloc((2 * root->len + 1) * sizeof(*m));
-        if (!m)
-            rc = dcp__err(h->err, DCP_ENOMEM, "out of memory");
-        for (i = 0; m && i < 2 * root->len; i++)
-            m[i] = root->v[i];
-        if (m)
-            qsort(m, root->len, 2 * sizeof(*m), cmp_member);
-    }
+    rc = info_members(h, name, &sf, &doc, &m, &n);
     if (rc == DCP_OK)
-        rc = add_pieces(h, f, &sf, m, root ? root->len : 0);
+        rc = add_pieces(h, f, &sf, m, n);
     dcp__free(m);
     dcp__json_free(doc);
     dcp__sf_release(&sf);
     return rc;
 }
 
+int dcp__hf_check_whole(const struct sf_file *sf, const char *name,
+                        struct dcp_err *err)
+{
+    struct json_doc *doc = NULL;
+    const struct json_node **m = NULL;
+    struct hf_piece p;
+    struct hf h;
+    char s[160];
+    size_t i, n = 0;
+    int rc, d;
+    memset(&h, 0, sizeof(h));
+    h.path = ".";
+    h.err = err;
+    rc = info_members(&h, name, sf, &doc, &m, &n);
+    for (i = 0; rc == DCP_OK && m && i < sf->n; i++) {
+        const struct sf_tensor *t = &sf->t[i];
+        memset(&p, 0, sizeof(p));
+        p.key = (char *)(uintptr_t)t->name; /* read only */
+        p.ndim = t->ndim;
+        memcpy(p.size, t->shape, sizeof(p.size));
+        rc = piece_offsets(&h, name, &p, find_member(m, n, t->name));
+        for (d = 0; rc == DCP_OK && d < p.ndim; d++)
+            if (p.off[d]) {
+                (void)dcp_shape_format(s, sizeof(s), p.ndim, p.off);
+                rc = dcp__err(err, DCP_EFORMAT,
+                              "'%s': tensor '%s' is a piece at %s of a "
+                              "larger tensor (" HF_INFO_KEY
+                              "): open the directory of the per-rank "
+                              "files instead",
+                              name, t->name, s);
+            }
+    }
+    dcp__free(m);
+    dcp__json_free(doc);
+    return rc;
+}
+
 static int cmp_piece(const void *a, const void *b)
 {
-    const struct piece *x = a, *y = b;
+    const struct hf_piece *x = a, *y = b;
     int c = strcmp(x->key, y->key);
     if (c)
         return c;
@@ -271,7 +319,7 @@ static int cmp_piece(const void *a, const void *b)
     return (x->file > y->file) - (x->file < y->file);
 }
 
-static int boxes_overlap(const struct piece *a, const struct piece *b)
+static int boxes_overlap(const struct hf_piece *a, const struct hf_piece *b)
 {
     int d;
     for (d = 0; d < a->ndim; d++)
@@ -281,8 +329,8 @@ static int boxes_overlap(const struct piece *a, const struct piece *b)
     return 1;
 }
 
-static int overlap_err(struct hf *h, const struct piece *a,
-                       const struct piece *b)
+static int overlap_err(struct hf *h, const struct hf_piece *a,
+                       const struct hf_piece *b)
 {
     char oa[160], ob[160];
     (void)dcp_shape_format(oa, sizeof(oa), a->ndim, a->off);
@@ -299,7 +347,7 @@ static int overlap_err(struct hf *h, const struct piece *a,
  * sets its shape: same dtype and rank, no two overlapping, volumes summing
  * to the extent's.
  */
-static int check_group(struct hf *h, const struct piece *p, size_t n,
+static int check_group(struct hf *h, const struct hf_piece *p, size_t n,
                        int64_t *shape)
 {
     uint64_t sum = 0, vol;
@@ -359,57 +407,98 @@ static int check_group(struct hf *h, const struct piece *p, size_t n,
     return DCP_OK;
 }
 
-/* Entry *e from the pieces p[0..n) of one tensor. */
-static int make_entry(struct hf *h, struct md_entry *e, const struct piece *p,
-                      size_t n)
+int dcp__hf_scan(int dirfd, const char *path, struct hf_dir *out,
+                 struct dcp_err *err)
 {
-    size_t i, k = (size_t)(p[0].ndim ? p[0].ndim : 1);
-    e->key = dcp__strdup(p[0].key);
-    e->chunks = dcp__calloc(n, sizeof(*e->chunks));
+    struct hf h;
+    size_t i, j, nt = 0;
+    int rc;
+    memset(out, 0, sizeof(*out));
+    memset(&h, 0, sizeof(h));
+    h.path = path;
+    h.err = err;
+    rc = list_files(&h, dirfd);
+    for (i = 0; rc == DCP_OK && i < h.nfiles; i++)
+        rc = read_file(&h, dirfd, (uint32_t)i);
+    /* h's arrays change hands: released with out from here on */
+    out->files = h.files;
+    out->nfiles = h.nfiles;
+    out->p = h.p;
+    out->np = h.np;
+    if (rc != DCP_OK)
+        goto fail;
+    qsort(h.p, h.np, sizeof(*h.p), cmp_piece);
+    for (i = 0; i < h.np; i++)
+        nt += !i || strcmp(h.p[i].key, h.p[i - 1].key);
+    out->t = dcp__calloc(nt ? nt : 1, sizeof(*out->t));
+    if (!out->t) {
+        rc = dcp__err(err, DCP_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (i = 0; rc == DCP_OK && i < h.np; i = j) {
+        struct hf_tensor *t = &out->t[out->nt++];
+        for (j = i + 1; j < h.np && !strcmp(h.p[j].key, h.p[i].key); j++)
+            ;
+        t->key = h.p[i].key;
+        t->dtype = h.p[i].dtype;
+        t->ndim = h.p[i].ndim;
+        t->first = i;
+        t->n = j - i;
+        rc = check_group(&h, h.p + i, j - i, t->shape);
+    }
+    if (rc == DCP_OK)
+        return DCP_OK;
+fail:
+    dcp__hf_release(out);
+    return rc;
+}
+
+/* Entry *e from tensor t of d. */
+static int make_entry(const struct hf_dir *d, const struct hf_tensor *t,
+                      struct md_entry *e)
+{
+    size_t i, k = (size_t)(t->ndim ? t->ndim : 1);
+    e->key = dcp__strdup(t->key);
+    e->chunks = dcp__calloc(t->n, sizeof(*e->chunks));
     if (!e->key || !e->chunks)
-        return dcp__err(h->err, DCP_ENOMEM, "out of memory");
+        return DCP_ENOMEM;
     e->is_tensor = 1;
-    e->dtype = p[0].dtype;
-    e->ndim = p[0].ndim;
-    DCP_RETURN_IF(check_group(h, p, n, e->shape));
-    for (i = 0; i < n; i++) {
+    e->dtype = t->dtype;
+    e->ndim = t->ndim;
+    memcpy(e->shape, t->shape, sizeof(e->shape));
+    for (i = 0; i < t->n; i++) {
+        const struct hf_piece *p = &d->p[t->first + i];
         struct md_chunk *c = &e->chunks[i];
         c->off = dcp__calloc(2 * k, sizeof(int64_t));
         if (!c->off)
-            return dcp__err(h->err, DCP_ENOMEM, "out of memory");
+            return DCP_ENOMEM;
         e->nchunks = i + 1;
         c->size = c->off + k;
-        memcpy(c->off, p[i].off, (size_t)p[i].ndim * sizeof(int64_t));
-        memcpy(c->size, p[i].size, (size_t)p[i].ndim * sizeof(int64_t));
-        c->file = p[i].file;
+        memcpy(c->off, p->off, (size_t)p->ndim * sizeof(int64_t));
+        memcpy(c->size, p->size, (size_t)p->ndim * sizeof(int64_t));
+        c->file = p->file;
         c->offset = 0; /* the file's safetensors header (§9.3) */
-        c->length = p[i].bytes;
+        c->length = p->bytes;
         c->has_storage = 1;
         c->xform = MD_XFORM_NONE;
     }
     return DCP_OK;
 }
 
-static int build(struct hf *h, struct dcp_metadata *md)
+static int build(struct hf_dir *d, struct dcp_metadata *md)
 {
-    size_t i, j, nkeys = 0;
-    qsort(h->p, h->np, sizeof(*h->p), cmp_piece);
-    for (i = 0; i < h->np; i++)
-        nkeys += !i || strcmp(h->p[i].key, h->p[i - 1].key);
-    md->e = dcp__calloc(nkeys ? nkeys : 1, sizeof(*md->e));
-    md->files = h->files; /* changes hands */
-    md->nfiles = h->nfiles;
-    h->files = NULL;
-    h->nfiles = 0;
+    size_t i;
+    md->e = dcp__calloc(d->nt ? d->nt : 1, sizeof(*md->e));
+    md->files = d->files; /* changes hands */
+    md->nfiles = d->nfiles;
+    d->files = NULL;
+    d->nfiles = 0;
     md->version = dcp__strdup("");
     if (!md->e || !md->version)
-        return dcp__err(h->err, DCP_ENOMEM, "out of memory");
-    for (i = 0; i < h->np; i = j) {
-        for (j = i + 1; j < h->np && !strcmp(h->p[j].key, h->p[i].key); j++)
-            ;
-        /* Filled before the check so that a failure frees what it holds. */
-        md->n++;
-        DCP_RETURN_IF(make_entry(h, &md->e[md->n - 1], h->p + i, j - i));
+        return DCP_ENOMEM;
+    for (i = 0; i < d->nt; i++) {
+        md->n++; /* counted first: a failure frees what it holds */
+        DCP_RETURN_IF(make_entry(d, &d->t[i], &md->e[i]));
     }
     return DCP_OK;
 }
@@ -418,32 +507,27 @@ int dcp__hf_metadata(int dirfd, const char *path, struct dcp_metadata **out,
                      struct dcp_err *err)
 {
     struct dcp_metadata *md = NULL;
-    struct hf h;
-    size_t i;
+    struct hf_dir d;
     int rc;
     *out = NULL;
-    memset(&h, 0, sizeof(h));
-    h.path = path;
-    h.err = err;
-    rc = list_files(&h, dirfd);
-    for (i = 0; rc == DCP_OK && i < h.nfiles; i++)
-        rc = read_file(&h, dirfd, (uint32_t)i);
-    if (rc == DCP_OK) {
-        md = dcp__calloc(1, sizeof(*md));
-        rc = md ? build(&h, md) : dcp__err(err, DCP_ENOMEM, "out of memory");
-    }
+    rc = dcp__hf_scan(dirfd, path, &d, err);
+    if (rc != DCP_OK)
+        return rc;
+    md = dcp__calloc(1, sizeof(*md));
+    rc = md ? build(&d, md) : DCP_ENOMEM;
+    if (rc == DCP_ENOMEM)
+        rc = dcp__err(err, DCP_ENOMEM, "out of memory");
     if (rc == DCP_OK)
         rc = dcp__meta_sort(md, err);
     if (rc == DCP_OK)
         dcp__meta_index(md);
-    hf_release(&h);
+    dcp__hf_release(&d);
     if (rc != DCP_OK)
         dcp__meta_free(md);
     else
         *out = md;
     return rc;
 }
-
 int dcp__hf_metadata_bytes(int dirfd, const char *path, uint8_t **out,
                            size_t *len, struct dcp_err *err)
 {

@@ -17,6 +17,58 @@
 /* Most names listed and safetensors files read in one directory. */
 #define HF_MAX_FILES 16384
 
+/* One tensor of one file: a box of its global tensor, stored contiguous
+ * (C order) at byte data of file. */
+struct hf_piece {
+    char *key;
+    uint32_t file; /* index into hf_dir.files */
+    dcp_dtype dtype;
+    int ndim;
+    uint64_t bytes;
+    uint64_t data; /* absolute file offset of the piece's bytes */
+    int64_t off[DCP_MAX_NDIM];
+    int64_t size[DCP_MAX_NDIM];
+};
+
+/* A global tensor: pieces p[first .. first + n), sorted by dim-0 offset. */
+struct hf_tensor {
+    const char *key; /* its first piece's */
+    dcp_dtype dtype;
+    int ndim;
+    int64_t shape[DCP_MAX_NDIM];
+    size_t first, n;
+};
+
+struct hf_dir {
+    char **files; /* plain names, sorted */
+    size_t nfiles;
+    struct hf_piece *p; /* sorted by key, then dim-0 offset, then file */
+    size_t np;
+    struct hf_tensor *t; /* sorted by key */
+    size_t nt;
+};
+
+struct sf_file;
+
+/*
+ * Checks that every tensor of sf (the header of file name) is whole: with
+ * a DCP_SHARDING_INFO, its saved_offsets are all 0 (DCP_EFORMAT naming
+ * the tensor otherwise: a per-rank piece read as a whole tensor would be
+ * wrong). For a file opened alone or through an index.
+ */
+int dcp__hf_check_whole(const struct sf_file *sf, const char *name,
+                        struct dcp_err *err);
+
+/*
+ * Lists the *.safetensors files of the open directory dirfd (path for
+ * messages), reads their headers and groups the pieces into tensors,
+ * checked as for dcp__hf_metadata (which see for the return codes). On
+ * failure *out is released.
+ */
+int dcp__hf_scan(int dirfd, const char *path, struct hf_dir *out,
+                 struct dcp_err *err);
+void dcp__hf_release(struct hf_dir *d);
+
 /*
  * Lists the *.safetensors files of the open directory dirfd (path for
  * messages) and makes *out from their headers: one tensor entry per name,
