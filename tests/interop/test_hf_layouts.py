@@ -1,0 +1,323 @@
+"""Hugging Face layouts torch 2.13 writes (issue 18 item 6, docs/FORMAT.md
+§9.5).
+
+torch's HuggingFaceStorageWriter writes safetensors files and no
+.metadata: one process (no_dist=True) writes model-0000i-of-0000N.safetensors
+and model.safetensors.index.json; 3 gloo ranks with save_distributed=True
+write shard-0000r-model-00001-of-00001.safetensors per rank, each holding
+the rank's DTensor pieces with their offsets in __metadata__
+DCP_SHARDING_INFO (and, with enable_consolidation, the whole tensors
+beside a sharded/ directory). dcp reads each directory as a checkpoint
+(dcptool ls/info/cat/export, dcp_load whole and in boxes across the pieces,
+dcp_load_file and dcp_load resharded over 1 to 3 MPI ranks), bit-exact.
+Hostile directories (overlapping pieces, gaps, bad offsets, bad JSON,
+disagreeing dtypes) are refused with DCP_EFORMAT naming file and tensor.
+"""
+
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dcpio  # noqa: E402  (fails loudly without torch)
+from dcpio import torch  # noqa: E402
+import torch.distributed.checkpoint as tdcp  # noqa: E402
+from torch.distributed.checkpoint import HuggingFaceStorageWriter  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+
+R = dcpio.Runner("hf_layouts")
+
+
+def dcptool(*args, expect=0, text=True):
+    r = subprocess.run([os.environ["DCPTOOL"]] + [str(a) for a in args],
+                       capture_output=True, text=text, timeout=120)
+    if r.returncode != expect:
+        raise AssertionError(f"dcptool {' '.join(map(str, args))}: exit "
+                             f"{r.returncode}, expected {expect}\n{r.stderr}")
+    return r
+
+
+def mpi_loadfile(n, *args):
+    """tests/mpi/mpi_loadfile on n ranks (an MPI build)."""
+    exe = shutil.which("mpiexec") or shutil.which("mpirun")
+    prog = os.path.join(os.environ.get("DCP_BIN_DIR", ""), "mpi",
+                        "mpi_loadfile")
+    if not exe or not os.path.exists(prog):
+        raise AssertionError(f"need mpiexec and {prog} (an MPI build)")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    r = subprocess.run([exe, "--oversubscribe", "-n", str(n), prog]
+                       + [str(a) for a in args], capture_output=True,
+                       text=True, timeout=300, env=env)
+    if r.returncode != 0:
+        raise AssertionError(f"mpi_loadfile exited {r.returncode}: "
+                             f"{r.stdout} {r.stderr}")
+
+
+def ls_rows(d):
+    return {ln.split("\t")[0]: ln.split("\t")[1:]
+            for ln in dcptool("ls", d).stdout.splitlines()}
+
+
+def check_reads(check, d, want, tmp, tag, chunks=None):
+    """Every way dcp reads directory d gives the tensors of want."""
+    rows = ls_rows(d)
+    check.eq(sorted(rows), sorted(want), f"{tag}: ls keys")
+    for k, v in want.items():
+        check.eq(rows[k][0], dcpio.dtype_name(v.dtype), f"{tag}: dtype {k}")
+        check.eq(rows[k][1], "[" + ",".join(map(str, v.shape)) + "]",
+                 f"{tag}: shape {k}")
+        if chunks and k in chunks:
+            check.eq(int(rows[k][2]), chunks[k], f"{tag}: pieces of {k}")
+        got = dcptool("cat", d, k, text=False).stdout
+        check.eq(got.hex(), dcpio.tensor_bytes(v).hex(), f"{tag}: cat {k}")
+    info = json.loads(dcptool("info", d, "--json").stdout)
+    check.eq(info["entries"] if "entries" in info else len(want), len(want),
+             f"{tag}: info")
+    dcptool("verify", d)
+    # export: one safetensors file, read by the safetensors library
+    out = os.path.join(tmp, f"{tag}.safetensors")
+    dcptool("export", d, out, "--no-fsync")
+    got = load_file(out)
+    check.eq(sorted(got), sorted(want), f"{tag}: export keys")
+    for k, v in want.items():
+        check.none(dcpio.tensors_identical(v, got[k]), f"{tag}: export {k}")
+    # dcp_load of every tensor whole, and dcp_metadata_read_box
+    dump = dcpio.dcp_dumpall(d, tmp, name=f"dump-{tag}")
+    dcpio.compare_dump(want, dump, check)
+    # dcp_import of the directory (srcfile's pieces, read in C order)
+    imp = os.path.join(tmp, f"imp-{tag}")
+    dcptool("import", d, imp, "--no-fsync")
+    for k, v in want.items():
+        got = dcptool("cat", imp, k, text=False).stdout
+        check.eq(got.hex(), dcpio.tensor_bytes(v).hex(), f"{tag}: import {k}")
+
+
+def single_state():
+    rng = random.Random(618)
+    g = torch.Generator().manual_seed(618)
+    return {"embed.weight": dcpio.random_tensor(torch.bfloat16, (11, 4), rng),
+            "layer.0.w": torch.randn(6, 5, generator=g),
+            "layer.0.h": dcpio.random_tensor(torch.float16, (3, 2, 2), rng),
+            "ids": torch.arange(-5, 9, dtype=torch.int64),
+            "scale": torch.tensor(2.5, dtype=torch.float64),
+            "empty": torch.empty(0, 4)}
+
+
+@R.test
+def hf_single_process_dcp_reads(check, tmp):
+    """no_dist=True: one file, and two files through fqn_to_index_mapping;
+    every tensor whole with saved_offsets 0."""
+    st = single_state()
+    one = os.path.join(tmp, "one")
+    tdcp.save(st, storage_writer=HuggingFaceStorageWriter(one), no_dist=True)
+    check.eq(sorted(os.listdir(one)),
+             ["model-00001-of-00001.safetensors",
+              "model.safetensors.index.json"], "torch's file names")
+    check.true(not os.path.exists(os.path.join(one, ".metadata")),
+               "no .metadata")
+    check_reads(check, one, st, tmp, "one")
+    two = os.path.join(tmp, "two")
+    mapping = {k: 1 + (i % 2) for i, k in enumerate(sorted(st))}
+    tdcp.save(st, storage_writer=HuggingFaceStorageWriter(
+        two, fqn_to_index_mapping=mapping), no_dist=True)
+    check.eq(sorted(os.listdir(two)),
+             ["model-00001-of-00002.safetensors",
+              "model-00002-of-00002.safetensors",
+              "model.safetensors.index.json"], "torch's file names")
+    check_reads(check, two, st, tmp, "two")
+    # the index, as before, through dcp_import
+    imp = os.path.join(tmp, "imp-index")
+    dcptool("import", os.path.join(two, "model.safetensors.index.json"), imp)
+    check.eq(sorted(ls_rows(imp)), sorted(st), "import of the index")
+    # dcp_load and dcp_load_file on 1 and 2 ranks, the same bytes
+    for n in (1, 2):
+        mpi_loadfile(n, "model", two, two, os.path.join(tmp, f"re{n}"))
+
+
+# -------------------------------------------------- 3 ranks, DTensors
+
+WORLD = 3
+
+
+def dist_full():
+    rng = random.Random(1866)
+    g = torch.Generator().manual_seed(1866)  # the same on every rank
+    return {"w": torch.arange(7 * 5, dtype=torch.float32).reshape(7, 5) / 3,
+            "c": torch.randn(4, 6, generator=g),
+            "h": dcpio.random_tensor(torch.bfloat16, (5, 8), rng),
+            "grid": torch.randn(6, 4, dtype=torch.float64, generator=g),
+            "b": torch.linspace(-1, 1, 9, dtype=torch.float64)}
+
+
+def _hf_save(rank, world, d, consolidate):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
+    mesh = init_device_mesh("cpu", (world,))
+    full = dist_full()
+    st = {"w": dcpio.dtensor_from_full(full["w"], mesh, [Shard(0)]),
+          "c": dcpio.dtensor_from_full(full["c"], mesh, [Shard(1)]),
+          "h": dcpio.dtensor_from_full(full["h"], mesh, [Shard(1)]),
+          "grid": dcpio.dtensor_from_full(full["grid"], mesh, [Shard(0)]),
+          "b": dcpio.dtensor_from_full(full["b"], mesh, [Replicate()])}
+    tdcp.save(st, storage_writer=HuggingFaceStorageWriter(
+        d, save_distributed=True, enable_consolidation=consolidate))
+
+
+def sharding_info(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(n))
+    return json.loads(h["__metadata__"]["DCP_SHARDING_INFO"])
+
+
+@R.test
+def hf_distributed_dcp_reads(check, tmp):
+    """save_distributed=True on 3 gloo ranks: per-rank files with
+    DCP_SHARDING_INFO; dcp assembles each tensor from its pieces; with
+    enable_consolidation, the consolidated files and sharded/ both."""
+    full = dist_full()
+    d = os.path.join(tmp, "dist")
+    dcpio.run_ranks(check, WORLD, _hf_save, (d, False), tmp)
+    names = sorted(os.listdir(d))
+    check.eq(names, [f"shard-0000{r}-model-00001-of-00001.safetensors"
+                     for r in range(1, WORLD + 1)], "torch's file names")
+    info = sharding_info(os.path.join(d, names[1]))
+    check.eq(info["w"]["saved_offsets"], [3, 0], "rank 1's piece of w")
+    check_reads(check, d, full, tmp, "dist",
+                chunks={"w": 3, "c": 3, "h": 3, "b": 1})
+    # boxes across the pieces: rows 1..6 of w (3 + 3 + 1), columns of c
+    for key, offs, sizes in [("w", (1, 1), (5, 3)), ("c", (1, 1), (2, 4)),
+                             ("h", (0, 2), (5, 5))]:
+        want = dcpio.slice_of(full[key], offs, sizes)
+        for mode in ("loadbox", "readbox"):
+            got = dcpio.dcp_box(d, key, offs, sizes, tmp, mode=mode)
+            check.eq(got.hex(), dcpio.tensor_bytes(want).hex(),
+                     f"{mode} {key}")
+    # dcp_load of the directory resharded by rows over 1..3 ranks, dcp_save,
+    # and dcp_load_file of the directory (every rank reading, then rank 0
+    # reading for all) into the same boxes: the same bytes
+    for n in (1, 2, 3):
+        mpi_loadfile(n, "model", d, d, os.path.join(tmp, f"re{n}"))
+        out = os.path.join(tmp, f"re{n}.safetensors")
+        dcptool("export", os.path.join(tmp, f"re{n}"), out, "--no-fsync")
+        got = load_file(out)
+        for k, v in full.items():
+            check.none(dcpio.tensors_identical(v, got[k]),
+                       f"{n} ranks: {k}")
+    # enable_consolidation: whole tensors beside sharded/
+    c = os.path.join(tmp, "cons")
+    dcpio.run_ranks(check, WORLD, _hf_save, (c, True), tmp)
+    check.true(os.path.isdir(os.path.join(c, "sharded")), "sharded/")
+    check_reads(check, c, full, tmp, "cons",
+                chunks={"w": 1, "c": 1, "h": 1, "b": 1})
+    check_reads(check, os.path.join(c, "sharded"), full, tmp, "cons-sharded",
+                chunks={"w": 3, "c": 3})
+
+
+# ------------------------------------------------------------ hostile
+
+def write_piece(d, name, tensors, info, dcp_version=True):
+    meta = {"format": "pt"}
+    if info is not None:
+        meta["DCP_SHARDING_INFO"] = info if isinstance(info, str) \
+            else json.dumps(info)
+    if dcp_version:
+        meta["DCP_VERSION"] = "1.0"
+    save_file(tensors, os.path.join(d, name), metadata=meta)
+
+
+def refused(check, d, tmp, what, *needles):
+    r = dcpio.run("dumpall", d, os.path.join(tmp, "dump-bad"),
+                  expect_ok=False)
+    check.true(r.returncode != 0 and "DCP_EFORMAT" in r.stderr and
+               all(n in r.stderr for n in needles),
+               f"{what}: {r.stderr.strip()}")
+    r = subprocess.run([os.environ["DCPTOOL"], "ls", d], capture_output=True,
+                       text=True, timeout=60)
+    check.true(r.returncode == 1 and all(n in r.stderr for n in needles),
+               f"{what}: ls: {r.stderr.strip()}")
+    # the srcfile route (dcp_import of the directory) refuses it too
+    out = os.path.join(tmp, "imp-bad")
+    shutil.rmtree(out, ignore_errors=True)
+    r = subprocess.run([os.environ["DCPTOOL"], "import", d, out],
+                       capture_output=True, text=True, timeout=60)
+    check.true(r.returncode == 1 and all(n in r.stderr for n in needles),
+               f"{what}: import: {r.stderr.strip()}")
+
+
+@R.test
+def hf_hostile(check, tmp):
+    """Pieces that overlap or leave a gap, offsets out of range or of the
+    wrong rank, bad JSON, a missing entry, dtypes that disagree: DCP_EFORMAT
+    naming the file and the tensor; a lone piece is refused by import."""
+    a = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    cases = [
+        ("overlap", [("s1.safetensors", {"w": a}, {"w": {"saved_offsets":
+                                                          [0, 0]}}),
+                     ("s2.safetensors", {"w": a}, {"w": {"saved_offsets":
+                                                          [2, 0]}})],
+         ["'w'", "s1.safetensors", "s2.safetensors", "overlap"]),
+        ("gap", [("s1.safetensors", {"w": a}, {"w": {"saved_offsets":
+                                                      [0, 0]}}),
+                 ("s2.safetensors", {"w": a}, {"w": {"saved_offsets":
+                                                      [4, 0]}})],
+         ["'w'", "s1.safetensors", "gap"]),
+        ("whole-and-piece", [("m.safetensors", {"w": a}, None),
+                             ("s2.safetensors", {"w": a},
+                              {"w": {"saved_offsets": [3, 4]}})],
+         ["'w'", "gap"]),
+        ("negative", [("s1.safetensors", {"w": a},
+                       {"w": {"saved_offsets": [-1, 0]}})],
+         ["'w'", "s1.safetensors", "saved_offsets[0]"]),
+        ("huge", [("s1.safetensors", {"w": a},
+                   {"w": {"saved_offsets": [2 ** 63 - 2, 0]}})],
+         ["'w'", "s1.safetensors", "saved_offsets[0]"]),
+        ("rank", [("s1.safetensors", {"w": a},
+                   {"w": {"saved_offsets": [0]}})],
+         ["'w'", "s1.safetensors", "saved_offsets of 2"]),
+        ("missing", [("s1.safetensors", {"w": a, "v": a.clone()},
+                      {"w": {"saved_offsets": [0, 0]}})],
+         ["'v'", "s1.safetensors"]),
+        ("bad-json", [("s1.safetensors", {"w": a}, '{"w": {"saved_')],
+         ["s1.safetensors", "DCP_SHARDING_INFO"]),
+        ("not-object", [("s1.safetensors", {"w": a}, "[1, 2]")],
+         ["s1.safetensors", "DCP_SHARDING_INFO"]),
+        ("dtype", [("s1.safetensors", {"w": a}, {"w": {"saved_offsets":
+                                                        [0, 0]}}),
+                   ("s2.safetensors", {"w": a.double()},
+                    {"w": {"saved_offsets": [3, 0]}})],
+         ["'w'", "s1.safetensors", "s2.safetensors", "float64"]),
+    ]
+    for what, files, needles in cases:
+        d = os.path.join(tmp, what)
+        os.makedirs(d)
+        for name, tensors, info in files:
+            write_piece(d, name, tensors, info)
+        refused(check, d, tmp, what, *needles)
+    # a well-formed pair reads (the hostile cases are not refused blindly)
+    d = os.path.join(tmp, "good")
+    os.makedirs(d)
+    write_piece(d, "s1.safetensors", {"w": a}, {"w": {"saved_offsets":
+                                                       [0, 0]}})
+    write_piece(d, "s2.safetensors", {"w": a + 12}, {"w": {"saved_offsets":
+                                                            [3, 0]}})
+    got = dcptool("cat", d, "w", text=False).stdout
+    check.eq(got.hex(), dcpio.tensor_bytes(torch.cat([a, a + 12])).hex(),
+             "good pieces")
+    # one piece alone, opened as a file: refused, naming the tensor
+    r = subprocess.run([os.environ["DCPTOOL"], "import",
+                        os.path.join(d, "s2.safetensors"),
+                        os.path.join(tmp, "lone")],
+                       capture_output=True, text=True, timeout=60)
+    check.true(r.returncode == 1 and "'w' is a piece at [3,0]" in r.stderr,
+               f"lone piece: {r.stderr.strip()}")
+
+
+if __name__ == "__main__":
+    R.main()
