@@ -160,8 +160,10 @@ DCP_API int dcp_export(dcp_ctx *ctx, const char *dir, const char *out,
                        dcp_convert_result *res);
 
 /*
- * Imports in (a torch.save file, a safetensors file, or a
- * model.safetensors.index.json with its shards) into a new DCP checkpoint
+ * Imports in (a torch.save file, a safetensors file, a
+ * model.safetensors.index.json with its shards, or a directory of
+ * safetensors files as torch's HuggingFaceStorageWriter writes them, each
+ * tensor assembled from its per-rank pieces) into a new DCP checkpoint
  * in dir (created, parents too): one data file __0_0.distcp and .metadata,
  * committed like dcp_save. A torch.save file's nested dicts and lists are
  * flattened as torch's flatten_state_dict does (keys joined with '.',
@@ -187,12 +189,13 @@ DCP_API int dcp_import(dcp_ctx *ctx, const char *in, const char *dir,
 #define DCP_LOAD_FILE_ROOT_READS (1u << 16)
 
 /*
- * Loads one torch.save or safetensors file (format from the content, as
- * for an import) into the state, in place, like dcp_load loads a
- * checkpoint: the file's tensors and values are the checkpoint's entries
- * (keys flattened as for dcp_import), each rank passes the boxes it wants,
- * with any sharding. Collective over the context's communicator, with the
- * same file on every rank (checked).
+ * Loads one torch.save or safetensors file, or a directory of safetensors
+ * files (HuggingFaceStorageWriter's, per-rank pieces assembled; format
+ * from the content, as for an import) into the state, in place, like dcp_load
+ * loads a checkpoint: the file's tensors and values are the checkpoint's
+ * entries (keys flattened as for dcp_import), each rank passes the boxes it
+ * wants, with any sharding. Collective over the context's communicator, with
+ * the same file on every rank (checked).
  *
  * Every rank tries to open file; when all can and see the same file (size
  * and a hash of its header), each reads its own byte ranges. Otherwise

@@ -418,8 +418,7 @@ static int open_dir(struct src_index *ix, const char *path, size_t *cap,
     dcp__fs_release(dirfd);
     if (rc == DCP_ENOENT)
         return dcp__err(err, DCP_ENOENT,
-                        "'%s': a directory without *.safetensors files",
-                        path);
+                        "'%s': a directory without *.safetensors files", path);
     if (rc != DCP_OK)
         return rc;
     for (i = 0; rc == DCP_OK && i < d.nfiles; i++) {

@@ -34,11 +34,11 @@ struct src_entry {
     int64_t stride[DCP_MAX_NDIM]; /* elements */
     int64_t storage_offset;       /* elements */
     int contiguous;               /* C order, the view starts at offset */
+    dcp_value *value;             /* values: owned */
     /* A tensor of a safetensors directory (hfdir.h): its pieces, which
      * tile the shape; file, base and the view are then unused. */
     struct src_piece *pieces;
     size_t npieces;
-    dcp_value *value;             /* values: owned */
 };
 
 struct src_index {

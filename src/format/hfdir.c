@@ -113,8 +113,8 @@ static int cmp_member(const void *a, const void *b)
 }
 
 /* The value of key in members (key, value pairs sorted by key), or NULL. */
-static const struct json_node *find_member(const struct json_node **m,
-                                           size_t n, const char *key)
+static const struct json_node *find_member(const struct json_node **m, size_t n,
+                                           const char *key)
 {
     size_t lo = 0, hi = n, len = strlen(key);
     while (lo < hi) {
@@ -151,8 +151,7 @@ static int piece_offsets(struct hf *h, const char *file, struct hf_piece *p,
             return dcp__err(h->err, DCP_EFORMAT,
                             "'%s/%s': tensor '%s': saved_offsets[%d] is not "
                             "an integer from 0 to %" PRId64,
-                            h->path, file, p->key, d,
-                            INT64_MAX - p->size[d]);
+                            h->path, file, p->key, d, INT64_MAX - p->size[d]);
         p->off[d] = o->i;
     }
     return DCP_OK;
@@ -192,8 +191,8 @@ static int add_pieces(struct hf *h, uint32_t f, const struct sf_file *sf,
         p->data = sf->data_off + t->begin;
         memcpy(p->size, t->shape, sizeof(p->size));
         if (info)
-            rc = piece_offsets(h, h->files[f], p,
-                               find_member(info, n, t->name));
+            rc =
+                piece_offsets(h, h->files[f], p, find_member(info, n, t->name));
     }
     return rc;
 }
@@ -230,8 +229,7 @@ static int info_members(struct hf *h, const char *name,
         rc = dcp__err(h->err, DCP_EFORMAT, "tensor '%s' given twice",
                       dcp__json_dup_key(root));
     if (rc != DCP_OK)
-        return dcp__err_prefix(h->err, "'%s/%s': " HF_INFO_KEY, h->path,
-                               name);
+        return dcp__err_prefix(h->err, "'%s/%s': " HF_INFO_KEY, h->path, name);
     *m = dcp__malloc((2 * root->len + 1) * sizeof(**m));
     if (!*m)
         return dcp__err(h->err, DCP_ENOMEM, "out of memory");
@@ -397,12 +395,11 @@ static int check_group(struct hf *h, const struct hf_piece *p, size_t n,
     if (sum != (uint64_t)total) {
         char s[160];
         (void)dcp_shape_format(s, sizeof(s), p[0].ndim, shape);
-        return dcp__err(h->err, DCP_EFORMAT,
-                        "'%s': tensor '%s': its %zu pieces (the first in "
-                        "'%s') cover %" PRIu64 " of the %" PRId64
-                        " elements of %s: a gap",
-                        h->path, p[0].key, n, h->files[p[0].file], sum, total,
-                        s);
+        return dcp__err(
+            h->err, DCP_EFORMAT,
+            "'%s': tensor '%s': its %zu pieces (the first in "
+            "'%s') cover %" PRIu64 " of the %" PRId64 " elements of %s: a gap",
+            h->path, p[0].key, n, h->files[p[0].file], sum, total, s);
     }
     return DCP_OK;
 }

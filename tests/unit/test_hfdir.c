@@ -43,7 +43,8 @@ struct tw {
  * DCP_SHARDING_INFO (NULL: built from t's offsets; "": none). Element i
  * of tensor k holds fill(k, i). */
 static void write_file(const char *dir, const char *name, const struct tw *t,
-                       size_t n, const char *info, float (*fill)(size_t, int64_t))
+                       size_t n, const char *info,
+                       float (*fill)(size_t, int64_t))
 {
     struct sf_out so[8];
     struct dcp_buf hdr = {0}, js = {0};
@@ -119,10 +120,10 @@ static int scan(const char *dir, const char *n1, const char *n2)
     rc = dcp__hf_metadata(dirfd, dir, &md, &err);
     dcp__fs_release(dirfd);
     dcp__meta_free(md);
-    if (rc != DCP_OK && ((n1 && !strstr(err.msg, n1)) ||
-                         (n2 && !strstr(err.msg, n2)))) {
-        fprintf(stderr, "message \"%s\" lacks \"%s\" or \"%s\"\n", err.msg,
-                n1, n2 ? n2 : "");
+    if (rc != DCP_OK &&
+        ((n1 && !strstr(err.msg, n1)) || (n2 && !strstr(err.msg, n2)))) {
+        fprintf(stderr, "message \"%s\" lacks \"%s\" or \"%s\"\n", err.msg, n1,
+                n2 ? n2 : "");
         return 999;
     }
     return rc;
@@ -246,8 +247,9 @@ TEST(grid_boxes_and_ranges)
                                     for (b = 0; b < s[1]; b++)
                                         for (c = 0; c < s[2]; c++)
                                             ASSERT(got[k++] ==
-                                                   full[((o[0] + a) * 4 +
-                                                         o[1] + b) * 3 +
+                                                   full[((o[0] + a) * 4 + o[1] +
+                                                         b) *
+                                                            3 +
                                                         o[2] + c]);
                             }
     }
@@ -255,8 +257,8 @@ TEST(grid_boxes_and_ranges)
         uint64_t first, count;
         for (first = 0; first < 60; first++)
             for (count = 1; first + count <= 60; count++) {
-                ASSERT_OK(dcp__src_read(&ix, e, first, count, got, 1 << 20,
-                                        &err));
+                ASSERT_OK(
+                    dcp__src_read(&ix, e, first, count, got, 1 << 20, &err));
                 ASSERT_MEM_EQ(got, full + first, count * sizeof(float));
             }
     }
@@ -318,8 +320,9 @@ TEST(hostile_directories)
             "{\"w\": {\"saved_offsets\": [0, 0]}, \"w\": {\"saved_offsets\": "
             "[0, 0]}}",
             NULL, NULL, "twice", "a.safetensors");
-    hostile_rc(DCP_ELIMIT, "deep", &w0, "{\"w\": {\"saved_offsets\": [[[[[0]]]], 0]}}",
-            NULL, NULL, "DCP_SHARDING_INFO", "a.safetensors");
+    hostile_rc(DCP_ELIMIT, "deep", &w0,
+               "{\"w\": {\"saved_offsets\": [[[[[0]]]], 0]}}", NULL, NULL,
+               "DCP_SHARDING_INFO", "a.safetensors");
 }
 
 TEST(not_hf)
@@ -348,8 +351,7 @@ TEST(not_hf)
 
 int main(void)
 {
-    (void)snprintf(root, sizeof(root), "/tmp/dcp-test-hfdir-%d",
-                   (int)getpid());
+    (void)snprintf(root, sizeof(root), "/tmp/dcp-test-hfdir-%d", (int)getpid());
     if (mkdir(root, 0755) != 0)
         return 1;
     RUN(two_row_pieces);
