@@ -64,7 +64,10 @@ enum dcp_convert_flags {
     /* Cast a finite value that does not fit the target dtype to infinity
      * (or, for float8_e4m3fn, to the largest finite value) as torch does,
      * instead of failing. */
-    DCP_CONVERT_ALLOW_OVERFLOW = 1 << 2
+    DCP_CONVERT_ALLOW_OVERFLOW = 1 << 2,
+    /* dcp_save_hf: consolidated output (whole tensors, with an index)
+     * instead of per-rank pieces. */
+    DCP_CONVERT_HF_CONSOLIDATED = 1 << 3
 };
 
 /*
@@ -215,6 +218,46 @@ DCP_API int dcp_import(dcp_ctx *ctx, const char *in, const char *dir,
  */
 DCP_API int dcp_load_file(dcp_ctx *ctx, dcp_state *st, const char *file,
                           const dcp_load_options *opts);
+
+/*
+ * Saves the tensors of st (every rank's boxes) as Hugging Face safetensors
+ * files in dir, as torch 2.13's HuggingFaceStorageWriter does
+ * (docs/FORMAT.md §9.5), so that torch's HuggingFaceStorageReader (and the
+ * safetensors library, and dcp itself) read them. Collective over the
+ * context's communicator, with the same dir on every rank (checked).
+ *
+ * Sharded (default, save_distributed=True): each rank r that holds data
+ * streams its boxes from its buffers into its own file
+ * shard-<r+1, 5 digits>-model-00001-of-00001.safetensors, each tensor
+ * under its key with the box's shape, its global offsets in __metadata__
+ * DCP_SHARDING_INFO (with DCP_VERSION "1.0" and format "pt"). A box that
+ * several ranks hold alike (a replicated tensor) is written once, by the
+ * lowest rank; empty boxes are not written. No index is written (torch
+ * writes none for this layout).
+ *
+ * DCP_CONVERT_HF_CONSOLIDATED: every tensor must be held whole by at least
+ * one rank (DCP_ENOTSUP naming it otherwise); the lowest such rank writes
+ * it, whole, so that each writing rank streams its own output file
+ * model-<k>-of-<N>.safetensors (k-th of the N writing ranks, __metadata__
+ * {"format": "pt"}), and rank 0 writes model.safetensors.index.json
+ * (metadata.total_size, weight_map) at the commit.
+ *
+ * Files are written under unique temporary names, fsynced (unless
+ * DCP_CONVERT_NO_FSYNC), renamed into place once every rank has written
+ * its own, and the directory synced; the index comes last. dir is created
+ * (parents too) and must hold no *.safetensors file, index or .metadata
+ * yet (DCP_EEXIST). Only tensors in host memory whose dtype safetensors
+ * names can be saved: a value or a device buffer is DCP_ENOTSUP naming
+ * the key. One box of a tensor per rank. The ranks' boxes must agree on
+ * dtype and shape (DCP_EMISMATCH) and cover each tensor exactly, replicas
+ * aside (DCP_EINVAL naming the key). opts may be NULL; only its flags
+ * (DCP_CONVERT_NO_FSYNC, DCP_CONVERT_HF_CONSOLIDATED) are used, other
+ * members must be zero (DCP_EINVAL).
+ * Returns, on every rank the same code: DCP_OK, DCP_EINVAL, DCP_EEXIST,
+ * DCP_ENOTSUP, DCP_EMISMATCH, DCP_ENOSPC, DCP_EIO, DCP_ENOMEM.
+ */
+DCP_API int dcp_save_hf(dcp_ctx *ctx, dcp_state *st, const char *dir,
+                        const dcp_convert_options *opts);
 
 /*
  * Converts n elements from src (dtype src_dt) to dst (dtype dst_dt), as

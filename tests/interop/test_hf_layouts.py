@@ -220,6 +220,134 @@ def hf_distributed_dcp_reads(check, tmp):
                 chunks={"w": 3, "c": 3})
 
 
+# ------------------------------------------- dcp writes, torch reads
+
+def split(n, r, world):
+    """Rows [o, o + s) of rank r when n rows are cut into world pieces
+    as torch's Shard does (ceil division, trailing ranks possibly empty)."""
+    per = -(-n // world)
+    o = min(r * per, n)
+    return o, min(per, n - o)
+
+
+def dcp_hf_save(check, full, boxes_of, d, tmp, world, how):
+    """interop_state_mpi savefrom on world ranks with dcp_save_hf."""
+    for r in range(world):
+        dcpio.write_manifest(full, os.path.join(tmp, "m-" + how, str(r)),
+                             boxes=boxes_of(r))
+    os.environ["DCP_INTEROP_SAVE_HF"] = how
+    try:
+        res = dcpio.mpiexec(world, "savefrom",
+                            os.path.join(tmp, "m-" + how, "{rank}",
+                                         "manifest"), d,
+                            tmp=tmp)
+    finally:
+        del os.environ["DCP_INTEROP_SAVE_HF"]
+    return check.eq(res.returncode, 0, f"mpiexec savefrom {how}: "
+                    f"{res.stderr}")
+
+
+def torch_hf_load(d, full):
+    """torch's own HuggingFaceStorageReader, one process."""
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+    sd = {k: torch.zeros_like(v) for k, v in full.items()}
+    tdcp.load(sd, storage_reader=HuggingFaceStorageReader(d), no_dist=True)
+    return sd
+
+
+@R.test
+def dcp_writes_hf_torch_reads(check, tmp):
+    """dcp_save_hf on 3 MPI ranks, sharded (each rank its own piece file
+    with DCP_SHARDING_INFO) and consolidated (whole tensors, the index at
+    the commit): torch's HuggingFaceStorageReader loads them bit-exact, the
+    file names and __metadata__ are torch's."""
+    full = dist_full()
+    world = 3
+
+    def sharded_boxes(r):
+        b = {}
+        for k in ("w", "grid"):
+            o, n = split(full[k].shape[0], r, world)
+            b[k] = [((o, 0), (n, full[k].shape[1]))]
+        for k in ("c", "h"):
+            o, n = split(full[k].shape[1], r, world)
+            b[k] = [((0, o), (full[k].shape[0], n))]
+        return b  # "b": whole on every rank (replicated)
+
+    d = os.path.join(tmp, "sharded")
+    if dcp_hf_save(check, full, sharded_boxes, d, tmp, world, "sharded"):
+        names = sorted(os.listdir(d))
+        check.eq(names, [f"shard-0000{r}-model-00001-of-00001.safetensors"
+                         for r in range(1, world + 1)], "file names")
+        info = sharding_info(os.path.join(d, names[1]))
+        check.eq(info["w"]["saved_offsets"], [3, 0], "rank 1's w")
+        check.eq(info["c"]["saved_offsets"], [0, 2], "rank 1's c")
+        check.true("b" not in info, "b written once, by rank 0")
+        from safetensors import safe_open
+        with safe_open(os.path.join(d, names[0]), "pt") as f:
+            md = f.metadata()
+            check.eq((md.get("format"), md.get("DCP_VERSION")),
+                     ("pt", "1.0"), "__metadata__")
+        got = torch_hf_load(d, full)
+        for k, v in full.items():
+            check.none(dcpio.tensors_identical(v, got[k]), f"torch {k}")
+        check_reads(check, d, full, tmp, "dcp-sharded",
+                    chunks={"w": 3, "c": 3, "b": 1})
+
+    def whole_boxes(r):
+        # each tensor whole on one rank (k-th key on rank k % world), "b"
+        # on every rank, and rank 2 also holds a piece of w: not written
+        b = {k: ([] if i % world != r else [((0,) * v.dim(), v.shape)])
+             for i, (k, v) in enumerate(sorted(full.items())) if k != "b"}
+        if r == 2:
+            b["w"] = b.get("w") or [((0, 0), (2, 5))]
+        return b
+
+    c = os.path.join(tmp, "cons")
+    if dcp_hf_save(check, full, whole_boxes, c, tmp, world, "consolidated"):
+        names = sorted(os.listdir(c))
+        check.eq(names, [f"model-0000{k}-of-00003.safetensors"
+                         for k in range(1, 4)]
+                 + ["model.safetensors.index.json"], "file names")
+        with open(os.path.join(c, "model.safetensors.index.json")) as f:
+            idx = json.load(f)
+        check.eq(sorted(idx["weight_map"]), sorted(full), "weight_map")
+        check.eq(idx["metadata"]["total_size"],
+                 sum(v.numel() * v.element_size() for v in full.values()),
+                 "total_size")
+        got = torch_hf_load(c, full)
+        for k, v in full.items():
+            check.none(dcpio.tensors_identical(v, got[k]), f"torch {k}")
+        for name in names[:-1]:
+            got = load_file(os.path.join(c, name))
+            for k, v in got.items():
+                check.eq(idx["weight_map"][k], name, f"index of {k}")
+                check.none(dcpio.tensors_identical(full[k], v), f"{name} {k}")
+    # refused: a tensor held whole by no rank, consolidated; an existing
+    # output
+    os.environ["DCP_INTEROP_SAVE_HF"] = "consolidated"
+    try:
+        for r in range(world):
+            dcpio.write_manifest(full, os.path.join(tmp, "bad", str(r)),
+                                 boxes=sharded_boxes(r))
+        res = dcpio.mpiexec(world, "savefrom",
+                            os.path.join(tmp, "bad", "{rank}", "manifest"),
+                            os.path.join(tmp, "badout"), tmp=tmp)
+        check.true(res.returncode != 0 and "DCP_ENOTSUP" in res.stderr
+                   and "held whole by no rank" in res.stderr, res.stderr)
+        res = dcpio.mpiexec(world, "savefrom",
+                            os.path.join(tmp, "m-consolidated", "{rank}",
+                                         "manifest"),
+                            c, tmp=tmp)
+        check.true(res.returncode != 0 and "DCP_EEXIST" in res.stderr,
+                   res.stderr)
+    finally:
+        del os.environ["DCP_INTEROP_SAVE_HF"]
+    out = os.path.join(tmp, "badout")
+    check.true(not os.path.exists(out) or not os.listdir(out),
+               "a refused save writes nothing")
+
+
 # ------------------------------------------------------------ hostile
 
 def write_piece(d, name, tensors, info, dcp_version=True):
