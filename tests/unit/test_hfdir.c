@@ -349,6 +349,106 @@ TEST(not_hf)
     ASSERT(strstr(err.msg, "'w' is a piece at [2,0]") != NULL);
 }
 
+/* dcp_save_hf of st to dir (flags) on one process: its code, or 999 when
+ * the message lacks needle. */
+static int save_hf(dcp_state *st, const char *dir, unsigned flags,
+                   const char *needle)
+{
+    dcp_ctx *ctx = NULL;
+    dcp_convert_options o;
+    int rc;
+    memset(&o, 0, sizeof(o));
+    o.struct_size = sizeof(o);
+    o.flags = flags | DCP_CONVERT_NO_FSYNC;
+    if (dcp_ctx_create(&ctx, NULL, NULL) != DCP_OK)
+        return 998;
+    rc = dcp_save_hf(ctx, st, dir, &o);
+    if (rc != DCP_OK && needle && !strstr(dcp_errmsg(ctx), needle)) {
+        fprintf(stderr, "message \"%s\" lacks \"%s\"\n", dcp_errmsg(ctx),
+                needle);
+        rc = 999;
+    }
+    dcp_ctx_free(ctx);
+    return rc;
+}
+
+TEST(save_hf_one_process)
+{
+    static const int64_t shape[2] = {3, 4}, zero[2] = {0, 0};
+    static const int64_t half[2] = {2, 4}, off1[2] = {1, 0};
+    static const int64_t off2[2] = {2, 0}, one[2] = {1, 4};
+    float w[12], got[12];
+    double sc = 2.5, sg;
+    char dir[300], path[400];
+    dcp_state *st = NULL;
+    dcp_ctx *ctx = NULL;
+    dcp_metadata *md = NULL;
+    struct stat sb;
+    int i;
+    for (i = 0; i < 12; i++)
+        w[i] = (float)i - 3.5f;
+    ASSERT_OK(dcp_state_create(&st));
+    ASSERT_OK(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape, zero, shape, w,
+                                   DCP_MEM_HOST));
+    ASSERT_OK(dcp_state_add_tensor(st, "s", DCP_F64, 0, NULL, NULL, NULL, &sc,
+                                   DCP_MEM_HOST));
+    for (i = 0; i < 2; i++) {
+        new_dir(dir, sizeof(dir), i ? "save-cons" : "save-sharded");
+        ASSERT_OK(save_hf(st, dir, i ? DCP_CONVERT_HF_CONSOLIDATED : 0, NULL));
+        (void)snprintf(path, sizeof(path), "%s/%s", dir,
+                       i ? "model-00001-of-00001.safetensors"
+                         : "shard-00001-model-00001-of-00001.safetensors");
+        ASSERT_EQ(stat(path, &sb), 0);
+        (void)snprintf(path, sizeof(path), "%s/model.safetensors.index.json",
+                       dir);
+        ASSERT_EQ(stat(path, &sb) == 0, i);
+        ASSERT_OK(dcp_ctx_create(&ctx, NULL, NULL));
+        ASSERT_OK(dcp_metadata_open(ctx, dir, &md));
+        ASSERT_EQ(dcp_metadata_count(md), 2);
+        ASSERT_OK(
+            dcp_metadata_read_box(ctx, md, 1, NULL, NULL, got, sizeof(got), 1));
+        ASSERT_MEM_EQ(got, w, sizeof(w));
+        ASSERT_OK(
+            dcp_metadata_read_box(ctx, md, 0, NULL, NULL, &sg, sizeof(sg), 1));
+        ASSERT(sg == 2.5);
+        dcp_metadata_free(md);
+        dcp_ctx_free(ctx);
+        /* the directory now holds output: a second save is refused */
+        ASSERT_RC(save_hf(st, dir, 0, "already holds"), DCP_EEXIST);
+    }
+    dcp_state_free(st);
+    /* two boxes of a tensor on one rank; boxes that overlap or leave a
+     * gap; a value */
+    new_dir(dir, sizeof(dir), "save-bad");
+    ASSERT_OK(dcp_state_create(&st));
+    ASSERT_OK(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape, zero, one, w,
+                                   DCP_MEM_HOST));
+    ASSERT_OK(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape, off1, half, w,
+                                   DCP_MEM_HOST));
+    ASSERT_RC(save_hf(st, dir, 0, "two boxes of 'w'"), DCP_ENOTSUP);
+    ASSERT_RC(save_hf(st, dir, DCP_CONVERT_HF_CONSOLIDATED, "held whole"),
+              DCP_ENOTSUP);
+    dcp_state_free(st);
+    ASSERT_OK(dcp_state_create(&st));
+    ASSERT_OK(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape, zero, half, w,
+                                   DCP_MEM_HOST));
+    ASSERT_RC(save_hf(st, dir, 0, "cover 8 of its 12"), DCP_EINVAL);
+    ASSERT_OK(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape, off2, one, w,
+                                   DCP_MEM_HOST));
+    ASSERT_OK(dcp_state_add_tensor(st, "w", DCP_F32, 2, shape, off1, one, w,
+                                   DCP_MEM_HOST));
+    ASSERT_RC(save_hf(st, dir, 0, "overlap"), DCP_EINVAL);
+    ASSERT_OK(dcp_state_add_value(st, "step", dcp_value_int(3)));
+    ASSERT_RC(save_hf(st, dir, 0, "'step' is not a tensor"), DCP_ENOTSUP);
+    dcp_state_free(st);
+    ASSERT_EQ(stat(dir, &sb), 0); /* made by new_dir; nothing written */
+    (void)snprintf(path, sizeof(path),
+                   "%s/shard-00001-model-00001-of-00001"
+                   ".safetensors",
+                   dir);
+    ASSERT(stat(path, &sb) != 0);
+}
+
 int main(void)
 {
     (void)snprintf(root, sizeof(root), "/tmp/dcp-test-hfdir-%d", (int)getpid());
@@ -358,6 +458,7 @@ int main(void)
     RUN(grid_boxes_and_ranges);
     RUN(hostile_directories);
     RUN(not_hf);
+    RUN(save_hf_one_process);
     if (!getenv("DCP_KEEP_TMP")) {
         char cmd[300];
         (void)snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
