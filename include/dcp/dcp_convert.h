@@ -67,7 +67,10 @@ enum dcp_convert_flags {
     DCP_CONVERT_ALLOW_OVERFLOW = 1 << 2,
     /* dcp_save_hf: consolidated output (whole tensors, with an index)
      * instead of per-rank pieces. */
-    DCP_CONVERT_HF_CONSOLIDATED = 1 << 3
+    DCP_CONVERT_HF_CONSOLIDATED = 1 << 3,
+    /* dcp_import: dequantize quantized Hugging Face input to float32 as
+     * dcp_load_file does with DCP_LOAD_FILE_DEQUANT (which see). */
+    DCP_CONVERT_DEQUANT = 1 << 4
 };
 
 /*
@@ -190,6 +193,21 @@ DCP_API int dcp_import(dcp_ctx *ctx, const char *in, const char *dir,
  * file and sends each rank its boxes, even where every rank could read it.
  */
 #define DCP_LOAD_FILE_ROOT_READS (1u << 16)
+
+/*
+ * dcp_load_file flag: quantized Hugging Face input is read dequantized to
+ * float32, as torch 2.13's QuantizedHuggingFaceStorageReader(target_dtype=
+ * torch.float32, block_size=128) reads it, bit for bit (docs/FORMAT.md
+ * §9.6): a tensor "X.weight" with a tensor "X.weight_scale_inv" (FP8
+ * weights with 128 x 128 block scales) becomes a float32 tensor of the
+ * weight's shape; "X_blocks" (uint8 [a, b, G, B], MXFP4) with "X_scales"
+ * (uint8 [a, b, G]) a float32 tensor [a, b, G * B * 2] under the key
+ * "X_blocks". The scale tensors stay entries of their own. With
+ * DCP_LOAD_CAST the float32 values are cast to the buffer's dtype as
+ * torch's Tensor.to does, which gives torch's target_dtype result for
+ * bfloat16, float16 and float32 (and float64 for FP8 weights).
+ */
+#define DCP_LOAD_FILE_DEQUANT (1u << 17)
 
 /*
  * Loads one torch.save or safetensors file, or a directory of safetensors

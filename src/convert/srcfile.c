@@ -21,6 +21,7 @@
 #include "srcfile.h"
 
 #include <errno.h>
+#include <float.h> /* FLT_MAX */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -901,6 +902,247 @@ static void gather_box(const struct src_index *ix, const struct src_entry *e,
                   e->stride, dst, 0, dstride);
 }
 
+/* ------------------------------------------------- quantized input */
+
+/* The stored tensor behind a dequantized entry (e itself for another). */
+static struct src_entry stored(const struct src_entry *e)
+{
+    struct src_entry r = *e;
+    if (!e->quant)
+        return r;
+    r.quant = 0;
+    r.dtype = e->qdtype;
+    r.ndim = e->qndim;
+    memcpy(r.shape, e->qshape, sizeof(r.shape));
+    return r;
+}
+
+/* Reads box (off, size) of the stored tensor of e (count elements of
+ * esize bytes) into a new buffer *out. */
+static int read_stored(struct src_index *ix, const struct src_entry *e,
+                       const int64_t *off, const int64_t *size, uint64_t limit,
+                       uint8_t **out, struct dcp_err *err)
+{
+    struct src_entry r = stored(e);
+    uint64_t n = dcp__box_numel(r.ndim, size) * dcp_dtype_size(r.dtype);
+    int rc;
+    *out = dcp__malloc(n ? (size_t)n : 1);
+    if (!*out)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    rc = dcp__src_read_box(ix, &r, off, size, *out, limit, err);
+    if (rc != DCP_OK) {
+        dcp__free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* weight * scale_inv per block of qblock x qblock, in float32. */
+static int read_fp8(struct src_index *ix, const struct src_entry *e,
+                    const int64_t *off, const int64_t *size, float *dst,
+                    uint64_t limit, struct dcp_err *err)
+{
+    const struct src_entry *se = &ix->e[e->qscale];
+    int64_t b = e->qblock, soff[2], ssz[2], i, j;
+    uint64_t n = dcp__box_numel(2, size), ns;
+    uint8_t *raw = NULL, *sraw = NULL;
+    float *sc = NULL;
+    int rc, crc = DCP_OK;
+    soff[0] = off[0] / b;
+    soff[1] = off[1] / b;
+    ssz[0] = (off[0] + size[0] - 1) / b + 1 - soff[0];
+    ssz[1] = (off[1] + size[1] - 1) / b + 1 - soff[1];
+    ns = (uint64_t)(ssz[0] * ssz[1]);
+    rc = read_stored(ix, e, off, size, limit, &raw, err);
+    if (rc == DCP_OK)
+        rc = read_stored(ix, se, soff, ssz, limit, &sraw, err);
+    if (rc == DCP_OK && !(sc = dcp__malloc((size_t)ns * sizeof(float))))
+        rc = dcp__err(err, DCP_ENOMEM, "out of memory");
+    /* torch converts the weight to float32 and multiplies by the scale in
+     * float32 */
+    if (rc == DCP_OK)
+        crc = dcp_convert_elements(dst, DCP_F32, raw, e->qdtype, (size_t)n);
+    if (rc == DCP_OK && crc == DCP_OK)
+        crc = dcp_convert_elements(sc, DCP_F32, sraw, se->dtype, (size_t)ns);
+    if (crc != DCP_OK)
+        rc = dcp__err(err, crc, "'%s': cannot convert to float32", e->key);
+    for (i = 0; rc == DCP_OK && i < size[0]; i++) {
+        const float *row = sc + ((off[0] + i) / b - soff[0]) * ssz[1];
+        for (j = 0; j < size[1]; j++)
+            dst[i * size[1] + j] *= row[(off[1] + j) / b - soff[1]];
+    }
+    dcp__free(raw);
+    dcp__free(sraw);
+    dcp__free(sc);
+    return rc;
+}
+
+/* FP4 e2m1 codes * 2^(exponent - 127) rounded once to float32, as torch's
+ * ldexp (exact, then 2^128 and beyond infinite; 0 * 2^128 is 0). */
+static int read_mxfp4(struct src_index *ix, const struct src_entry *e,
+                      const int64_t *off, const int64_t *size, float *dst,
+                      uint64_t limit, struct dcp_err *err)
+{
+    static const double lut[16] = {0.0,  0.5,  1.0,  1.5,  2.0,  3.0,
+                                   4.0,  6.0,  -0.0, -0.5, -1.0, -1.5,
+                                   -2.0, -3.0, -4.0, -6.0};
+    const struct src_entry *se = &ix->e[e->qscale];
+    int64_t B = e->qshape[3], vpg = 2 * B, boff[4], bsz[4], ng, i, x;
+    uint8_t *blk = NULL, *sc = NULL;
+    double pow2[256];
+    float inf;
+    uint32_t infbits = 0x7f800000u;
+    int rc, k;
+    memcpy(&inf, &infbits, 4);
+    for (pow2[127] = 1.0, k = 128; k < 256; k++)
+        pow2[k] = pow2[k - 1] * 2.0;
+    for (k = 126; k >= 0; k--)
+        pow2[k] = pow2[k + 1] / 2.0; /* exact: 2^-127 is a double */
+    boff[0] = off[0];
+    boff[1] = off[1];
+    boff[2] = off[2] / vpg;
+    boff[3] = 0;
+    bsz[0] = size[0];
+    bsz[1] = size[1];
+    bsz[2] = ng = (off[2] + size[2] - 1) / vpg + 1 - boff[2];
+    bsz[3] = B;
+    rc = read_stored(ix, e, boff, bsz, limit, &blk, err);
+    if (rc == DCP_OK)
+        rc = read_stored(ix, se, boff, bsz, limit, &sc, err);
+    for (i = 0; rc == DCP_OK && i < size[0] * size[1]; i++)
+        for (x = 0; x < size[2]; x++) {
+            int64_t X = off[2] + x, g = X / vpg - boff[2], w = X % vpg;
+            uint8_t byte = blk[(i * ng + g) * B + w / 2];
+            /* exact in double; |v| > FLT_MAX means v >= 2^128 */
+            double v =
+                lut[(w & 1) ? byte >> 4 : byte & 15] * pow2[sc[i * ng + g]];
+            *dst++ = v > FLT_MAX ? inf : v < -FLT_MAX ? -inf : (float)v;
+        }
+    dcp__free(blk);
+    dcp__free(sc);
+    return rc;
+}
+
+static int read_quant(struct src_index *ix, const struct src_entry *e,
+                      const int64_t *off, const int64_t *size, uint8_t *dst,
+                      uint64_t limit, struct dcp_err *err)
+{
+    float *out = (float *)(void *)dst; /* buffers of float32 elements */
+    return e->quant == SRC_Q_FP8
+               ? read_fp8(ix, e, off, size, out, limit, err)
+               : read_mxfp4(ix, e, off, size, out, limit, err);
+}
+
+/* Index of the tensor entry named key + suffix (the key's first n bytes),
+ * or (size_t)-1. */
+static size_t find_pair(const struct src_index *ix, const char *key, size_t n,
+                        const char *suffix)
+{
+    const struct src_entry *p;
+    char *name = dcp__malloc(n + strlen(suffix) + 1);
+    if (!name)
+        return (size_t)-2;
+    memcpy(name, key, n);
+    memcpy(name + n, suffix, strlen(suffix) + 1);
+    p = dcp__src_find(ix, name);
+    dcp__free(name);
+    return p && p->is_tensor ? (size_t)(p - ix->e) : (size_t)-1;
+}
+
+static int ends_with(const char *s, const char *suffix, size_t *stem)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    *stem = n >= k ? n - k : 0;
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static int quant_fp8(struct src_index *ix, struct src_entry *e, size_t si,
+                     uint32_t block, struct dcp_err *err)
+{
+    const struct src_entry *s = &ix->e[si];
+    int64_t need0, need1;
+    if (e->ndim != 2)
+        return dcp__err(err, DCP_ENOTSUP,
+                        "'%s': a quantized weight of %d dims (torch "
+                        "dequantizes 2-D ones)",
+                        e->key, e->ndim);
+    need0 = (e->shape[0] + block - 1) / block;
+    need1 = (e->shape[1] + block - 1) / block;
+    if (s->ndim != 2 || s->shape[0] < need0 || s->shape[1] < need1)
+        return dcp__err(err, DCP_EFORMAT,
+                        "'%s': scales of %d dims, not at least [%" PRId64
+                        ",%" PRId64 "] for blocks of %u",
+                        s->key, s->ndim, need0, need1, block);
+    if (dcp_convert_elements(NULL, DCP_F32, NULL, s->dtype, 0) != DCP_OK ||
+        dcp_convert_elements(NULL, DCP_F32, NULL, e->dtype, 0) != DCP_OK)
+        return dcp__err(err, DCP_ENOTSUP,
+                        "'%s': %s or its scale's %s does not convert to "
+                        "float32",
+                        e->key, dcp_dtype_name(e->dtype),
+                        dcp_dtype_name(s->dtype));
+    e->quant = SRC_Q_FP8;
+    return DCP_OK;
+}
+
+static int quant_mxfp4(struct src_index *ix, struct src_entry *e, size_t si,
+                       struct dcp_err *err)
+{
+    const struct src_entry *s = &ix->e[si];
+    if (e->ndim != 4 || e->dtype != DCP_U8 || s->dtype != DCP_U8)
+        return dcp__err(err, DCP_ENOTSUP,
+                        "'%s': MXFP4 blocks other than uint8 of 4 dims with "
+                        "uint8 scales",
+                        e->key);
+    if (s->ndim != 3 || !dcp__same_ints(s->shape, e->shape, 3))
+        return dcp__err(err, DCP_EFORMAT,
+                        "'%s': its scales are not of the blocks' shape "
+                        "without the last dim",
+                        s->key);
+    if (e->shape[3] > INT64_MAX / 2 / (e->shape[2] ? e->shape[2] : 1))
+        return dcp__err(err, DCP_ELIMIT, "'%s': too many values", e->key);
+    e->quant = SRC_Q_MXFP4;
+    return DCP_OK;
+}
+
+int dcp__src_dequant(struct src_index *ix, uint32_t block, struct dcp_err *err)
+{
+    size_t i, stem, si;
+    int rc = DCP_OK;
+    if (block == 0)
+        return dcp__err(err, DCP_EINVAL, "a block size of 0");
+    for (i = 0; rc == DCP_OK && i < ix->n; i++) {
+        struct src_entry *e = &ix->e[i];
+        if (!e->is_tensor)
+            continue;
+        if (ends_with(e->key, ".weight", &stem))
+            si = find_pair(ix, e->key, stem + 7, "_scale_inv");
+        else if (ends_with(e->key, "_blocks", &stem))
+            si = find_pair(ix, e->key, stem, "_scales");
+        else
+            continue;
+        if (si == (size_t)-2)
+            return dcp__err(err, DCP_ENOMEM, "out of memory");
+        if (si == (size_t)-1)
+            continue;
+        e->qdtype = e->dtype;
+        e->qndim = e->ndim;
+        memcpy(e->qshape, e->shape, sizeof(e->qshape));
+        e->qscale = si;
+        e->qblock = block;
+        rc = e->key[stem] == '_' ? quant_mxfp4(ix, e, si, err)
+                                 : quant_fp8(ix, e, si, block, err);
+        if (rc != DCP_OK)
+            break;
+        e->dtype = DCP_F32;
+        if (e->quant == SRC_Q_MXFP4) {
+            e->ndim = 3;
+            e->shape[2] = e->qshape[2] * e->qshape[3] * 2;
+            e->shape[3] = 0;
+        }
+    }
+    return rc;
+}
+
 /* The box (off, size) of a tensor stored in pieces: the part of each
  * piece inside the box, one read per run. The pieces tile the tensor, so
  * every byte of dst is written once. */
@@ -944,19 +1186,19 @@ static int read_pieces(struct src_index *ix, const struct src_entry *e,
     return DCP_OK;
 }
 
-/* count elements of a tensor stored in pieces from linear index first, as
- * at most 2 * ndim boxes: each the largest block aligned at first that
- * fits the rest. */
-static int read_pieces_linear(struct src_index *ix, const struct src_entry *e,
-                              uint64_t first, uint64_t count, uint8_t *dst,
-                              struct dcp_err *err)
+/* count elements of a tensor stored in pieces or quantized from linear
+ * index first, as at most 2 * ndim boxes: each the largest block aligned
+ * at first that fits the rest. */
+static int read_linear(struct src_index *ix, const struct src_entry *e,
+                       uint64_t first, uint64_t count, uint8_t *dst,
+                       uint64_t limit, struct dcp_err *err)
 {
     size_t es = dcp_dtype_size(e->dtype);
     int64_t idx[DCP_MAX_NDIM] = {0}, sz[DCP_MAX_NDIM] = {0};
     uint64_t rem, inner, m;
     int nd = e->ndim, d, L;
     if (nd == 0)
-        return read_pieces(ix, e, idx, sz, dst, err);
+        return dcp__src_read_box(ix, e, idx, sz, dst, limit, err);
     while (count > 0) {
         for (rem = first, d = nd - 1; d >= 0; d--) {
             idx[d] = (int64_t)(rem % (uint64_t)e->shape[d]);
@@ -971,7 +1213,7 @@ static int read_pieces_linear(struct src_index *ix, const struct src_entry *e,
             m = count / inner;
         for (d = 0; d < nd; d++)
             sz[d] = d < L ? 1 : d == L ? (int64_t)m : e->shape[d];
-        DCP_RETURN_IF(read_pieces(ix, e, idx, sz, dst, err));
+        DCP_RETURN_IF(dcp__src_read_box(ix, e, idx, sz, dst, limit, err));
         dst += m * inner * es;
         first += m * inner;
         count -= m * inner;
@@ -989,6 +1231,8 @@ int dcp__src_read_box(struct src_index *ix, const struct src_entry *e,
     uint8_t *out = dst;
     if (dcp__box_numel(e->ndim, size) == 0)
         return DCP_OK;
+    if (e->quant)
+        return read_quant(ix, e, off, size, out, cache_limit, err);
     if (e->pieces)
         return read_pieces(ix, e, off, size, out, err);
     if (!e->contiguous) {
@@ -1019,8 +1263,8 @@ int dcp__src_read(struct src_index *ix, const struct src_entry *e,
     int nd = e->ndim, d;
     if (count == 0)
         return DCP_OK;
-    if (e->pieces)
-        return read_pieces_linear(ix, e, first, count, dst, err);
+    if (e->pieces || e->quant)
+        return read_linear(ix, e, first, count, dst, cache_limit, err);
     if (e->contiguous)
         return dcp__fs_pread(ix->fds[e->file], dst, (size_t)(count * es),
                              e->base +

@@ -39,7 +39,21 @@ struct src_entry {
      * tile the shape; file, base and the view are then unused. */
     struct src_piece *pieces;
     size_t npieces;
+    /* Quantized input presented dequantized as float32 (dcp__src_dequant):
+     * SRC_Q_FP8 (a 2-D weight with block scales, entry qscale) or
+     * SRC_Q_MXFP4 (uint8 blocks [a, b, G, B] with uint8 exponents [a, b,
+     * G]); dtype, ndim and shape are then the dequantized tensor's, the
+     * stored ones in q*. */
+    int quant;
+    dcp_dtype qdtype;
+    int qndim;
+    int64_t qshape[DCP_MAX_NDIM];
+    size_t qscale;
+    uint32_t qblock;
 };
+
+#define SRC_Q_FP8   1
+#define SRC_Q_MXFP4 2
 
 struct src_index {
     struct src_entry *e; /* sorted by key */
@@ -88,5 +102,22 @@ int dcp__src_read(struct src_index *ix, const struct src_entry *e,
 int dcp__src_read_box(struct src_index *ix, const struct src_entry *e,
                       const int64_t *off, const int64_t *size, void *dst,
                       uint64_t cache_limit, struct dcp_err *err);
+
+/*
+ * Dequantization on read, as torch 2.13's QuantizedHuggingFaceStorageReader
+ * does (docs/FORMAT.md §9.6): a tensor "X.weight" with a tensor
+ * "X.weight_scale_inv" becomes float32 weight * scale_inv[i / block][j /
+ * block] (the weight converted to float32, the scale too, one float32
+ * multiplication); "X_blocks" (uint8 [a, b, G, B], two FP4 e2m1 codes a
+ * byte, low nibble first) with "X_scales" (uint8 [a, b, G], exponents
+ * biased by 127) becomes float32 [a, b, G * B * 2], code * 2^(scale -
+ * 127) rounded once to float32 (torch's ldexp). The scale tensors stay
+ * entries.
+ * Returns DCP_OK, DCP_ENOTSUP (a pair torch does not dequantize either: a
+ * weight of other than 2 dims, blocks of other than 4 dims or not uint8),
+ * DCP_EFORMAT (scales of the wrong shape), DCP_ELIMIT; messages name the
+ * key.
+ */
+int dcp__src_dequant(struct src_index *ix, uint32_t block, struct dcp_err *err);
 
 #endif /* DCP_SRCFILE_H */

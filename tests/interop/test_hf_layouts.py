@@ -348,6 +348,129 @@ def dcp_writes_hf_torch_reads(check, tmp):
                "a refused save writes nothing")
 
 
+# ------------------------------------------------------ dequantization
+
+def quantized_dir(d):
+    """A quantized HF checkpoint as DeepSeek (FP8 weights, 128 x 128 block
+    scales) and gpt-oss (MXFP4 blocks and exponents) ship them: two files
+    and the index torch's QuantizedHuggingFaceStorageReader needs. Every
+    float8 bit pattern and every exponent byte (0 and 255 included)
+    occurs."""
+    g = torch.Generator().manual_seed(4242)
+    w8 = torch.randint(0, 256, (300, 200), dtype=torch.uint8, generator=g)
+    w8[0, :256 - 200 + 200] = torch.arange(200, dtype=torch.uint8)
+    w8[1, :56] = torch.arange(200, 256, dtype=torch.uint8)
+    s8 = torch.rand(3, 2, generator=g) * 2 ** torch.randint(
+        -20, 20, (3, 2), generator=g).float()
+    s8[2, 1] = -3.0e-3
+    wb = (torch.randn(100, 50, generator=g) * 20).to(torch.float8_e5m2)
+    sb = torch.tensor([[0.0625]], dtype=torch.bfloat16)
+    blocks = torch.randint(0, 256, (2, 3, 45, 16), dtype=torch.uint8,
+                           generator=g)
+    scales = torch.arange(270, dtype=torch.int64).reshape(2, 3, 45) % 256
+    scales = scales.to(torch.uint8)
+    files = {
+        "model-00001-of-00002.safetensors": {
+            "layers.0.mlp.weight": w8.view(torch.float8_e4m3fn),
+            "layers.1.attn.weight": wb,
+            "norm.weight": torch.linspace(-1, 1, 7),
+            "experts.down_proj_blocks": blocks},
+        "model-00002-of-00002.safetensors": {
+            "layers.0.mlp.weight_scale_inv": s8,
+            "layers.1.attn.weight_scale_inv": sb,
+            "experts.down_proj_scales": scales}}
+    os.makedirs(d)
+    wmap = {}
+    for name, tensors in files.items():
+        save_file(tensors, os.path.join(d, name), metadata={"format": "pt"})
+        wmap.update({k: name for k in tensors})
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": wmap}, f)
+    return {"layers.0.mlp.weight": (300, 200),
+            "layers.1.attn.weight": (100, 50),
+            "norm.weight": (7,),
+            "experts.down_proj_blocks": (2, 3, 45 * 16 * 2)}
+
+
+class _Req:
+    """The two fields of a ReadItem that _dequantize_tensor_mxfp4 reads."""
+
+    def __init__(self, offs, lens):
+        self.storage_offsets = offs
+        self.lengths = lens
+
+
+def torch_dequantized(d, shapes, target):
+    """What torch 2.13's QuantizedHuggingFaceStorageReader gives. Its load
+    fills only [..., :G] of an MXFP4 tensor (its planner intersects the
+    stored 4-D chunk [a, b, G, B] with the 3-D target, so the read covers
+    G values a row, the rest of the target is left as it was: checked
+    below), so the MXFP4 tensor is taken from the reader's own
+    _dequantize_tensor_mxfp4 on the whole tensor."""
+    from torch.distributed.checkpoint.quantized_hf_storage import (
+        QuantizedHuggingFaceStorageReader)
+    sd = {k: torch.zeros(s, dtype=target) for k, s in shapes.items()}
+    reader = QuantizedHuggingFaceStorageReader(d, target_dtype=target)
+    tdcp.load(sd, storage_reader=reader, no_dist=True)
+    blocks = load_file(os.path.join(d, "model-00001-of-00002.safetensors"))[
+        "experts.down_proj_blocks"]
+    scales = load_file(os.path.join(d, "model-00002-of-00002.safetensors"))[
+        "experts.down_proj_scales"]
+    a, b, g, _ = blocks.shape
+    full = reader._dequantize_tensor_mxfp4(
+        blocks, scales, _Req([0, 0, 0], list(shapes[
+            "experts.down_proj_blocks"])), 0, 0)
+    loaded = sd["experts.down_proj_blocks"]
+    assert torch.equal(loaded[..., :g].view(torch.int8),
+                       full[..., :g].view(torch.int8)), "torch's load"
+    assert not loaded[..., g:].any(), "torch's load fills [..., :G] only"
+    sd["experts.down_proj_blocks"] = full
+    # a request inside: groups 1.. from value 8 of group 1
+    part = reader._dequantize_tensor_mxfp4(
+        blocks[1:2, 1:3, 1:5], scales, _Req([1, 1, 40], [1, 2, 100]), 1, 8)
+    assert torch.equal(part.view(torch.int8),
+                       full[1:2, 1:3, 40:140].view(torch.int8)), "a box"
+    return sd
+
+
+@R.test
+def dequantized_like_torch(check, tmp):
+    """dcptool import --dequant (dcp_import with DCP_CONVERT_DEQUANT, the
+    srcfile route dcp_load_file takes with DCP_LOAD_FILE_DEQUANT) gives
+    torch 2.13's QuantizedHuggingFaceStorageReader's tensors bit for bit:
+    float32 as read, bfloat16 and float16 through the torch-exact cast."""
+    d = os.path.join(tmp, "q")
+    shapes = quantized_dir(d)
+    for target, name in ((torch.float32, None), (torch.bfloat16, "bf16"),
+                         (torch.float16, "f16")):
+        sd = torch_dequantized(d, shapes, target)
+        ck = os.path.join(tmp, f"ck-{name}")
+        args = ["import", os.path.join(d, "model.safetensors.index.json"), ck,
+                "--dequant", "--no-fsync"]
+        if name:
+            args += ["--dtype", name, "--allow-overflow"]
+        dcptool(*args)
+        rows = ls_rows(ck)
+        for k, want in sd.items():
+            check.eq(rows[k][1], "[" + ",".join(map(str, want.shape)) + "]",
+                     f"{name}: shape {k}")
+            got = dcptool("cat", ck, k, text=False).stdout
+            check.true(got == dcpio.tensor_bytes(want),
+                       f"{name}: {k} as torch dequantizes it")
+    # the directory (no index needed) dequantizes the same
+    ck = os.path.join(tmp, "ck-dir")
+    dcptool("import", d, ck, "--dequant", "--no-fsync")
+    sd = torch_dequantized(d, shapes, torch.float32)
+    for k, want in sd.items():
+        got = dcptool("cat", ck, k, text=False).stdout
+        check.true(got == dcpio.tensor_bytes(want), f"dir: {k}")
+    # without --dequant: the stored tensors as they are
+    ck = os.path.join(tmp, "ck-raw")
+    dcptool("import", d, ck, "--no-fsync")
+    check.eq(ls_rows(ck)["experts.down_proj_blocks"][:2],
+             ["uint8", "[2,3,45,16]"], "raw blocks")
+
+
 # ------------------------------------------------------------ hostile
 
 def write_piece(d, name, tensors, info, dcp_version=True):
