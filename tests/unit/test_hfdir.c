@@ -9,6 +9,8 @@
  */
 #include "test.h"
 
+#include <float.h> /* FLT_MAX */
+#include <math.h>  /* ldexp, HUGE_VALF */
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -449,6 +451,169 @@ TEST(save_hf_one_process)
     ASSERT(stat(path, &sb) != 0);
 }
 
+/* Writes dir/name: tensors t[0..n) with the bytes data[k] each, no
+ * sharding info. */
+static void write_raw(const char *dir, const char *name, const struct tw *t,
+                      size_t n, const void *const *data)
+{
+    struct sf_out so[8];
+    struct dcp_buf hdr = {0};
+    static const char *const meta[2] = {"format", "pt"};
+    size_t i;
+    char path[512];
+    FILE *f;
+    for (i = 0; i < n; i++) {
+        so[i].name = t[i].name;
+        so[i].dtype = t[i].dt;
+        so[i].ndim = t[i].ndim;
+        so[i].shape = t[i].shape;
+    }
+    ASSERT_OK(dcp__sf_header_build(so, n, meta, 1, &hdr, NULL));
+    (void)snprintf(path, sizeof(path), "%s/%s", dir, name);
+    f = fopen(path, "wb");
+    ASSERT(f != NULL);
+    ASSERT_EQ(fwrite(hdr.p, 1, hdr.len, f), hdr.len);
+    for (i = 0; i < n; i++) {
+        size_t bytes = dcp_dtype_size(t[i].dt);
+        int d;
+        for (d = 0; d < t[i].ndim; d++)
+            bytes *= (size_t)t[i].shape[d];
+        ASSERT_EQ(fwrite(data[i], 1, bytes, f), bytes);
+    }
+    ASSERT_EQ(fclose(f), 0);
+    dcp__buf_free(&hdr);
+}
+
+/* Every box of a dequantized tensor (3-D, or 2-D with a 1 in front) equals
+ * the same part of the whole tensor. */
+static void boxes_match(struct src_index *ix, const struct src_entry *e,
+                        const float *whole, int64_t step)
+{
+    static float got[1 << 14];
+    int64_t o[3], s[3], a, b, c, k, n0 = e->ndim == 3 ? e->shape[0] : 1;
+    int64_t n1 = e->shape[e->ndim - 2], n2 = e->shape[e->ndim - 1];
+    struct dcp_err err = {0, ""};
+    for (o[0] = 0; o[0] < n0; o[0]++)
+        for (s[0] = 1; o[0] + s[0] <= n0; s[0]++)
+            for (o[1] = 0; o[1] < n1; o[1] += step)
+                for (s[1] = 1; o[1] + s[1] <= n1; s[1] += step)
+                    for (o[2] = 0; o[2] < n2; o[2] += step)
+                        for (s[2] = 1; o[2] + s[2] <= n2; s[2] += step) {
+                            const int64_t *po = e->ndim == 3 ? o : o + 1;
+                            const int64_t *ps = e->ndim == 3 ? s : s + 1;
+                            ASSERT_OK(dcp__src_read_box(ix, e, po, ps, got,
+                                                        1 << 20, &err));
+                            for (k = 0, a = 0; a < s[0]; a++)
+                                for (b = 0; b < s[1]; b++)
+                                    for (c = 0; c < s[2]; c++, k++)
+                                        ASSERT(!memcmp(&got[k],
+                                                       &whole[((o[0] + a) * n1 +
+                                                               o[1] + b) *
+                                                                  n2 +
+                                                              o[2] + c],
+                                                       4));
+                        }
+}
+
+TEST(dequant)
+{
+    /* FP8: a 5 x 3 weight (float8_e4m3fn) with 2 x 2 scales, block 2 (the
+     * internal call takes any block; the public flags use 128) */
+    struct tw fp8[2] = {{"l.weight", DCP_F8_E4M3FN, 2, {5, 3}, NULL},
+                        {"l.weight_scale_inv", DCP_F32, 2, {3, 2}, NULL}};
+    /* MXFP4: blocks [2, 1, 3, 2] and exponents [2, 1, 3] */
+    struct tw mx[2] = {{"e.p_blocks", DCP_U8, 4, {2, 1, 3, 2}, NULL},
+                       {"e.p_scales", DCP_U8, 3, {2, 1, 3}, NULL}};
+    static const float lut[16] = {0,     .5f,  1,  1.5f,  2,  3,  4,  6,
+                                  -0.0f, -.5f, -1, -1.5f, -2, -3, -4, -6};
+    uint8_t w8[15], blk[12], ex[6] = {127, 128, 0, 255, 126, 130};
+    float sc[6] = {1.0f, -2.0f, 0.5f, 3.0f, 0.25f, 1e-3f}, want[24], wf[15];
+    const void *d0[2] = {w8, sc}, *d1[2] = {blk, ex};
+    struct src_index ix;
+    struct dcp_err err = {0, ""};
+    const struct src_entry *e;
+    char dir[300];
+    float got[24];
+    int i, j;
+    for (i = 0; i < 15; i++)
+        w8[i] = (uint8_t)(i * 37 + 3);
+    for (i = 0; i < 12; i++)
+        blk[i] = (uint8_t)(i * 71 + 5);
+    new_dir(dir, sizeof(dir), "dequant");
+    write_raw(dir, "a.safetensors", fp8, 2, d0);
+    write_raw(dir, "b.safetensors", mx, 2, d1);
+    ASSERT_OK(dcp__src_open(dir, DCP_FORMAT_AUTO, 1 << 20, &ix, &err));
+    ASSERT_OK(dcp__src_dequant(&ix, 2, &err));
+    /* FP8: float32(w) * float32(scale of its 2 x 2 block) */
+    ASSERT_OK(dcp_convert_elements(wf, DCP_F32, w8, DCP_F8_E4M3FN, 15));
+    for (i = 0; i < 5; i++)
+        for (j = 0; j < 3; j++)
+            want[i * 3 + j] = wf[i * 3 + j] * sc[(i / 2) * 2 + j / 2];
+    e = dcp__src_find(&ix, "l.weight");
+    ASSERT(e && e->dtype == DCP_F32 && e->ndim == 2);
+    {
+        static const int64_t origin[2] = {0, 0};
+        ASSERT_OK(
+            dcp__src_read_box(&ix, e, origin, e->shape, got, 1 << 20, &err));
+    }
+    ASSERT_MEM_EQ(got, want, 15 * sizeof(float));
+    boxes_match(&ix, e, want, 1);
+    /* MXFP4: [2, 1, 12], code * 2^(e - 127) */
+    for (i = 0; i < 24; i++) {
+        int g = (i % 12) / 4, byte = blk[(i / 12) * 6 + g * 2 + (i % 4) / 2];
+        double v = (double)lut[(i & 1) ? byte >> 4 : byte & 15] *
+                   ldexp(1.0, ex[(i / 12) * 3 + g] - 127);
+        want[i] = v > FLT_MAX    ? HUGE_VALF
+                  : v < -FLT_MAX ? -HUGE_VALF
+                                 : (float)v;
+    }
+    e = dcp__src_find(&ix, "e.p_blocks");
+    ASSERT(e && e->dtype == DCP_F32 && e->ndim == 3 && e->shape[2] == 12);
+    ASSERT_OK(dcp__src_read(&ix, e, 0, 24, got, 1 << 20, &err));
+    ASSERT_MEM_EQ(got, want, sizeof(want));
+    boxes_match(&ix, e, want, 1);
+    /* the scales stay entries of their own */
+    ASSERT(dcp__src_find(&ix, "e.p_scales")->dtype == DCP_U8);
+    dcp__src_close(&ix);
+}
+
+TEST(dequant_refused)
+{
+    struct tw w3[2] = {{"l.weight", DCP_BF16, 3, {2, 2, 2}, NULL},
+                       {"l.weight_scale_inv", DCP_F32, 2, {1, 1}, NULL}};
+    struct tw small[2] = {{"l.weight", DCP_BF16, 2, {3, 3}, NULL},
+                          {"l.weight_scale_inv", DCP_F32, 2, {1, 2}, NULL}};
+    struct tw mx16[2] = {{"p_blocks", DCP_I16, 4, {1, 1, 1, 1}, NULL},
+                         {"p_scales", DCP_U8, 3, {1, 1, 1}, NULL}};
+    struct tw mxs[2] = {{"p_blocks", DCP_U8, 4, {1, 1, 2, 1}, NULL},
+                        {"p_scales", DCP_U8, 3, {1, 1, 1}, NULL}};
+    static const uint8_t zeros[64] = {0};
+    const void *z[2] = {zeros, zeros};
+    const struct {
+        const struct tw *t;
+        int rc;
+        const char *needle;
+    } cases[] = {{w3, DCP_ENOTSUP, "of 3 dims"},
+                 {small, DCP_EFORMAT, "not at least [2,2]"},
+                 {mx16, DCP_ENOTSUP, "uint8"},
+                 {mxs, DCP_EFORMAT, "blocks' shape"}};
+    size_t k;
+    for (k = 0; k < DCP_ARRAY_LEN(cases); k++) {
+        struct src_index ix;
+        struct dcp_err err = {0, ""};
+        char dir[300];
+        new_dir(dir, sizeof(dir), "dq-bad");
+        write_raw(dir, "a.safetensors", cases[k].t, 2, z);
+        ASSERT_OK(dcp__src_open(dir, DCP_FORMAT_AUTO, 1 << 20, &ix, &err));
+        ASSERT_RC(dcp__src_dequant(&ix, 2, &err), cases[k].rc);
+        if (!strstr(err.msg, cases[k].needle))
+            fprintf(stderr, "message \"%s\" lacks \"%s\"\n", err.msg,
+                    cases[k].needle);
+        ASSERT(strstr(err.msg, cases[k].needle) != NULL);
+        dcp__src_close(&ix);
+    }
+}
+
 int main(void)
 {
     (void)snprintf(root, sizeof(root), "/tmp/dcp-test-hfdir-%d", (int)getpid());
@@ -459,6 +624,8 @@ int main(void)
     RUN(hostile_directories);
     RUN(not_hf);
     RUN(save_hf_one_process);
+    RUN(dequant);
+    RUN(dequant_refused);
     if (!getenv("DCP_KEEP_TMP")) {
         char cmd[300];
         (void)snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
