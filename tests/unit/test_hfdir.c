@@ -577,6 +577,58 @@ TEST(dequant)
     dcp__src_close(&ix);
 }
 
+/* dcp_load_file with DCP_LOAD_FILE_DEQUANT: a box of a 256 x 130 FP8
+ * weight (block 128: 2 x 2 scales) into float32 and, with DCP_LOAD_CAST,
+ * into bfloat16. */
+TEST(dequant_load_file)
+{
+    static uint8_t w8[256 * 130];
+    static float wf[256 * 130];
+    struct tw t[2] = {{"m.weight", DCP_F8_E5M2, 2, {256, 130}, NULL},
+                      {"m.weight_scale_inv", DCP_F32, 2, {2, 2}, NULL}};
+    float sc[4] = {0.5f, 3.0f, -1.25f, 1e-30f}, box[10 * 6], want[10 * 6];
+    uint16_t bf[10 * 6], wbf[10 * 6];
+    const void *d[2] = {w8, sc};
+    static const int64_t shape[2] = {256, 130}, off[2] = {125, 124},
+                         size[2] = {10, 6};
+    dcp_load_options lo;
+    dcp_ctx *ctx = NULL;
+    dcp_state *st = NULL;
+    char dir[300];
+    int i, j;
+    for (i = 0; i < 256 * 130; i++)
+        w8[i] = (uint8_t)(i * 131 + 7);
+    ASSERT_OK(dcp_convert_elements(wf, DCP_F32, w8, DCP_F8_E5M2, 256 * 130));
+    for (i = 0; i < 10; i++)
+        for (j = 0; j < 6; j++)
+            want[i * 6 + j] = wf[(125 + i) * 130 + 124 + j] *
+                              sc[((125 + i) / 128) * 2 + (124 + j) / 128];
+    ASSERT_OK(dcp_convert_elements(wbf, DCP_BF16, want, DCP_F32, 60));
+    new_dir(dir, sizeof(dir), "dq-load");
+    write_raw(dir, "a.safetensors", t, 2, d);
+    ASSERT_OK(dcp_ctx_create(&ctx, NULL, NULL));
+    memset(&lo, 0, sizeof(lo));
+    lo.struct_size = sizeof(lo);
+    lo.flags = DCP_LOAD_FILE_DEQUANT | DCP_LOAD_PARTIAL;
+    ASSERT_OK(dcp_state_create(&st));
+    ASSERT_OK(dcp_state_add_tensor(st, "m.weight", DCP_F32, 2, shape, off, size,
+                                   box, DCP_MEM_HOST));
+    ASSERT_OK(dcp_load_file(ctx, st, dir, &lo));
+    ASSERT_MEM_EQ(box, want, sizeof(want));
+    dcp_state_free(st);
+    ASSERT_OK(dcp_state_create(&st));
+    ASSERT_OK(dcp_state_add_tensor(st, "m.weight", DCP_BF16, 2, shape, off,
+                                   size, bf, DCP_MEM_HOST));
+    lo.flags |= DCP_LOAD_CAST;
+    ASSERT_OK(dcp_load_file(ctx, st, dir, &lo));
+    ASSERT_MEM_EQ(bf, wbf, sizeof(wbf));
+    /* without the flag the weight is the stored float8 */
+    lo.flags = DCP_LOAD_PARTIAL;
+    ASSERT_RC(dcp_load_file(ctx, st, dir, &lo), DCP_EMISMATCH);
+    dcp_state_free(st);
+    dcp_ctx_free(ctx);
+}
+
 TEST(dequant_refused)
 {
     struct tw w3[2] = {{"l.weight", DCP_BF16, 3, {2, 2, 2}, NULL},
@@ -626,6 +678,7 @@ int main(void)
     RUN(save_hf_one_process);
     RUN(dequant);
     RUN(dequant_refused);
+    RUN(dequant_load_file);
     if (!getenv("DCP_KEEP_TMP")) {
         char cmd[300];
         (void)snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
