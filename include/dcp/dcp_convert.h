@@ -48,7 +48,12 @@ enum dcp_file_format {
     DCP_FORMAT_TORCH = 2,
     /* Import only: a model.safetensors.index.json and the shards it names
      * (in the same directory). */
-    DCP_FORMAT_SAFETENSORS_INDEX = 3
+    DCP_FORMAT_SAFETENSORS_INDEX = 3,
+    /* Import and load: a directory of *.safetensors files as torch's
+     * HuggingFaceStorageWriter writes them, each tensor whole or in
+     * per-rank pieces placed by the files' DCP_SHARDING_INFO (AUTO picks
+     * it for a directory; docs/FORMAT.md §9.5). */
+    DCP_FORMAT_SAFETENSORS_DIR = 4
 };
 
 enum dcp_convert_flags {
@@ -59,7 +64,13 @@ enum dcp_convert_flags {
     /* Cast a finite value that does not fit the target dtype to infinity
      * (or, for float8_e4m3fn, to the largest finite value) as torch does,
      * instead of failing. */
-    DCP_CONVERT_ALLOW_OVERFLOW = 1 << 2
+    DCP_CONVERT_ALLOW_OVERFLOW = 1 << 2,
+    /* dcp_save_hf: consolidated output (whole tensors, with an index)
+     * instead of per-rank pieces. */
+    DCP_CONVERT_HF_CONSOLIDATED = 1 << 3,
+    /* dcp_import: dequantize quantized Hugging Face input to float32 as
+     * dcp_load_file does with DCP_LOAD_FILE_DEQUANT (which see). */
+    DCP_CONVERT_DEQUANT = 1 << 4
 };
 
 /*
@@ -155,8 +166,10 @@ DCP_API int dcp_export(dcp_ctx *ctx, const char *dir, const char *out,
                        dcp_convert_result *res);
 
 /*
- * Imports in (a torch.save file, a safetensors file, or a
- * model.safetensors.index.json with its shards) into a new DCP checkpoint
+ * Imports in (a torch.save file, a safetensors file, a
+ * model.safetensors.index.json with its shards, or a directory of
+ * safetensors files as torch's HuggingFaceStorageWriter writes them, each
+ * tensor assembled from its per-rank pieces) into a new DCP checkpoint
  * in dir (created, parents too): one data file __0_0.distcp and .metadata,
  * committed like dcp_save. A torch.save file's nested dicts and lists are
  * flattened as torch's flatten_state_dict does (keys joined with '.',
@@ -182,12 +195,28 @@ DCP_API int dcp_import(dcp_ctx *ctx, const char *in, const char *dir,
 #define DCP_LOAD_FILE_ROOT_READS (1u << 16)
 
 /*
- * Loads one torch.save or safetensors file (format from the content, as
- * for an import) into the state, in place, like dcp_load loads a
- * checkpoint: the file's tensors and values are the checkpoint's entries
- * (keys flattened as for dcp_import), each rank passes the boxes it wants,
- * with any sharding. Collective over the context's communicator, with the
- * same file on every rank (checked).
+ * dcp_load_file flag: quantized Hugging Face input is read dequantized to
+ * float32, as torch 2.13's QuantizedHuggingFaceStorageReader(target_dtype=
+ * torch.float32, block_size=128) reads it, bit for bit (docs/FORMAT.md
+ * §9.6): a tensor "X.weight" with a tensor "X.weight_scale_inv" (FP8
+ * weights with 128 x 128 block scales) becomes a float32 tensor of the
+ * weight's shape; "X_blocks" (uint8 [a, b, G, B], MXFP4) with "X_scales"
+ * (uint8 [a, b, G]) a float32 tensor [a, b, G * B * 2] under the key
+ * "X_blocks". The scale tensors stay entries of their own. With
+ * DCP_LOAD_CAST the float32 values are cast to the buffer's dtype as
+ * torch's Tensor.to does, which gives torch's target_dtype result for
+ * bfloat16, float16 and float32 (and float64 for FP8 weights).
+ */
+#define DCP_LOAD_FILE_DEQUANT (1u << 17)
+
+/*
+ * Loads one torch.save or safetensors file, or a directory of safetensors
+ * files (HuggingFaceStorageWriter's, per-rank pieces assembled; format
+ * from the content, as for an import) into the state, in place, like dcp_load
+ * loads a checkpoint: the file's tensors and values are the checkpoint's
+ * entries (keys flattened as for dcp_import), each rank passes the boxes it
+ * wants, with any sharding. Collective over the context's communicator, with
+ * the same file on every rank (checked).
  *
  * Every rank tries to open file; when all can and see the same file (size
  * and a hash of its header), each reads its own byte ranges. Otherwise
@@ -207,6 +236,46 @@ DCP_API int dcp_import(dcp_ctx *ctx, const char *in, const char *dir,
  */
 DCP_API int dcp_load_file(dcp_ctx *ctx, dcp_state *st, const char *file,
                           const dcp_load_options *opts);
+
+/*
+ * Saves the tensors of st (every rank's boxes) as Hugging Face safetensors
+ * files in dir, as torch 2.13's HuggingFaceStorageWriter does
+ * (docs/FORMAT.md §9.5), so that torch's HuggingFaceStorageReader (and the
+ * safetensors library, and dcp itself) read them. Collective over the
+ * context's communicator, with the same dir on every rank (checked).
+ *
+ * Sharded (default, save_distributed=True): each rank r that holds data
+ * streams its boxes from its buffers into its own file
+ * shard-<r+1, 5 digits>-model-00001-of-00001.safetensors, each tensor
+ * under its key with the box's shape, its global offsets in __metadata__
+ * DCP_SHARDING_INFO (with DCP_VERSION "1.0" and format "pt"). A box that
+ * several ranks hold alike (a replicated tensor) is written once, by the
+ * lowest rank; empty boxes are not written. No index is written (torch
+ * writes none for this layout).
+ *
+ * DCP_CONVERT_HF_CONSOLIDATED: every tensor must be held whole by at least
+ * one rank (DCP_ENOTSUP naming it otherwise); the lowest such rank writes
+ * it, whole, so that each writing rank streams its own output file
+ * model-<k>-of-<N>.safetensors (k-th of the N writing ranks, __metadata__
+ * {"format": "pt"}), and rank 0 writes model.safetensors.index.json
+ * (metadata.total_size, weight_map) at the commit.
+ *
+ * Files are written under unique temporary names, fsynced (unless
+ * DCP_CONVERT_NO_FSYNC), renamed into place once every rank has written
+ * its own, and the directory synced; the index comes last. dir is created
+ * (parents too) and must hold no *.safetensors file, index or .metadata
+ * yet (DCP_EEXIST). Only tensors in host memory whose dtype safetensors
+ * names can be saved: a value or a device buffer is DCP_ENOTSUP naming
+ * the key. One box of a tensor per rank. The ranks' boxes must agree on
+ * dtype and shape (DCP_EMISMATCH) and cover each tensor exactly, replicas
+ * aside (DCP_EINVAL naming the key). opts may be NULL; only its flags
+ * (DCP_CONVERT_NO_FSYNC, DCP_CONVERT_HF_CONSOLIDATED) are used, other
+ * members must be zero (DCP_EINVAL).
+ * Returns, on every rank the same code: DCP_OK, DCP_EINVAL, DCP_EEXIST,
+ * DCP_ENOTSUP, DCP_EMISMATCH, DCP_ENOSPC, DCP_EIO, DCP_ENOMEM.
+ */
+DCP_API int dcp_save_hf(dcp_ctx *ctx, dcp_state *st, const char *dir,
+                        const dcp_convert_options *opts);
 
 /*
  * Converts n elements from src (dtype src_dt) to dst (dtype dst_dt), as

@@ -25,6 +25,7 @@
 #include "meta.h"
 #include "plan.h"
 #include "planner.h"
+#include "hfdir.h"
 #include "ranklocal.h"
 #include "read.h"
 #include "readonce.h"
@@ -311,6 +312,8 @@ static int read_metadata_bytes(dcp_ctx *ctx, const char *path, uint8_t **p,
     if (rc == DCP_ENOENT) /* a rank-local checkpoint? (ranklocal.c) */
         rc = dcp__rl_metadata_bytes(dirfd, path, ctx->max_metadata_bytes, p,
                                     len, &ctx->err);
+    if (rc == DCP_ENOENT) /* Hugging Face safetensors files? (hfdir.c) */
+        rc = dcp__hf_metadata_bytes(dirfd, path, p, len, &ctx->err);
     dcp__fs_release(dirfd);
     if (rc == DCP_ENOENT)
         return dcp__err(&ctx->err, DCP_ENOENT,

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "dtype.h"
+#include "hfdir.h"
 #include "ranklocal.h"
 #include "crc32.h"
 #include "storage.h"
@@ -646,6 +647,10 @@ int dcp__rd_metadata(int dirfd, const char *path, uint64_t max_bytes,
     if (rc == DCP_ENOENT &&
         (rc = dcp__rl_metadata(dirfd, path, max_bytes, out, err)) !=
             DCP_ENOENT)
+        return rc;
+    /* Nor that: Hugging Face safetensors files (hfdir.c)? */
+    if (rc == DCP_ENOENT &&
+        (rc = dcp__hf_metadata(dirfd, path, out, err)) != DCP_ENOENT)
         return rc;
     if (rc == DCP_ENOENT)
         return dcp__err(err, DCP_ENOENT,

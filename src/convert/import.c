@@ -282,6 +282,8 @@ static int run(struct imp *im, const char *in, const char *dir)
             sync = !(im->o.flags & DCP_CONVERT_NO_FSYNC);
     size_t i;
     rc = dcp__src_open(in, im->o.format, MAX_PICKLE, &im->ix, err);
+    if (rc == DCP_OK && (im->o.flags & DCP_CONVERT_DEQUANT))
+        rc = dcp__src_dequant(&im->ix, 128, err);
     if (rc != DCP_OK)
         return rc;
     names = dcp__calloc(im->ix.n ? im->ix.n : 1, sizeof(*names));

@@ -713,6 +713,11 @@ static int lf_run(struct lf *lf, const char *file)
         (lf->flags & DCP_LOAD_FILE_ROOT_READS) && lf->rank != 0
             ? DCP_ENOENT
             : dcp__src_open(file, DCP_FORMAT_AUTO, MAX_PICKLE, &lf->ix, &lerr);
+    if (lrc == DCP_OK && (lf->flags & DCP_LOAD_FILE_DEQUANT)) {
+        lrc = dcp__src_dequant(&lf->ix, 128, &lerr);
+        if (lrc != DCP_OK)
+            dcp__src_close(&lf->ix);
+    }
     lf->have = lrc == DCP_OK;
     if (lf->rank == 0)
         *lf->err = lerr;

@@ -13,11 +13,15 @@
  *
  * A safetensors file gives one contiguous tensor per header entry; an
  * index (model.safetensors.index.json) names shards in its own directory,
- * each checked against the index both ways.
+ * each checked against the index both ways. Neither may hold a piece of a
+ * larger tensor (a DCP_SHARDING_INFO offset other than 0). A directory is
+ * read as Hugging Face's per-rank files (hfdir.c): each tensor assembled
+ * from its pieces, a box read piece by piece.
  */
 #include "srcfile.h"
 
 #include <errno.h>
+#include <float.h> /* FLT_MAX */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -28,6 +32,7 @@
 
 #include "dcp/dcp_convert.h"
 #include "cvname.h"
+#include "hfdir.h"
 #include "json.h"
 #include "meta.h"
 #include "pickle.h"
@@ -104,6 +109,7 @@ void dcp__src_close(struct src_index *ix)
             dcp__free(e->path[j].s);
         dcp__free(e->path);
         dcp__free(e->key);
+        dcp__free(e->pieces);
         dcp_value_free(e->value);
     }
     dcp__free(ix->e);
@@ -164,7 +170,7 @@ static int add_sf_tensors(struct src_index *ix, uint32_t file,
                           struct dcp_err *err)
 {
     size_t i;
-    int rc = DCP_OK;
+    int rc = dcp__hf_check_whole(sf, ix->files[file], err);
     for (i = 0; rc == DCP_OK && i < sf->n; i++) {
         const struct sf_tensor *t = &sf->t[i];
         struct src_entry *e = new_entry(ix, cap);
@@ -364,6 +370,72 @@ static int open_index(struct src_index *ix, const char *path, size_t *cap,
     dcp__free(ents);
 out:
     dcp__json_free(doc);
+    return rc;
+}
+
+/* ------------------------------------------- safetensors directory */
+
+static int dir_tensor(struct src_index *ix, const struct hf_dir *d,
+                      const struct hf_tensor *t, size_t *cap,
+                      struct dcp_err *err)
+{
+    struct src_entry *e = new_entry(ix, cap);
+    size_t i;
+    if (!e)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    e->is_tensor = 1;
+    e->dtype = t->dtype;
+    e->ndim = t->ndim;
+    memcpy(e->shape, t->shape, sizeof(e->shape));
+    c_strides(e);
+    DCP_RETURN_IF(flat_path(e, t->key, err));
+    e->pieces = dcp__calloc(t->n, sizeof(*e->pieces));
+    if (!e->pieces)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    e->npieces = t->n;
+    for (i = 0; i < t->n; i++) {
+        const struct hf_piece *p = &d->p[t->first + i];
+        struct src_piece *q = &e->pieces[i];
+        q->file = p->file; /* files opened in d's order, from 0 */
+        q->base = p->data;
+        memcpy(q->off, p->off, sizeof(q->off));
+        memcpy(q->size, p->size, sizeof(q->size));
+        e->storage_bytes += p->bytes;
+    }
+    return DCP_OK;
+}
+
+static int open_dir(struct src_index *ix, const char *path, size_t *cap,
+                    struct dcp_err *err)
+{
+    struct hf_dir d;
+    size_t i, plen = strlen(path);
+    int dirfd = -1, rc;
+    uint32_t f;
+    rc = dcp__fs_open_dir(path, &dirfd, err);
+    if (rc != DCP_OK)
+        return rc;
+    rc = dcp__hf_scan(dirfd, path, &d, err);
+    dcp__fs_release(dirfd);
+    if (rc == DCP_ENOENT)
+        return dcp__err(err, DCP_ENOENT,
+                        "'%s': a directory without *.safetensors files", path);
+    if (rc != DCP_OK)
+        return rc;
+    for (i = 0; rc == DCP_OK && i < d.nfiles; i++) {
+        char *full = dcp__malloc(plen + strlen(d.files[i]) + 2);
+        if (!full) {
+            rc = dcp__err(err, DCP_ENOMEM, "out of memory");
+            break;
+        }
+        (void)snprintf(full, plen + strlen(d.files[i]) + 2, "%s/%s", path,
+                       d.files[i]);
+        rc = add_file(ix, full, &f, DCP_EUNSAFE, err);
+        dcp__free(full);
+    }
+    for (i = 0; rc == DCP_OK && i < d.nt; i++)
+        rc = dir_tensor(ix, &d, &d.t[i], cap, err);
+    dcp__hf_release(&d);
     return rc;
 }
 
@@ -709,8 +781,13 @@ static int sniff(const char *path, int *format, struct dcp_err *err)
 {
     uint8_t m[4] = {0};
     size_t n = strlen(path);
+    struct stat sb;
     ssize_t got;
     int fd;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        *format = DCP_FORMAT_SAFETENSORS_DIR;
+        return DCP_OK;
+    }
     if (n >= 5 && strcmp(path + n - 5, ".json") == 0) {
         *format = DCP_FORMAT_SAFETENSORS_INDEX;
         return DCP_OK;
@@ -749,6 +826,9 @@ int dcp__src_open(const char *path, int format, uint64_t max_pickle,
         break;
     case DCP_FORMAT_TORCH:
         rc = open_torch(ix, path, max_pickle, &cap, err);
+        break;
+    case DCP_FORMAT_SAFETENSORS_DIR:
+        rc = open_dir(ix, path, &cap, err);
         break;
     default:
         rc = dcp__err(err, DCP_EINVAL, "unknown file format %d", format);
@@ -822,6 +902,325 @@ static void gather_box(const struct src_index *ix, const struct src_entry *e,
                   e->stride, dst, 0, dstride);
 }
 
+/* ------------------------------------------------- quantized input */
+
+/* The stored tensor behind a dequantized entry (e itself for another). */
+static struct src_entry stored(const struct src_entry *e)
+{
+    struct src_entry r = *e;
+    if (!e->quant)
+        return r;
+    r.quant = 0;
+    r.dtype = e->qdtype;
+    r.ndim = e->qndim;
+    memcpy(r.shape, e->qshape, sizeof(r.shape));
+    return r;
+}
+
+/* Reads box (off, size) of the stored tensor of e (count elements of
+ * esize bytes) into a new buffer *out. */
+static int read_stored(struct src_index *ix, const struct src_entry *e,
+                       const int64_t *off, const int64_t *size, uint64_t limit,
+                       uint8_t **out, struct dcp_err *err)
+{
+    struct src_entry r = stored(e);
+    uint64_t n = dcp__box_numel(r.ndim, size) * dcp_dtype_size(r.dtype);
+    int rc;
+    *out = dcp__malloc(n ? (size_t)n : 1);
+    if (!*out)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    rc = dcp__src_read_box(ix, &r, off, size, *out, limit, err);
+    if (rc != DCP_OK) {
+        dcp__free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* weight * scale_inv per block of qblock x qblock, in float32. */
+static int read_fp8(struct src_index *ix, const struct src_entry *e,
+                    const int64_t *off, const int64_t *size, float *dst,
+                    uint64_t limit, struct dcp_err *err)
+{
+    const struct src_entry *se = &ix->e[e->qscale];
+    int64_t b = e->qblock, soff[2], ssz[2], i, j;
+    uint64_t n = dcp__box_numel(2, size), ns;
+    uint8_t *raw = NULL, *sraw = NULL;
+    float *sc = NULL;
+    int rc, crc = DCP_OK;
+    soff[0] = off[0] / b;
+    soff[1] = off[1] / b;
+    ssz[0] = (off[0] + size[0] - 1) / b + 1 - soff[0];
+    ssz[1] = (off[1] + size[1] - 1) / b + 1 - soff[1];
+    ns = (uint64_t)(ssz[0] * ssz[1]);
+    rc = read_stored(ix, e, off, size, limit, &raw, err);
+    if (rc == DCP_OK)
+        rc = read_stored(ix, se, soff, ssz, limit, &sraw, err);
+    if (rc == DCP_OK && !(sc = dcp__malloc((size_t)ns * sizeof(float))))
+        rc = dcp__err(err, DCP_ENOMEM, "out of memory");
+    /* torch converts the weight to float32 and multiplies by the scale in
+     * float32 */
+    if (rc == DCP_OK)
+        crc = dcp_convert_elements(dst, DCP_F32, raw, e->qdtype, (size_t)n);
+    if (rc == DCP_OK && crc == DCP_OK)
+        crc = dcp_convert_elements(sc, DCP_F32, sraw, se->dtype, (size_t)ns);
+    if (crc != DCP_OK)
+        rc = dcp__err(err, crc, "'%s': cannot convert to float32", e->key);
+    for (i = 0; rc == DCP_OK && i < size[0]; i++) {
+        const float *row = sc + ((off[0] + i) / b - soff[0]) * ssz[1];
+        for (j = 0; j < size[1]; j++)
+            dst[i * size[1] + j] *= row[(off[1] + j) / b - soff[1]];
+    }
+    dcp__free(raw);
+    dcp__free(sraw);
+    dcp__free(sc);
+    return rc;
+}
+
+/* FP4 e2m1 codes * 2^(exponent - 127) rounded once to float32, as torch's
+ * ldexp (exact, then 2^128 and beyond infinite; 0 * 2^128 is 0). */
+static int read_mxfp4(struct src_index *ix, const struct src_entry *e,
+                      const int64_t *off, const int64_t *size, float *dst,
+                      uint64_t limit, struct dcp_err *err)
+{
+    static const double lut[16] = {0.0,  0.5,  1.0,  1.5,  2.0,  3.0,
+                                   4.0,  6.0,  -0.0, -0.5, -1.0, -1.5,
+                                   -2.0, -3.0, -4.0, -6.0};
+    const struct src_entry *se = &ix->e[e->qscale];
+    int64_t B = e->qshape[3], vpg = 2 * B, boff[4], bsz[4], ng, i, x;
+    uint8_t *blk = NULL, *sc = NULL;
+    double pow2[256];
+    float inf;
+    uint32_t infbits = 0x7f800000u;
+    int rc, k;
+    memcpy(&inf, &infbits, 4);
+    for (pow2[127] = 1.0, k = 128; k < 256; k++)
+        pow2[k] = pow2[k - 1] * 2.0;
+    for (k = 126; k >= 0; k--)
+        pow2[k] = pow2[k + 1] / 2.0; /* exact: 2^-127 is a double */
+    boff[0] = off[0];
+    boff[1] = off[1];
+    boff[2] = off[2] / vpg;
+    boff[3] = 0;
+    bsz[0] = size[0];
+    bsz[1] = size[1];
+    bsz[2] = ng = (off[2] + size[2] - 1) / vpg + 1 - boff[2];
+    bsz[3] = B;
+    rc = read_stored(ix, e, boff, bsz, limit, &blk, err);
+    if (rc == DCP_OK)
+        rc = read_stored(ix, se, boff, bsz, limit, &sc, err);
+    for (i = 0; rc == DCP_OK && i < size[0] * size[1]; i++)
+        for (x = 0; x < size[2]; x++) {
+            int64_t X = off[2] + x, g = X / vpg - boff[2], w = X % vpg;
+            uint8_t byte = blk[(i * ng + g) * B + w / 2];
+            /* exact in double; |v| > FLT_MAX means v >= 2^128 */
+            double v =
+                lut[(w & 1) ? byte >> 4 : byte & 15] * pow2[sc[i * ng + g]];
+            *dst++ = v > FLT_MAX ? inf : v < -FLT_MAX ? -inf : (float)v;
+        }
+    dcp__free(blk);
+    dcp__free(sc);
+    return rc;
+}
+
+static int read_quant(struct src_index *ix, const struct src_entry *e,
+                      const int64_t *off, const int64_t *size, uint8_t *dst,
+                      uint64_t limit, struct dcp_err *err)
+{
+    float *out = (float *)(void *)dst; /* buffers of float32 elements */
+    return e->quant == SRC_Q_FP8
+               ? read_fp8(ix, e, off, size, out, limit, err)
+               : read_mxfp4(ix, e, off, size, out, limit, err);
+}
+
+/* Index of the tensor entry named key + suffix (the key's first n bytes),
+ * or (size_t)-1. */
+static size_t find_pair(const struct src_index *ix, const char *key, size_t n,
+                        const char *suffix)
+{
+    const struct src_entry *p;
+    char *name = dcp__malloc(n + strlen(suffix) + 1);
+    if (!name)
+        return (size_t)-2;
+    memcpy(name, key, n);
+    memcpy(name + n, suffix, strlen(suffix) + 1);
+    p = dcp__src_find(ix, name);
+    dcp__free(name);
+    return p && p->is_tensor ? (size_t)(p - ix->e) : (size_t)-1;
+}
+
+static int ends_with(const char *s, const char *suffix, size_t *stem)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    *stem = n >= k ? n - k : 0;
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static int quant_fp8(struct src_index *ix, struct src_entry *e, size_t si,
+                     uint32_t block, struct dcp_err *err)
+{
+    const struct src_entry *s = &ix->e[si];
+    int64_t need0, need1;
+    if (e->ndim != 2)
+        return dcp__err(err, DCP_ENOTSUP,
+                        "'%s': a quantized weight of %d dims (torch "
+                        "dequantizes 2-D ones)",
+                        e->key, e->ndim);
+    need0 = (e->shape[0] + block - 1) / block;
+    need1 = (e->shape[1] + block - 1) / block;
+    if (s->ndim != 2 || s->shape[0] < need0 || s->shape[1] < need1)
+        return dcp__err(err, DCP_EFORMAT,
+                        "'%s': scales of %d dims, not at least [%" PRId64
+                        ",%" PRId64 "] for blocks of %u",
+                        s->key, s->ndim, need0, need1, block);
+    if (dcp_convert_elements(NULL, DCP_F32, NULL, s->dtype, 0) != DCP_OK ||
+        dcp_convert_elements(NULL, DCP_F32, NULL, e->dtype, 0) != DCP_OK)
+        return dcp__err(err, DCP_ENOTSUP,
+                        "'%s': %s or its scale's %s does not convert to "
+                        "float32",
+                        e->key, dcp_dtype_name(e->dtype),
+                        dcp_dtype_name(s->dtype));
+    e->quant = SRC_Q_FP8;
+    return DCP_OK;
+}
+
+static int quant_mxfp4(struct src_index *ix, struct src_entry *e, size_t si,
+                       struct dcp_err *err)
+{
+    const struct src_entry *s = &ix->e[si];
+    if (e->ndim != 4 || e->dtype != DCP_U8 || s->dtype != DCP_U8)
+        return dcp__err(err, DCP_ENOTSUP,
+                        "'%s': MXFP4 blocks other than uint8 of 4 dims with "
+                        "uint8 scales",
+                        e->key);
+    if (s->ndim != 3 || !dcp__same_ints(s->shape, e->shape, 3))
+        return dcp__err(err, DCP_EFORMAT,
+                        "'%s': its scales are not of the blocks' shape "
+                        "without the last dim",
+                        s->key);
+    if (e->shape[3] > INT64_MAX / 2 / (e->shape[2] ? e->shape[2] : 1))
+        return dcp__err(err, DCP_ELIMIT, "'%s': too many values", e->key);
+    e->quant = SRC_Q_MXFP4;
+    return DCP_OK;
+}
+
+int dcp__src_dequant(struct src_index *ix, uint32_t block, struct dcp_err *err)
+{
+    size_t i, stem, si;
+    int rc = DCP_OK;
+    if (block == 0)
+        return dcp__err(err, DCP_EINVAL, "a block size of 0");
+    for (i = 0; rc == DCP_OK && i < ix->n; i++) {
+        struct src_entry *e = &ix->e[i];
+        if (!e->is_tensor)
+            continue;
+        if (ends_with(e->key, ".weight", &stem))
+            si = find_pair(ix, e->key, stem + 7, "_scale_inv");
+        else if (ends_with(e->key, "_blocks", &stem))
+            si = find_pair(ix, e->key, stem, "_scales");
+        else
+            continue;
+        if (si == (size_t)-2)
+            return dcp__err(err, DCP_ENOMEM, "out of memory");
+        if (si == (size_t)-1)
+            continue;
+        e->qdtype = e->dtype;
+        e->qndim = e->ndim;
+        memcpy(e->qshape, e->shape, sizeof(e->qshape));
+        e->qscale = si;
+        e->qblock = block;
+        rc = e->key[stem] == '_' ? quant_mxfp4(ix, e, si, err)
+                                 : quant_fp8(ix, e, si, block, err);
+        if (rc != DCP_OK)
+            break;
+        e->dtype = DCP_F32;
+        if (e->quant == SRC_Q_MXFP4) {
+            e->ndim = 3;
+            e->shape[2] = e->qshape[2] * e->qshape[3] * 2;
+            e->shape[3] = 0;
+        }
+    }
+    return rc;
+}
+
+/* The box (off, size) of a tensor stored in pieces: the part of each
+ * piece inside the box, one read per run. The pieces tile the tensor, so
+ * every byte of dst is written once. */
+static int read_pieces(struct src_index *ix, const struct src_entry *e,
+                       const int64_t *off, const int64_t *size, uint8_t *dst,
+                       struct dcp_err *err)
+{
+    size_t es = dcp_dtype_size(e->dtype), i;
+    int64_t dstride[DCP_MAX_NDIM], pstride[DCP_MAX_NDIM];
+    int64_t lo[DCP_MAX_NDIM], isz[DCP_MAX_NDIM];
+    struct box_runs r;
+    int d, empty;
+    dcp__box_cstrides(e->ndim, size, dstride);
+    for (i = 0; i < e->npieces; i++) {
+        const struct src_piece *p = &e->pieces[i];
+        for (d = 0, empty = 0; d < e->ndim; d++) {
+            int64_t a = off[d] > p->off[d] ? off[d] : p->off[d];
+            int64_t b = off[d] + size[d] < p->off[d] + p->size[d]
+                            ? off[d] + size[d]
+                            : p->off[d] + p->size[d];
+            lo[d] = a;
+            isz[d] = b > a ? b - a : 0;
+            empty |= b <= a;
+        }
+        if (empty)
+            continue;
+        if (e->ndim == 0) { /* the one element */
+            DCP_RETURN_IF(dcp__fs_pread(ix->fds[p->file], dst, es, p->base,
+                                        ix->files[p->file], err));
+            continue;
+        }
+        dcp__box_cstrides(e->ndim, p->size, pstride);
+        dcp__box_runs_init(&r, e->ndim, isz,
+                           dcp__box_at(e->ndim, lo, p->off, pstride), pstride,
+                           dcp__box_at(e->ndim, lo, off, dstride), dstride);
+        while (dcp__box_runs_next(&r))
+            DCP_RETURN_IF(dcp__fs_pread(
+                ix->fds[p->file], dst + (size_t)r.dst * es, (size_t)r.run * es,
+                p->base + (uint64_t)r.src * es, ix->files[p->file], err));
+    }
+    return DCP_OK;
+}
+
+/* count elements of a tensor stored in pieces or quantized from linear
+ * index first, as at most 2 * ndim boxes: each the largest block aligned
+ * at first that fits the rest. */
+static int read_linear(struct src_index *ix, const struct src_entry *e,
+                       uint64_t first, uint64_t count, uint8_t *dst,
+                       uint64_t limit, struct dcp_err *err)
+{
+    size_t es = dcp_dtype_size(e->dtype);
+    int64_t idx[DCP_MAX_NDIM] = {0}, sz[DCP_MAX_NDIM] = {0};
+    uint64_t rem, inner, m;
+    int nd = e->ndim, d, L;
+    if (nd == 0)
+        return dcp__src_read_box(ix, e, idx, sz, dst, limit, err);
+    while (count > 0) {
+        for (rem = first, d = nd - 1; d >= 0; d--) {
+            idx[d] = (int64_t)(rem % (uint64_t)e->shape[d]);
+            rem /= (uint64_t)e->shape[d];
+        }
+        for (L = nd - 1, inner = 1;
+             L > 0 && idx[L] == 0 && inner * (uint64_t)e->shape[L] <= count;
+             L--)
+            inner *= (uint64_t)e->shape[L];
+        m = (uint64_t)(e->shape[L] - idx[L]);
+        if (m > count / inner)
+            m = count / inner;
+        for (d = 0; d < nd; d++)
+            sz[d] = d < L ? 1 : d == L ? (int64_t)m : e->shape[d];
+        DCP_RETURN_IF(dcp__src_read_box(ix, e, idx, sz, dst, limit, err));
+        dst += m * inner * es;
+        first += m * inner;
+        count -= m * inner;
+    }
+    return DCP_OK;
+}
+
 int dcp__src_read_box(struct src_index *ix, const struct src_entry *e,
                       const int64_t *off, const int64_t *size, void *dst,
                       uint64_t cache_limit, struct dcp_err *err)
@@ -832,6 +1231,10 @@ int dcp__src_read_box(struct src_index *ix, const struct src_entry *e,
     uint8_t *out = dst;
     if (dcp__box_numel(e->ndim, size) == 0)
         return DCP_OK;
+    if (e->quant)
+        return read_quant(ix, e, off, size, out, cache_limit, err);
+    if (e->pieces)
+        return read_pieces(ix, e, off, size, out, err);
     if (!e->contiguous) {
         DCP_RETURN_IF(load_cache(ix, e, cache_limit, err));
         gather_box(ix, e, off, size, out);
@@ -860,6 +1263,8 @@ int dcp__src_read(struct src_index *ix, const struct src_entry *e,
     int nd = e->ndim, d;
     if (count == 0)
         return DCP_OK;
+    if (e->pieces || e->quant)
+        return read_linear(ix, e, first, count, dst, cache_limit, err);
     if (e->contiguous)
         return dcp__fs_pread(ix->fds[e->file], dst, (size_t)(count * es),
                              e->base +

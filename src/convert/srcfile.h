@@ -11,6 +11,14 @@
 #include "util.h"
 #include "state.h"
 
+/* A box of a tensor stored in pieces, contiguous (C order) at base. */
+struct src_piece {
+    uint32_t file;
+    uint64_t base;
+    int64_t off[DCP_MAX_NDIM];
+    int64_t size[DCP_MAX_NDIM];
+};
+
 struct src_entry {
     char *key;              /* flattened as torch's flatten_state_dict */
     struct md_pathel *path; /* owned; npath >= 1 */
@@ -27,7 +35,25 @@ struct src_entry {
     int64_t storage_offset;       /* elements */
     int contiguous;               /* C order, the view starts at offset */
     dcp_value *value;             /* values: owned */
+    /* A tensor of a safetensors directory (hfdir.h): its pieces, which
+     * tile the shape; file, base and the view are then unused. */
+    struct src_piece *pieces;
+    size_t npieces;
+    /* Quantized input presented dequantized as float32 (dcp__src_dequant):
+     * SRC_Q_FP8 (a 2-D weight with block scales, entry qscale) or
+     * SRC_Q_MXFP4 (uint8 blocks [a, b, G, B] with uint8 exponents [a, b,
+     * G]); dtype, ndim and shape are then the dequantized tensor's, the
+     * stored ones in q*. */
+    int quant;
+    dcp_dtype qdtype;
+    int qndim;
+    int64_t qshape[DCP_MAX_NDIM];
+    size_t qscale;
+    uint32_t qblock;
 };
+
+#define SRC_Q_FP8   1
+#define SRC_Q_MXFP4 2
 
 struct src_index {
     struct src_entry *e; /* sorted by key */
@@ -44,8 +70,9 @@ struct src_index {
 };
 
 /*
- * Opens path as format (DCP_FORMAT_AUTO sniffs: a zip archive is torch,
- * a name ending in ".json" a safetensors index, else safetensors) and
+ * Opens path as format (DCP_FORMAT_AUTO sniffs: a directory is a
+ * safetensors directory, a zip archive is torch, a name ending in ".json"
+ * a safetensors index, else safetensors) and
  * parses it. max_pickle bounds a torch.save file's data.pkl. Duplicate
  * keys are DCP_EFORMAT. On failure *ix is released.
  */
@@ -75,5 +102,22 @@ int dcp__src_read(struct src_index *ix, const struct src_entry *e,
 int dcp__src_read_box(struct src_index *ix, const struct src_entry *e,
                       const int64_t *off, const int64_t *size, void *dst,
                       uint64_t cache_limit, struct dcp_err *err);
+
+/*
+ * Dequantization on read, as torch 2.13's QuantizedHuggingFaceStorageReader
+ * does (docs/FORMAT.md §9.6): a tensor "X.weight" with a tensor
+ * "X.weight_scale_inv" becomes float32 weight * scale_inv[i / block][j /
+ * block] (the weight converted to float32, the scale too, one float32
+ * multiplication); "X_blocks" (uint8 [a, b, G, B], two FP4 e2m1 codes a
+ * byte, low nibble first) with "X_scales" (uint8 [a, b, G], exponents
+ * biased by 127) becomes float32 [a, b, G * B * 2], code * 2^(scale -
+ * 127) rounded once to float32 (torch's ldexp). The scale tensors stay
+ * entries.
+ * Returns DCP_OK, DCP_ENOTSUP (a pair torch does not dequantize either: a
+ * weight of other than 2 dims, blocks of other than 4 dims or not uint8),
+ * DCP_EFORMAT (scales of the wrong shape), DCP_ELIMIT; messages name the
+ * key.
+ */
+int dcp__src_dequant(struct src_index *ix, uint32_t block, struct dcp_err *err);
 
 #endif /* DCP_SRCFILE_H */

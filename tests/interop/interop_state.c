@@ -9,6 +9,9 @@
  *       out as torch's flatten_state_dict makes them) and dcp_save's it to DIR.
  *       Several "tensor" lines with the same path are several boxes of one
  *       tensor, added with one dcp_state_add_tensor call each.
+ *       With DCP_INTEROP_SAVE_HF=sharded (or consolidated) in the
+ *       environment, dcp_save_hf writes Hugging Face safetensors files
+ *       instead.
  *   interop_state savefrom-async MANIFEST DIR
  *       The same with dcp_save_async through a 64 KiB staging budget; the
  *       state and every buffer are freed as soon as the call returns,
@@ -97,6 +100,7 @@
  *                                       accepts str keys only)
  */
 #include <dcp/dcp.h>
+#include <dcp/dcp_convert.h>
 #ifdef DCP_INTEROP_MPI
 #include <dcp/dcp_mpi.h>
 #endif
@@ -1294,6 +1298,23 @@ static int cmd_savefrom(const char *manifest, const char *dir, int async)
     /* Save flags (enum dcp_save_flags) from the test, e.g. DCP_SAVE_ZSTD. */
     if (getenv("DCP_INTEROP_SAVE_FLAGS"))
         so.flags = (unsigned)strtoul(getenv("DCP_INTEROP_SAVE_FLAGS"), NULL, 0);
+    /* Hugging Face safetensors output instead (dcp_save_hf):
+     * DCP_INTEROP_SAVE_HF=sharded or consolidated. */
+    if (getenv("DCP_INTEROP_SAVE_HF") && !async) {
+        dcp_convert_options ho;
+        memset(&ho, 0, sizeof(ho));
+        ho.struct_size = sizeof(ho);
+        ho.flags = DCP_CONVERT_NO_FSYNC;
+        if (!strcmp(getenv("DCP_INTEROP_SAVE_HF"), "consolidated"))
+            ho.flags |= DCP_CONVERT_HF_CONSOLIDATED;
+        rc = dcp_save_hf(ctx, st, dir, &ho);
+        if (rc != DCP_OK) {
+            fail_ctx(ctx, "dcp_save_hf", rc);
+            goto out;
+        }
+        ret = 0;
+        goto out;
+    }
     if (async) {
         rc = dcp_save_async(ctx, st, dir, &so, &req);
         if (rc == DCP_OK) {

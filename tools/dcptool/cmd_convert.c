@@ -21,7 +21,8 @@ static const char export_usage[] =
 static const char import_usage[] =
     "import IN DIR [--format safetensors|index|torch] [--dtype DTYPE]\n"
     "         [--keys PATTERN]... [--strip-prefix P] [--add-prefix P]\n"
-    "         [--allow-overflow] [--no-fsync] [--mem-limit SIZE] [--quiet]";
+    "         [--allow-overflow] [--dequant] [--no-fsync] [--mem-limit SIZE]\n"
+    "         [--quiet]";
 
 /* "5GB" (10^9), "5GiB" (2^30), "123" (bytes), as Hugging Face reads
  * max_shard_size. Returns 0 or -1. */
@@ -111,6 +112,8 @@ static int parse_opts(int argc, char **argv, int is_export,
             o->flags |= DCP_CONVERT_NO_VERIFY;
         } else if (strcmp(a, "--no-fsync") == 0) {
             o->flags |= DCP_CONVERT_NO_FSYNC;
+        } else if (strcmp(a, "--dequant") == 0 && !is_export) {
+            o->flags |= DCP_CONVERT_DEQUANT;
         } else if (strcmp(a, "--quiet") == 0) {
             *quiet = 1;
         } else if (a[0] == '-' && a[1] == '-') {
