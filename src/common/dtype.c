@@ -655,6 +655,8 @@ void dcp__convert(void *dst, dcp_dtype dt_dst, const void *src,
     uint8_t *d = dst;
     const uint8_t *s = src;
     struct num x;
+    if (n == 0)
+        return; /* dst and src may be NULL */
     if (dt_dst == dt_src) {
         memcpy(dst, src, n * sd);
         return;

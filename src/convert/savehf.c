@@ -32,6 +32,8 @@
 #include "comm.h"
 #include "dcp/dcp_convert.h"
 #include "json.h"
+#include "meta.h"
+#include "reshard.h"
 #include "safetensors.h"
 #include "state.h"
 #include "storage.h"
@@ -301,19 +303,23 @@ static int plan(struct sh *s, const uint8_t *all, const size_t *lens,
     fileno = dcp__calloc((size_t)s->size, sizeof(*fileno));
     if (rc == DCP_OK && (!nw || !fileno))
         rc = dcp__err(s->err, DCP_ENOMEM, "out of memory");
-    for (i = 0; rc == DCP_OK && i < n; i++) {
+    /* fileno doubles as each rank's last key group + 1 here: a kept box
+     * whose rank already has one in this group is a second piece. */
+    for (i = 0, j = 0; rc == DCP_OK && i < n; i++) {
+        if (i > 0 && cmp_key(&v[i], &v[i - 1]))
+            j = i; /* start of the key group */
         if (!v[i].keep)
             continue;
-        if (i > 0 && v[i - 1].keep && v[i - 1].rank == v[i].rank &&
-            !cmp_key(&v[i], &v[i - 1]))
+        if (fileno[v[i].rank] == (uint32_t)j + 1)
             rc = dcp__err(s->err, DCP_ENOTSUP,
                           "rank %u holds two boxes of '%.*s': one piece of "
                           "a tensor per rank",
                           v[i].rank, (int)v[i].klen, v[i].key);
+        fileno[v[i].rank] = (uint32_t)j + 1;
         nw[v[i].rank]++;
     }
     for (r = 0; r < (uint32_t)s->size && rc == DCP_OK; r++)
-        fileno[r] = nw[r] ? ++nfiles : 0;
+        fileno[r] = nw[r] ? ++nfiles : 0; /* from here, the file numbers */
     if (rc == DCP_OK)
         rc = check_dir(s);
     for (i = 0; i < n; i++)
@@ -404,6 +410,8 @@ static int write_mine(struct sh *s, int dirfd, const uint8_t *p, size_t len,
     n = (len - 4 - nl) / 8;
     if (n == 0)
         return DCP_OK;
+    if (nl == 0 || strlen(final) != nl || !dcp__safe_name(final))
+        return dcp__err(s->err, DCP_EIO, "a bad file name from rank 0");
     w = dcp__calloc(n, sizeof(*w));
     so = dcp__calloc(n, sizeof(*so));
     if (!w || !so) {
@@ -469,8 +477,22 @@ static int write_mine(struct sh *s, int dirfd, const uint8_t *p, size_t len,
     for (i = 0; rc == DCP_OK && i < n; i++) {
         size_t bytes =
             (size_t)dcp__box_numel(w[i].e->ndim, w[i].b->size) * w[i].es;
-        if (bytes)
+        if (bytes && w[i].b->strided) {
+            /* a strided box (dcp_state_add_tensor_strided): packed first */
+            int64_t cs[DCP_MAX_NDIM];
+            void *pk = dcp__malloc(bytes);
+            if (!pk) {
+                rc = dcp__err(s->err, DCP_ENOMEM, "out of memory");
+                break;
+            }
+            dcp__box_cstrides(w[i].e->ndim, w[i].b->size, cs);
+            dcp__box_copy(w[i].e->ndim, w[i].es, w[i].b->size, w[i].b->buf, 0,
+                          w[i].b->stride, pk, 0, cs);
+            rc = dcp__fs_pwrite(fd, pk, bytes, pos, final, s->err);
+            dcp__free(pk);
+        } else if (bytes) {
             rc = dcp__fs_pwrite(fd, w[i].b->buf, bytes, pos, final, s->err);
+        }
         pos += bytes;
     }
     if (rc == DCP_OK && !(s->flags & DCP_CONVERT_NO_FSYNC))
@@ -496,8 +518,12 @@ static int run(struct sh *s)
     size_t *lens = NULL, *displs = NULL, *alens = NULL, *adispl = NULL;
     size_t mlen = 0;
     char final[HF_NAME], tmp[DCP_STORAGE_NAME_MAX + 1];
-    int dirfd = -1, wrote = 0, lrc, rc;
+    int dirfd = -1, wrote = 0, renamed = 0, visible = 0, lrc, rc;
+    char flags[32];
     rc = dcp__comm_same_string(c, s->dir, "directory", s->err);
+    (void)snprintf(flags, sizeof(flags), "%u", s->flags);
+    if (rc == DCP_OK)
+        rc = dcp__comm_same_string(c, flags, "options' flags", s->err);
     if (rc != DCP_OK)
         return rc;
     rc = dcp__comm_agree_err(c, describe(s, &desc), s->err);
@@ -527,12 +553,12 @@ static int run(struct sh *s)
         rc = dcp__comm_agree_err(c, lrc, s->err);
     }
     /* 3. the commit: renames, the directory, the index */
-    if (rc == DCP_OK)
-        rc = dcp__comm_agree_err(
-            c, wrote ? dcp__fs_rename(dirfd, tmp, final, s->err) : DCP_OK,
-            s->err);
     if (rc == DCP_OK) {
-        int visible = 0;
+        lrc = wrote ? dcp__fs_rename(dirfd, tmp, final, s->err) : DCP_OK;
+        renamed = wrote && lrc == DCP_OK;
+        rc = dcp__comm_agree_err(c, lrc, s->err);
+    }
+    if (rc == DCP_OK) {
         lrc = DCP_OK;
         if (s->rank == 0 && !(s->flags & DCP_CONVERT_NO_FSYNC))
             lrc = dcp__fs_fsync_dir(dirfd, s->dir, s->err);
@@ -542,8 +568,17 @@ static int run(struct sh *s)
                 s->flags & DCP_CONVERT_NO_FSYNC ? DCP_PUBLISH_NOSYNC : 0,
                 &visible, s->err);
         rc = dcp__comm_share_err(c, lrc, s->err, 0);
-    } else if (wrote && dirfd >= 0) {
-        (void)dcp__fs_unlink(dirfd, tmp, NULL);
+    }
+    /* Nothing of a failed save stays: the files carry no commit marker of
+     * their own (torch's layout has none), so a reader would take the
+     * renamed shards of the other ranks as the whole checkpoint. */
+    if (rc != DCP_OK && dirfd >= 0) {
+        if (renamed)
+            (void)dcp__fs_unlink(dirfd, final, NULL);
+        else if (wrote)
+            (void)dcp__fs_unlink(dirfd, tmp, NULL);
+        if (visible)
+            (void)dcp__fs_unlink(dirfd, HF_INDEX, NULL);
     }
     if (dirfd >= 0)
         dcp__fs_release(dirfd);
@@ -563,20 +598,26 @@ int dcp_save_hf(dcp_ctx *ctx, dcp_state *st, const char *dir,
                 const dcp_convert_options *opts)
 {
     struct sh s;
+    int rc = DCP_OK;
     if (!ctx)
         return DCP_EINVAL;
     dcp__ctx_begin(ctx);
     if (!st || !dir || !*dir)
-        return dcp__err(&ctx->err, DCP_EINVAL, "no state or directory");
-    if (opts && (opts->struct_size == 0 || opts->struct_size > sizeof(*opts) ||
-                 opts->dtype || opts->max_shard_bytes || opts->nkeys ||
-                 opts->strip_prefix || opts->add_prefix ||
-                 (opts->flags & ~(unsigned)(DCP_CONVERT_NO_FSYNC |
-                                            DCP_CONVERT_HF_CONSOLIDATED))))
-        return dcp__err(&ctx->err, DCP_EINVAL,
-                        "bad options for a safetensors save (only flags "
-                        "DCP_CONVERT_NO_FSYNC and "
-                        "DCP_CONVERT_HF_CONSOLIDATED apply)");
+        rc = dcp__err(&ctx->err, DCP_EINVAL, "no state or directory");
+    else if (opts &&
+             (opts->struct_size == 0 || opts->struct_size > sizeof(*opts) ||
+              opts->dtype || opts->max_shard_bytes || opts->nkeys ||
+              opts->strip_prefix || opts->add_prefix ||
+              (opts->flags & ~(unsigned)(DCP_CONVERT_NO_FSYNC |
+                                         DCP_CONVERT_HF_CONSOLIDATED))))
+        rc = dcp__err(&ctx->err, DCP_EINVAL,
+                      "bad options for a safetensors save (only flags "
+                      "DCP_CONVERT_NO_FSYNC and "
+                      "DCP_CONVERT_HF_CONSOLIDATED apply)");
+    /* every rank returns the same: one rank's bad arguments fail all */
+    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+    if (rc != DCP_OK)
+        return rc;
     memset(&s, 0, sizeof(s));
     s.ctx = ctx;
     s.st = st;

@@ -930,6 +930,10 @@ static int read_stored(struct src_index *ix, const struct src_entry *e,
     if (!*out)
         return dcp__err(err, DCP_ENOMEM, "out of memory");
     rc = dcp__src_read_box(ix, &r, off, size, *out, limit, err);
+    /* The cache is keyed by entry address: r is gone on return, and the
+     * next call's r may sit at the same address for another tensor. */
+    if (ix->cached == &r)
+        ix->cached = NULL;
     if (rc != DCP_OK) {
         dcp__free(*out);
         *out = NULL;
@@ -1066,8 +1070,9 @@ static int quant_fp8(struct src_index *ix, struct src_entry *e, size_t si,
                         "'%s': a quantized weight of %d dims (torch "
                         "dequantizes 2-D ones)",
                         e->key, e->ndim);
-    need0 = (e->shape[0] + block - 1) / block;
-    need1 = (e->shape[1] + block - 1) / block;
+    /* shapes are >= 0 and may reach INT64_MAX: no + block - 1 */
+    need0 = e->shape[0] / block + (e->shape[0] % block != 0);
+    need1 = e->shape[1] / block + (e->shape[1] % block != 0);
     if (s->ndim != 2 || s->shape[0] < need0 || s->shape[1] < need1)
         return dcp__err(err, DCP_EFORMAT,
                         "'%s': scales of %d dims, not at least [%" PRId64

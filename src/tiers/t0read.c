@@ -71,14 +71,21 @@ struct sbuf {
 };
 
 static void sb_add(struct sbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void sb_add(struct sbuf *b, const char *fmt, ...)
 {
     char tmp[DCP_STORAGE_NAME_MAX + 64];
     va_list ap;
     va_start(ap, fmt);
     int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
-    if (b->oom || k < 0 || (size_t)k >= sizeof tmp)
+    if (b->oom)
         return;
+    if (k < 0 || (size_t)k >= sizeof tmp) { /* never drop an entry silently */
+        b->oom = 1;
+        return;
+    }
     if (b->n + (size_t)k + 1 > b->cap) {
         size_t nc = b->cap ? 2 * b->cap : 4096;
         while (nc < b->n + (size_t)k + 1)
@@ -584,7 +591,10 @@ static int share_plan(const struct dcp__t0in *in, const struct dcp__t0pick *pk,
         (*all)[k].src = (int)p[4 * k + 1];
         (*all)[k].dst = (int)p[4 * k + 2];
         (*all)[k].size = (uint64_t)p[4 * k + 3];
-        if ((*all)[k].file >= nf)
+        if (p[4 * k] < 0 || (*all)[k].file >= nf || p[4 * k + 1] < 0 ||
+            p[4 * k + 1] >= dcp__comm_size(in->c) || p[4 * k + 2] < 0 ||
+            p[4 * k + 2] >= dcp__comm_size(in->c) || p[4 * k + 1] == p[4 * k + 2] ||
+            p[4 * k + 3] < 0)
             rc = dcp__err(err, DCP_EIO, "bad copy plan received (rank %d)",
                           in->rank);
     }

@@ -419,6 +419,45 @@ TEST(save_hf_one_process)
         ASSERT_RC(save_hf(st, dir, 0, "already holds"), DCP_EEXIST);
     }
     dcp_state_free(st);
+    /* a strided box (rows of a 3x8 buffer, and its transpose) is written
+     * packed: the file holds the elements, not the buffer's bytes */
+    {
+        static const int64_t sh34[2] = {3, 4}, st34[2] = {8, 1};
+        static const int64_t sh43[2] = {4, 3}, st43[2] = {1, 8};
+        float wide[24], want[12], wantt[12];
+        int r, c;
+        for (i = 0; i < 24; i++)
+            wide[i] = (float)i * 0.5f + 1.0f;
+        for (r = 0; r < 3; r++)
+            for (c = 0; c < 4; c++) {
+                want[r * 4 + c] = wide[r * 8 + c];
+                wantt[c * 3 + r] = wide[r * 8 + c];
+            }
+        for (i = 0; i < 2; i++) {
+            new_dir(dir, sizeof(dir), i ? "save-strided-c" : "save-strided");
+            ASSERT_OK(dcp_state_create(&st));
+            ASSERT_OK(dcp_state_add_tensor_strided(
+                st, "w", DCP_F32, 2, sh34, zero, sh34, st34, wide,
+                DCP_MEM_HOST));
+            ASSERT_OK(dcp_state_add_tensor_strided(
+                st, "t", DCP_F32, 2, sh43, zero, sh43, st43, wide,
+                DCP_MEM_HOST));
+            ASSERT_OK(
+                save_hf(st, dir, i ? DCP_CONVERT_HF_CONSOLIDATED : 0, NULL));
+            dcp_state_free(st);
+            ASSERT_OK(dcp_ctx_create(&ctx, NULL, NULL));
+            ASSERT_OK(dcp_metadata_open(ctx, dir, &md));
+            ASSERT_EQ(dcp_metadata_count(md), 2);
+            ASSERT_OK(dcp_metadata_read_box(ctx, md, 1, NULL, NULL, got,
+                                            sizeof(got), 1)); /* "w" */
+            ASSERT_MEM_EQ(got, want, sizeof(want));
+            ASSERT_OK(dcp_metadata_read_box(ctx, md, 0, NULL, NULL, got,
+                                            sizeof(got), 1)); /* "t" */
+            ASSERT_MEM_EQ(got, wantt, sizeof(wantt));
+            dcp_metadata_free(md);
+            dcp_ctx_free(ctx);
+        }
+    }
     /* two boxes of a tensor on one rank; boxes that overlap or leave a
      * gap; a value */
     new_dir(dir, sizeof(dir), "save-bad");
