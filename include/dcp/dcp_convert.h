@@ -262,7 +262,14 @@ DCP_API int dcp_load_file(dcp_ctx *ctx, dcp_state *st, const char *file,
  *
  * Files are written under unique temporary names, fsynced (unless
  * DCP_CONVERT_NO_FSYNC), renamed into place once every rank has written
- * its own, and the directory synced; the index comes last. dir is created
+ * its own, and the directory synced; the index comes last. A failure at
+ * any of these steps on any rank removes every file of this save, renamed
+ * ones included: the layout has no commit record of its own, so a reader
+ * would take the shards left behind as a whole checkpoint (a process
+ * killed between the renames and the index can still leave some: check
+ * the return code, not the directory). Strided boxes
+ * (dcp_state_add_tensor_strided) are packed as they are written. Not
+ * thread safe with other calls on ctx. dir is created
  * (parents too) and must hold no *.safetensors file, index or .metadata
  * yet (DCP_EEXIST). Only tensors in host memory whose dtype safetensors
  * names can be saved: a value or a device buffer is DCP_ENOTSUP naming
