@@ -67,6 +67,7 @@ void dcp__rd_close(struct rd_files *f)
     dcp__free(f->scratch);
     dcp__free(f->win);
     dcp__free(f->plain);
+    dcp__rd_sfcache_free(f->sfc);
     memset(f, 0, sizeof(*f));
     f->dirfd = -1;
 }
@@ -214,7 +215,7 @@ static int open_record(struct rd_files *f, const struct md_entry *e,
         int src;
         dcp__free(f->plain);
         f->plain = NULL;
-        src = dcp__rd_sf_record(r->fd, file, f->sizes[c->file], e, c,
+        src = dcp__rd_sf_record(f, r->fd, file, f->sizes[c->file], e, c,
                                 &f->plain, &n, err);
         if (src != DCP_OK && src != DCP_ENOENT)
             return src;

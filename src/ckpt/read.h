@@ -27,6 +27,9 @@ struct rd_files {
     uint8_t *plain;
     uint64_t value_max;
     uint64_t data_read; /* tensor data bytes dcp__rd_chunk read */
+    /* The last safetensors header parsed by dcp__rd_sf_record (xform.c),
+     * kept for the next chunk of the same file; freed by dcp__rd_close. */
+    struct rd_sfcache *sfc;
 };
 
 /* A destination: a box of the global tensor, with its own buffer. */
@@ -137,9 +140,11 @@ void dcp__rd_loc_free(struct rd_loc *loc);
  * (err untouched); DCP_EFORMAT, DCP_ECORRUPT, DCP_ELIMIT, DCP_ENOTSUP
  * (the header parser's), DCP_EIO, DCP_ENOMEM, naming key, file, offset.
  */
-int dcp__rd_sf_record(int fd, const char *file, uint64_t file_size,
-                      const struct md_entry *e, const struct md_chunk *c,
-                      uint8_t **out, size_t *out_len, struct dcp_err *err);
+int dcp__rd_sf_record(struct rd_files *f, int fd, const char *file,
+                      uint64_t file_size, const struct md_entry *e,
+                      const struct md_chunk *c, uint8_t **out, size_t *out_len,
+                      struct dcp_err *err);
+void dcp__rd_sfcache_free(struct rd_sfcache *sfc);
 
 #define RD_XFORM_SLACK ((uint64_t)4 << 20)
 int dcp__rd_inflate(int fd, const char *file, const struct md_entry *e,
