@@ -845,7 +845,9 @@ static int prepare_rl(dcp_ctx *ctx, struct sv_job *job, const dcp_state *st)
     (void)snprintf(name, sizeof(name), "__%d_0.distcp", ctx->rank);
     if (job->rl.recbase[1] > job->rl.recbase[0]) {
         md->files = dcp__calloc(1, sizeof(*md->files));
-        if (!md->files || !(md->files[0] = dcp__strdup(name)))
+        if (md->files)
+            md->files[0] = dcp__strdup(name);
+        if (!md->files || !md->files[0])
             return dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
         md->nfiles = 1;
     }
