@@ -567,11 +567,15 @@ static int coord_dir_rl(dcp_ctx *ctx, struct coord *co, const char *path)
     if (rc != DCP_OK)
         return rc;
     for (r = -1; r < ctx->size; r++) {
+        int found;
         if (r < 0)
             (void)snprintf(name, sizeof(name), ".metadata");
         else
             (void)snprintf(name, sizeof(name), "__%d.metadata", r);
-        if (dcp__fs_exists(co->dirfd, name))
+        rc = dcp__fs_exists_err(co->dirfd, name, &found, &ctx->err);
+        if (rc != DCP_OK)
+            return rc;
+        if (found)
             return dcp__err(&ctx->err, DCP_EEXIST,
                             "'%s' already holds a checkpoint (%s): a "
                             "rank-local save does not overwrite one (remove "
