@@ -719,6 +719,8 @@ struct sv_job {
     int ranklocal;
     struct pl_global rl;
     char mdname[32];
+    int rl_left; /* after a failure: the lowest rank whose __<r>.metadata
+                    could not be removed, or -1 */
     const dcp_save_planner *planner; /* borrowed for begin; NULL: default */
     /* The context's I/O engine (borrowed; set on the caller's thread, used
      * by the worker only while it writes) and its figures for this save,
@@ -1070,6 +1072,7 @@ int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
     if (job) {
         job->dirfd = job->co.dirfd = -1;
         job->co.lock.dirfd = -1;
+        job->rl_left = -1;
         job->sync = 1;
         dcp__ph_reset(&job->ph, DCP_IO_SAVE, ctx->ev_fn, ctx->ev_arg);
         atomic_init(&job->rc, DCP_OK);
@@ -1377,7 +1380,8 @@ static void share_renamed(const dcp_comm *c, int *renamed)
  * commit point), the outcome agreed. On an agreed failure each rank
  * removes its own __<r>.metadata if it was renamed (then its data file
  * goes too, in dcp__save_finish); *renamed stays 1 only when that
- * removal failed, so the data file it names is kept.
+ * removal failed, so the data file it names is kept. The lowest such
+ * rank is agreed (job->rl_left), so every rank's message names it.
  */
 static int commit_rl(dcp_ctx *ctx, struct sv_job *job,
                      const struct dcp_buf *res, int *renamed)
@@ -1397,6 +1401,12 @@ static int commit_rl(dcp_ctx *ctx, struct sv_job *job,
     if (rc != DCP_OK && *renamed &&
         dcp__fs_unlink(job->dirfd, job->mdname, &e) == DCP_OK)
         *renamed = 0;
+    if (rc != DCP_OK) {
+        int64_t v = *renamed ? ctx->rank : INT64_MAX;
+        if (dcp__comm_allreduce_min(ctx->comm, &v, 1, &e) != DCP_OK)
+            v = *renamed ? ctx->rank : INT64_MAX; /* own knowledge only */
+        job->rl_left = v == INT64_MAX ? -1 : (int)v;
+    }
     return rc;
 }
 
@@ -1464,11 +1474,12 @@ out:
     if (rc != DCP_OK && job->wrote && !renamed)
         (void)dcp__fs_unlink(job->dirfd, job->file, NULL);
     job->finished = 1;
-    if (rc != DCP_OK && job->ranklocal && renamed)
+    if (rc != DCP_OK && job->ranklocal && job->rl_left >= 0)
         (void)dcp__err_prefix(&ctx->err,
                               "rank-local save to '%s' failed; rank %d could "
-                              "not remove its committed %s",
-                              job->path, ctx->rank, job->mdname);
+                              "not remove its committed __%d.metadata (its "
+                              "files are left)",
+                              job->path, job->rl_left, job->rl_left);
     else if (rc != DCP_OK && renamed == RENAMED_UNKNOWN)
         (void)dcp__err_prefix(&ctx->err,
                               "save to '%s' failed: rank 0 did not say "

@@ -102,17 +102,27 @@ static int collective_save(dcp_ctx *ctx, const char *dir)
     return collective_save_opts(ctx, dir, NULL);
 }
 
-/* Names starting with "__" in dir (a rank-local checkpoint's files). */
-static int count_rank_files(const char *dir)
+/* Names starting with "__" in dir (a rank-local checkpoint's files);
+ * with mdonly, those ending in ".metadata". */
+static int count_rank_files_of(const char *dir, int mdonly)
 {
     DIR *d = opendir(dir);
     struct dirent *de;
     int n = 0;
-    while (d && (de = readdir(d)))
-        n += !strncmp(de->d_name, "__", 2);
+    while (d && (de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        n += !strncmp(de->d_name, "__", 2) &&
+             (!mdonly ||
+              (len > 9 && !strcmp(de->d_name + len - 9, ".metadata")));
+    }
     if (d)
         closedir(d);
     return n;
+}
+
+static int count_rank_files(const char *dir)
+{
+    return count_rank_files_of(dir, 0);
 }
 
 /* A rank-local save with every operation failing once on rank 0, then
@@ -150,7 +160,8 @@ static void test_ranklocal_errors(void)
             CHECK(mt_same(rc));
             CHECK(mt_same_str(dcp_errmsg(ctx)));
             if (rc != DCP_OK && rc != DCP_EIO) {
-                fprintf(stderr, "[rank %d] rank-local: victim %d op %llu: %s (%s)\n",
+                fprintf(stderr,
+                        "[rank %d] rank-local: victim %d op %llu: %s (%s)\n",
                         mt_rank, victim, (unsigned long long)k,
                         dcp_err_name(rc), dcp_errmsg(ctx));
                 mt_fail++;
@@ -172,6 +183,46 @@ static void test_ranklocal_errors(void)
             }
             dcp_ctx_free(ctx);
         }
+        /* Persistent: every operation from the k-th on fails, the
+         * removals too. A rank whose __<r>.metadata was renamed and
+         * cannot be removed is named on every rank; no other rank's is
+         * left. (Failing from the directory fsync after its rename on,
+         * the victim is named at least once.) */
+        int nnamed = 0;
+        for (k = 1; k <= m && !RS_SANITIZED; k++) {
+            int rc, left, named;
+            char want[96];
+            ctx = fault_ctx();
+            prepare(dir, 0);
+            ff_reset(&ff);
+            if (mt_rank == victim) {
+                ff.fail_at = k;
+                ff.fail_code = DCP_EIO;
+                ff.fail_persistent = 1;
+            }
+            rc = collective_save_opts(ctx, dir, &so);
+            ncases++;
+            CHECK(mt_same(rc));
+            CHECK(mt_same_str(dcp_errmsg(ctx)));
+            CHECK(rc == DCP_OK || rc == DCP_EIO);
+            MPI_Barrier(MPI_COMM_WORLD);
+            snprintf(want, sizeof(want),
+                     "rank %d could not remove its committed __%d.metadata",
+                     victim, victim);
+            named = strstr(dcp_errmsg(ctx), want) != NULL;
+            nnamed += named;
+            left = count_rank_files_of(dir, 1);
+            if (mt_rank == 0 && rc != DCP_OK && left != named) {
+                fprintf(stderr,
+                        "rank-local persistent: victim %d op %llu: %d "
+                        "metadata left (%s)\n",
+                        victim, (unsigned long long)k, left,
+                        dcp_errmsg(ctx));
+                mt_fail++;
+            }
+            dcp_ctx_free(ctx);
+        }
+        CHECK(RS_SANITIZED || nnamed >= 1);
     }
 }
 
