@@ -915,7 +915,8 @@ typedef struct dcp_save_options {
  * that is not UTF-8 without NUL, a str in a value that is not UTF-8; the
  * message names the key), DCP_EPLAN (an
  * invalid plan: the message names the key and the ranks involved),
- * DCP_EIO, DCP_ENOSPC, DCP_ENOMEM, DCP_ELIMIT. When a rank fails (bad
+ * DCP_EIO, DCP_ENOSPC, DCP_ENOMEM, DCP_ELIMIT, DCP_EEXIST (only with
+ * DCP_SAVE_RANK_LOCAL: path already holds a checkpoint). When a rank fails (bad
  * argument, I/O error, out of memory), every rank returns that rank's code
  * and dcp_errmsg reads "rank R failed: <its message>" on every rank (the
  * lowest failing rank's message; "ranks R to S failed; rank R: ..." when

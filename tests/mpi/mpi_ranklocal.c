@@ -15,6 +15,7 @@
 #include <dcp/dcp_planner.h>
 #include <dcp/dcp_tier.h>
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -351,6 +352,24 @@ static void test_refusals(void)
     }
 }
 
+/* Removes dir and everything under it (rank 0, at the end). */
+static void rmtree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    char p[1024];
+    while (d && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        snprintf(p, sizeof(p), "%.700s/%.255s", dir, de->d_name);
+        if (unlink(p) != 0)
+            rmtree(p);
+    }
+    if (d)
+        closedir(d);
+    (void)rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     int rc;
@@ -369,5 +388,8 @@ int main(int argc, char **argv)
     RUN(refusals);
     dcp_ctx_free(ctx);
     dcp_comm_free(comm);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (mt_rank == 0)
+        rmtree(root);
     return mt_finish();
 }
