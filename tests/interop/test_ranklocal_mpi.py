@@ -9,7 +9,7 @@ rank r's metadata lists the same keys, global sizes, chunks and
 storage_data entries (all in __<r>_0.distcp) as torch's rank r file.
 torch 2.13's dcp.load on 3 gloo ranks (each rank reading its own
 __<r>.metadata) gets every byte back, and so does dcp (docs/FORMAT.md
-§9.2).
+§9.2); dcptool verify passes and dcptool clean keeps every file.
 """
 
 import os
@@ -18,7 +18,7 @@ import pickle
 import dcpio  # noqa: E402  (fails loudly without torch)
 from dcpio import torch  # noqa: E402
 import torch.distributed.checkpoint as tdcp  # noqa: E402
-from test_layouts import RL_WORLD, _rl_save, rl_full  # noqa: E402
+from test_layouts import RL_WORLD, _rl_save, dcptool, rl_full  # noqa: E402
 
 R = dcpio.Runner("ranklocal_mpi")
 
@@ -125,6 +125,9 @@ def ranklocal_dcp_writes_torch_reads(check, tmp):
             check.eq(got[1], want_s[1], f"{tag}: rank {r}'s storage_data")
             check.eq(got[2], want_s[2], f"{tag}: rank {r}'s planner_data")
         dcpio.run_ranks(check, RL_WORLD, _torch_load, (ck,), tmp)
+        dcptool("verify", ck)
+        dcptool("clean", ck)
+        check.eq(sorted(os.listdir(ck)), names, f"{tag}: clean keeps them")
         # dcp reads it back merged (every key once, resharded to one rank).
         dump = dcpio.dcp_dumpall(ck, tmp)
         st = {"model": dict(rl_full()), "step": 11}
