@@ -789,7 +789,44 @@ enum dcp_save_flags {
      * at a time), and a compressed record is read whole on load. Without
      * libzstd at build time the save fails with DCP_ENOTSUP. Pass the same
      * flags on every rank. */
-    DCP_SAVE_ZSTD = 1 << 1
+    DCP_SAVE_ZSTD = 1 << 1,
+    /*
+     * Write a rank-local checkpoint, as torch 2.13's dcp.save(...,
+     * use_collectives=False) does (docs/FORMAT.md §9.2): rank r writes
+     * __<r>_0.distcp and its own __<r>.metadata listing only its own
+     * items (a sharded tensor's global shape with rank r's chunks only;
+     * every plain tensor and value rank r holds, a replicated one written
+     * by every holder into its own file); no .metadata. torch's dcp.load
+     * reads it on the same world size (each rank its own __<r>.metadata),
+     * dcp_load on any (the ranks' files merged, resharded).
+     *
+     * The call stays collective, with dcp_save's arguments, planning
+     * checks (kinds, dtypes, shapes agree; boxes tile over all ranks;
+     * a value key several ranks hold has equal contents: DCP_EPLAN) and
+     * agreed return code on every rank. The commit: once every rank's
+     * data file is durable, each rank publishes its own __<r>.metadata
+     * (temporary, fsync, rename, directory fsync), its own commit point;
+     * the checkpoint is complete when every rank's is. The outcome is
+     * agreed: when any rank's commit fails, every rank returns that
+     * rank's code and removes its own __<r>.metadata (if renamed) and
+     * data file, so nothing is left committed (best effort: a removal
+     * that fails is named in the message).
+     *
+     * Refused, on every rank: the flag set on some ranks only
+     * (DCP_EINVAL); a save planner with a global hook (DCP_EINVAL: there
+     * is no one global plan to show it; item hooks work, the dedup policy
+     * is moot as every holder writes); a path that already holds a
+     * checkpoint (.metadata or any __<r>.metadata, r < world size):
+     * DCP_EEXIST, as the old one could not stay loadable while the ranks
+     * commit one by one (remove it first or save elsewhere). Rank 0
+     * holds the path's one-writer lock from planning to the end of the
+     * commit, as for dcp_save. The plan cache is neither used nor kept.
+     * Combines with DCP_SAVE_ZSTD (torch writes rank-local with
+     * ZStandard too) and with dcp_save_async (the ranks' commits happen
+     * in dcp_request_wait / dcp_request_test). Pass the same flags on
+     * every rank.
+     */
+    DCP_SAVE_RANK_LOCAL = 1 << 2
 };
 
 /* Options for dcp_save. Zero-initialise and set struct_size. */
@@ -878,7 +915,8 @@ typedef struct dcp_save_options {
  * that is not UTF-8 without NUL, a str in a value that is not UTF-8; the
  * message names the key), DCP_EPLAN (an
  * invalid plan: the message names the key and the ranks involved),
- * DCP_EIO, DCP_ENOSPC, DCP_ENOMEM, DCP_ELIMIT. When a rank fails (bad
+ * DCP_EIO, DCP_ENOSPC, DCP_ENOMEM, DCP_ELIMIT, DCP_EEXIST (only with
+ * DCP_SAVE_RANK_LOCAL: path already holds a checkpoint). When a rank fails (bad
  * argument, I/O error, out of memory), every rank returns that rank's code
  * and dcp_errmsg reads "rank R failed: <its message>" on every rank (the
  * lowest failing rank's message; "ranks R to S failed; rank R: ..." when

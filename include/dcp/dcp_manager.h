@@ -72,7 +72,9 @@ typedef struct dcp_manager_options {
      * save, dcp_manager_wait, dcp_manager_latest/_load_latest or
      * dcp_manager_free; 0: dcp_save. */
     int async;
-    /* Options passed to every save (NULL: defaults); copied. */
+    /* Options passed to every save (NULL: defaults); copied.
+     * DCP_SAVE_RANK_LOCAL is refused (DCP_EINVAL): a step is complete when
+     * its .metadata exists. */
     const dcp_save_options *save_opts;
 } dcp_manager_options;
 

@@ -157,7 +157,9 @@ typedef struct dcp_tier_options {
     /* Each rank's drain copy buffer, bytes (0: 8 MiB; at least 4 KiB). */
     uint64_t drain_buffer_bytes;
     /* Options of every tier-0 save (NULL: defaults); copied. no_fsync
-     * there also makes the drain's copies and commit unsynced. */
+     * there also makes the drain's copies and commit unsynced.
+     * DCP_SAVE_RANK_LOCAL is refused (DCP_EINVAL): complete steps, the
+     * drain and the replicas go by .metadata. */
     const dcp_save_options *save_opts;
     /* Options of the tier-0 context the stack makes (NULL: defaults). */
     const dcp_ctx_options *ctx_opts;

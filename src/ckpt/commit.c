@@ -15,6 +15,14 @@ int dcp__commit_metadata(int dirfd, const char *dir,
                          const struct dcp_metadata *md, int sync, int *renamed,
                          struct dcp_err *err)
 {
+    return dcp__commit_metadata_as(dirfd, dir, ".metadata", md, sync, renamed,
+                                   err);
+}
+
+int dcp__commit_metadata_as(int dirfd, const char *dir, const char *name,
+                            const struct dcp_metadata *md, int sync,
+                            int *renamed, struct dcp_err *err)
+{
     struct dcp_buf b = {0};
     int rc;
     *renamed = 0;
@@ -25,7 +33,7 @@ int dcp__commit_metadata(int dirfd, const char *dir,
     }
     /* The commit point: once .metadata is visible the new checkpoint
      * exists (*renamed says whether a failure came after it). */
-    rc = dcp__fs_publish(dirfd, dir, ".metadata", b.p, b.len,
+    rc = dcp__fs_publish(dirfd, dir, name, b.p, b.len,
                          sync ? 0u : DCP_PUBLISH_NOSYNC, renamed, err);
     dcp__buf_free(&b);
     return rc;

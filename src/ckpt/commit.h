@@ -53,4 +53,12 @@ int dcp__commit_metadata(int dirfd, const char *dir,
                          const struct dcp_metadata *md, int sync, int *renamed,
                          struct dcp_err *err);
 
+/* The same sequence publishing md under name instead of .metadata: a
+ * rank's own __<r>.metadata in a rank-local save (DCP_SAVE_RANK_LOCAL,
+ * save.c), each rank its own commit point; the temporary is
+ * <name>.<pid>-<n>-<random>.tmp. */
+int dcp__commit_metadata_as(int dirfd, const char *dir, const char *name,
+                            const struct dcp_metadata *md, int sync,
+                            int *renamed, struct dcp_err *err);
+
 #endif /* DCP_COMMIT_H */

@@ -371,6 +371,12 @@ int dcp__leftover_name(const char *name)
     if (n > 9 && !strcmp(name + n - 4, ".tmp") &&
         !strncmp(name, ".metadata.", 10))
         return 1; /* .metadata.tmp, .metadata.<pid>-<n>...tmp */
+    if (n > 16 && !strcmp(name + n - 4, ".tmp") && !strncmp(name, "__", 2)) {
+        /* a rank-local commit's __<r>.metadata.<pid>-<n>...tmp (save.c) */
+        u = strchr(name + 2, '.');
+        return u && all_digits(name + 2, (size_t)(u - name - 2)) &&
+               !strncmp(u, ".metadata.", 10);
+    }
     if (n < 11 || strncmp(name, "__", 2) != 0 ||
         strcmp(name + n - 7, ".distcp") != 0)
         return 0;

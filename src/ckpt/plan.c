@@ -1008,6 +1008,8 @@ static int build_tensor(struct build *b, uint32_t k, const struct gkey *gk)
         if (rc != DCP_OK)
             return rc;
     }
+    if (p->policy & PL_NO_TILING)
+        return DCP_OK; /* one rank of a rank-local save (plan.h) */
     rc = dcp__meta_check_tiling(e, p->err);
     if (rc == DCP_EFORMAT) {
         if (gk->nholders < p->nranks)

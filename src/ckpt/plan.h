@@ -79,6 +79,10 @@ int dcp__plan_global(const uint8_t *blobs, const size_t *lens,
  * PL_DEDUP_LOWEST (the lowest-ranked holder writes, as torch's
  * dedup_save_to_lowest_rank). */
 #define PL_DEDUP_LOWEST 1u
+/* Policy bit: the plan of one rank of a rank-local save (DCP_SAVE_RANK_LOCAL,
+ * save.c): the boxes need not tile the global shape (the other ranks hold
+ * the rest; the whole was checked by a plan over every rank first). */
+#define PL_NO_TILING 2u
 
 /*
  * The coordinator's hook (the save planner's global hook, planner.c):

@@ -348,6 +348,11 @@ int dcp__planner_save_nocache(const dcp_save_planner *p)
            (p->global || (p->flags & DCP_PLAN_DEDUP_LOWEST_RANK));
 }
 
+int dcp__planner_save_has_global(const dcp_save_planner *p)
+{
+    return p && p->version >= 1 && p->global;
+}
+
 unsigned dcp__planner_policy(const dcp_save_planner *p)
 {
     return p && p->version >= 1 && (p->flags & DCP_PLAN_DEDUP_LOWEST_RANK)

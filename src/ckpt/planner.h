@@ -40,6 +40,9 @@ const dcp_load_planner *dcp__load_opts_planner(const dcp_load_options *o);
  * hook); a NULL p does not. */
 int dcp__planner_save_nocache(const dcp_save_planner *p);
 
+/* 1 when p has a global hook (refused by a rank-local save, save.c). */
+int dcp__planner_save_has_global(const dcp_save_planner *p);
+
 /* dcp__plan_global with p's dedup policy and its global hook (run on the
  * plan before its records are listed, so it may move writers). Returns
  * dcp__plan_global's codes, or the hook's with its message. */

@@ -26,6 +26,12 @@
  * With no communicator (one process) the same code runs, each collective
  * degenerating to a local copy.
  *
+ * Rank-local (DCP_SAVE_RANK_LOCAL, docs/FORMAT.md §9.2): step 2's global
+ * plan only checks; rank 0 refuses a directory holding a checkpoint
+ * (DCP_EEXIST); instead of the scatter each rank plans its own items
+ * alone (prepare_rl), and step 4 is each rank publishing its own
+ * __<r>.metadata, the outcome agreed (commit_rl).
+ *
  * Threads (save.h): steps 1-2 and 4 run on the caller's thread; step 3's
  * writing runs on the context's worker thread, from a self-contained
  * description of the records (sv_rec) and, for the tensors an
@@ -544,6 +550,74 @@ static int coord_plan(dcp_ctx *ctx, struct coord *co, const char *path,
     return rc == DCP_OK ? encode_assignments(co, &ctx->err) : rc;
 }
 
+/* Step 2's directory part on rank 0 for a rank-local save: the
+ * directory, the one-writer lock, no checkpoint there (DCP_EEXIST: the
+ * ranks commit one by one, so an old checkpoint could not stay loadable
+ * meanwhile), interrupted writers' leftovers removed. */
+static int coord_dir_rl(dcp_ctx *ctx, struct coord *co, const char *path)
+{
+    char name[32];
+    int r, rc = dcp__fs_mkdirs(path, &ctx->err);
+    if (rc == DCP_OK)
+        rc = dcp__fs_open_dir(path, &co->dirfd, &ctx->err);
+    random_tag(co->sid, sizeof(co->sid));
+    if (rc == DCP_OK)
+        rc = dcp__lock_acquire(co->dirfd, path, co->sid, 0, &co->lock,
+                               &ctx->err);
+    if (rc != DCP_OK)
+        return rc;
+    for (r = -1; r < ctx->size; r++) {
+        int found;
+        if (r < 0)
+            (void)snprintf(name, sizeof(name), ".metadata");
+        else
+            (void)snprintf(name, sizeof(name), "__%d.metadata", r);
+        rc = dcp__fs_exists_err(co->dirfd, name, &found, &ctx->err);
+        if (rc != DCP_OK)
+            return rc;
+        if (found)
+            return dcp__err(&ctx->err, DCP_EEXIST,
+                            "'%s' already holds a checkpoint (%s): a "
+                            "rank-local save does not overwrite one (remove "
+                            "it or save elsewhere)",
+                            path, name);
+    }
+    if (dcp__clean_leftovers(co->dirfd, path, NULL, 0, NULL, NULL,
+                             &ctx->err) != DCP_OK)
+        dcp__err_clear(&ctx->err);
+    return DCP_OK;
+}
+
+/* Step 2 on rank 0 for a rank-local save: the global plan only checks
+ * (every rank then plans its own items, prepare_rl); the directory. */
+static int coord_plan_rl(dcp_ctx *ctx, struct coord *co, const char *path,
+                         const dcp_save_planner *planner, const uint8_t *blobs,
+                         const size_t *lens, const size_t *displs)
+{
+    int rc = dcp__planner_plan_global(planner, blobs, lens, displs,
+                                      ctx->size, &co->g, &ctx->err);
+    return rc == DCP_OK ? coord_dir_rl(ctx, co, path) : rc;
+}
+
+/* What a plan's metadata gets at every commit: the transform of every
+ * chunk (set again: a cached plan's md), the save id (the records') and
+ * the checkpoint id. */
+static int finish_md(struct dcp_metadata *md, const char *sid,
+                     const char *path, int zstd, struct dcp_err *err)
+{
+    size_t k, j;
+    for (k = 0; k < md->n; k++)
+        for (j = 0; j < md->e[k].nchunks; j++)
+            md->e[k].chunks[j].xform = zstd ? MD_XFORM_ZSTD : MD_XFORM_NONE;
+    dcp__free(md->save_id); /* a cached plan's, from the previous save */
+    dcp__free(md->checkpoint_id);
+    md->save_id = dcp__strdup(sid);
+    md->checkpoint_id = dcp__strdup(path);
+    if (!md->save_id || !md->checkpoint_id)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    return DCP_OK;
+}
+
 /* Step 4 on rank 0: every rank's record extents into the plan, commit. */
 static int coord_commit(dcp_ctx *ctx, struct coord *co, const char *path,
                         const uint8_t *blobs, const size_t *lens,
@@ -558,17 +632,9 @@ static int coord_commit(dcp_ctx *ctx, struct coord *co, const char *path,
             blobs + displs[r], lens[r], &ctx->err);
     if (rc != DCP_OK)
         return rc;
-    for (r = 0; r < (int)md->n; r++) { /* set again: a cached plan's md */
-        size_t j;
-        for (j = 0; j < md->e[r].nchunks; j++)
-            md->e[r].chunks[j].xform = zstd ? MD_XFORM_ZSTD : MD_XFORM_NONE;
-    }
-    dcp__free(md->save_id); /* a cached plan's, from the previous save */
-    dcp__free(md->checkpoint_id);
-    md->save_id = dcp__strdup(co->sid); /* the records' (coord_dir) */
-    md->checkpoint_id = dcp__strdup(path);
-    if (!md->save_id || !md->checkpoint_id)
-        return dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
+    rc = finish_md(md, co->sid, path, zstd, &ctx->err);
+    if (rc != DCP_OK)
+        return rc;
     return dcp__commit_metadata(co->dirfd, path, md, sync, renamed, &ctx->err);
 }
 
@@ -648,6 +714,13 @@ struct sv_job {
     struct sv_cache *cache;
     int nocache;
     int zstd; /* DCP_SAVE_ZSTD: records as zstd frames (FORMAT.md §9.1) */
+    /* DCP_SAVE_RANK_LOCAL (FORMAT.md §9.2): this rank's own plan (every
+     * item it holds, into its own file) and the name of its metadata. */
+    int ranklocal;
+    struct pl_global rl;
+    char mdname[32];
+    int rl_left; /* after a failure: the lowest rank whose __<r>.metadata
+                    could not be removed, or -1 */
     const dcp_save_planner *planner; /* borrowed for begin; NULL: default */
     /* The context's I/O engine (borrowed; set on the caller's thread, used
      * by the worker only while it writes) and its figures for this save,
@@ -758,6 +831,44 @@ static int prepare(dcp_ctx *ctx, struct sv_job *job, const dcp_state *st,
 }
 
 /*
+ * A rank-local save's step 3a, on every rank once rank 0's checks passed:
+ * this rank plans its own items alone (every box and value it holds, its
+ * boxes need not tile: PL_NO_TILING), as torch's use_collectives=False
+ * does; the plan's metadata is the rank's __<r>.metadata, its records go
+ * into __<r>_0.distcp. Local: a failure is the job's.
+ */
+static int prepare_rl(dcp_ctx *ctx, struct sv_job *job, const dcp_state *st)
+{
+    struct dcp_buf asg = {0};
+    struct dcp_metadata *md;
+    size_t zero = 0, len = job->lp.blob.len;
+    char name[48];
+    int rc = dcp__plan_global_ex(job->lp.blob.p, &len, &zero, 1, PL_NO_TILING,
+                                 NULL, NULL, &job->rl, &ctx->err);
+    if (rc != DCP_OK)
+        return rc;
+    md = job->rl.md;
+    (void)snprintf(name, sizeof(name), "__%d_0.distcp", ctx->rank);
+    if (job->rl.recbase[1] > job->rl.recbase[0]) {
+        md->files = dcp__calloc(1, sizeof(*md->files));
+        if (md->files)
+            md->files[0] = dcp__strdup(name);
+        if (!md->files || !md->files[0])
+            return dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
+        md->nfiles = 1;
+    }
+    if (dcp__plan_assign_encode(&job->rl, 0, md->nfiles ? name : "", &asg) !=
+        DCP_OK)
+        rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory planning the save");
+    if (rc == DCP_OK)
+        rc = prepare(ctx, job, st, asg.p, asg.len);
+    dcp__buf_free(&asg);
+    if (rc == DCP_OK && job->dirfd < 0) /* a rank with nothing to write */
+        rc = dcp__fs_open_dir(job->path, &job->dirfd, &ctx->err);
+    return rc;
+}
+
+/*
  * Whether this save reuses the cached plan, on every rank alike: one
  * allreduce of (this rank's cache matches its local plan, the hash of its
  * values' contents and the cache's generation, each with its negation for
@@ -768,7 +879,7 @@ static int prepare(dcp_ctx *ctx, struct sv_job *job, const dcp_state *st,
 static int cache_agree(dcp_ctx *ctx, struct sv_job *job, int *hit)
 {
     const struct sv_cache *c = job->cache;
-    int64_t v[5];
+    int64_t v[7];
     int rc;
     *hit = 0;
     v[0] = c && !job->nocache && c->gen == ctx->saves &&
@@ -777,7 +888,13 @@ static int cache_agree(dcp_ctx *ctx, struct sv_job *job, int *hit)
     v[2] = -v[1];
     v[3] = (int64_t)(ctx->saves & INT64_MAX);
     v[4] = -v[3];
-    rc = dcp__comm_allreduce_min(ctx->comm, v, 5, &ctx->err);
+    v[5] = job->ranklocal; /* the same on every rank, or refused */
+    v[6] = -v[5];
+    rc = dcp__comm_allreduce_min(ctx->comm, v, 7, &ctx->err);
+    if (rc == DCP_OK && v[5] != -v[6])
+        return dcp__err(&ctx->err, DCP_EINVAL,
+                        "DCP_SAVE_RANK_LOCAL is set on some ranks only (pass "
+                        "the same flags on every rank)");
     *hit = rc == DCP_OK && v[0] == 1 && v[1] == -v[2] && v[3] == -v[4];
     return rc;
 }
@@ -923,6 +1040,7 @@ void dcp__save_job_free(struct sv_job *job)
     if (job->dirfd >= 0 && job->dirfd != job->co.dirfd)
         dcp__fs_release(job->dirfd);
     coord_release(&job->co);
+    dcp__plan_global_release(&job->rl);
     cache_free(job->cache);
     dcp__free(job->arecs);
     dcp__plan_local_release(&job->lp);
@@ -954,6 +1072,7 @@ int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
     if (job) {
         job->dirfd = job->co.dirfd = -1;
         job->co.lock.dirfd = -1;
+        job->rl_left = -1;
         job->sync = 1;
         dcp__ph_reset(&job->ph, DCP_IO_SAVE, ctx->ev_fn, ctx->ev_arg);
         atomic_init(&job->rc, DCP_OK);
@@ -976,11 +1095,22 @@ int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
     {
         job->nocache = (opts->flags & DCP_SAVE_NO_PLAN_CACHE) != 0;
         job->zstd = (opts->flags & DCP_SAVE_ZSTD) != 0;
+        job->ranklocal = (opts->flags & DCP_SAVE_RANK_LOCAL) != 0;
     }
     if (job)
         job->planner = dcp__save_opts_planner(opts);
     if (job && dcp__planner_save_nocache(job->planner))
         job->nocache = 1;
+    if (job && job->ranklocal) {
+        job->nocache = 1; /* a rank-local plan is neither used nor kept */
+        (void)snprintf(job->mdname, sizeof(job->mdname), "__%d.metadata",
+                       ctx->rank);
+        if (rc == DCP_OK && dcp__planner_save_has_global(job->planner))
+            rc = dcp__err(&ctx->err, DCP_EINVAL,
+                          "DCP_SAVE_RANK_LOCAL: the save planner's global hook "
+                          "needs one global plan, which a rank-local save "
+                          "does not write");
+    }
     /* 1. Local plans. */
     if (rc == DCP_OK)
         rc = dcp__plan_local(st, &job->lp, &ctx->err);
@@ -1010,8 +1140,10 @@ int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
         goto out;
     /* 2. The global plan, on rank 0. */
     if (ctx->rank == 0) {
-        rc = coord_plan(ctx, &job->co, path, job->planner, blobs, lens,
-                        displs);
+        rc = job->ranklocal ? coord_plan_rl(ctx, &job->co, path, job->planner,
+                                            blobs, lens, displs)
+                            : coord_plan(ctx, &job->co, path, job->planner,
+                                         blobs, lens, displs);
         if (rc != DCP_OK && rc != DCP_EPLAN && ctx->size > 1)
             (void)dcp__err_prefix(&ctx->err, "rank 0 failed");
         job->dirfd = job->co.dirfd;
@@ -1024,6 +1156,14 @@ int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
     rc = dcp__comm_share_err(c, rc, &ctx->err, 0);
     if (rc == DCP_OK)
         rc = share_sid(ctx, job);
+    if (rc == DCP_OK && job->ranklocal) {
+        /* 3a. Each rank plans its own items: a failure is the job's. */
+        (void)dcp__save_fail(job, prepare_rl(ctx, job, st), &ctx->err);
+        dcp__err_clear(&ctx->err);
+        *out = job;
+        job = NULL;
+        goto out;
+    }
     if (rc == DCP_OK)
         rc = dcp__comm_scatter_blob(c, job->co.asg.p, job->co.alens,
                                     job->co.adispls, 0, &mine, &minelen,
@@ -1234,6 +1374,42 @@ static void share_renamed(const dcp_comm *c, int *renamed)
         *renamed = RENAMED_UNKNOWN; /* keep the files */
 }
 
+/*
+ * A rank-local save's step 4, after every rank's data is durable: this
+ * rank's extents into its own plan, its __<r>.metadata published (its
+ * commit point), the outcome agreed. On an agreed failure each rank
+ * removes its own __<r>.metadata if it was renamed (then its data file
+ * goes too, in dcp__save_finish); *renamed stays 1 only when that
+ * removal failed, so the data file it names is kept. The lowest such
+ * rank is agreed (job->rl_left), so every rank's message names it.
+ */
+static int commit_rl(dcp_ctx *ctx, struct sv_job *job,
+                     const struct dcp_buf *res, int *renamed)
+{
+    struct dcp_err e;
+    int rc = dcp__plan_results_apply(&job->rl, 0, 0, res->p, res->len,
+                                     &ctx->err);
+    if (rc == DCP_OK)
+        rc = finish_md(job->rl.md, job->sid, job->path, job->zstd,
+                       &ctx->err);
+    if (rc == DCP_OK)
+        rc = dcp__commit_metadata_as(job->dirfd, job->path, job->mdname,
+                                     job->rl.md, job->sync, renamed,
+                                     &ctx->err);
+    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+    dcp__err_clear(&e);
+    if (rc != DCP_OK && *renamed &&
+        dcp__fs_unlink(job->dirfd, job->mdname, &e) == DCP_OK)
+        *renamed = 0;
+    if (rc != DCP_OK) {
+        int64_t v = *renamed ? ctx->rank : INT64_MAX;
+        if (dcp__comm_allreduce_min(ctx->comm, &v, 1, &e) != DCP_OK)
+            v = *renamed ? ctx->rank : INT64_MAX; /* own knowledge only */
+        job->rl_left = v == INT64_MAX ? -1 : (int)v;
+    }
+    return rc;
+}
+
 int dcp__save_finish(dcp_ctx *ctx, struct sv_job *job)
 {
     const dcp_comm *c = ctx->comm;
@@ -1257,6 +1433,17 @@ int dcp__save_finish(dcp_ctx *ctx, struct sv_job *job)
         dcp__plan_results_encode(job->offlen, job->nrecs, &res) != DCP_OK)
         rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
     rc = dcp__comm_agree_err(c, rc, &ctx->err);
+    if (rc == DCP_OK && job->ranklocal) {
+        dcp__ph_end(ph, DCP_PHASE_AGREE, t, 0);
+        t = dcp__ph_start(ph, DCP_PHASE_COMMIT);
+        rc = commit_rl(ctx, job, &res, &renamed);
+        dcp__ph_end(ph, DCP_PHASE_COMMIT, t, 0);
+        if (rc == DCP_OK) {
+            ctx->saves++;
+            cache_keep(ctx, job);
+        }
+        goto out;
+    }
     if (rc == DCP_OK)
         rc = dcp__comm_gather_blob(c, res.p, res.len, 0, &blobs, &lens, &displs,
                                    &ctx->err);
@@ -1287,7 +1474,13 @@ out:
     if (rc != DCP_OK && job->wrote && !renamed)
         (void)dcp__fs_unlink(job->dirfd, job->file, NULL);
     job->finished = 1;
-    if (rc != DCP_OK && renamed == RENAMED_UNKNOWN)
+    if (rc != DCP_OK && job->ranklocal && job->rl_left >= 0)
+        (void)dcp__err_prefix(&ctx->err,
+                              "rank-local save to '%s' failed; rank %d could "
+                              "not remove its committed __%d.metadata (its "
+                              "files are left)",
+                              job->path, job->rl_left, job->rl_left);
+    else if (rc != DCP_OK && renamed == RENAMED_UNKNOWN)
         (void)dcp__err_prefix(&ctx->err,
                               "save to '%s' failed: rank 0 did not say "
                               "whether it committed the checkpoint (the "

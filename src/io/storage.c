@@ -366,6 +366,29 @@ int dcp__fs_exists(int dirfd, const char *name)
     return found;
 }
 
+int dcp__fs_exists_err(int dirfd, const char *name, int *found,
+                       struct dcp_err *err)
+{
+    struct slot *d = lookup(dirfd, 1);
+    int rc;
+    *found = 1;
+    if (!d)
+        return bad_handle(err, name);
+    if (err)
+        err->msg[0] = '\0';
+    rc = d->s->ops.exists(d->s->impl, d->h, name, found, err);
+    if (rc == DCP_OK)
+        return DCP_OK;
+    *found = 1;
+    if (err && err->msg[0]) {
+        (void)dcp__err_prefix(err, "cannot check whether '%s' exists", name);
+        err->code = rc;
+        return rc;
+    }
+    return dcp__err(err, rc, "cannot check whether '%s' exists: %s", name,
+                    dcp_strerror(rc));
+}
+
 int dcp__fs_read_all(int dirfd, const char *name, uint64_t max, uint8_t **out,
                      size_t *len, struct dcp_err *err)
 {

@@ -73,6 +73,11 @@ int dcp__fs_unlink(int dirfd, const char *name, struct dcp_err *err);
 /* 1 if name exists in dirfd (without following a final symlink), or if
  * that cannot be determined (an I/O error); 0 if it does not exist. */
 int dcp__fs_exists(int dirfd, const char *name);
+/* Whether name exists in dirfd, *found 1 or 0; an error that leaves it
+ * unknown is returned (the back end's code, message in err) with *found
+ * 1. */
+int dcp__fs_exists_err(int dirfd, const char *name, int *found,
+                       struct dcp_err *err);
 
 /* ---- version 2 of the contract (dcp_storage.h), served from the
  * version-1 members where the back end leaves a member NULL ---- */

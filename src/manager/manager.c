@@ -734,6 +734,18 @@ int dcp_manager_create(dcp_manager **out, dcp_ctx *ctx, const char *root,
         if (m->interval < 0 || m->keep_every < 0)
             rc = dcp__err(err, DCP_EINVAL,
                           "negative interval or keep_every for \"%s\"", root);
+        /* A step is complete when its .metadata exists: a rank-local
+         * save writes none. */
+        else if (m->has_save_opts &&
+                 m->save_opts.struct_size >=
+                     offsetof(dcp_save_options, flags) + sizeof(unsigned) &&
+                 (m->save_opts.flags & DCP_SAVE_RANK_LOCAL))
+            rc = dcp__err(err, DCP_EINVAL,
+                          "DCP_SAVE_RANK_LOCAL in the save options of the "
+                          "manager of \"%s\": a step is complete when its "
+                          ".metadata exists, which a rank-local save does "
+                          "not write",
+                          root);
     }
     if (rc == DCP_OK &&
         (!(m->root = dcp__strdup(root)) || !(m->prefix = dcp__strdup(p)) ||

@@ -207,6 +207,14 @@ static int take_opts(dcp_tier *t, const dcp_tier_options *opts,
         t->so.struct_size = sizeof t->so;
     }
     t->o.save_opts = NULL;
+    /* Complete steps, the drain and the replicas go by .metadata. */
+    if (t->so.flags & DCP_SAVE_RANK_LOCAL)
+        return dcp__err(err, DCP_EINVAL,
+                        "dcp_tier_create: DCP_SAVE_RANK_LOCAL in save_opts: "
+                        "a tier's complete steps, drain and replicas go by "
+                        ".metadata, which a rank-local save does not write "
+                        "(rank %d)",
+                        t->rank);
     t->t1 = dcp__strdup(t->o.tier1_root);
     if (!t->t1)
         return dcp__err(err, DCP_ENOMEM, "out of memory");

@@ -46,9 +46,9 @@
  *       as loaded.
  *
  * interop_state_mpi, the same source built with DCP_INTEROP_MPI (only where
- * MPI is found), runs under mpiexec: savefrom and loadinto are collective
- * over MPI_COMM_WORLD (dcp_comm_mpi), each rank with its own manifest and
- * output directory: "{rank}" in MANIFEST and OUTDIR stands for the rank
+ * MPI is found), runs under mpiexec: savefrom, savefrom-async and loadinto
+ * are collective over MPI_COMM_WORLD (dcp_comm_mpi), each rank with its own
+ * manifest and output directory: "{rank}" in MANIFEST and OUTDIR stands for the rank
  * (manifests/{rank}/manifest). A rank whose manifest is bad makes every rank
  * exit 1 before dcp_save/dcp_load; messages carry "[rank R]". The other
  * commands are single-process there too. The serial build reads "{rank}" as
@@ -1925,15 +1925,16 @@ static int usage(void)
     return 2;
 }
 
-/* savefrom and loadinto with "{rank}" in MANIFEST and OUTDIR replaced. */
+/* savefrom (async: savefrom-async) and loadinto with "{rank}" in
+ * MANIFEST and OUTDIR replaced. */
 static int cmd_ranked(int load, const char *manifest, const char *dir,
-                      const char *outdir)
+                      const char *outdir, int async)
 {
     char *m = subst_rank(manifest), *o = load ? subst_rank(outdir) : NULL;
     int ret = 1;
     if (!all_ok(m && (!load || o)))
         goto out;
-    ret = load ? cmd_loadinto(m, dir, o) : cmd_savefrom(m, dir, 0);
+    ret = load ? cmd_loadinto(m, dir, o) : cmd_savefrom(m, dir, async);
 out:
     free(m);
     free(o);
@@ -1943,11 +1944,11 @@ out:
 static int run_cmd(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "savefrom") == 0)
-        return cmd_ranked(0, argv[2], argv[3], NULL);
+        return cmd_ranked(0, argv[2], argv[3], NULL, 0);
     if (argc == 5 && strcmp(argv[1], "loadinto") == 0)
-        return cmd_ranked(1, argv[2], argv[3], argv[4]);
+        return cmd_ranked(1, argv[2], argv[3], argv[4], 0);
     if (argc == 4 && strcmp(argv[1], "savefrom-async") == 0)
-        return cmd_savefrom(argv[2], argv[3], 1);
+        return cmd_ranked(0, argv[2], argv[3], NULL, 1);
     if (argc == 4 && strcmp(argv[1], "dumpall") == 0)
         return cmd_dumpall(argv[2], argv[3]);
     if (argc == 7 && strcmp(argv[1], "loadbox") == 0)

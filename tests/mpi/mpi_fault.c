@@ -11,6 +11,12 @@
  *                      handle leaks; also every operation of a load,
  *                      and every allocation of a save failing on the
  *                      last rank.
+ *                      A rank-local save (DCP_SAVE_RANK_LOCAL) with
+ *                      every operation failing once on rank 0, then on
+ *                      the last rank: the same code and message
+ *                      everywhere, and a failed save leaves no rank's
+ *                      __<r>.metadata nor data file (each rank removes
+ *                      its own), a successful one loads bit-exact.
  *   mpi_fault trace    the commit protocol over all ranks: every rank's
  *                      trace, merged by CLOCK_MONOTONIC time on rank 0,
  *                      checked with tests/fault/commit_rules.h.
@@ -28,6 +34,7 @@
 #include <dcp/dcp_mpi.h>
 #include <dcp/dcp_storage.h>
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,15 +85,145 @@ static void prepare(const char *dir, int kind)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
-static int collective_save(dcp_ctx *ctx, const char *dir)
+static int collective_save_opts(dcp_ctx *ctx, const char *dir,
+                                const dcp_save_options *so)
 {
     struct refstate r;
     int rc;
     if (rs_build_part(&r, RS_SEED_NEW, mt_rank, mt_size))
         MPI_Abort(MPI_COMM_WORLD, 5);
-    rc = dcp_save(ctx, r.st, dir, NULL);
+    rc = dcp_save(ctx, r.st, dir, so);
     rs_free(&r);
     return rc;
+}
+
+static int collective_save(dcp_ctx *ctx, const char *dir)
+{
+    return collective_save_opts(ctx, dir, NULL);
+}
+
+/* Names starting with "__" in dir (a rank-local checkpoint's files);
+ * with mdonly, those ending in ".metadata". */
+static int count_rank_files_of(const char *dir, int mdonly)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int n = 0;
+    while (d && (de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        n += !strncmp(de->d_name, "__", 2) &&
+             (!mdonly ||
+              (len > 9 && !strcmp(de->d_name + len - 9, ".metadata")));
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static int count_rank_files(const char *dir)
+{
+    return count_rank_files_of(dir, 0);
+}
+
+/* A rank-local save with every operation failing once on rank 0, then
+ * on the last rank. */
+static void test_ranklocal_errors(void)
+{
+    const char *dir = sub("rlerrors");
+    dcp_save_options so;
+    int victims[2] = {0, mt_size - 1}, v;
+    memset(&so, 0, sizeof(so));
+    so.struct_size = sizeof(so);
+    so.flags = DCP_SAVE_RANK_LOCAL;
+    for (v = 0; v < (mt_size > 1 ? 2 : 1); v++) {
+        int victim = victims[v];
+        uint64_t m, k;
+        dcp_ctx *ctx = fault_ctx();
+        prepare(dir, 0);
+        ff_reset(&ff);
+        CHECK_OK(ctx, collective_save_opts(ctx, dir, &so));
+        m = ff.nops;
+        MPI_Bcast(&m, 1, MPI_UINT64_T, victim, MPI_COMM_WORLD);
+        dcp_ctx_free(ctx);
+        CHECK(m >= 5);
+        for (k = 1; k <= m; k++) {
+            int rc, got;
+            ctx = fault_ctx();
+            prepare(dir, 0);
+            ff_reset(&ff);
+            if (mt_rank == victim) {
+                ff.fail_at = k;
+                ff.fail_code = DCP_EIO;
+            }
+            rc = collective_save_opts(ctx, dir, &so);
+            ncases++;
+            CHECK(mt_same(rc));
+            CHECK(mt_same_str(dcp_errmsg(ctx)));
+            if (rc != DCP_OK && rc != DCP_EIO) {
+                fprintf(stderr,
+                        "[rank %d] rank-local: victim %d op %llu: %s (%s)\n",
+                        mt_rank, victim, (unsigned long long)k,
+                        dcp_err_name(rc), dcp_errmsg(ctx));
+                mt_fail++;
+            }
+            CHECK(dcp__fs_open_handles() == 0);
+            MPI_Barrier(MPI_COMM_WORLD);
+            if (mt_rank == 0) {
+                got = rs_check(dir, NULL, 0);
+                if (rc == DCP_OK ? got != RS_SEED_NEW
+                                 : got != DCP_ENOENT ||
+                                       count_rank_files(dir) != 0) {
+                    fprintf(stderr,
+                            "rank-local: victim %d op %llu: rc %s, load "
+                            "gives %d, %d rank files (%s)\n",
+                            victim, (unsigned long long)k, dcp_err_name(rc),
+                            got, count_rank_files(dir), dcp_errmsg(ctx));
+                    mt_fail++;
+                }
+            }
+            dcp_ctx_free(ctx);
+        }
+        /* Persistent: every operation from the k-th on fails, the
+         * removals too. A rank whose __<r>.metadata was renamed and
+         * cannot be removed is named on every rank; no other rank's is
+         * left. (Failing from the directory fsync after its rename on,
+         * the victim is named at least once.) */
+        int nnamed = 0;
+        for (k = 1; k <= m && !RS_SANITIZED; k++) {
+            int rc, left, named;
+            char want[96];
+            ctx = fault_ctx();
+            prepare(dir, 0);
+            ff_reset(&ff);
+            if (mt_rank == victim) {
+                ff.fail_at = k;
+                ff.fail_code = DCP_EIO;
+                ff.fail_persistent = 1;
+            }
+            rc = collective_save_opts(ctx, dir, &so);
+            ncases++;
+            CHECK(mt_same(rc));
+            CHECK(mt_same_str(dcp_errmsg(ctx)));
+            CHECK(rc == DCP_OK || rc == DCP_EIO);
+            MPI_Barrier(MPI_COMM_WORLD);
+            snprintf(want, sizeof(want),
+                     "rank %d could not remove its committed __%d.metadata",
+                     victim, victim);
+            named = strstr(dcp_errmsg(ctx), want) != NULL;
+            nnamed += named;
+            left = count_rank_files_of(dir, 1);
+            if (mt_rank == 0 && rc != DCP_OK && left != named) {
+                fprintf(stderr,
+                        "rank-local persistent: victim %d op %llu: %d "
+                        "metadata left (%s)\n",
+                        victim, (unsigned long long)k, left,
+                        dcp_errmsg(ctx));
+                mt_fail++;
+            }
+            dcp_ctx_free(ctx);
+        }
+        CHECK(RS_SANITIZED || nnamed >= 1);
+    }
 }
 
 /* The victim's operation count of a clean save, on every rank. */
@@ -376,6 +513,7 @@ int main(int argc, char **argv)
         RUN(save_errors);
         RUN(load_errors);
         RUN(alloc_errors);
+        RUN(ranklocal_errors);
         if (mt_rank == 0)
             printf("fault cases: %ld run (%d ranks)\n", ncases, mt_size);
     }
