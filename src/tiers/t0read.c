@@ -71,6 +71,9 @@ struct sbuf {
 };
 
 static void sb_add(struct sbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void sb_add(struct sbuf *b, const char *fmt, ...)
 {
     char tmp[DCP_STORAGE_NAME_MAX + 64];
     va_list ap;
