@@ -1108,8 +1108,9 @@ static void test_dkill(void)
  * else step 1 only (step 2 without .metadata). The restore loads step 2
  * from tier 0 when every node survived or one replica covers the lost
  * node, else tier 1's newest complete step; bit-exact, the same step on
- * every rank, never a mix. Then a step 3 saves, drains (the dead holder's
- * lock taken over) and restores. Rank 0 prints the row. */
+ * every rank, never a mix. Then step 2 saves again (drained, the dead
+ * holder's lock of tier 1's step 2 taken over, unless tier 1 committed
+ * it) and a step 3 saves, drains and restores. Rank 0 prints the row. */
 static void test_dcheck(void)
 {
     int one = strcmp(dk_lost, "one") == 0, all = strcmp(dk_lost, "all") == 0;
@@ -1141,6 +1142,23 @@ static void test_dcheck(void)
     dcp_state_free(st);
     if (mt_rank == 0)
         printf("restored step %lld from tier %d\n", (long long)s, tier);
+    /* Step 2 saved again: drained unless tier 1 committed it (the dead
+     * holder's lock of tier 1's step 2 taken over). */
+    int oc = -1;
+    st = make_state(2, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 2, &oc));
+    CHECK(oc == (committed ? DCP_TIER_SAVED_NO_DRAIN : DCP_TIER_SAVED));
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == (committed ? -1 : 2));
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(mask(ctx, t1) == (committed ? BIT(1) | BIT(2) : BIT(2)));
+    char p[700];
+    snprintf(p, sizeof p, "%s/step-2", t1);
+    st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_load(ctx, st, p, NULL));
+    CHECK(holds(st, 2));
+    dcp_state_free(st);
     st = make_state(3, 1);
     CHECK_OK(ctx, dcp_tier_save(t, st, 3, NULL));
     CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
