@@ -846,10 +846,14 @@ static int post0(dcp_tier *t, int64_t step)
     char *own = dcp__t0_join(t->fs.roots[0], name);
     int rc = own ? DCP_OK : dcp__err(&t->ctx->err, DCP_ENOMEM, "out of memory");
     rc = agree(t, rc);
-    if (rc == DCP_OK)
+    if (rc == DCP_OK) {
+        phase(t->rank, ".spread");
         rc = spread_meta(t, own);
-    if (rc == DCP_OK && dcp__nodes_replicating(&t->nd))
+    }
+    if (rc == DCP_OK && dcp__nodes_replicating(&t->nd)) {
+        phase(t->rank, ".replicate");
         rc = replicate(t, own);
+    }
     dcp__free(own);
     if (rc != DCP_OK) {
         dcp__free(t->d.meta);

@@ -22,6 +22,11 @@
  * is in flight; not thread safe.
  * fn is also told the drain's other phases, for tests that kill a rank at
  * each (tests/mpi/mpi_tier.c dkill); its result is ignored there:
+ *   ".spread"    every rank, caller thread: the step committed by
+ *                dcp_save in tier 0 (`.metadata` in rank 0's node only),
+ *                before it is published in every node's directory;
+ *   ".replicate" every rank, caller thread (replicas > 0): `.metadata`
+ *                in every node, before the data files go to the partners;
  *   ".start"     every rank, caller thread: the step committed in tier 0
  *                (and replicated), the drain not started (tier 1's step
  *                neither made nor locked);

@@ -60,9 +60,10 @@
  *                then a new step saves and restores
  * A node lost at each phase of the drain (tier_drainloss.sh):
  *   dkill DIR R P V  4 ranks as nodes n0 (0, 1), n1 (2, 3), replicas R,
- *                keep_last 1 per tier: step 1 drained, step 2's drain
- *                killed on rank V at phase P (start, data0, data1,
- *                prune0, metadata, committed, prune1: test_dkill)
+ *                keep_last 1 per tier: step 1 drained, step 2 killed on
+ *                rank V at phase P of its save (spread, replicate) or of
+ *                its drain (start, data0, data1, prune0, metadata,
+ *                committed, prune1: test_dkill)
  *   dcheck DIR R P V LOST  after dkill, on any number of ranks (two
  *                nodes): nodes LOST (none, one: V's, all) deleted; the
  *                restore loads step 2 from tier 0 when covered, else tier
@@ -1050,8 +1051,11 @@ static void test_peerslost(void)
 
 /* A node lost at each phase of the drain (tier_drainloss.sh). dkill: 4
  * ranks as nodes n0 (ranks 0, 1) and n1 (2, 3), replicas dk_rep, keep_last
- * 1 on both tiers; step 1 saved and drained, then step 2 saved and its
- * drain killed on rank dk_victim (SIGKILL) at the phase dk_phase:
+ * 1 on both tiers; step 1 saved and drained, then step 2 saved and killed
+ * on rank dk_victim (SIGKILL) at the phase dk_phase, of its save:
+ *   spread     step 2 committed in tier 0, `.metadata` in n0's only
+ *   replicate  (replicas 1) `.metadata` in every node, no replica sent
+ * or of its drain:
  *   start      step 2 committed in tier 0 and replicated, drain not started
  *   data0      before the first chunk of the victim's data file
  *   data1      mid-copy: before its second chunk (64 KiB copied)
@@ -1121,8 +1125,12 @@ static void test_dcheck(void)
         rm_node("n1");
     int committed = dk_victim == 0 && (strcmp(dk_phase, "committed") == 0 ||
                                        strcmp(dk_phase, "prune1") == 0);
+    int saving =
+        strcmp(dk_phase, "spread") == 0 || strcmp(dk_phase, "replicate") == 0;
     int from0 = !one && !all ? 1 : one && dk_rep > 0;
-    int64_t want = from0 || committed ? 2 : 1;
+    /* Killed in the save: a lost node's files of step 2 are on no other
+     * node, step 1 (replicated, drained) is the newest complete. */
+    int64_t want = committed || (from0 && !(saving && one)) ? 2 : 1;
     nrep = (uint32_t)dk_rep;
     keep0 = keep1 = 1;
     dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # A node lost at every phase of the drain (label tier, fault): 4 ranks as
 # nodes n0 (ranks 0, 1) and n1 (ranks 2, 3), replicas R (0 or 1): step 1
-# saved and drained, then step 2 saved and its drain killed (SIGKILL from
-# inside rank V at phase P; mpiexec ends the job):
+# saved and drained, then step 2 saved and killed (SIGKILL from inside
+# rank V at phase P; mpiexec ends the job), in its save:
+#   spread    step 2 committed in tier 0, its .metadata in n0 only
+#   replicate (replicas 1) .metadata in both nodes, no replica sent
+# or in its drain:
 #   start     step 2 committed in tier 0 (and replicated), drain not started
 #   data0     before the victim's first chunk to tier 1
 #   data1     mid-copy: before its second chunk
@@ -13,9 +16,10 @@
 # Each killed state is copied, nodes lost (none, one: the victim's, all:
 # n0 and n1, their directories deleted) and restarted on 4, 3 or 2 ranks
 # (`mpi_tier dcheck`): step 2 from tier 0 when every node survived or one
-# replica covers the lost node, else tier 1's newest complete step (2 only
-# after its commit), bit-exact, never a mix; then a new step saves, drains
-# and restores. One row per restart.
+# replica covers the lost node (killed in the save: step 1, replicated),
+# else tier 1's newest complete step (2 only after its commit), bit-exact,
+# never a mix; then step 2 saves again and a step 3 saves, drains and
+# restores. One row per restart.
 #   tier_drainloss.sh          the quick matrix (ctest: every phase once)
 #   tier_drainloss.sh --full   every phase x victim x replicas x loss x
 #                              world size (make reliability)
@@ -66,10 +70,12 @@ check() {
 
 if [ $full = 1 ]; then
     for rep in 0 1; do
-        for pv in start:0 start:3 data0:0 data0:3 data1:0 data1:1 data1:2 \
-            data1:3 prune0:0 prune0:2 metadata:0 committed:0 prune1:0; do
+        for pv in spread:0 spread:2 replicate:0 replicate:3 start:0 \
+            start:3 data0:0 data0:3 data1:0 data1:1 data1:2 data1:3 \
+            prune0:0 prune0:2 metadata:0 committed:0 prune1:0; do
             p=${pv%:*}
             v=${pv#*:}
+            [ "$p" = replicate ] && [ $rep = 0 ] && continue
             kill_at $rep "$p" "$v" || continue
             for lost in none one all; do
                 for n in 4 3 2; do
@@ -83,6 +89,8 @@ else
     while read -r rep p v lost n; do
         kill_at "$rep" "$p" "$v" && check "$rep" "$p" "$v" "$lost" "$n"
     done <<'EOF'
+0 spread 0 none 3
+1 replicate 3 one 2
 1 start 3 one 4
 0 data0 1 one 3
 1 data1 3 one 3
@@ -90,10 +98,9 @@ else
 0 metadata 0 one 4
 0 committed 0 one 2
 1 prune1 0 all 3
-0 data1 2 none 2
 EOF
 fi
 rm -rf "$top"
 echo "tier drain node-loss: $kills kill points, $rows restarts," \
     "$((rows - bad)) passed, $failed failed"
-[ $failed = 0 ] && [ $rows -ge 8 ]
+[ $failed = 0 ] && [ $rows -ge 9 ]
