@@ -58,7 +58,8 @@ run crash "$build/tests/test_crash"
 # Memory tiers (issue 19): a drain killed at each chunk and its commit
 # point; a replication killed at its points with the victim's node lost; a
 # node lost at every phase of the drain x replicas 0/1 x nodes lost (none,
-# one, all) x restart on 4, 3, 2 ranks, one row each.
+# one, all) x restart on 4, 3, 2 ranks, one row each (the save's last two
+# phases too: .metadata spread, replication).
 if [ $have_mpi = 1 ] && [ -x "$build/tests/mpi/mpi_tier" ]; then
     run tier_kill env MPIEXEC="$mpiexec" MPI_TIER="$build/tests/mpi/mpi_tier" \
         bash tests/mpi/tier_kill.sh
