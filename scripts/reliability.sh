@@ -55,6 +55,20 @@ run crash "$build/tests/test_crash"
 [ $have_mpi = 1 ] && run crash_mpi env MPIEXEC="$mpiexec" \
     MPI_FAULT="$build/tests/mpi/mpi_fault" TEST_CRASH="$build/tests/test_crash" \
     bash tests/mpi/mpi_crash.sh
+# Memory tiers (issue 19): a drain killed at each chunk and its commit
+# point; a replication killed at its points with the victim's node lost; a
+# node lost at every phase of the drain x replicas 0/1 x nodes lost (none,
+# one, all) x restart on 4, 3, 2 ranks, one row each (the save's last two
+# phases too: .metadata spread, replication).
+if [ $have_mpi = 1 ] && [ -x "$build/tests/mpi/mpi_tier" ]; then
+    run tier_kill env MPIEXEC="$mpiexec" MPI_TIER="$build/tests/mpi/mpi_tier" \
+        bash tests/mpi/tier_kill.sh
+    run tier_peers_kill env MPIEXEC="$mpiexec" \
+        MPI_TIER="$build/tests/mpi/mpi_tier" bash tests/mpi/tier_peers_kill.sh
+    run tier_drainloss env MPIEXEC="$mpiexec" \
+        MPI_TIER="$build/tests/mpi/mpi_tier" \
+        bash tests/mpi/tier_drainloss.sh --full
+fi
 # The checkpoint manager killed at every point of a save and of retention.
 run crash_manager "$build/tests/test_manager_crash" --full
 # One writer per path, readers during overwrites (open sleeping 20 ms),
@@ -106,6 +120,11 @@ fig strace '^ok|FAIL'
 fig crash 'crash points'
 [ $have_mpi = 1 ] && fig crash_mpi 'MPI crash points|victim'
 fig crash_manager 'manager crash points|passed'
+if [ $have_mpi = 1 ] && [ -x "$build/tests/mpi/mpi_tier" ]; then
+    fig tier_kill 'kill points|passed'
+    fig tier_peers_kill 'kill points|passed'
+    fig tier_drainloss '^phase=|node-loss'
+fi
 fig lifecycle '^    |passed'
 [ $have_mpi = 1 ] && fig timeouts 'hung-rank phases|FAILED'
 fig faults 'fault cases'

@@ -76,9 +76,11 @@
  *
  * Restore with node-local tier 0: a rank opens files in its own node's
  * tier-0 directory only, never another node's. Each node's lowest rank
- * lists its own node's complete steps and their files (names, sizes);
- * the listings are gathered on rank 0, which decides (the `.metadata` of
- * a step sent to it by a node holding one). Before a tier-0 load, each
+ * lists its own node's steps, complete or without `.metadata` (a node
+ * the job died on before the step's `.metadata` reached it still holds
+ * its files), and their files (names, sizes); the listings are gathered
+ * on rank 0, which decides (the `.metadata` of a step sent to it by a
+ * node holding one). Before a tier-0 load, each
  * node's lowest rank makes the step's directory in its node (a
  * replacement node's is new and empty) and publishes `.metadata` there;
  * every data file that some rank of a node reads (the files holding the

@@ -147,7 +147,10 @@ out:
     dcp__free(dir);
 }
 
-/* A node's lowest rank: its complete steps and their files, as text. */
+/* A node's lowest rank: its steps and their files, as text: the complete
+ * ones and those without `.metadata` (a node whose ranks wrote their files
+ * but that had not received the step's `.metadata` when the job died
+ * holds data files of a step complete on another node). */
 static int list_own(const struct dcp__t0in *in, struct sbuf *b,
                     struct dcp_err *err)
 {
@@ -155,7 +158,8 @@ static int list_own(const struct dcp__t0in *in, struct sbuf *b,
     size_t ne = 0;
     if (dcp__mgr_list(in->lctx, in->root, PREFIX, "", 0, &e, &ne) == DCP_OK)
         for (size_t i = 0; i < ne; i++)
-            if (e[i].status == DCP_MANAGER_COMPLETE)
+            if (e[i].status == DCP_MANAGER_COMPLETE ||
+                e[i].status == DCP_MANAGER_INCOMPLETE)
                 list_step(in, e[i].step, b);
     dcp_manager_list_free(e, ne);
     if (b->oom)
@@ -310,23 +314,25 @@ static int check(const struct dcp__t0in *in, const struct table *tb,
     return DCP_OK;
 }
 
-/* Rank 0: the next round's step and the rank sending its .metadata. */
+/* Rank 0: the next round's step (the next one some node holds the
+ * .metadata of) and the rank sending its .metadata. */
 static void next_round(const struct dcp__t0in *in, const struct table *tb,
                        size_t *ci, int64_t floor, int64_t v[2])
 {
     v[0] = v[1] = -1;
-    if (*ci >= tb->nsteps || tb->steps[*ci] < floor)
+    while (*ci < tb->nsteps && tb->steps[*ci] >= floor) {
+        int64_t s = tb->steps[(*ci)++];
+        int node = -1;
+        for (size_t k = 0; k < tb->n; k++)
+            if (tb->e[k].step == s && strcmp(tb->e[k].name, ".metadata") == 0 &&
+                (node < 0 || tb->e[k].node < node))
+                node = tb->e[k].node;
+        if (node < 0)
+            continue; /* no node holds its .metadata: not complete */
+        v[0] = s;
+        v[1] = in->nd->members[in->nd->first[node]];
         return;
-    int64_t s = tb->steps[(*ci)++];
-    int node = -1;
-    for (size_t k = 0; k < tb->n; k++)
-        if (tb->e[k].step == s && strcmp(tb->e[k].name, ".metadata") == 0 &&
-            (node < 0 || tb->e[k].node < node))
-            node = tb->e[k].node;
-    if (node < 0)
-        node = 0; /* cannot happen: a complete step has .metadata */
-    v[0] = s;
-    v[1] = in->nd->members[in->nd->first[node]];
+    }
 }
 
 /* The own node's .metadata of step s (empty when unreadable). */

@@ -46,12 +46,13 @@ void dcp__t0pick_release(struct dcp__t0pick *pk);
 /*
  * The newest tier-0 step at least floor (rank 0's argument; -1: any)
  * whose every data file, named by its .metadata, is held by some node of
- * a current rank: each node's lowest rank lists its own node's complete
- * steps and their files (names, sizes), gathered on rank 0; rank 0 takes
- * the steps newest first and has the .metadata of each sent by a node
- * holding it. The result is rank 0's, in *pk. A node directory that
- * cannot be listed counts as empty (a lost node). Collective; returns
- * DCP_OK or a transport failure or DCP_ENOMEM, the same on every rank.
+ * a current rank: each node's lowest rank lists its own node's steps,
+ * complete or without .metadata, and their files (names, sizes),
+ * gathered on rank 0; rank 0 takes the steps some node holds the
+ * .metadata of, newest first, and has it sent by such a node. The result
+ * is rank 0's, in *pk. A node directory that cannot be listed counts as
+ * empty (a lost node). Collective; returns DCP_OK or a transport failure
+ * or DCP_ENOMEM, the same on every rank.
  */
 int dcp__t0_decide(const struct dcp__t0in *in, int64_t floor,
                    struct dcp__t0pick *pk, struct dcp_err *err);

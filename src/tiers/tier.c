@@ -76,6 +76,13 @@ void dcp__tier_set_drain_hook(dcp__tier_hook_fn fn, void *arg)
     hook_arg = arg;
 }
 
+/* The drain's phase points (tier.h): the hook told, its result ignored. */
+static void phase(int rank, const char *name)
+{
+    if (hook_fn)
+        (void)hook_fn(rank, name, 0, hook_arg);
+}
+
 struct drain {
     int active; /* a thread runs or ran and is not joined yet */
     pthread_t th;
@@ -541,10 +548,14 @@ static void *drain_main(void *arg)
         dcp__fs_release(dirfd);
     dcp__free(buf);
     dcp__storage_use(NULL);
-    if (rc == DCP_OK && d->keep0)
+    if (rc == DCP_OK && d->keep0) {
+        phase(d->rank, ".prune0");
         rc = prune0(d->pctx, d->root, d->keep0, d->step, &d->err);
-    if (rc == DCP_OK && d->prune1)
+    }
+    if (rc == DCP_OK && d->prune1) {
+        phase(d->rank, ".prune1");
         rc = prune0(d->pctx, d->t1, d->keep1, d->step, &d->err);
+    }
     d->rc = rc;
     atomic_store_explicit(&d->done, 1, memory_order_release);
     return NULL;
@@ -597,8 +608,11 @@ static int drain_commit(dcp_tier *t, struct dcp_err *err)
                             d->step, d->dst);
     }
     int vis = 0;
-    return dcp__fs_publish(d->dirfd, d->dst, ".metadata", d->meta, d->metalen,
-                           d->nosync ? DCP_PUBLISH_NOSYNC : 0, &vis, err);
+    int rc = dcp__fs_publish(d->dirfd, d->dst, ".metadata", d->meta, d->metalen,
+                             d->nosync ? DCP_PUBLISH_NOSYNC : 0, &vis, err);
+    if (rc == DCP_OK)
+        phase(t->rank, ".committed");
+    return rc;
 }
 
 static void keep_result(dcp_tier *t, int rc, const struct dcp_err *e,
@@ -633,6 +647,7 @@ static void drain_finish(dcp_tier *t, int now)
         int rc = DCP_OK;
         if (t->rank == 0 && t->prune1) {
             t->prune1 = 0;
+            phase(t->rank, ".prune1");
             rc = prune0(t->cp, t->t1, t->o.keep_last1, -1, &e);
         }
         rc = dcp__comm_share_err(t->ctx->comm, rc, &e, 0);
@@ -714,6 +729,8 @@ static int drain_start(dcp_tier *t, int64_t step, int *nodrain)
         rc = dcp__err(err, DCP_ENOMEM, "out of memory");
     if (rc == DCP_OK)
         rc = own_files(d, err);
+    if (rc == DCP_OK)
+        phase(t->rank, ".start");
     rc = agree(t, rc);
     int64_t have = 0;
     if (rc == DCP_OK) {
@@ -837,10 +854,14 @@ static int post0(dcp_tier *t, int64_t step)
     char *own = dcp__t0_join(t->fs.roots[0], name);
     int rc = own ? DCP_OK : dcp__err(&t->ctx->err, DCP_ENOMEM, "out of memory");
     rc = agree(t, rc);
-    if (rc == DCP_OK)
+    if (rc == DCP_OK) {
+        phase(t->rank, ".spread");
         rc = spread_meta(t, own);
-    if (rc == DCP_OK && dcp__nodes_replicating(&t->nd))
+    }
+    if (rc == DCP_OK && dcp__nodes_replicating(&t->nd)) {
+        phase(t->rank, ".replicate");
         rc = replicate(t, own);
+    }
     dcp__free(own);
     if (rc != DCP_OK) {
         dcp__free(t->d.meta);

@@ -20,6 +20,22 @@
  * that code (a negative DCP_E*), as a storage failure would; fn may also
  * kill the process there. NULL: none (the default). Set it while no drain
  * is in flight; not thread safe.
+ * fn is also told the drain's other phases, for tests that kill a rank at
+ * each (tests/mpi/mpi_tier.c dkill); its result is ignored there:
+ *   ".spread"    every rank, caller thread: the step committed by
+ *                dcp_save in tier 0 (`.metadata` in rank 0's node only),
+ *                before it is published in every node's directory;
+ *   ".replicate" every rank, caller thread (replicas > 0): `.metadata`
+ *                in every node, before the data files go to the partners;
+ *   ".start"     every rank, caller thread: the step committed in tier 0
+ *                (and replicated), the drain not started (tier 1's step
+ *                neither made nor locked);
+ *   ".prune0"    each node's lowest rank, drain thread: its data files
+ *                copied, before the tier-0 retention (keep_last0 > 0);
+ *   ".committed" rank 0, caller thread: tier 1's `.metadata` published,
+ *                before its lock is released and tier 1's retention;
+ *   ".prune1"    rank 0 (caller or drain thread): before tier 1's
+ *                retention (keep_last1 > 0).
  */
 typedef int (*dcp__tier_hook_fn)(int rank, const char *file, uint64_t off,
                                  void *arg);

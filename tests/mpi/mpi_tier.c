@@ -58,6 +58,17 @@
  *                step 2 from tier 0 if the survivor holds R<V>'s file of
  *                step 2 under its name, else step 1, whole, bit-exact;
  *                then a new step saves and restores
+ * A node lost at each phase of the drain (tier_drainloss.sh):
+ *   dkill DIR R P V  4 ranks as nodes n0 (0, 1), n1 (2, 3), replicas R,
+ *                keep_last 1 per tier: step 1 drained, step 2 killed on
+ *                rank V at phase P of its save (spread, replicate) or of
+ *                its drain (start, data0, data1, prune0, metadata,
+ *                committed, prune1: test_dkill)
+ *   dcheck DIR R P V LOST  after dkill, on any number of ranks (two
+ *                nodes): nodes LOST (none, one: V's, all) deleted; the
+ *                restore loads step 2 from tier 0 when covered, else tier
+ *                1's newest complete step (2 only after its commit),
+ *                bit-exact, never a mix; a new step saves and drains
  */
 #include <dcp/dcp.h>
 #include <dcp/dcp_manager.h>
@@ -129,6 +140,8 @@ static int slow_ms, fail_rank = -1, victim = -1, kill_at, calls;
 static int hook(int rank, const char *file, uint64_t off, void *arg)
 {
     (void)arg;
+    if (file[0] == '.' && strcmp(file, ".metadata") != 0)
+        return 0; /* the phase points (tier.h): dkill's */
     if (rank == victim && ++calls == kill_at)
         raise(SIGKILL);
     if (strcmp(file, ".metadata") == 0)
@@ -144,6 +157,7 @@ static int async0;
 static uint32_t nrep; /* replicas */
 static int fdom;      /* failure_domain */
 static const int *parts;
+static uint32_t keep0 = 3, keep1 = 2; /* retention */
 static dcp_tier *mk(dcp_ctx *ctx, int busy, uint64_t bw)
 {
     dcp_tier_options o;
@@ -152,8 +166,8 @@ static dcp_tier *mk(dcp_ctx *ctx, int busy, uint64_t bw)
     o.struct_size = sizeof o;
     o.tier0_dir = t0;
     o.tier1_root = t1;
-    o.keep_last0 = 3;
-    o.keep_last1 = 2;
+    o.keep_last0 = keep0;
+    o.keep_last1 = keep1;
     o.busy = busy;
     o.drain_bytes_per_sec = bw;
     o.drain_buffer_bytes = 64 << 10;
@@ -1035,17 +1049,154 @@ static void test_peerslost(void)
     dcp_tier_free(t);
 }
 
+/* A node lost at each phase of the drain (tier_drainloss.sh). dkill: 4
+ * ranks as nodes n0 (ranks 0, 1) and n1 (2, 3), replicas dk_rep, keep_last
+ * 1 on both tiers; step 1 saved and drained, then step 2 saved and killed
+ * on rank dk_victim (SIGKILL) at the phase dk_phase, of its save:
+ *   spread     step 2 committed in tier 0, `.metadata` in n0's only
+ *   replicate  (replicas 1) `.metadata` in every node, no replica sent
+ * or of its drain:
+ *   start      step 2 committed in tier 0 and replicated, drain not started
+ *   data0      before the first chunk of the victim's data file
+ *   data1      mid-copy: before its second chunk (64 KiB copied)
+ *   prune0     the node's data copied, before the tier-0 retention
+ *   metadata   rank 0: every data file in tier 1, .metadata not published
+ *   committed  rank 0: .metadata published, lock and retention not done
+ *   prune1     rank 0: before tier 1's retention drops step 1
+ * mpiexec ends the job: every rank dies. A run that returns never reached
+ * the phase. */
+static const char *dk_phase = "";
+static int dk_rep, dk_victim = -1;
+static const char *dk_lost = "none";
+
+static int dkill_hook(int rank, const char *file, uint64_t off, void *arg)
+{
+    (void)arg;
+    if (rank != dk_victim)
+        return 0;
+    int hit;
+    if (file[0] != '.')
+        hit = strcmp(dk_phase, off ? "data1" : "data0") == 0;
+    else
+        hit = strcmp(dk_phase, file + 1) == 0;
+    if (hit)
+        raise(SIGKILL);
+    return 0;
+}
+
+static void test_dkill(void)
+{
+    nrep = (uint32_t)dk_rep;
+    keep0 = keep1 = 1;
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    dcp_state *st = make_state(1, 1);
+    int64_t s = -1;
+    CHECK_OK(ctx, dcp_tier_save(t, st, 1, NULL));
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 1);
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    dcp__tier_set_drain_hook(dkill_hook, NULL);
+    st = make_state(2, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 2, NULL));
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s)); /* the victim dies first */
+    dcp__tier_set_drain_hook(hook, NULL);
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
+/* dcheck, after dkill, on any number of ranks (node: rank * 2 / size, a
+ * replacement's directory new and empty): the nodes dk_lost lost ("none",
+ * "one": the victim's, "all": n0 and n1) and their directories deleted.
+ * Tier 1 holds step 2 committed only when the kill came after its commit,
+ * else step 1 only (step 2 without .metadata). The restore loads step 2
+ * from tier 0 when every node survived or one replica covers the lost
+ * node, else tier 1's newest complete step; bit-exact, the same step on
+ * every rank, never a mix. Then step 2 saves again (drained, the dead
+ * holder's lock of tier 1's step 2 taken over, unless tier 1 committed
+ * it) and a step 3 saves, drains and restores. Rank 0 prints the row. */
+static void test_dcheck(void)
+{
+    int one = strcmp(dk_lost, "one") == 0, all = strcmp(dk_lost, "all") == 0;
+    CHECK(one || all || strcmp(dk_lost, "none") == 0);
+    if (one || all)
+        rm_node(all || dk_victim < 2 ? "n0" : "n1");
+    if (all)
+        rm_node("n1");
+    int committed = dk_victim == 0 && (strcmp(dk_phase, "committed") == 0 ||
+                                       strcmp(dk_phase, "prune1") == 0);
+    int saving =
+        strcmp(dk_phase, "spread") == 0 || strcmp(dk_phase, "replicate") == 0;
+    int from0 = !one && !all ? 1 : one && dk_rep > 0;
+    /* Killed in the save: a lost node's files of step 2 are on no other
+     * node, step 1 (replicated, drained) is the newest complete. */
+    int64_t want = committed || (from0 && !(saving && one)) ? 2 : 1;
+    nrep = (uint32_t)dk_rep;
+    keep0 = keep1 = 1;
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    if (committed) {
+        CHECK(mask(ctx, t1) == (BIT(1) | BIT(2)));
+    } else {
+        CHECK(mask(ctx, t1) == BIT(1));
+        CHECK(!exists(t1, 2, ".metadata"));
+    }
+    dcp_state *st = make_state(0, 0);
+    int64_t s = -1;
+    int tier = -1;
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(mt_same((int)s) && mt_same(tier));
+    CHECK(s == want && tier == (from0 ? 0 : 1));
+    CHECK(holds(st, s));
+    dcp_state_free(st);
+    if (mt_rank == 0)
+        printf("restored step %lld from tier %d\n", (long long)s, tier);
+    /* Step 2 saved again: drained unless tier 1 committed it (the dead
+     * holder's lock of tier 1's step 2 taken over). */
+    int oc = -1;
+    st = make_state(2, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 2, &oc));
+    CHECK(oc == (committed ? DCP_TIER_SAVED_NO_DRAIN : DCP_TIER_SAVED));
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == (committed ? -1 : 2));
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(mask(ctx, t1) == (committed ? BIT(1) | BIT(2) : BIT(2)));
+    char p[700];
+    snprintf(p, sizeof p, "%s/step-2", t1);
+    st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_load(ctx, st, p, NULL));
+    CHECK(holds(st, 2));
+    dcp_state_free(st);
+    st = make_state(3, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 3, NULL));
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 3);
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(mask(ctx, t1) == BIT(3));
+    st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 3 && tier == 0);
+    CHECK(holds(st, 3));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+}
+
 int main(int argc, char **argv)
 {
     mt_init(&argc, &argv);
     if (argc < 3 || (strcmp(argv[1], "kill") == 0 && argc != 5) ||
         (strcmp(argv[1], "rkill") == 0 && argc != 5) ||
-        (strcmp(argv[1], "rkillcheck") == 0 && argc != 4)) {
+        (strcmp(argv[1], "rkillcheck") == 0 && argc != 4) ||
+        (strcmp(argv[1], "dkill") == 0 && argc != 6) ||
+        (strcmp(argv[1], "dcheck") == 0 && argc != 7)) {
         if (mt_rank == 0)
             fprintf(stderr, "usage: mpi_tier save|restart|lost|killcheck|"
                             "interop|peers|peers2|peerslost DIR | kill|rkill "
                             "DIR VICTIM K | "
                             "rkillcheck DIR VICTIM | "
+                            "dkill DIR REPLICAS PHASE VICTIM | "
+                            "dcheck DIR REPLICAS PHASE VICTIM none|one|all | "
                             "s3 DIR S3URL\n");
         MPI_Finalize();
         return 2;
@@ -1070,11 +1221,20 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "rkillcheck") == 0)
         kill_victim = strtol(argv[3], NULL, 10);
+    if (strcmp(mode, "dkill") == 0 || strcmp(mode, "dcheck") == 0) {
+        dk_rep = (int)strtol(argv[3], NULL, 10);
+        dk_phase = argv[4];
+        dk_victim = (int)strtol(argv[5], NULL, 10);
+        if (argc == 7)
+            dk_lost = argv[6];
+        node = mt_rank * 2 / mt_size; /* two nodes */
+    }
     if (strcmp(mode, "interop") == 0)
         node = mt_rank / 2;
     if ((strcmp(mode, "save") == 0 || strcmp(mode, "kill") == 0 ||
          strcmp(mode, "peers") == 0 || strcmp(mode, "rkill") == 0 ||
-         strcmp(mode, "interop") == 0 || strcmp(mode, "s3") == 0) &&
+         strcmp(mode, "interop") == 0 || strcmp(mode, "s3") == 0 ||
+         strcmp(mode, "dkill") == 0) &&
         mt_rank == 0) {
         char cmd[600];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -1130,6 +1290,10 @@ int main(int argc, char **argv)
         RUN(rkill);
     } else if (strcmp(mode, "rkillcheck") == 0) {
         RUN(rkillcheck);
+    } else if (strcmp(mode, "dkill") == 0) {
+        RUN(dkill);
+    } else if (strcmp(mode, "dcheck") == 0) {
+        RUN(dcheck);
     } else if (strcmp(mode, "s3") == 0) {
         RUN(s3);
     } else {
