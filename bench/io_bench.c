@@ -5,7 +5,7 @@
  * object per timed run on rank 0's stdout.
  *
  *   mpirun -n N io_bench save|load|async DIR [--runs R] [--misalign B]
- *          [--io-flags F] [--depth D] [--block BYTES] [--scale small]
+ *          [--io-flags F] [--depth D] [--block BYTES] [--scale small|medium]
  *          [--no-verify 1] [--replicated 1] [--per-rank 1]
  *
  * save: builds this rank's row shards and saves them R times into DIR,
@@ -242,6 +242,12 @@ int main(int argc, char **argv)
             cfg.vocab = 1000;
             cfg.dim = 128;
             cfg.ctx = 256;
+        } else if (!strcmp(argv[i], "--scale") &&
+                   !strcmp(argv[i + 1], "medium")) {
+            cfg.layers = 4; /* about 110 MB with AdamW state */
+            cfg.vocab = 4096;
+            cfg.dim = 384;
+            cfg.ctx = 1024;
         }
     }
 

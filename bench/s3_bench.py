@@ -9,7 +9,7 @@ all in the same run, against the server tests/s3/s3_env.py starts (moto on
 loopback):
 
     python tests/s3/s3_env.py python bench/s3_bench.py [--build build]
-                                         [--runs 3] [--scale small|full]
+                                         [--runs 3] [--scale small|medium|full]
 
 (make bench-s3). One process each. Medians of --runs runs; merges
 s3_save_vs_raw, s3_load_vs_raw, s3_save_vs_torch, s3_load_vs_torch (dcp's
@@ -56,13 +56,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--scale", default="small", choices=["small", "full"])
+    ap.add_argument("--scale", default="small", choices=["small", "medium", "full"])
     ap.add_argument("--out", default=HERE)
     a = ap.parse_args()
     bucket = os.environ["DCP_S3_BUCKET"]
     base = f"s3://{bucket}/bench"
-    extra = ["--runs", str(a.runs)] + (["--scale", "small"]
-                                       if a.scale == "small" else [])
+    extra = ["--runs", str(a.runs)] + (["--scale", a.scale]
+                                       if a.scale != "full" else [])
     io_bench = [os.path.join(a.build, "io_bench")]
     res, gb = {}, {}
     # dcp, one rank (mpiexec -n 1)

@@ -9,7 +9,7 @@ torch.distributed.checkpoint.save / load with their defaults
 Started once per process by bench/run_bench.py with RANK, WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT set:
 
-    torch_dcp_bench.py save|load|replicated DIR [--runs R] [--scale small]
+    torch_dcp_bench.py save|load|replicated DIR [--runs R] [--scale small|medium]
 
 replicated: every process loads every tensor whole (plain tensors of the
 global shape, as a model replicated for inference or a DDP restart reads
@@ -163,18 +163,21 @@ def evict(d):
 
 def main():
     mode, path = sys.argv[1], sys.argv[2]
-    runs, small = 3, False
+    runs, scale = 3, "full"
     args = sys.argv[3:]
     for i in range(0, len(args) - 1, 2):
         if args[i] == "--runs":
             runs = int(args[i + 1])
         elif args[i] == "--scale":
-            small = args[i + 1] == "small"
+            scale = args[i + 1]
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", rank=rank, world_size=world)
     mesh = init_device_mesh("cpu", (world,))
-    params = (gpt2_params(2, 1000, 128, 256) if small else gpt2_params())
+    # the same configurations as io_bench's --scale (bench/io_bench.c)
+    params = {"small": lambda: gpt2_params(2, 1000, 128, 256),
+              "medium": lambda: gpt2_params(4, 4096, 384, 1024)}.get(
+                  scale, gpt2_params)()
     save = mode == "save"
     if mode == "replicated":
         sd, total = build_full(params)
