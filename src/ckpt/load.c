@@ -32,6 +32,7 @@
 #include "state.h"
 #include "stateful.h"
 #include "storage.h"
+#include "unflat.h"
 
 static int check_entry(dcp_ctx *ctx, const struct st_entry *se,
                        const struct md_entry *e, unsigned flags)
@@ -505,6 +506,10 @@ int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
         dcp__meta_decode(got ? got : bytes, got ? gotlen : len, &md, &ctx->err);
     if (rc != DCP_OK)
         (void)dcp__err_prefix(&ctx->err, "'%s/.metadata'", path);
+    /* Values holding tensors (flatten_state_dict=False) become their
+     * leaves (unflat.h), on every rank: each reads those values' pickles. */
+    if (rc == DCP_OK)
+        rc = dcp__uf_expand(path, md, &ctx->err);
     dcp__ph_end(ph, DCP_PHASE_METADATA, t, got ? gotlen : len);
     dcp__free(bytes);
     dcp__free(got);

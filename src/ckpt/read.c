@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "dtype.h"
+#include "nested.h"
 #include "ranklocal.h"
 #include "crc32.h"
 #include "storage.h"
@@ -380,6 +381,33 @@ static int open_pkl(struct rd_files *f, const struct md_entry *e,
     return DCP_OK;
 }
 
+/* For an entry inside a value record (e->member): reads and decodes the
+ * record's data.pkl (*pkl, *arena: the caller frees both) and finds the
+ * member's node, *n. */
+static int member_node(const struct tz_archive *a, const struct tz_entry *pe,
+                       const struct md_entry *e, int verify, struct rec *r,
+                       uint8_t **pkl, struct pk_arena **arena,
+                       const struct pk_node **n, struct dcp_err *err)
+{
+    struct pk_node *root = NULL;
+    struct dcp_buf name = {0};
+    int rc = dcp__tz_read_entry(a, pe, RD_MEMBER_PKL_MAX, verify, rec_read, r,
+                                pkl, err);
+    if (rc == DCP_OK)
+        rc = dcp__nest_decode(*pkl, pe->size, arena, &root, err);
+    if (rc != DCP_OK)
+        return rc;
+    *n = dcp__nest_find(root, e->member, e->nmember);
+    if (*n)
+        return DCP_OK;
+    rc = dcp__path_repr(e->member, e->nmember, &name);
+    rc = dcp__err(err, DCP_EFORMAT, "data.pkl holds no member %.*s",
+                  rc == DCP_OK ? (int)name.len : 1,
+                  rc == DCP_OK ? (const char *)name.p : "?");
+    dcp__buf_free(&name);
+    return rc;
+}
+
 /* Opens chunk ci's record and checks its archive against the metadata:
  * *t is the stored tensor, *data its storage record (NULL for an empty
  * chunk without one). */
@@ -394,9 +422,19 @@ static int parse_chunk(struct rd_files *f, const struct md_entry *e,
     int rc = open_pkl(f, e, c, r, a, &pe, err);
     if (rc != DCP_OK)
         return rc;
-    rc = dcp__tz_read_entry(a, pe, PKL_MAX, verify, rec_read, r, &pkl, err);
-    if (rc == DCP_OK)
-        rc = dcp__tz_parse_tensor_pickle(pkl, pe->size, t, err);
+    if (e->member) { /* a tensor inside a value record (unflat.c) */
+        struct pk_arena *arena = NULL;
+        const struct pk_node *n = NULL;
+        rc = member_node(a, pe, e, verify, r, &pkl, &arena, &n, err);
+        if (rc == DCP_OK)
+            rc = dcp__tz_tensor_from_node(n, t, err);
+        dcp__pk_arena_free(arena);
+    } else {
+        rc = dcp__tz_read_entry(a, pe, PKL_MAX, verify, rec_read, r, &pkl,
+                                err);
+        if (rc == DCP_OK)
+            rc = dcp__tz_parse_tensor_pickle(pkl, pe->size, t, err);
+    }
     dcp__free(pkl);
     if (rc != DCP_OK)
         return dcp__err_prefix(err, "'%s': record in '%s'", e->key, file);
@@ -619,20 +657,59 @@ int dcp__rd_value(struct rd_files *f, const struct md_entry *e, int verify,
     uint8_t *pkl = NULL;
     int rc;
     *out = NULL;
+    if (e->bad) /* a value holding tensors refused when expanded */
+        return dcp__err(err, e->badrc, "%s", e->bad);
     f->value_max = max_bytes;
     rc = open_pkl(f, e, c, &r, &a, &pe, err);
     if (rc != DCP_OK)
         return rc;
-    rc = dcp__tz_read_entry(&a, pe, max_bytes > SIZE_MAX ? SIZE_MAX
-                                                    : (size_t)max_bytes,
-                       verify, rec_read, &r, &pkl, err);
-    if (rc == DCP_OK)
-        rc = dcp__value_unpickle(pkl, pe->size, out, err);
+    if (e->member) { /* a plain leaf inside a value record (unflat.c) */
+        struct pk_arena *arena = NULL;
+        const struct pk_node *n = NULL;
+        size_t budget[2] = {0, 0};
+        rc = member_node(&a, pe, e, verify, &r, &pkl, &arena, &n, err);
+        if (rc == DCP_OK)
+            rc = dcp__value_from_node(n, budget, out, err);
+        dcp__pk_arena_free(arena);
+    } else {
+        rc = dcp__tz_read_entry(&a, pe,
+                                max_bytes > SIZE_MAX ? SIZE_MAX
+                                                     : (size_t)max_bytes,
+                                verify, rec_read, &r, &pkl, err);
+        if (rc == DCP_OK)
+            rc = dcp__value_unpickle(pkl, pe->size, out, err);
+    }
     dcp__free(pkl);
     if (rc != DCP_OK)
         return dcp__err_prefix(err, "'%s': record in '%s'", e->key,
                                f->md->files[c->file]);
     return DCP_OK;
+}
+
+int dcp__rd_value_pickle(struct rd_files *f, const struct md_entry *e,
+                         struct tz_archive *a, uint8_t **pkl, size_t *len,
+                         struct dcp_err *err)
+{
+    const struct md_chunk *c = &e->chunks[0];
+    const struct tz_entry *pe;
+    struct rec r;
+    size_t i;
+    int rc, any = 0;
+    *pkl = NULL;
+    *len = 0;
+    f->value_max = RD_MEMBER_PKL_MAX;
+    rc = open_pkl(f, e, c, &r, a, &pe, err);
+    if (rc != DCP_OK)
+        return rc;
+    for (i = 0; !any && i < a->n; i++)
+        any = strncmp(a->ent[i].name, "data/", 5) == 0;
+    if (!any)
+        return DCP_ENOENT;
+    rc = dcp__tz_read_entry(a, pe, RD_MEMBER_PKL_MAX, 1, rec_read, &r, pkl,
+                            err);
+    if (rc == DCP_OK)
+        *len = (size_t)pe->size;
+    return rc;
 }
 
 int dcp__rd_metadata(int dirfd, const char *path, uint64_t max_bytes,

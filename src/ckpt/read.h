@@ -90,6 +90,21 @@ void dcp__rd_copy_chunk(const struct md_entry *e, size_t ci, const uint8_t *src,
 int dcp__rd_value(struct rd_files *f, const struct md_entry *e, int verify,
                   uint64_t max_bytes, dcp_value **out, struct dcp_err *err);
 
+/* The bound on a value record's data.pkl read for the entries inside it
+ * (docs/FORMAT.md §9.4). */
+#define RD_MEMBER_PKL_MAX ((size_t)64 << 20)
+
+/*
+ * For unflat.c: opens value entry e's record into *a and, when the archive
+ * holds storages (a "data/..." record), reads its data.pkl (CRC checked,
+ * at most RD_MEMBER_PKL_MAX bytes) into *pkl (*len bytes; freed with
+ * dcp__free). DCP_ENOENT (err untouched) when it holds none; else as
+ * dcp__rd_value.
+ */
+int dcp__rd_value_pickle(struct rd_files *f, const struct md_entry *e,
+                         struct tz_archive *a, uint8_t **pkl, size_t *len,
+                         struct dcp_err *err);
+
 /* Reads .metadata of an open directory and decodes it. */
 int dcp__rd_metadata(int dirfd, const char *path, uint64_t max_bytes,
                      struct dcp_metadata **out, struct dcp_err *err);
