@@ -267,6 +267,7 @@ def unflat_state():
                       "cfg": {"lr": 0.1, "n": 3, "name": "run",
                               "betas": (0.9, 0.95), 7: "int key"}},
             "opt": [{"m": torch.randn(3)}, {"m": torch.randn(2)}],
+            "lst": [torch.ones(2), torch.zeros(3, dtype=torch.float64)],
             "step": 3, "top": torch.randn(4, 3),
             "plain": {"a": 11}}
 
@@ -288,7 +289,7 @@ def unflattened_torch_writes_dcp_reads(check, tmp):
               planner=DefaultSavePlanner(flatten_state_dict=False))
     md = tdcp.FileSystemReader(ck).read_metadata()
     check.eq(sorted(md.state_dict_metadata),
-             ["model", "opt", "plain", "step", "top"], "torch's keys")
+             ["lst", "model", "opt", "plain", "step", "top"], "torch's keys")
     check.eq(md.planner_data, None, "no planner_data")
     flat, _ = dcpio.flatten(st)
     # torch's flatten keeps the plain dict "plain" as leaves too; dcp keeps
@@ -455,7 +456,9 @@ def unflattened_hostile(check, tmp):
     storage, a storage record missing, one of the wrong length, a
     negative storage offset, a disallowed global, two leaves of one name;
     and a well-formed spliced record reads (the test's own writer is
-    right)."""
+    right). Written by torch: a tuple of tensors inside the dict, more
+    than 64 archive entries, a compressed record, a top-level tuple:
+    refused alone, as documented."""
     from torch.distributed.checkpoint import DefaultSavePlanner
     st = {"model": {"w": torch.ones(2)}, "top": torch.arange(6.0)}
     ck = os.path.join(tmp, "ck")
@@ -510,6 +513,34 @@ def unflattened_hostile(check, tmp):
                       expect_ok=False)
         check.true(r.returncode != 0 and err in r.stderr and
                    "'model'" in r.stderr, f"{name}: {r.stderr}")
+    # written by torch: a tuple holding tensors inside the nested dict (a
+    # leaf torch's flatten keeps whole), a value of more than 64 archive
+    # entries (the record reader's limit), a compressed record: each refused
+    # alone, the other entries read
+    for name, value, ext, err, what in (
+            ("pair", {"w": torch.ones(2), "pair": (torch.ones(1),)}, None,
+             "DCP_ENOTSUP", "member 'model.pair'"),
+            ("many", {f"p{i}": torch.ones(1) for i in range(70)}, None,
+             "DCP_EFORMAT", "limit 64"),
+            ("zstd", {"w": torch.ones(2)}, [ZStandard()], "DCP_ENOTSUP",
+             "holds torch tensors")):
+        ckn = os.path.join(tmp, "ck_" + name)
+        tdcp.save({"model": value, "top": st["top"]},
+                  storage_writer=tdcp.FileSystemWriter(
+                      ckn, _extensions=ext) if ext else
+                  tdcp.FileSystemWriter(ckn),
+                  planner=DefaultSavePlanner(flatten_state_dict=False))
+        rows = {ln.split("\t")[0] for ln in
+                dcptool("ls", ckn).stdout.splitlines()}
+        check.eq(sorted(rows), ["model", "top"], f"{name}: ls")
+        got = dcptool("cat", ckn, "top", text=False).stdout
+        check.eq(got.hex(), dcpio.tensor_bytes(st["top"]).hex(),
+                 f"{name}: top still reads")
+        r = dcpio.run("dumpall", ckn, os.path.join(tmp, "dn" + name),
+                      expect_ok=False)
+        check.true(r.returncode != 0 and err in r.stderr and
+                   "'model'" in r.stderr and what in r.stderr,
+                   f"{name}: {r.stderr}")
     # the plain layouts are unchanged: a top-level tuple of tensors is
     # not a nested state (torch's flatten keeps it a leaf): refused alone
     ck2 = os.path.join(tmp, "ck2")
