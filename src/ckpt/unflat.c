@@ -27,7 +27,7 @@ struct grow {
 struct leafctx {
     const struct md_entry *v; /* the value entry */
     size_t vi;                /* its index */
-    const struct tz_archive *a;
+    const struct rd_files *f; /* its archive: dcp__rd_wide_find */
     struct grow *out;
     size_t tensors;
     size_t budget[2]; /* dcp__value_from_node's, for the whole pickle */
@@ -114,7 +114,7 @@ static int tensor_leaf(struct leafctx *lc, struct md_entry *n,
     if (rc != DCP_OK)
         return rc;
     (void)snprintf(sname, sizeof(sname), "data/%s", t.key);
-    te = dcp__tz_find(lc->a, sname);
+    te = dcp__rd_wide_find(lc->f, sname);
     if (dcp__mul_overflow_u64(t.storage_numel, dcp_dtype_size(t.dtype), &want))
         return dcp__err(err, DCP_EFORMAT, "storage '%s' size overflows",
                         sname);
@@ -221,7 +221,7 @@ static int expand_one(struct rd_files *f, struct dcp_metadata *md, size_t vi,
         memset(&lc, 0, sizeof(lc));
         lc.v = v;
         lc.vi = vi;
-        lc.a = a;
+        lc.f = f;
         lc.out = add;
         rc = dcp__nest_walk(root, on_leaf, &lc, &e2);
         if (rc == DCP_OK && lc.tensors == 0)
