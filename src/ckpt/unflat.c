@@ -328,6 +328,15 @@ static int rebuild(struct dcp_metadata *md, struct grow *add,
     return DCP_OK;
 }
 
+int dcp__uf_candidates(const struct dcp_metadata *md)
+{
+    size_t i;
+    for (i = 0; i < md->n; i++)
+        if (candidate(&md->e[i]))
+            return 1;
+    return 0;
+}
+
 int dcp__uf_expand(const char *path, struct dcp_metadata *md,
                    struct dcp_err *err)
 {

@@ -25,4 +25,8 @@
 int dcp__uf_expand(const char *path, struct dcp_metadata *md,
                    struct dcp_err *err);
 
+/* Whether md has a value entry dcp__uf_expand would open (the same answer
+ * on every rank that decoded the same .metadata). */
+int dcp__uf_candidates(const struct dcp_metadata *md);
+
 #endif /* DCP_UNFLAT_H */
