@@ -196,7 +196,8 @@ static int set_bad(struct md_entry *v, const struct dcp_err *e,
 }
 
 /* Expands value entry vi into add, or leaves it (unreadable, plain, not a
- * nested state), or marks it bad. Only DCP_ENOMEM fails. */
+ * nested state), or marks it bad. Only DCP_ENOMEM before its pickle is
+ * read, or when marking it, fails. */
 static int expand_one(struct rd_files *f, struct dcp_metadata *md, size_t vi,
                       struct tz_archive *a, struct grow *add,
                       struct dcp_err *err)
@@ -208,11 +209,12 @@ static int expand_one(struct rd_files *f, struct dcp_metadata *md, size_t vi,
     struct dcp_err e2;
     uint8_t *pkl = NULL;
     size_t len = 0, first = add->n, i;
-    int rc;
+    int rc, pkl_read;
     memset(&e2, 0, sizeof(e2));
     rc = dcp__rd_value_pickle(f, v, a, &pkl, &len, &e2);
     if (rc != DCP_OK && rc != DCP_ENOMEM)
         rc = DCP_EINVAL; /* unreadable: a read says why */
+    pkl_read = rc == DCP_OK;
     /* The record holds storages: a pickle the decoder refuses (a global
      * off the allow-list, a bound) refuses the value. */
     if (rc == DCP_OK)
@@ -238,9 +240,12 @@ static int expand_one(struct rd_files *f, struct dcp_metadata *md, size_t vi,
         return DCP_OK;
     while (add->n > first)
         dcp__meta_entry_release(md, &add->e[--add->n]);
-    if (rc == DCP_ENOMEM || rc == DCP_EINVAL)
-        return rc == DCP_ENOMEM ? dcp__err(err, DCP_ENOMEM, "out of memory")
-                                : DCP_OK;
+    if (rc == DCP_EINVAL)
+        return DCP_OK;
+    if (!pkl_read) /* no memory to read it: the whole open fails */
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    /* Past the read, every failure (out of memory too: a hostile pickle
+     * can ask for much) refuses this value only. */
     (void)dcp__err_prefix(&e2, "'%s': record in '%s'", v->key,
                           md->files[v->chunks[0].file]);
     return set_bad(v, &e2, err);

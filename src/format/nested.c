@@ -23,6 +23,7 @@ int dcp__nest_decode(const void *pkl, size_t len, struct pk_arena **arena,
 {
     struct pk_global allow[128];
     const struct pk_global *tg;
+    struct pk_limits lim;
     size_t nt = dcp__tz_tensor_globals(&tg), i;
     *arena = NULL;
     *root = NULL;
@@ -32,8 +33,10 @@ int dcp__nest_decode(const void *pkl, size_t len, struct pk_arena **arena,
         allow[i] = tg[i];
     for (i = 0; i < DCP_ARRAY_LEN(plain_allow); i++)
         allow[nt + i] = plain_allow[i];
+    dcp__pk_limits_default(&lim);
+    lim.max_nodes = NEST_MAX_NODES;
     return dcp__pk_decode(pkl, len, allow, nt + DCP_ARRAY_LEN(plain_allow),
-                          NULL, 0, arena, root, err);
+                          &lim, 0, arena, root, err);
 }
 
 int dcp__nest_is_tensor(const struct pk_node *n)

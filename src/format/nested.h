@@ -22,10 +22,13 @@
 #define NEST_MAX_LEAVES ((size_t)1 << 16)
 #define NEST_MAX_VISITS ((size_t)1 << 20)
 #define NEST_MAX_DEPTH 64
+/* Objects one data.pkl may decode to (a tensor takes about 15). */
+#define NEST_MAX_NODES ((size_t)1 << 22)
 
 /*
  * Decodes a value's data.pkl with the value and tensor allow-lists. On
- * success *arena owns the tree (dcp__pk_arena_free). Returns the decoder's
+ * success *arena owns the tree (dcp__pk_arena_free). At most
+ * NEST_MAX_NODES objects (DCP_ELIMIT). Returns the decoder's
  * codes (DCP_EFORMAT, DCP_EUNSAFE, DCP_ELIMIT, DCP_ENOTSUP, DCP_ENOMEM).
  */
 int dcp__nest_decode(const void *pkl, size_t len, struct pk_arena **arena,
