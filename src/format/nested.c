@@ -8,6 +8,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "torchzip.h"
@@ -121,6 +122,48 @@ static const char *key_str(const struct pk_node *k, char *num, size_t cap)
     return k->kind == PK_NONE ? "None" : NULL;
 }
 
+struct kname {
+    const char *s;
+    char num[24];
+};
+
+static int cmp_kname(const void *a, const void *b)
+{
+    return strcmp(((const struct kname *)a)->s, ((const struct kname *)b)->s);
+}
+
+/* A Python dict has each key once, and torch refuses two keys of one
+ * str(): a pickle repeating one (SETITEM twice, 3 and "3") would name two
+ * leaves alike and hide one from dcp__nest_find. */
+static int unique_keys(struct walk *w, const struct pk_node *n)
+{
+    size_t k = n->u.seq.n / 2, i;
+    struct kname *names;
+    int rc = DCP_OK;
+    if (k < 2)
+        return DCP_OK;
+    names = dcp__calloc(k, sizeof(*names));
+    if (!names)
+        return dcp__err(w->err, DCP_ENOMEM, "out of memory");
+    for (i = 0; rc == DCP_OK && i < k; i++) {
+        names[i].s = key_str(n->u.seq.v[2 * i], names[i].num,
+                             sizeof(names[i].num));
+        if (!names[i].s)
+            rc = dcp__err(w->err, DCP_ENOTSUP,
+                          "nested value: a dict key that is not a str, int, "
+                          "bool or None");
+    }
+    if (rc == DCP_OK)
+        qsort(names, k, sizeof(*names), cmp_kname);
+    for (i = 1; rc == DCP_OK && i < k; i++)
+        if (strcmp(names[i - 1].s, names[i].s) == 0)
+            rc = dcp__err(w->err, DCP_EFORMAT,
+                          "nested value: dict key '%.200s' appears twice",
+                          names[i].s);
+    dcp__free(names);
+    return rc;
+}
+
 static int walk_node(struct walk *w, const struct pk_node *n, size_t depth)
 {
     size_t i;
@@ -132,6 +175,8 @@ static int walk_node(struct walk *w, const struct pk_node *n, size_t depth)
     if ((rc = visit(w)) != DCP_OK)
         return rc;
     if (n->kind == PK_DICT) {
+        if ((rc = unique_keys(w, n)) != DCP_OK)
+            return rc;
         for (i = 0; i + 1 < n->u.seq.n; i += 2) {
             const char *k = key_str(n->u.seq.v[i], w->num[depth],
                                     sizeof(w->num[depth]));

@@ -52,7 +52,8 @@ typedef int (*nest_leaf_fn)(void *arg, const struct nest_el *path,
 /*
  * Calls fn for every leaf of root in torch's flatten order. The root must
  * be a dict or an expandable list (DCP_EINVAL otherwise: not a nested
- * state). A dict key that is not a str, int, bool or None is DCP_ENOTSUP;
+ * state). A dict key that is not a str, int, bool or None is DCP_ENOTSUP,
+ * two keys of one dict with one str() (a hostile pickle) DCP_EFORMAT;
  * more than NEST_MAX_LEAVES leaves, NEST_MAX_VISITS visits or
  * NEST_MAX_DEPTH levels DCP_ELIMIT. fn's error stops the walk.
  */

@@ -242,6 +242,35 @@ TEST(odd_keys_and_globals)
     dcp__pk_writer_release(&w);
     ASSERT_EQ(walk(&b, &s, &drc), DCP_EUNSAFE);
     ASSERT_EQ(drc, DCP_EUNSAFE);
+    /* a key twice, and two keys of one str() (3 and "3"): torch's flatten
+     * would refuse them, find could not tell them apart */
+    b.len = 0;
+    dcp__pk_writer_init(&w, &b);
+    (void)dcp__pkw_proto(&w);
+    (void)dcp__pkw_empty_dict(&w);
+    (void)dcp__pkw_mark(&w);
+    str(&w, "a");
+    tensor(&w, 1, "0");
+    str(&w, "a");
+    (void)dcp__pkw_int(&w, 1);
+    (void)dcp__pkw_op(&w, PK_OP_SETITEMS);
+    (void)dcp__pkw_stop(&w);
+    dcp__pk_writer_release(&w);
+    ASSERT_EQ(walk(&b, &s, &drc), DCP_EFORMAT);
+    b.len = 0;
+    dcp__pk_writer_init(&w, &b);
+    (void)dcp__pkw_proto(&w);
+    (void)dcp__pkw_empty_dict(&w);
+    (void)dcp__pkw_mark(&w);
+    (void)dcp__pkw_int(&w, 3);
+    tensor(&w, 1, "0");
+    str(&w, "3");
+    tensor(&w, 1, "1");
+    (void)dcp__pkw_op(&w, PK_OP_SETITEMS);
+    (void)dcp__pkw_stop(&w);
+    dcp__pk_writer_release(&w);
+    ASSERT_EQ(walk(&b, &s, &drc), DCP_EFORMAT);
+    ASSERT_EQ(s.n, 0);
     /* the callback's error stops the walk */
     b.len = 0;
     torch_like(&b);
