@@ -11,6 +11,7 @@
 #include "meta.h"
 #include "read.h"
 #include "storage.h"
+#include "unflat.h"
 
 int dcp_metadata_open(dcp_ctx *ctx, const char *path, dcp_metadata **out)
 {
@@ -27,6 +28,14 @@ int dcp_metadata_open(dcp_ctx *ctx, const char *path, dcp_metadata **out)
     rc = dcp__rd_metadata(dirfd, path, ctx->max_metadata_bytes, out,
                           &ctx->err);
     dcp__fs_release(dirfd);
+    /* Values holding tensors (flatten_state_dict=False) become their
+     * leaves (unflat.h). */
+    if (rc == DCP_OK && (rc = dcp__uf_expand(path, *out, &ctx->err)) !=
+                            DCP_OK) {
+        dcp__meta_free(*out);
+        *out = NULL;
+        return rc;
+    }
     if (rc == DCP_OK && !((*out)->dir = dcp__strdup(path))) {
         dcp__meta_free(*out);
         *out = NULL;

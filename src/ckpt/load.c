@@ -16,6 +16,7 @@
 #include "load.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -33,6 +34,7 @@
 #include "state.h"
 #include "stateful.h"
 #include "storage.h"
+#include "unflat.h"
 
 static int check_entry(dcp_ctx *ctx, const struct st_entry *se,
                        const struct md_entry *e, unsigned flags)
@@ -508,6 +510,23 @@ int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
         dcp__meta_decode(got ? got : bytes, got ? gotlen : len, &md, &ctx->err);
     if (rc != DCP_OK)
         (void)dcp__err_prefix(&ctx->err, "'%s/.metadata'", path);
+    /* Values holding tensors (flatten_state_dict=False) become their
+     * leaves (unflat.h), on every rank: each reads those values' pickles.
+     * The ranks must end with the same entries (a read failing on one
+     * rank leaves its value unexpanded there): checked, collectively,
+     * only for such checkpoints (every rank decoded the same bytes; the
+     * decode's outcome agreed first). */
+    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+    if (rc == DCP_OK && dcp__uf_candidates(md)) {
+        char n[32];
+        rc = dcp__uf_expand(path, md, &ctx->err);
+        rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+        (void)snprintf(n, sizeof(n), "%zu", rc == DCP_OK ? md->n : 0);
+        if (rc == DCP_OK)
+            rc = dcp__comm_same_string(ctx->comm, n,
+                                       "entries of the unflattened values",
+                                       &ctx->err);
+    }
     dcp__ph_end(ph, DCP_PHASE_METADATA, t, got ? gotlen : len);
     dcp__free(bytes);
     dcp__free(got);

@@ -18,6 +18,7 @@
 
 #include "dtype.h"
 #include "hfdir.h"
+#include "nested.h"
 #include "ranklocal.h"
 #include "crc32.h"
 #include "storage.h"
@@ -53,6 +54,20 @@ int dcp__rd_open(struct rd_files *f, const char *path,
     return rc;
 }
 
+/* Forgets the cached value record holding tensors. */
+static void wide_drop(struct rd_files *f)
+{
+    if (f->wide_open)
+        dcp__tz_file_release(&f->wide);
+    dcp__pk_arena_free(f->wide_arena);
+    dcp__free(f->wide_pkl);
+    f->wide_open = 0;
+    f->wide_arena = NULL;
+    f->wide_root = NULL;
+    f->wide_pkl = NULL;
+    f->wide_verified = 0;
+}
+
 void dcp__rd_close(struct rd_files *f)
 {
     size_t i;
@@ -68,6 +83,7 @@ void dcp__rd_close(struct rd_files *f)
     dcp__free(f->win);
     dcp__free(f->plain);
     dcp__rd_sfcache_free(f->sfc);
+    wide_drop(f);
     memset(f, 0, sizeof(*f));
     f->dirfd = -1;
 }
@@ -168,10 +184,50 @@ static int rec_read(void *opaque, uint64_t off, void *buf, size_t len,
     return dcp__fs_pread(r->fd, buf, len, r->base + off, r->file, err);
 }
 
-/* Opens the record of chunk c and parses its archive. */
+/* Copies entry name of the wide archive into a, if it has it. */
+static void wide_add(struct tz_archive *a, const struct tz_file *tf,
+                     const char *name)
+{
+    const struct tz_entry *e = dcp__tz_file_find(tf, name);
+    if (e && a->n < TZ_MAX_ENTRIES)
+        a->ent[a->n++] = *e;
+}
+
+/* A value record holding tensors (wide): its archive may have any number
+ * of storages (one per tensor), so it is parsed into f->wide, and a gets
+ * data.pkl and byteorder; parse_chunk adds the member's storage. The
+ * archive (and member_node's decoded pickle) stay cached for the next
+ * member of the same record: a value's N leaves are read in O(N), not
+ * O(N^2). */
+static int open_wide(struct rd_files *f, const struct md_chunk *c,
+                     struct rec *r, struct tz_archive *a, struct dcp_err *err)
+{
+    int rc;
+    if (!f->wide_open || f->wide_file != c->file ||
+        f->wide_off != c->offset || f->wide_len != c->length) {
+        wide_drop(f);
+        rc = dcp__tz_file_open(&f->wide, r->len, RD_MEMBER_MAX_ENTRIES,
+                               rec_read, r, err);
+        if (rc != DCP_OK)
+            return rc;
+        f->wide_open = 1;
+        f->wide_file = c->file;
+        f->wide_off = c->offset;
+        f->wide_len = c->length;
+    }
+    a->item_len = r->len;
+    a->save_id[0] = 0;
+    memcpy(a->prefix, f->wide.prefix, sizeof(a->prefix));
+    a->n = 0;
+    wide_add(a, &f->wide, "data.pkl");
+    wide_add(a, &f->wide, "byteorder");
+    return DCP_OK;
+}
+
+/* Opens the record of chunk c and parses its archive (wide: open_wide). */
 static int open_record(struct rd_files *f, const struct md_entry *e,
                        const struct md_chunk *c, struct rec *r,
-                       struct tz_archive *a, struct dcp_err *err)
+                       struct tz_archive *a, int wide, struct dcp_err *err)
 {
     const char *file = f->md->files[c->file];
     uint64_t end;
@@ -207,6 +263,14 @@ static int open_record(struct rd_files *f, const struct md_entry *e,
     if (f->win) { /* else: no windows, plain reads */
         r->win[0] = f->win;
         r->win[1] = f->win + HEAD_WIN;
+    }
+    if (wide) {
+        rc = open_wide(f, c, r, a, err);
+        if (rc != DCP_OK)
+            return dcp__err_prefix(err,
+                                   "'%s': record at byte %" PRIu64 " of '%s'",
+                                   e->key, c->offset, file);
+        return DCP_OK;
     }
     rc = dcp__tz_open(a, r->len, rec_read, r, err);
     if ((rc == DCP_EFORMAT || rc == DCP_ECORRUPT) && !r->mem) {
@@ -370,9 +434,9 @@ static int ensure_scratch(struct rd_files *f, uint64_t n, struct dcp_err *err)
 static int open_pkl(struct rd_files *f, const struct md_entry *e,
                     const struct md_chunk *c, struct rec *r,
                     struct tz_archive *a, const struct tz_entry **pe,
-                    struct dcp_err *err)
+                    int wide, struct dcp_err *err)
 {
-    int rc = open_record(f, e, c, r, a, err);
+    int rc = open_record(f, e, c, r, a, wide, err);
     if (rc != DCP_OK)
         return rc;
     *pe = dcp__tz_find(a, "data.pkl");
@@ -380,6 +444,43 @@ static int open_pkl(struct rd_files *f, const struct md_entry *e,
         return dcp__err(err, DCP_EFORMAT, "'%s': record in '%s' has no "
                         "data.pkl", e->key, f->md->files[c->file]);
     return DCP_OK;
+}
+
+/* For an entry inside a value record (e->member): the record's data.pkl
+ * read and decoded (cached in f: open_wide), and the member's node, *n. */
+static int member_node(struct rd_files *f, const struct tz_archive *a,
+                       const struct tz_entry *pe, const struct md_entry *e,
+                       int verify, struct rec *r, const struct pk_node **n,
+                       struct dcp_err *err)
+{
+    struct dcp_buf name = {0};
+    int rc;
+    if (!f->wide_root || (verify && !f->wide_verified)) {
+        dcp__pk_arena_free(f->wide_arena);
+        dcp__free(f->wide_pkl);
+        f->wide_arena = NULL;
+        f->wide_root = NULL;
+        f->wide_pkl = NULL;
+        rc = dcp__tz_read_entry(a, pe, RD_MEMBER_PKL_MAX, verify, rec_read, r,
+                                &f->wide_pkl, err);
+        if (rc == DCP_OK)
+            rc = dcp__nest_decode(f->wide_pkl, pe->size, &f->wide_arena,
+                                  &f->wide_root, err);
+        if (rc != DCP_OK) {
+            f->wide_root = NULL;
+            return rc;
+        }
+        f->wide_verified = verify;
+    }
+    *n = dcp__nest_find(f->wide_root, e->member, e->nmember);
+    if (*n)
+        return DCP_OK;
+    rc = dcp__path_repr(e->member, e->nmember, &name);
+    rc = dcp__err(err, DCP_EFORMAT, "data.pkl holds no member %.*s",
+                  rc == DCP_OK ? (int)name.len : 1,
+                  rc == DCP_OK ? (const char *)name.p : "?");
+    dcp__buf_free(&name);
+    return rc;
 }
 
 /* Opens chunk ci's record and checks its archive against the metadata:
@@ -393,12 +494,25 @@ static int parse_chunk(struct rd_files *f, const struct md_entry *e,
     const char *file = f->md->files[c->file];
     const struct tz_entry *pe;
     uint8_t *pkl = NULL;
-    int rc = open_pkl(f, e, c, r, a, &pe, err);
+    int rc = open_pkl(f, e, c, r, a, &pe, e->member != NULL, err);
     if (rc != DCP_OK)
         return rc;
-    rc = dcp__tz_read_entry(a, pe, PKL_MAX, verify, rec_read, r, &pkl, err);
-    if (rc == DCP_OK)
-        rc = dcp__tz_parse_tensor_pickle(pkl, pe->size, t, err);
+    if (e->member) { /* a tensor inside a value record (unflat.c) */
+        const struct pk_node *n = NULL;
+        char name[TZ_MAX_NAME + 8];
+        rc = member_node(f, a, pe, e, verify, r, &n, err);
+        if (rc == DCP_OK)
+            rc = dcp__tz_tensor_from_node(n, t, err);
+        if (rc == DCP_OK) { /* its storage joins a (open_wide) */
+            (void)snprintf(name, sizeof(name), "data/%s", t->key);
+            wide_add(a, &f->wide, name);
+        }
+    } else {
+        rc = dcp__tz_read_entry(a, pe, PKL_MAX, verify, rec_read, r, &pkl,
+                                err);
+        if (rc == DCP_OK)
+            rc = dcp__tz_parse_tensor_pickle(pkl, pe->size, t, err);
+    }
     dcp__free(pkl);
     if (rc != DCP_OK)
         return dcp__err_prefix(err, "'%s': record in '%s'", e->key, file);
@@ -621,20 +735,63 @@ int dcp__rd_value(struct rd_files *f, const struct md_entry *e, int verify,
     uint8_t *pkl = NULL;
     int rc;
     *out = NULL;
+    if (e->bad) /* a value holding tensors refused when expanded */
+        return dcp__err(err, e->badrc, "%s", e->bad);
     f->value_max = max_bytes;
-    rc = open_pkl(f, e, c, &r, &a, &pe, err);
+    rc = open_pkl(f, e, c, &r, &a, &pe, e->member != NULL, err);
     if (rc != DCP_OK)
         return rc;
-    rc = dcp__tz_read_entry(&a, pe, max_bytes > SIZE_MAX ? SIZE_MAX
-                                                    : (size_t)max_bytes,
-                       verify, rec_read, &r, &pkl, err);
-    if (rc == DCP_OK)
-        rc = dcp__value_unpickle(pkl, pe->size, out, err);
+    if (e->member) { /* a plain leaf inside a value record (unflat.c) */
+        const struct pk_node *n = NULL;
+        size_t budget[2] = {0, 0};
+        rc = member_node(f, &a, pe, e, verify, &r, &n, err);
+        if (rc == DCP_OK)
+            rc = dcp__value_from_node(n, budget, out, err);
+    } else {
+        rc = dcp__tz_read_entry(&a, pe,
+                                max_bytes > SIZE_MAX ? SIZE_MAX
+                                                     : (size_t)max_bytes,
+                                verify, rec_read, &r, &pkl, err);
+        if (rc == DCP_OK)
+            rc = dcp__value_unpickle(pkl, pe->size, out, err);
+    }
     dcp__free(pkl);
     if (rc != DCP_OK)
         return dcp__err_prefix(err, "'%s': record in '%s'", e->key,
                                f->md->files[c->file]);
     return DCP_OK;
+}
+
+int dcp__rd_value_pickle(struct rd_files *f, const struct md_entry *e,
+                         struct tz_archive *a, uint8_t **pkl, size_t *len,
+                         struct dcp_err *err)
+{
+    const struct md_chunk *c = &e->chunks[0];
+    const struct tz_entry *pe;
+    struct rec r;
+    size_t i;
+    int rc, any = 0;
+    *pkl = NULL;
+    *len = 0;
+    f->value_max = RD_MEMBER_PKL_MAX;
+    rc = open_pkl(f, e, c, &r, a, &pe, 1, err);
+    if (rc != DCP_OK)
+        return rc;
+    for (i = 0; !any && i < f->wide.n; i++)
+        any = strncmp(f->wide.ent[i].name, "data/", 5) == 0;
+    if (!any)
+        return DCP_ENOENT;
+    rc = dcp__tz_read_entry(a, pe, RD_MEMBER_PKL_MAX, 1, rec_read, &r, pkl,
+                            err);
+    if (rc == DCP_OK)
+        *len = (size_t)pe->size;
+    return rc;
+}
+
+const struct tz_entry *dcp__rd_wide_find(const struct rd_files *f,
+                                         const char *name)
+{
+    return f->wide_open ? dcp__tz_file_find(&f->wide, name) : NULL;
 }
 
 int dcp__rd_metadata(int dirfd, const char *path, uint64_t max_bytes,

@@ -11,6 +11,7 @@
 #include "ioengine.h"
 #include "meta.h"
 #include "reshard.h"
+#include "pickle.h"
 #include "torchzip.h"
 
 struct rd_files {
@@ -30,6 +31,19 @@ struct rd_files {
     /* The last safetensors header parsed by dcp__rd_sf_record (xform.c),
      * kept for the next chunk of the same file; freed by dcp__rd_close. */
     struct rd_sfcache *sfc;
+    /* The last value record holding tensors opened (docs/FORMAT.md §9.4),
+     * cached for its next member: its archive (any number of storages),
+     * valid when wide_open, the record's file, offset and length, and its
+     * data.pkl decoded (wide_root, NULL until a member is read; its CRC
+     * checked when wide_verified). */
+    struct tz_file wide;
+    int wide_open;
+    uint32_t wide_file;
+    uint64_t wide_off, wide_len;
+    uint8_t *wide_pkl;
+    struct pk_arena *wide_arena;
+    struct pk_node *wide_root;
+    int wide_verified;
 };
 
 /* A destination: a box of the global tensor, with its own buffer. */
@@ -92,6 +106,27 @@ void dcp__rd_copy_chunk(const struct md_entry *e, size_t ci, const uint8_t *src,
 /* Reads value entry e; *out belongs to the caller. */
 int dcp__rd_value(struct rd_files *f, const struct md_entry *e, int verify,
                   uint64_t max_bytes, dcp_value **out, struct dcp_err *err);
+
+/* The bounds on a value record holding tensors (docs/FORMAT.md §9.4):
+ * its data.pkl, and its archive's entries. */
+#define RD_MEMBER_PKL_MAX ((size_t)64 << 20)
+#define RD_MEMBER_MAX_ENTRIES ((size_t)1 << 18)
+
+/*
+ * For unflat.c: opens value entry e's record (its archive in f->wide, up
+ * to RD_MEMBER_MAX_ENTRIES entries; a: scratch) and, when the archive
+ * holds storages (a "data/..." record), reads its data.pkl (CRC checked,
+ * at most RD_MEMBER_PKL_MAX bytes) into *pkl (*len bytes; freed with
+ * dcp__free). DCP_ENOENT (err untouched) when it holds none; else as
+ * dcp__rd_value.
+ */
+int dcp__rd_value_pickle(struct rd_files *f, const struct md_entry *e,
+                         struct tz_archive *a, uint8_t **pkl, size_t *len,
+                         struct dcp_err *err);
+
+/* An entry of the archive dcp__rd_value_pickle opened last, or NULL. */
+const struct tz_entry *dcp__rd_wide_find(const struct rd_files *f,
+                                         const char *name);
 
 /* Reads .metadata of an open directory and decodes it. */
 int dcp__rd_metadata(int dirfd, const char *path, uint64_t max_bytes,

@@ -96,24 +96,39 @@ int dcp__meta_file_index(struct dcp_metadata *md, struct dcp_htab *t,
 }
 
 /* Finds the chunk of e whose offsets equal off, trying the hint first. */
-void dcp__meta_free(struct dcp_metadata *md)
+void dcp__meta_entry_release(const struct dcp_metadata *md,
+                             struct md_entry *e)
 {
-    size_t i, j;
-    if (!md)
-        return;
-    for (i = 0; i < md->n; i++) {
-        struct md_entry *e = &md->e[i];
+    size_t j;
+    if (e->member) { /* ckpt/unflat.c's: owns its chunk */
+        dcp__free(e->chunks ? e->chunks[0].off : NULL);
+        dcp__free(e->chunks);
+        for (j = 0; j < e->nmember; j++)
+            dcp__free(e->member[j].s);
+        dcp__free(e->member);
+    } else {
         /* With a pool (md->ints), chunks' offsets and sizes live in it. */
         for (j = 0; !md->ints && e->chunks && j < e->nchunks; j++)
             dcp__free(e->chunks[j].off);
         if (!md->chunk_block)
             dcp__free(e->chunks);
-        for (j = 0; j < e->npath; j++)
-            dcp__free(e->path[j].s);
-        dcp__free(e->path);
-        dcp__free(e->key);
-        dcp_value_free(e->pdata);
     }
+    dcp__free(e->bad);
+    for (j = 0; j < e->npath; j++)
+        dcp__free(e->path[j].s);
+    dcp__free(e->path);
+    dcp__free(e->key);
+    dcp_value_free(e->pdata);
+    memset(e, 0, sizeof(*e));
+}
+
+void dcp__meta_free(struct dcp_metadata *md)
+{
+    size_t i;
+    if (!md)
+        return;
+    for (i = 0; i < md->n; i++)
+        dcp__meta_entry_release(md, &md->e[i]);
     dcp__free(md->e);
     for (i = 0; i < md->nfiles; i++)
         dcp__free(md->files[i]);

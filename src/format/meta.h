@@ -60,6 +60,16 @@ struct md_entry {
      * them), and the largest chunk extent along dim 0. */
     int sorted0;
     int64_t maxlen0;
+    /* A leaf inside a value record holding tensors (docs/FORMAT.md §9.4,
+     * ckpt/unflat.c): its path below the record's pickle root; NULL for a
+     * stored entry. Such entries own their chunk (one, whose off and size
+     * are one allocation), whatever md->ints and md->chunk_block say. */
+    struct md_pathel *member;
+    size_t nmember;
+    /* A value record holding tensors that could not be expanded: the
+     * error a read of it returns (owned), or NULL. */
+    char *bad;
+    int badrc;
 };
 
 struct dcp_metadata {
@@ -91,6 +101,10 @@ int dcp__meta_decode(const void *p, size_t len, struct dcp_metadata **out,
 int dcp__meta_encode(const struct dcp_metadata *md, struct dcp_buf *out);
 
 void dcp__meta_free(struct dcp_metadata *md);
+
+/* Frees what entry e of md owns and zeroes it (md->e is not changed). */
+void dcp__meta_entry_release(const struct dcp_metadata *md,
+                             struct md_entry *e);
 
 /* The general decoder alone (dcp__meta_decode tries the fast path first). */
 int dcp__meta_decode_general(const void *p, size_t len,

@@ -4,18 +4,52 @@
  * allow-list mixing the metadata, tensor and value globals), the value
  * decoder (a torch.save'd Python object, with a round-trip property: what
  * decodes must pickle again and decode to an equal value) and the tensor
- * data.pkl parser.
+ * data.pkl parser; and the nested-state walk of a value holding tensors
+ * (nested.c: every leaf named, found again by its path, tensors parsed).
  */
 #include <dcp/dcp.h>
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "nested.h"
 #include "pickle.h"
 #include "torchzip.h"
 #include "value.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* A leaf: its name, the node found again by its path (the first of
+ * several of one name), the tensor it rebuilds. */
+static int leaf(void *arg, const struct nest_el *path, size_t npath,
+                const struct pk_node *n, struct dcp_err *err)
+{
+    const struct pk_node *root = arg;
+    struct md_pathel p[NEST_MAX_DEPTH];
+    char keys[NEST_MAX_DEPTH][24];
+    struct dcp_buf name = {0};
+    struct tz_tensor t;
+    size_t i;
+    (void)dcp__nest_name(path, npath, &name);
+    dcp__buf_free(&name);
+    for (i = 0; i < npath && i < NEST_MAX_DEPTH; i++) {
+        p[i].s = NULL;
+        p[i].i = path[i].i;
+        if (path[i].s) {
+            size_t l = strlen(path[i].s);
+            if (l >= sizeof(keys[i]))
+                return DCP_OK; /* long keys: only the name */
+            memcpy(keys[i], path[i].s, l + 1);
+            p[i].s = keys[i];
+        }
+    }
+    if (!dcp__nest_find(root, p, npath))
+        abort(); /* every leaf must be found by its path */
+    if (dcp__nest_is_tensor(n))
+        (void)dcp__tz_tensor_from_node(n, &t, err);
+    return DCP_OK;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -65,5 +99,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     dcp_value_free(v);
 
     (void)dcp__tz_parse_tensor_pickle(data, size, &t, &err);
+
+    arena = NULL;
+    root = NULL;
+    if (dcp__nest_decode(data, size, &arena, &root, &err) == DCP_OK)
+        (void)dcp__nest_walk(root, leaf, root, &err);
+    dcp__pk_arena_free(arena);
     return 0;
 }

@@ -110,6 +110,36 @@ def unregister_stubs():
     SAVED.clear()
 
 
+class _Storage:
+    def __init__(self, pid):
+        self.pid = pid
+
+
+class _PidPickler(pickle.Pickler):
+    """Storages as BINPERSID, as torch.save writes them."""
+
+    def persistent_id(self, obj):
+        return obj.pid if isinstance(obj, _Storage) else None
+
+
+def nested_pickle(d, rebuild, floatst):
+    """The data.pkl of a value holding tensors (flatten_state_dict=False):
+    a nested dict with tensors in dicts, lists and a tuple, a view with a
+    storage offset into a shared storage, int keys, plain leaves."""
+    od = collections.OrderedDict()
+    s0 = _Storage(("storage", floatst, "0", "cpu", 12))
+    s1 = _Storage(("storage", floatst, "1", "cpu", 2))
+    t = lambda st, off, size, stride: Reduce(
+        rebuild, (st, off, size, stride, False, od))
+    v = {"w": t(s0, 0, (3, 4), (4, 1)), "view": t(s0, 5, (2, 2), (1, 2)),
+         "lst": [t(s1, 0, (2,), (1,)), t(s1, 1, (), ())],
+         "cfg": {"lr": 0.1, 3: "x", "betas": (0.9, 0.95)},
+         "opt": [{"m": t(s1, 0, (1,), (1,))}], "tup": (t(s1, 0, (2,), (1,)),)}
+    buf = io.BytesIO()
+    _PidPickler(buf, protocol=2).dump(v)
+    write(d, "nested-value-p2", buf.getvalue())
+
+
 def pickles():
     d = out_dir("pickle")
     values = {
@@ -141,6 +171,7 @@ def pickles():
           pickle.dumps(Reduce(system, ("echo pwned",)), protocol=2))
     write(d, "build-p2",
           pickle.dumps(Reduce(size, ((1,),), {"a": 1}), protocol=2))
+    nested_pickle(d, rebuild, floatst)
     unregister_stubs()
     for item in ("torch_item_w.bin", "torch_item_step.bin", "torch_item_f8.bin"):
         with zipfile.ZipFile(os.path.join(DATA, item)) as z:
