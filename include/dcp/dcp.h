@@ -805,18 +805,24 @@ enum dcp_save_flags {
      * a value key several ranks hold has equal contents: DCP_EPLAN) and
      * agreed return code on every rank. The commit: once every rank's
      * data file is durable, each rank publishes its own __<r>.metadata
-     * (temporary, fsync, rename, directory fsync), its own commit point;
-     * the checkpoint is complete when every rank's is. The outcome is
+     * (temporary, fsync, rename, directory fsync), its own commit point:
+     * every rank but 0 first, then, once they all succeeded, rank 0, so
+     * __0.metadata appears last and the checkpoint is complete when it
+     * does. A save killed in between leaves other ranks' files without
+     * __0.metadata, which readers refuse (DCP_EFORMAT, a rank's metadata
+     * missing), never loading some ranks' items only. The outcome is
      * agreed: when any rank's commit fails, every rank returns that
-     * rank's code and removes its own __<r>.metadata (if renamed) and
-     * data file, so nothing is left committed (best effort: a removal
-     * that fails is named in the message).
+     * rank's code; rank 0 removes its __0.metadata (if renamed) first,
+     * then the others theirs and their data files, so nothing is left
+     * committed. When rank 0 cannot remove its file, every rank keeps
+     * its own (a whole checkpoint rather than a part); a removal that
+     * fails is named in the message.
      *
      * Refused, on every rank: the flag set on some ranks only
      * (DCP_EINVAL); a save planner with a global hook (DCP_EINVAL: there
      * is no one global plan to show it; item hooks work, the dedup policy
      * is moot as every holder writes); a path that already holds a
-     * checkpoint (.metadata or any __<r>.metadata, r < world size):
+     * checkpoint (.metadata or any __<r>.metadata, whatever r):
      * DCP_EEXIST, as the old one could not stay loadable while the ranks
      * commit one by one (remove it first or save elsewhere). Rank 0
      * holds the path's one-writer lock from planning to the end of the

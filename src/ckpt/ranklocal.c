@@ -84,6 +84,44 @@ static int count_ranks(int dirfd, const char *path, size_t *n,
     return r ? DCP_OK : DCP_ENOENT;
 }
 
+int dcp__rl_find_any(int dirfd, char *name, size_t cap, struct dcp_err *err)
+{
+    dcp_storage_entry *ls = dcp__malloc(RL_LIST_MAX * sizeof(*ls));
+    char probe[64];
+    size_t cnt = 0, i;
+    int rc;
+    if (cap)
+        name[0] = '\0';
+    if (!ls)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    rc = dcp__fs_list(dirfd, "__", RL_LIST_MAX, ls, &cnt, err);
+    if (rc == DCP_OK) {
+        for (i = 0; i < cnt; i++)
+            if (name_rank(ls[i].name) >= 0) {
+                (void)snprintf(name, cap, "%s", ls[i].name);
+                break;
+            }
+        dcp__free(ls);
+        return DCP_OK;
+    }
+    dcp__free(ls);
+    if (rc != DCP_ENOTSUP && rc != DCP_ELIMIT)
+        return rc;
+    dcp__err_clear(err);
+    for (i = 0; i < 1024; i++) {
+        int found;
+        rank_file(probe, sizeof(probe), i);
+        rc = dcp__fs_exists_err(dirfd, probe, &found, err);
+        if (rc != DCP_OK)
+            return rc;
+        if (found) {
+            (void)snprintf(name, cap, "%s", probe);
+            break;
+        }
+    }
+    return DCP_OK;
+}
+
 /* One entry of one rank, for sorting by key then rank. */
 struct ref {
     const struct md_entry *e;

@@ -36,4 +36,13 @@ int dcp__rl_metadata(int dirfd, const char *path, uint64_t max_bytes,
 int dcp__rl_metadata_bytes(int dirfd, const char *path, uint64_t max_bytes,
                            uint8_t **out, size_t *len, struct dcp_err *err);
 
+/*
+ * Whether the open directory dirfd holds any rank-local metadata file
+ * __<k>.metadata, for any k (listed; where the back end cannot list, or
+ * past RL_LIST_MAX names, probed for k below 1024): DCP_OK with the first
+ * name found in name (cap bytes), "" when none; the listing's storage
+ * errors otherwise.
+ */
+int dcp__rl_find_any(int dirfd, char *name, size_t cap, struct dcp_err *err);
+
 #endif /* DCP_RANKLOCAL_H */

@@ -63,6 +63,7 @@
 #include "lock.h"
 #include "meta.h"
 #include "plan.h"
+#include "ranklocal.h"
 #include "planner.h"
 #include "read.h"
 #include "stage.h"
@@ -582,6 +583,17 @@ static int coord_dir_rl(dcp_ctx *ctx, struct coord *co, const char *path)
                             "it or save elsewhere)",
                             path, name);
     }
+    /* A rank file of any rank, also beyond this world size (one left by
+     * a larger or failed save), would be read with this save's files. */
+    rc = dcp__rl_find_any(co->dirfd, name, sizeof(name), &ctx->err);
+    if (rc != DCP_OK)
+        return rc;
+    if (name[0])
+        return dcp__err(&ctx->err, DCP_EEXIST,
+                        "'%s' holds rank-local metadata (%s) of another "
+                        "save: a rank-local save does not write beside it "
+                        "(remove it or save elsewhere)",
+                        path, name);
     if (dcp__clean_leftovers(co->dirfd, path, NULL, 0, NULL, NULL,
                              &ctx->err) != DCP_OK)
         dcp__err_clear(&ctx->err);
@@ -1392,15 +1404,42 @@ static int commit_rl(dcp_ctx *ctx, struct sv_job *job,
     if (rc == DCP_OK)
         rc = finish_md(job->rl.md, job->sid, job->path, job->zstd,
                        &ctx->err);
-    if (rc == DCP_OK)
+    /* Every rank but 0 first, then rank 0: __0.metadata is published
+     * last, so a save killed between the commits leaves no __0.metadata
+     * and a reader refuses the others (a rank's metadata missing), never
+     * loading some ranks' items only. */
+    if (rc == DCP_OK && ctx->rank != 0)
         rc = dcp__commit_metadata_as(job->dirfd, job->path, job->mdname,
                                      job->rl.md, job->sync, renamed,
                                      &ctx->err);
     rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+    if (rc == DCP_OK)
+        rc = dcp__comm_agree_err(
+            ctx->comm,
+            ctx->rank == 0
+                ? dcp__commit_metadata_as(job->dirfd, job->path, job->mdname,
+                                          job->rl.md, job->sync, renamed,
+                                          &ctx->err)
+                : DCP_OK,
+            &ctx->err);
     dcp__err_clear(&e);
-    if (rc != DCP_OK && *renamed &&
-        dcp__fs_unlink(job->dirfd, job->mdname, &e) == DCP_OK)
-        *renamed = 0;
+    /* The rollback the other way round: rank 0's file first; when it
+     * cannot be removed the others keep theirs (the checkpoint stays
+     * whole rather than some ranks' items only). */
+    if (rc != DCP_OK) {
+        int64_t keep = 0;
+        if (ctx->rank == 0 && *renamed) {
+            if (dcp__fs_unlink(job->dirfd, job->mdname, &e) == DCP_OK)
+                *renamed = 0;
+            else
+                keep = 1;
+        }
+        if (dcp__comm_bcast(ctx->comm, &keep, sizeof(keep), 0, &e) != DCP_OK)
+            keep = 1; /* unknown: removing could leave a part */
+        if (!keep && ctx->rank != 0 && *renamed &&
+            dcp__fs_unlink(job->dirfd, job->mdname, &e) == DCP_OK)
+            *renamed = 0;
+    }
     if (rc != DCP_OK) {
         int64_t v = *renamed ? ctx->rank : INT64_MAX;
         if (dcp__comm_allreduce_min(ctx->comm, &v, 1, &e) != DCP_OK)

@@ -267,6 +267,35 @@ static void test_leftovers(void)
     load_check(ctx, dir, mt_rank, mt_size, mt_size);
 }
 
+/* A rank file of another save: a __<k>.metadata beyond this world size
+ * (left by a larger save) refuses the save, nothing written. */
+static void test_other_saves(void)
+{
+    char dir[300], p[400];
+    struct sv s;
+    dcp_save_options so = rl_opts(DCP_SAVE_RANK_LOCAL);
+    dcp_state *st = saved_state(&s, mt_rank, mt_size);
+    int rc;
+    snprintf(dir, sizeof(dir), "%s/stale", root);
+    if (mt_rank == 0) {
+        FILE *f;
+        CHECK(mkdir(dir, 0755) == 0);
+        snprintf(p, sizeof(p), "%s/__%d.metadata", dir, mt_size + 3);
+        f = fopen(p, "w");
+        CHECK(f != NULL);
+        if (f)
+            fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    rc = dcp_save(ctx, st, dir, &so);
+    CHECK_RC(ctx, rc, DCP_EEXIST);
+    CHECK(mt_same(rc));
+    snprintf(p, sizeof(p), "__%d.metadata", mt_size + 3);
+    CHECK_MSG(ctx, p);
+    CHECK(!exists(dir, "__0.metadata"));
+    dcp_state_free(st);
+}
+
 static int veto(void *ud, dcp_global_plan *gp)
 {
     (void)ud;
@@ -386,6 +415,7 @@ int main(int argc, char **argv)
     RUN(leftovers);
     RUN(empty_rank);
     RUN(refusals);
+    RUN(other_saves);
     dcp_ctx_free(ctx);
     dcp_comm_free(comm);
     MPI_Barrier(MPI_COMM_WORLD);
