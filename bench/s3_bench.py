@@ -101,18 +101,23 @@ def main():
         s3.download_fileobj(bucket, "bench/raw/blob", out, Config=cfg)
         gb["raw_load"].append(nbytes / (time.perf_counter() - t0) / 1e9)
         assert out.getvalue() == data
+    # The small scale writes the s3_* keys; another scale s3_<scale>_*.
+    pre = "s3_" if a.scale == "small" else f"s3_{a.scale}_"
     for k, v in gb.items():
-        res[f"s3_{k}_gbps"] = fig(v, "GB/s")
+        res[f"{pre}{k}_gbps"] = fig(v, "GB/s")
     for op in ("save", "load"):
         for other in ("raw", "torch"):
-            res[f"s3_{op}_vs_{other}"] = {
+            res[f"{pre}{op}_vs_{other}"] = {
                 "value": round(statistics.median(gb["dcp_" + op]) /
                                statistics.median(gb[f"{other}_{op}"]), 2),
                 "unit": "x",
                 "min": round(min(gb["dcp_" + op]) / max(gb[f"{other}_{op}"]), 2),
                 "max": round(max(gb["dcp_" + op]) / min(gb[f"{other}_{op}"]), 2)}
-    res["s3_bench_bytes"] = {"value": nbytes, "unit": "B", "min": nbytes,
-                             "max": nbytes}
+    res[f"{pre}bench_bytes"] = {"value": nbytes, "unit": "B", "min": nbytes,
+                                "max": nbytes}
+    if a.scale != "small":
+        for v in res.values():
+            v["scale"] = a.scale
     jpath = os.path.join(a.out, "results.json")
     old = {}
     if os.path.exists(jpath):

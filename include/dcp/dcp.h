@@ -267,7 +267,9 @@ typedef struct dcp_ctx_options {
     uint64_t staging_budget;
     /* enum dcp_io_flags (default 0). */
     uint32_t io_flags;
-    /* Requests in flight per rank (default 8, at most 64). */
+    /* Requests in flight per rank (at most 64; default: 8, or as many as
+     * the storage back end of the first save or load takes when more:
+     * 16 for S3, dcp_s3_config.max_inflight). */
     uint32_t io_depth;
     /* Bytes per request and per I/O buffer (default 4 MiB; a multiple of
      * 4096 from 64 KiB to 64 MiB). The context keeps io_depth such buffers

@@ -11,9 +11,13 @@
  *
  * The S3 back end writes each data file as one object: a multipart upload
  * whose parts go up as the file is written, many in flight (the I/O
- * engine's queue, dcp_ctx_options io_depth), or one PUT when the file is
- * smaller than a part; reads are ranged GETs (coalesced by the engine, CRCs
- * verified as for files). A save commits as on files (docs/FORMAT.md):
+ * engine's queue, dcp_ctx_options io_depth: by default max_inflight below),
+ * or one PUT when the file is smaller than a part; reads are ranged GETs,
+ * CRCs verified as for files. A load fetches the records it reads whole
+ * (up to 32 MiB each) with their headers, neighbouring records together,
+ * in ranges of up to a part, max_inflight at once, about 128 MiB per
+ * round held in memory until copied out; other reads are ranged GETs
+ * coalesced by the engine. A save commits as on files (docs/FORMAT.md):
  * every rank's objects are complete before rank 0 PUTs "prefix/.metadata",
  * the commit point; a save over an existing checkpoint writes data objects
  * under fresh names, so the old checkpoint loads until the new .metadata

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "meta.h"
+#include "storage.h"
 
 int dcp_ctx_create(dcp_ctx **out, dcp_comm *comm, const dcp_ctx_options *opts)
 {
@@ -70,12 +71,20 @@ int dcp_ctx_create(dcp_ctx **out, dcp_comm *comm, const dcp_ctx_options *opts)
     return DCP_OK;
 }
 
-int dcp__ctx_io_begin(dcp_ctx *ctx, struct io_eng **out)
+int dcp__ctx_io_begin(dcp_ctx *ctx, int dirfd, struct io_eng **out)
 {
     int rc = DCP_OK;
-    if (!ctx->io)
-        rc = dcp__io_eng_create(&ctx->io, ctx->io_flags, ctx->io_depth,
-                                ctx->io_block, &ctx->err);
+    if (!ctx->io) {
+        uint32_t depth = ctx->io_depth;
+        if (!depth) {
+            depth = dcp__fs_max_inflight(dirfd);
+            depth = depth < IO_DEFAULT_DEPTH ? IO_DEFAULT_DEPTH
+                    : depth > IO_MAX_DEPTH   ? IO_MAX_DEPTH
+                                             : depth;
+        }
+        rc = dcp__io_eng_create(&ctx->io, ctx->io_flags, depth, ctx->io_block,
+                                &ctx->err);
+    }
     if (rc == DCP_OK)
         dcp__io_stats_begin(ctx->io);
     *out = ctx->io;

@@ -103,8 +103,12 @@ struct dcp_ctx {
 void dcp__ctx_begin(dcp_ctx *ctx);
 
 /* The context's I/O engine, created on first use, with its statistics
- * cleared for a new save (op 0) or load (op 1). */
-int dcp__ctx_io_begin(dcp_ctx *ctx, struct io_eng **out);
+ * cleared for a new save (op 0) or load (op 1). dirfd is the directory
+ * handle the call reads or writes: when the context's io_depth is the
+ * default, the engine is created with as many slots as its back end
+ * takes requests in flight (dcp__fs_max_inflight: S3's 16), at least the
+ * default 8 and at most IO_MAX_DEPTH. */
+int dcp__ctx_io_begin(dcp_ctx *ctx, int dirfd, struct io_eng **out);
 /* Keeps the engine's statistics as the report of op. */
 void dcp__ctx_io_end(dcp_ctx *ctx, int op);
 /* Resets the report of op to "no data file touched". */

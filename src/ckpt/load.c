@@ -36,6 +36,12 @@
 #include "storage.h"
 #include "unflat.h"
 
+/* The bytes a load hints at once on a back end that takes hints (S3):
+ * fetched records are held in memory until their round's batch ran. */
+#define HINT_ROUND ((uint64_t)128 << 20)
+
+uint64_t dcp__load_hint_round; /* load.h */
+
 static int check_entry(dcp_ctx *ctx, const struct st_entry *se,
                        const struct md_entry *e, unsigned flags)
 {
@@ -174,10 +180,28 @@ static int cuda_upload(const struct st_entry *se, const uint8_t *host,
  * added to batch; with batch NULL, only prefetched. A CUDA tensor is read
  * at once (not batched) into one host buffer, then copied to the device.
  */
+/* Whether chunk c lies whole inside one of se's boxes (it is then read
+ * whole). */
+static int chunk_inside(const struct st_entry *se, const struct md_chunk *c)
+{
+    size_t i;
+    int d;
+    for (i = 0; i < se->nboxes; i++) {
+        for (d = 0; d < se->ndim; d++)
+            if (c->off[d] < se->boxes[i].off[d] ||
+                c->off[d] + c->size[d] >
+                    se->boxes[i].off[d] + se->boxes[i].size[d])
+                break;
+        if (d == se->ndim)
+            return 1;
+    }
+    return 0;
+}
+
 static int load_tensor(struct rd_files *f, const struct st_entry *se,
                        const struct md_entry *e, int verify,
                        struct io_rbatch *batch, const struct ro_plan *ro,
-                       size_t ei, struct dcp_err *err)
+                       size_t ei, uint64_t *hinted, struct dcp_err *err)
 {
     struct rd_dest *dest;
     uint8_t *host = NULL, *mark;
@@ -214,7 +238,7 @@ static int load_tensor(struct rd_files *f, const struct st_entry *se,
         if (dcp__ro_shared(ro, ei, i))
             continue; /* read once, by its reader (readonce.c) */
         if (!batch)
-            dcp__rd_prefetch(f, e, i);
+            *hinted += dcp__rd_prefetch(f, e, i, chunk_inside(se, &e->chunks[i]));
         else if (host)
             rc = dcp__rd_chunk(f, e, i, dest, se->nboxes, verify, NULL, err);
         else
@@ -242,6 +266,7 @@ static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
 {
     dcp_value **vals = dcp__calloc(st->n ? st->n : 1, sizeof(*vals));
     struct io_rbatch batch = {0};
+    struct io_eng *eng = NULL;
     size_t i;
     int rc = rc_in, dropped = 0;
     if (!vals && rc == DCP_OK)
@@ -256,30 +281,42 @@ static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
                                &vals[i], &ctx->err);
     }
     /* Tensors: archives parsed, then their bytes read in one batch,
-     * sorted by file and offset (ioengine.h). */
+     * sorted by file and offset (ioengine.h). On a back end that takes
+     * hints (S3) the records are fetched whole, several in flight, before
+     * they are parsed; the fetched bytes are held until their batch ran,
+     * so the tensors go in rounds of at most HINT_ROUND hinted bytes. */
     dcp__ctx_io_clear(ctx, DCP_IO_LOAD);
-    for (i = 0; rc == DCP_OK && i < st->n; i++) {
-        long ei = dcp__meta_find(md, st->e[i].key);
-        if (ei >= 0 && st->e[i].is_tensor)
-            rc = load_tensor(f, &st->e[i], &md->e[ei], verify, NULL, ro,
-                             (size_t)ei, &ctx->err);
-    }
-    if (rc == DCP_OK)
-        rc = dcp__io_rbatch_init(&batch, f->dirfd, md->nfiles, &ctx->err);
-    for (i = 0; rc == DCP_OK && i < st->n; i++) {
-        long ei = dcp__meta_find(md, st->e[i].key);
-        if (ei >= 0 && st->e[i].is_tensor)
-            rc = load_tensor(f, &st->e[i], &md->e[ei], verify, &batch, ro,
-                             (size_t)ei, &ctx->err);
-    }
-    if (rc == DCP_OK && batch.nparts) {
-        struct io_eng *e = NULL;
-        rc = dcp__ctx_io_begin(ctx, &e);
+    for (i = 0; rc == DCP_OK && i < st->n;) {
+        size_t i0 = i;
+        uint64_t hinted = 0, round = dcp__load_hint_round
+                                          ? dcp__load_hint_round
+                                          : HINT_ROUND;
+        for (; rc == DCP_OK && i < st->n && hinted < round; i++) {
+            long ei = dcp__meta_find(md, st->e[i].key);
+            if (ei >= 0 && st->e[i].is_tensor)
+                rc = load_tensor(f, &st->e[i], &md->e[ei], verify, NULL, ro,
+                                 (size_t)ei, &hinted, &ctx->err);
+        }
         if (rc == DCP_OK)
-            rc = dcp__io_rbatch_run(&batch, e, &ctx->err);
-        dcp__ctx_io_end(ctx, DCP_IO_LOAD);
+            rc = dcp__io_rbatch_init(&batch, f->dirfd, md->nfiles, &ctx->err);
+        for (size_t k = i0; rc == DCP_OK && k < i; k++) {
+            long ei = dcp__meta_find(md, st->e[k].key);
+            if (ei >= 0 && st->e[k].is_tensor)
+                rc = load_tensor(f, &st->e[k], &md->e[ei], verify, &batch, ro,
+                                 (size_t)ei, NULL, &ctx->err);
+        }
+        if (rc == DCP_OK && batch.nparts) {
+            if (!eng)
+                rc = dcp__ctx_io_begin(ctx, f->dirfd, &eng);
+            if (rc == DCP_OK)
+                rc = dcp__io_rbatch_run(&batch, eng, &ctx->err);
+        }
+        dcp__io_rbatch_release(&batch);
+        if (hinted)
+            dcp__rd_hints_drop(f);
     }
-    dcp__io_rbatch_release(&batch);
+    if (eng)
+        dcp__ctx_io_end(ctx, DCP_IO_LOAD);
     if (ro->on) {
         uint64_t nread = 0, nrecv = 0;
         double t = dcp__ph_start(&ctx->ph[DCP_IO_LOAD], DCP_PHASE_EXCHANGE);

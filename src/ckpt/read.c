@@ -30,6 +30,9 @@
  * 64 KiB + 22 bytes of a record. */
 #define HEAD_WIN ((size_t)16 << 10)
 #define TAIL_WIN (((size_t)64 << 10) + 64)
+/* A record hinted whole (dcp__rd_prefetch) is at most this long: a longer
+ * one is its own large read anyway. */
+#define WHOLE_MAX ((uint64_t)32 << 20)
 
 int dcp__rd_open(struct rd_files *f, const char *path,
                  const struct dcp_metadata *md, struct dcp_err *err)
@@ -104,25 +107,41 @@ static int rd_file(struct rd_files *f, uint32_t idx, struct dcp_err *err)
     return rc;
 }
 
-void dcp__rd_prefetch(struct rd_files *f, const struct md_entry *e, size_t ci)
+uint64_t dcp__rd_prefetch(struct rd_files *f, const struct md_entry *e,
+                          size_t ci, int whole)
 {
     const struct md_chunk *c = &e->chunks[ci];
     uint64_t n = c->length < TAIL_WIN ? c->length : TAIL_WIN;
     int fd;
     if (rd_file(f, c->file, NULL) != DCP_OK)
-        return; /* the read reports it */
+        return 0; /* the read reports it */
     fd = dcp__fs_raw_fd(f->fds[c->file]);
     if (fd < 0) { /* another storage back end: its own hints (S3) */
+        if (!dcp__fs_takes_hints(f->fds[c->file]))
+            return 0;
+        if (whole && c->length <= WHOLE_MAX) {
+            dcp__fs_hint(f->fds[c->file], c->offset, c->length);
+            return c->length;
+        }
         if (c->length > TAIL_WIN)
             dcp__fs_hint(f->fds[c->file], c->offset, HEAD_WIN);
         dcp__fs_hint(f->fds[c->file], c->offset + c->length - n, n);
-        return;
+        return n + (c->length > TAIL_WIN ? HEAD_WIN : 0);
     }
     (void)posix_fadvise(fd, (off_t)(c->offset + c->length - n), (off_t)n,
                         POSIX_FADV_WILLNEED);
     if (c->length > TAIL_WIN)
         (void)posix_fadvise(fd, (off_t)c->offset, (off_t)HEAD_WIN,
                             POSIX_FADV_WILLNEED);
+    return 0;
+}
+
+void dcp__rd_hints_drop(struct rd_files *f)
+{
+    size_t i;
+    for (i = 0; f->fds && i < f->md->nfiles; i++)
+        if (f->fds[i] >= 0)
+            dcp__fs_hint_drop(f->fds[i]);
 }
 
 /*

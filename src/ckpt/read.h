@@ -74,8 +74,17 @@ int dcp__rd_chunk(struct rd_files *f, const struct md_entry *e, size_t ci,
 /* Asks the kernel to start reading what parsing chunk ci's record will
  * read (its first and last kilobytes), so that the records of many chunks
  * are fetched in parallel before they are parsed one by one. Best effort:
- * errors show up when the chunk is read. */
-void dcp__rd_prefetch(struct rd_files *f, const struct md_entry *e, size_t ci);
+ * errors show up when the chunk is read. On a back end that takes hints
+ * (dcp__fs_takes_hints: S3) a record that will be read whole (whole
+ * nonzero) is hinted whole, so that one request fetches its headers and
+ * data together (neighbouring records in one); returns the bytes hinted
+ * there (0 for other back ends), which stay held until
+ * dcp__rd_hints_drop. */
+uint64_t dcp__rd_prefetch(struct rd_files *f, const struct md_entry *e,
+                          size_t ci, int whole);
+
+/* Drops what dcp__rd_prefetch hinted on every open file of f. */
+void dcp__rd_hints_drop(struct rd_files *f);
 
 /*
  * As dcp__rd_chunk, but when the chunk is stored contiguously and its

@@ -825,7 +825,7 @@ static int prepare_recs(dcp_ctx *ctx, struct sv_job *job, const dcp_state *st,
         if (job->dirfd < 0)
             rc = dcp__fs_open_dir(job->path, &job->dirfd, &ctx->err);
         if (rc == DCP_OK)
-            rc = dcp__ctx_io_begin(ctx, &job->io);
+            rc = dcp__ctx_io_begin(ctx, job->dirfd, &job->io);
     }
     job->arecs = a->recs; /* for the plan cache */
     job->narecs = a->n;

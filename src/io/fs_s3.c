@@ -22,10 +22,14 @@
  * their parts go out; at most the parts being filled are held.
  *
  * Reading: read_at is a ranged GET (split into parallel part-sized
- * requests when large); a read of at most WIN_SMALL bytes is served from
- * the object's read-ahead windows (NWIN of WIN bytes, fetched whole on a
- * miss, under the file's lock), since zip headers and small records would
- * otherwise cost a round trip each.
+ * requests when large). The reader hints the ranges it will read
+ * (dcp__s3_hint: the zip headers of each record, or records it reads
+ * whole): hinted ranges are fetched together, in parallel, at the next
+ * read, and serve every read they cover, of any size, until dropped
+ * (dcp__s3_hint_drop). Another read of at most WIN_SMALL bytes is served
+ * from the object's read-ahead windows (NWIN of WIN bytes, fetched whole
+ * on a miss, under the file's lock), since zip headers and small records
+ * would otherwise cost a round trip each.
  *
  * Commit: publish is one PUT (If-None-Match: * when exclusive). S3 PUTs
  * are atomic and durable when answered, so sync and sync_dir have nothing
@@ -74,10 +78,12 @@ int dcp_path_is_s3(const char *path)
 #define NWIN      4
 /* Prefetch hints (dcp__fs_hint): at most PF_MAX ranges and PF_BYTES bytes
  * per object; a hint that starts at most PF_GAP bytes after the previous
- * one extends it, up to PF_RANGE bytes. */
+ * one extends it, up to PF_RANGE bytes (at most the part size: one GET
+ * each), and a longer hint is cut into ranges of that size. Reads of any
+ * size that hinted ranges cover are served from them. */
 #define PF_MAX   8192u
-#define PF_BYTES ((uint64_t)64 << 20)
-#define PF_RANGE ((uint64_t)4 << 20)
+#define PF_BYTES ((uint64_t)256 << 20)
+#define PF_RANGE ((uint64_t)8 << 20)
 #define PF_GAP   ((uint64_t)256 << 10) /* merged over, read through */
 
 /* ------------------------------------------------ process configuration */
@@ -559,38 +565,100 @@ static void fetch_hinted(struct s3file *f)
     dcp__free(bufs);
 }
 
+/* Adds [off, end) to f's hints, extending the last unfetched range when
+ * it follows it closely; under f->mu. Returns 0 when a limit refused it. */
+static int hint_one(struct s3file *f, uint64_t off, uint64_t end,
+                    uint64_t range)
+{
+    struct pf *last = f->npf ? &f->pf[f->npf - 1] : NULL;
+    if (last && !last->buf && off >= last->off &&
+        off <= last->off + last->len + PF_GAP && end - last->off <= range) {
+        if (end > last->off + last->len) { /* extend the last range */
+            if (f->pf_bytes + (end - (last->off + last->len)) > PF_BYTES)
+                return 0;
+            f->pf_bytes += end - (last->off + last->len);
+            last->len = (size_t)(end - last->off);
+        }
+        return 1;
+    }
+    if (f->npf >= PF_MAX || f->pf_bytes + (end - off) > PF_BYTES)
+        return 0;
+    if (!f->pf && !(f->pf = dcp__calloc(PF_MAX, sizeof(*f->pf))))
+        return 0;
+    f->pf[f->npf].off = off;
+    f->pf[f->npf].len = (size_t)(end - off);
+    f->pf[f->npf].buf = NULL;
+    f->npf++;
+    f->pf_unfetched++;
+    f->pf_bytes += end - off;
+    return 1;
+}
+
 void dcp__s3_hint(void *file, uint64_t off, uint64_t len)
 {
     struct s3file *f = file;
-    struct pf *last;
-    uint64_t end;
+    uint64_t end, range;
     if (!f || f->writing || len == 0 || off >= f->size)
         return;
     if (len > f->size - off)
         len = f->size - off;
     end = off + len;
+    range = f->cl->part < PF_RANGE ? f->cl->part : PF_RANGE;
     (void)pthread_mutex_lock(&f->mu);
-    last = f->npf ? &f->pf[f->npf - 1] : NULL;
-    if (last && !last->buf && off >= last->off &&
-        off <= last->off + last->len + PF_GAP && end - last->off <= PF_RANGE) {
-        if (end > last->off + last->len) { /* extend the last range */
-            f->pf_bytes += end - (last->off + last->len);
-            last->len = (size_t)(end - last->off);
-        }
-    } else if (len <= PF_RANGE && f->npf < PF_MAX &&
-               f->pf_bytes + len <= PF_BYTES) {
-        if (!f->pf)
-            f->pf = dcp__calloc(PF_MAX, sizeof(*f->pf));
-        if (f->pf) {
-            f->pf[f->npf].off = off;
-            f->pf[f->npf].len = (size_t)len;
-            f->pf[f->npf].buf = NULL;
-            f->npf++;
-            f->pf_unfetched++;
-            f->pf_bytes += len;
-        }
+    while (off < end) { /* pieces that end on multiples of range */
+        uint64_t stop = (off / range + 1) * range;
+        if (stop > end)
+            stop = end;
+        if (!hint_one(f, off, stop, range))
+            break;
+        off = stop;
     }
     (void)pthread_mutex_unlock(&f->mu);
+}
+
+void dcp__s3_hint_drop(void *file)
+{
+    struct s3file *f = file;
+    size_t j;
+    if (!f || f->writing)
+        return;
+    (void)pthread_mutex_lock(&f->mu);
+    for (j = 0; j < f->npf; j++)
+        dcp__free(f->pf[j].buf);
+    f->npf = 0;
+    f->pf_unfetched = 0;
+    f->pf_bytes = 0;
+    (void)pthread_mutex_unlock(&f->mu);
+}
+
+/* Copies [off, off + n) from the fetched hinted ranges when they cover it
+ * (a read may span neighbouring ranges): 1, else 0 (p may then hold part
+ * of it); under f->mu. */
+static int pf_copy(struct s3file *f, uint8_t *p, size_t n, uint64_t off)
+{
+    size_t j = 0;
+    while (n > 0) {
+        const struct pf *q = NULL;
+        size_t k, len;
+        /* Ranges are mostly in offset order: look from the last hit on. */
+        for (k = 0; k < f->npf; k++) {
+            const struct pf *c = &f->pf[(j + k) % f->npf];
+            if (c->buf && off >= c->off && off < c->off + c->len) {
+                q = c;
+                j = (j + k) % f->npf;
+                break;
+            }
+        }
+        if (!q)
+            return 0;
+        len = (size_t)(q->off + q->len - off) < n ? (size_t)(q->off + q->len - off)
+                                                  : n;
+        memcpy(p, q->buf + (off - q->off), len);
+        p += len;
+        off += len;
+        n -= len;
+    }
+    return 1;
 }
 
 /* A small read: from the hinted ranges (fetched together first if some
@@ -607,13 +675,9 @@ static int read_small(struct s3file *f, void *p, size_t n, uint64_t off,
     (void)pthread_mutex_lock(&f->mu);
     if (f->pf_unfetched)
         fetch_hinted(f); /* a failure: plain reads report it */
-    for (size_t j = 0; j < f->npf; j++) {
-        const struct pf *q = &f->pf[j];
-        if (q->buf && off >= q->off && off + n <= q->off + q->len) {
-            memcpy(p, q->buf + (off - q->off), n);
-            (void)pthread_mutex_unlock(&f->mu);
-            return DCP_OK;
-        }
+    if (f->npf && pf_copy(f, p, n, off)) {
+        (void)pthread_mutex_unlock(&f->mu);
+        return DCP_OK;
     }
     if (off / WIN != (off + n - 1) / WIN) { /* across two windows */
         (void)pthread_mutex_unlock(&f->mu);
@@ -662,6 +726,17 @@ static int s3_read_at(void *impl, void *file, const char *name, void *p,
         return DCP_OK;
     if (n <= WIN_SMALL)
         return read_small(f, p, n, off, err);
+    /* A large read that hinted ranges cover (a record hinted whole) is
+     * served from them: the record's bytes were fetched once, together
+     * with its headers. */
+    (void)pthread_mutex_lock(&f->mu);
+    if (f->pf_unfetched)
+        fetch_hinted(f);
+    if (f->npf && pf_copy(f, p, n, off)) {
+        (void)pthread_mutex_unlock(&f->mu);
+        return DCP_OK;
+    }
+    (void)pthread_mutex_unlock(&f->mu);
     return dcp__s3_get_range(f->cl->s3, f->key, (int64_t)off, p, n, err);
 }
 
@@ -1079,6 +1154,11 @@ void dcp__s3_hint(void *file, uint64_t off, uint64_t len)
     (void)file;
     (void)off;
     (void)len;
+}
+
+void dcp__s3_hint_drop(void *file)
+{
+    (void)file;
 }
 
 int dcp__s3_list_dirs(void *dir, const char *prefix, size_t max,

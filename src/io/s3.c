@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,14 @@
 #define S3_MAX_PARTS 10000
 #define S3_MIN_PART  (5u << 20)
 #define S3_UNSIGNED  "UNSIGNED-PAYLOAD"
+
+/* HTTP requests sent by this process (dcp__s3_requests). */
+static _Atomic uint64_t n_get, n_other;
+
+uint64_t dcp__s3_requests(int get)
+{
+    return atomic_load(get ? &n_get : &n_other);
+}
 
 struct dcp__s3 {
     char *bucket, *ak, *sk, *token, *region;
@@ -1128,6 +1137,8 @@ static int run_reqs(struct dcp__s3 *s3, struct req *rs, size_t n,
                 break;
             }
             r->attempts++;
+            atomic_fetch_add(strcmp(r->method, "GET") == 0 ? &n_get : &n_other,
+                             1);
             if (curl_multi_add_handle(m, r->h) != CURLM_OK) {
                 rc = dcp__err(err, DCP_ENOMEM, "curl_multi_add_handle");
                 break;

@@ -180,4 +180,8 @@ int dcp__s3_list_uploads(struct dcp__s3 *s3, const char *prefix, size_t max,
 int dcp__s3_count_uploads(struct dcp__s3 *s3, const char *prefix, size_t *count,
                           struct dcp_err *err);
 
+/* HTTP requests this process has sent so far (each attempt counts): GETs
+ * (get nonzero) or the others. For tests and benchmarks; thread safe. */
+uint64_t dcp__s3_requests(int get);
+
 #endif

@@ -426,7 +426,7 @@ int dcp__fs_read_all(int dirfd, const char *name, uint64_t max, uint8_t **out,
 
 uint32_t dcp__fs_max_inflight(int fd)
 {
-    struct slot *f = lookup(fd, 0);
+    struct slot *f = lookup(fd, -1); /* a file or a directory */
     if (!f || f->s->ops.max_inflight < 1)
         return 1;
     if (f->s == &dcp__s3_storage)
@@ -439,6 +439,19 @@ void dcp__fs_hint(int fd, uint64_t off, uint64_t len)
     struct slot *f = lookup(fd, 0);
     if (f && f->s == &dcp__s3_storage)
         dcp__s3_hint(f->h, off, len);
+}
+
+int dcp__fs_takes_hints(int fd)
+{
+    struct slot *f = lookup(fd, -1); /* a file or a directory */
+    return f && f->s == &dcp__s3_storage;
+}
+
+void dcp__fs_hint_drop(int fd)
+{
+    struct slot *f = lookup(fd, 0);
+    if (f && f->s == &dcp__s3_storage)
+        dcp__s3_hint_drop(f->h);
 }
 
 /* The temporary of the version-1 adapters: unique (dcp__unique_tmp). */

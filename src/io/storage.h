@@ -82,8 +82,9 @@ int dcp__fs_exists_err(int dirfd, const char *name, int *found,
 /* ---- version 2 of the contract (dcp_storage.h), served from the
  * version-1 members where the back end leaves a member NULL ---- */
 
-/* How many read_at/write_at calls the back end of file handle fd accepts
- * at once (>= 1; 1 for a plain descriptor or a version-1 back end). */
+/* How many read_at/write_at calls the back end of handle fd (a file or a
+ * directory) accepts at once (>= 1; 1 for a plain descriptor or a
+ * version-1 back end). */
 uint32_t dcp__fs_max_inflight(int fd);
 
 /* Writes the whole object name in dirfd, atomically visible (put). */
@@ -149,6 +150,16 @@ int dcp__unique_tmp(char *buf, size_t cap, const char *name,
  * ends ignore it (POSIX gets posix_fadvise from the caller instead). */
 void dcp__fs_hint(int fd, uint64_t off, uint64_t len);
 
+/* Whether the back end of handle fd (a file or a directory) takes hints
+ * (S3): a reader then hints the records it reads whole, not only their
+ * headers, and bounds the bytes hinted at once (fetched ranges are held
+ * until dropped). */
+int dcp__fs_takes_hints(int fd);
+
+/* Drops the hinted ranges of file handle fd, fetched or not (their
+ * memory); later reads go to the back end. No-op for other back ends. */
+void dcp__fs_hint_drop(int fd);
+
 /* Closes a file or directory handle on an error path, ignoring errors;
  * -1 is a no-op. */
 void dcp__fs_release(int fd);
@@ -189,6 +200,7 @@ int dcp__path_is_s3(const char *path);
 uint32_t dcp__s3_max_inflight(void);
 /* The S3 back end's prefetch hint for a file it opened for reading. */
 void dcp__s3_hint(void *file, uint64_t off, uint64_t len);
+void dcp__s3_hint_drop(void *file);
 /* dcp__fs_list_dirs of an S3 directory handle (unsorted). */
 int dcp__s3_list_dirs(void *dir, const char *prefix, size_t max,
                       dcp_storage_entry *out, size_t *count,
