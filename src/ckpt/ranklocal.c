@@ -84,7 +84,8 @@ static int count_ranks(int dirfd, const char *path, size_t *n,
     return r ? DCP_OK : DCP_ENOENT;
 }
 
-int dcp__rl_find_any(int dirfd, char *name, size_t cap, struct dcp_err *err)
+int dcp__rl_find_any(int dirfd, uint32_t nprobe, char *name, size_t cap,
+                     struct dcp_err *err)
 {
     dcp_storage_entry *ls = dcp__malloc(RL_LIST_MAX * sizeof(*ls));
     char probe[64];
@@ -108,7 +109,9 @@ int dcp__rl_find_any(int dirfd, char *name, size_t cap, struct dcp_err *err)
     if (rc != DCP_ENOTSUP && rc != DCP_ELIMIT)
         return rc;
     dcp__err_clear(err);
-    for (i = 0; i < 1024; i++) {
+    if (nprobe < 1024)
+        nprobe = 1024;
+    for (i = 0; i < nprobe; i++) {
         int found;
         rank_file(probe, sizeof(probe), i);
         rc = dcp__fs_exists_err(dirfd, probe, &found, err);

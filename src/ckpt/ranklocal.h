@@ -39,10 +39,11 @@ int dcp__rl_metadata_bytes(int dirfd, const char *path, uint64_t max_bytes,
 /*
  * Whether the open directory dirfd holds any rank-local metadata file
  * __<k>.metadata, for any k (listed; where the back end cannot list, or
- * past RL_LIST_MAX names, probed for k below 1024): DCP_OK with the first
- * name found in name (cap bytes), "" when none; the listing's storage
- * errors otherwise.
+ * past RL_LIST_MAX names, probed for k below the larger of 1024 and
+ * nprobe): DCP_OK with the first name found in name (cap bytes), "" when
+ * none; the listing's storage errors otherwise.
  */
-int dcp__rl_find_any(int dirfd, char *name, size_t cap, struct dcp_err *err);
+int dcp__rl_find_any(int dirfd, uint32_t nprobe, char *name, size_t cap,
+                     struct dcp_err *err);
 
 #endif /* DCP_RANKLOCAL_H */

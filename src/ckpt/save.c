@@ -507,16 +507,23 @@ static int encode_assignments(struct coord *co, struct dcp_err *err)
 /* Step 2 on rank 0: plan, directory, file names, assignments. */
 /* Step 2's directory part on rank 0, with a plan in co->g (new or
  * cached): the directory, the committed checkpoint there, file names. */
-static int coord_dir(dcp_ctx *ctx, struct coord *co, const char *path)
+/* Rank 0: the directory made and opened, the save's id drawn, and the
+ * one-writer lock taken, from here to the commit (lock.h). */
+static int coord_open(dcp_ctx *ctx, struct coord *co, const char *path)
 {
     int rc = dcp__fs_mkdirs(path, &ctx->err);
     if (rc == DCP_OK)
         rc = dcp__fs_open_dir(path, &co->dirfd, &ctx->err);
-    /* One writer per path, from here to the commit (lock.h). */
     random_tag(co->sid, sizeof(co->sid));
     if (rc == DCP_OK)
         rc = dcp__lock_acquire(co->dirfd, path, co->sid, 0, &co->lock,
                                &ctx->err);
+    return rc;
+}
+
+static int coord_dir(dcp_ctx *ctx, struct coord *co, const char *path)
+{
+    int rc = coord_open(ctx, co, path);
     if (rc != DCP_OK)
         return rc;
     /* A committed checkpoint here stays loadable until ours commits. One
@@ -558,41 +565,29 @@ static int coord_plan(dcp_ctx *ctx, struct coord *co, const char *path,
 static int coord_dir_rl(dcp_ctx *ctx, struct coord *co, const char *path)
 {
     char name[32];
-    int r, rc = dcp__fs_mkdirs(path, &ctx->err);
+    int found, rc = coord_open(ctx, co, path);
     if (rc == DCP_OK)
-        rc = dcp__fs_open_dir(path, &co->dirfd, &ctx->err);
-    random_tag(co->sid, sizeof(co->sid));
-    if (rc == DCP_OK)
-        rc = dcp__lock_acquire(co->dirfd, path, co->sid, 0, &co->lock,
-                               &ctx->err);
+        rc = dcp__fs_exists_err(co->dirfd, ".metadata", &found, &ctx->err);
     if (rc != DCP_OK)
         return rc;
-    for (r = -1; r < ctx->size; r++) {
-        int found;
-        if (r < 0)
-            (void)snprintf(name, sizeof(name), ".metadata");
-        else
-            (void)snprintf(name, sizeof(name), "__%d.metadata", r);
-        rc = dcp__fs_exists_err(co->dirfd, name, &found, &ctx->err);
-        if (rc != DCP_OK)
-            return rc;
-        if (found)
-            return dcp__err(&ctx->err, DCP_EEXIST,
-                            "'%s' already holds a checkpoint (%s): a "
-                            "rank-local save does not overwrite one (remove "
-                            "it or save elsewhere)",
-                            path, name);
-    }
+    if (found)
+        return dcp__err(&ctx->err, DCP_EEXIST,
+                        "'%s' already holds a checkpoint (.metadata): a "
+                        "rank-local save does not overwrite one (remove it "
+                        "or save elsewhere)",
+                        path);
     /* A rank file of any rank, also beyond this world size (one left by
      * a larger or failed save), would be read with this save's files. */
-    rc = dcp__rl_find_any(co->dirfd, name, sizeof(name), &ctx->err);
+    rc = dcp__rl_find_any(co->dirfd, (uint32_t)ctx->size, name, sizeof(name),
+                          &ctx->err);
     if (rc != DCP_OK)
         return rc;
     if (name[0])
         return dcp__err(&ctx->err, DCP_EEXIST,
-                        "'%s' holds rank-local metadata (%s) of another "
-                        "save: a rank-local save does not write beside it "
-                        "(remove it or save elsewhere)",
+                        "'%s' already holds a checkpoint or rank-local "
+                        "metadata of another save (%s): a rank-local save "
+                        "does not write beside it (remove it or save "
+                        "elsewhere)",
                         path, name);
     if (dcp__clean_leftovers(co->dirfd, path, NULL, 0, NULL, NULL,
                              &ctx->err) != DCP_OK)
