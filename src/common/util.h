@@ -156,6 +156,22 @@ static inline int64_t dcp__shape_numel(int ndim, const int64_t *shape)
     return n;
 }
 
+/* Whether two boxes of ndim dimensions (offsets and sizes) overlap: their
+ * half-open intervals intersect in every dimension (ndim 0: always). A
+ * box with a zero size may still count as overlapping one that spans its
+ * offset: callers that care check the volume first. */
+static inline int dcp__boxes_overlap(int ndim, const int64_t *aoff,
+                                     const int64_t *asize,
+                                     const int64_t *boff,
+                                     const int64_t *bsize)
+{
+    int d;
+    for (d = 0; d < ndim; d++)
+        if (aoff[d] >= boff[d] + bsize[d] || boff[d] >= aoff[d] + asize[d])
+            return 0;
+    return 1;
+}
+
 /* Whether the n int64s at a and b are equal. */
 static inline int dcp__same_ints(const int64_t *a, const int64_t *b, int n)
 {

@@ -175,12 +175,7 @@ static int cmp_hbox(const void *pa, const void *pb)
 
 static int overlap(const struct hbox *a, const struct hbox *b)
 {
-    int d;
-    for (d = 0; d < a->ndim; d++)
-        if (a->off[d] >= b->off[d] + b->size[d] ||
-            b->off[d] >= a->off[d] + a->size[d])
-            return 0;
-    return 1;
+    return dcp__boxes_overlap(a->ndim, a->off, a->size, b->off, b->size);
 }
 
 static int whole(const struct hbox *h)

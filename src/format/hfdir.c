@@ -319,12 +319,7 @@ static int cmp_piece(const void *a, const void *b)
 
 static int boxes_overlap(const struct hf_piece *a, const struct hf_piece *b)
 {
-    int d;
-    for (d = 0; d < a->ndim; d++)
-        if (a->off[d] >= b->off[d] + b->size[d] ||
-            b->off[d] >= a->off[d] + a->size[d])
-            return 0;
-    return 1;
+    return dcp__boxes_overlap(a->ndim, a->off, a->size, b->off, b->size);
 }
 
 static int overlap_err(struct hf *h, const struct hf_piece *a,
