@@ -833,6 +833,12 @@ enum dcp_save_flags {
      * ZStandard too) and with dcp_save_async (the ranks' commits happen
      * in dcp_request_wait / dcp_request_test). Pass the same flags on
      * every rank.
+     *
+     * The other way round, a plain dcp_save into a directory holding a
+     * rank-local checkpoint (dcp's or torch's) replaces it as it replaces
+     * any checkpoint: its data files get fresh names, the rank-local one
+     * stays loadable until .metadata commits, then its __<r>.metadata and
+     * data files are removed (best effort; dcp_clean removes what is left).
      */
     DCP_SAVE_RANK_LOCAL = 1 << 2
 };

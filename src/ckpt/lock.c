@@ -15,6 +15,7 @@
 
 #include "ctx.h"
 #include "dcp/dcp_storage.h"
+#include "ranklocal.h"
 #include "read.h"
 #include "storage.h"
 
@@ -403,8 +404,9 @@ static int named_by(const struct dcp_metadata *md, const char *name)
 
 /* Whether name is a leftover to remove: a data file or metadata
  * temporary no committed checkpoint names (not data files when keep_data:
- * torch's rank-local checkpoint), or the lock's own temporaries (with
- * force, its take-over markers too). */
+ * torch's rank-local checkpoint), rank-local metadata beside a committed
+ * .metadata, or the lock's own temporaries (with force, its take-over
+ * markers too). */
 static int is_leftover(const char *name, const struct dcp_metadata *md,
                        int keep_data, int force)
 {
@@ -417,6 +419,10 @@ static int is_leftover(const char *name, const struct dcp_metadata *md,
     }
     if (keep_data && !strncmp(name, "__", 2))
         return 0;
+    /* A rank-local checkpoint's __<k>.metadata beside a committed
+     * .metadata, which readers prefer: dead (a plain save over it). */
+    if (md && dcp__rl_name_rank(name) >= 0)
+        return 1;
     return dcp__leftover_name(name) && !named_by(md, name);
 }
 

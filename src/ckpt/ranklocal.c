@@ -21,7 +21,7 @@ static void rank_file(char *out, size_t n, size_t r)
 
 /* The rank of a name "__<digits>.metadata" (no sign, no leading zero
  * unless 0), else -1. */
-static long name_rank(const char *s)
+long dcp__rl_name_rank(const char *s)
 {
     long r = 0;
     const char *p = s + 2;
@@ -67,7 +67,7 @@ static int count_ranks(int dirfd, const char *path, size_t *n,
     rc = dcp__fs_list(dirfd, "__", cap, ls, &cnt, NULL);
     if (rc == DCP_OK) {
         for (i = 0; i < cnt; i++) {
-            long k = name_rank(ls[i].name);
+            long k = dcp__rl_name_rank(ls[i].name);
             if (k >= 0 && (size_t)k >= r) {
                 rank_file(name, sizeof(name), r);
                 rc = dcp__err(err, DCP_EFORMAT,
@@ -98,7 +98,7 @@ int dcp__rl_find_any(int dirfd, uint32_t nprobe, char *name, size_t cap,
     rc = dcp__fs_list(dirfd, "__", RL_LIST_MAX, ls, &cnt, err);
     if (rc == DCP_OK) {
         for (i = 0; i < cnt; i++)
-            if (name_rank(ls[i].name) >= 0) {
+            if (dcp__rl_name_rank(ls[i].name) >= 0) {
                 (void)snprintf(name, cap, "%s", ls[i].name);
                 break;
             }

@@ -46,4 +46,8 @@ int dcp__rl_metadata_bytes(int dirfd, const char *path, uint64_t max_bytes,
 int dcp__rl_find_any(int dirfd, uint32_t nprobe, char *name, size_t cap,
                      struct dcp_err *err);
 
+/* k when name is a rank-local metadata file "__<k>.metadata" (k capped at
+ * the largest rank count read), else -1. */
+long dcp__rl_name_rank(const char *name);
+
 #endif /* DCP_RANKLOCAL_H */

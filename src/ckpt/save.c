@@ -403,6 +403,7 @@ struct coord {
     struct pl_global g;
     struct dcp_metadata *old; /* the committed checkpoint there, if any */
     int old_unknown;          /* there is one, but it could not be read */
+    int old_rl;               /* it is a rank-local one (no .metadata) */
     int dirfd;
     struct dcp__lock lock; /* the path's one-writer lock (lock.h) */
     int *fidx;          /* per rank: its file's index in md->files, or -1 */
@@ -536,6 +537,12 @@ static int coord_dir(dcp_ctx *ctx, struct coord *co, const char *path)
             co->old = NULL;
             co->old_unknown = 1;
         }
+    } else if (dcp__fs_exists(co->dirfd, "__0.metadata")) {
+        /* A rank-local checkpoint (torch's use_collectives=False, or
+         * DCP_SAVE_RANK_LOCAL): its data files have our names, so ours
+         * get a fresh tag; it is removed once ours committed. */
+        co->old_unknown = 1;
+        co->old_rl = 1;
     }
     /* Leftovers of interrupted saves: named by no committed .metadata,
      * and no live writer (we hold the lock). Best effort: a failure here
@@ -1491,9 +1498,17 @@ int dcp__save_finish(dcp_ctx *ctx, struct sv_job *job)
                           job->sync, job->zstd, &renamed);
         /* Before anyone returns, so the directory holds exactly the new
          * checkpoint when the call ends on any rank. */
-        if (rc == DCP_OK)
+        if (rc == DCP_OK) {
             remove_old_files(job->co.dirfd, job->co.old, job->co.g.md);
-        else if (ctx->size > 1)
+            /* A rank-local checkpoint replaced: its __<k>.metadata, now
+             * shadowed by ours, and its data files (best effort: what
+             * stays is never loaded; the next save or dcp_clean removes
+             * it). */
+            if (job->co.old_rl &&
+                dcp__clean_leftovers(job->co.dirfd, job->path, job->co.g.md,
+                                     0, NULL, NULL, &ctx->err) != DCP_OK)
+                dcp__err_clear(&ctx->err);
+        } else if (ctx->size > 1)
             (void)dcp__err_prefix(&ctx->err, "rank 0 failed");
     }
     rc = dcp__comm_share_err(c, rc, &ctx->err, 0);

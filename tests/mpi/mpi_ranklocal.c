@@ -293,6 +293,23 @@ static void test_other_saves(void)
     snprintf(p, sizeof(p), "__%d.metadata", mt_size + 3);
     CHECK_MSG(ctx, p);
     CHECK(!exists(dir, "__0.metadata"));
+    /* A plain save over a rank-local checkpoint: its data files under
+     * fresh names (the old checkpoint's files are not overwritten before
+     * the commit), then the old one removed whole. */
+    snprintf(dir, sizeof(dir), "%s/rl_then_plain", root);
+    CHECK_OK(ctx, dcp_save(ctx, st, dir, &so));
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK_OK(ctx, dcp_save(ctx, st, dir, NULL));
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(exists(dir, ".metadata"));
+    for (int k = 0; k < mt_size; k++) {
+        char nm[48];
+        snprintf(nm, sizeof(nm), "__%d.metadata", k);
+        CHECK(!exists(dir, nm));
+        snprintf(nm, sizeof(nm), "__%d_0.distcp", k);
+        CHECK(!exists(dir, nm));
+    }
+    load_check(ctx, dir, mt_rank, mt_size, mt_size);
     dcp_state_free(st);
 }
 
