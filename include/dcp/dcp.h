@@ -273,7 +273,8 @@ typedef struct dcp_ctx_options {
     uint32_t io_depth;
     /* Bytes per request and per I/O buffer (default 4 MiB; a multiple of
      * 4096 from 64 KiB to 64 MiB). The context keeps io_depth such buffers
-     * (32 MiB by default) once a save or load has used them, for the next
+     * (32 MiB with the default depth of 8; 64 MiB when the first save or
+     * load was on S3) once a save or load has used them, for the next
      * one; they are freed with the context. */
     uint32_t io_block_bytes;
     /* Storage back end (dcp_storage.h) and its instance; NULL storage: the
@@ -359,7 +360,9 @@ typedef struct dcp_io_report {
                                  (zip headers, unaligned tensor data) */
     uint64_t requests;        /* I/O requests issued */
     uint32_t max_in_flight;   /* most requests in flight at once */
-    uint32_t files;           /* data files written or read */
+    uint32_t files;           /* data files written or read (a load from
+                                 S3 counts a file once per round of
+                                 about 128 MiB that reads from it) */
     uint64_t buffer_bytes;    /* I/O buffer memory the context holds */
 } dcp_io_report;
 
@@ -917,8 +920,8 @@ typedef struct dcp_save_options {
  * (dcp_ctx_io_report): a host tensor whose buffer is 4096-byte aligned
  * (posix_memalign, page-aligned allocations) is written straight from it;
  * others are copied through the context's I/O buffers (io_depth x
- * io_block_bytes, 32 MiB by default), so a save needs little memory beyond
- * the state either way; CUDA tensors pass through the context's staging
+ * io_block_bytes, 32 MiB with the defaults on files), so a save needs
+ * little memory beyond the state either way; CUDA tensors pass through the context's staging
  * buffers.
  *
  * The buffers are read during the call only. dcp_save is dcp_save_async
@@ -1112,7 +1115,10 @@ typedef struct dcp_load_options {
  * dcp_load_report instead; with DCP_LOAD_ALLOW_UNEXPECTED only unexpected
  * keys are (missing keys remain DCP_EKEY, as in PyTorch's default load).
  * A CRC error is found while copying: the call fails, and the boxes read
- * so far may hold partial data.
+ * so far may hold partial data. On S3 the tensors are read in rounds of
+ * about 128 MiB (docs/S3.md), so a record that fails to parse (a damaged
+ * archive, a record of another save) may likewise be found after earlier
+ * rounds' boxes landed.
  *
  * Plan cache. The context keeps the decoded and checked .metadata of its
  * last successful load that reported no missing or unexpected key. A
@@ -1274,7 +1280,9 @@ typedef struct dcp_clean_result {
  * Removes the leftovers of interrupted writers from the checkpoint
  * directory dir: the data files (__<r>_<n>[.<tag>].distcp) and temporary
  * metadata files (.metadata.tmp, .metadata.<...>.tmp) that no committed
- * .metadata names. Never a file the committed checkpoint names, never a
+ * .metadata names, and rank-local metadata (__<r>.metadata) beside a
+ * committed .metadata, which readers never use (a rank-local checkpoint
+ * that a plain save replaced). Never a file the committed checkpoint names, never a
  * file whose name is not one dcp writes (a user's own files stay), never
  * through a symbolic link (links are not listed). On an object store
  * (s3://), also the incomplete multipart uploads of such names directly

@@ -15,9 +15,10 @@
  * or one PUT when the file is smaller than a part; reads are ranged GETs,
  * CRCs verified as for files. A load fetches the records it reads whole
  * (up to 32 MiB each) with their headers, neighbouring records together,
- * in ranges of up to a part, max_inflight at once, about 128 MiB per
- * round held in memory until copied out; other reads are ranged GETs
- * coalesced by the engine. A save commits as on files (docs/FORMAT.md):
+ * in ranges of up to min(part size, 8 MiB), max_inflight at once, about
+ * 128 MiB per round held in memory until copied out (a round's last
+ * tensor may add up to 32 MiB); other reads are ranged GETs coalesced by
+ * the engine. A save commits as on files (docs/FORMAT.md):
  * every rank's objects are complete before rank 0 PUTs "prefix/.metadata",
  * the commit point; a save over an existing checkpoint writes data objects
  * under fresh names, so the old checkpoint loads until the new .metadata

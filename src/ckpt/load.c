@@ -201,7 +201,8 @@ static int chunk_inside(const struct st_entry *se, const struct md_chunk *c)
 static int load_tensor(struct rd_files *f, const struct st_entry *se,
                        const struct md_entry *e, int verify,
                        struct io_rbatch *batch, const struct ro_plan *ro,
-                       size_t ei, uint64_t *hinted, struct dcp_err *err)
+                       size_t ei, uint64_t *hinted, uint64_t budget,
+                       struct dcp_err *err)
 {
     struct rd_dest *dest;
     uint8_t *host = NULL, *mark;
@@ -237,8 +238,14 @@ static int load_tensor(struct rd_files *f, const struct st_entry *se,
         nwanted--;
         if (dcp__ro_shared(ro, ei, i))
             continue; /* read once, by its reader (readonce.c) */
+        /* A record read whole is hinted whole while the round's budget
+         * lasts (a tensor of many chunks stops there: its other records
+         * get their headers hinted only), and never a value record's
+         * member (its leaves share the record: unflat.c). */
         if (!batch)
-            *hinted += dcp__rd_prefetch(f, e, i, chunk_inside(se, &e->chunks[i]));
+            *hinted += dcp__rd_prefetch(f, e, i,
+                                        !e->member && *hinted < budget &&
+                                            chunk_inside(se, &e->chunks[i]));
         else if (host)
             rc = dcp__rd_chunk(f, e, i, dest, se->nboxes, verify, NULL, err);
         else
@@ -295,7 +302,7 @@ static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
             long ei = dcp__meta_find(md, st->e[i].key);
             if (ei >= 0 && st->e[i].is_tensor)
                 rc = load_tensor(f, &st->e[i], &md->e[ei], verify, NULL, ro,
-                                 (size_t)ei, &hinted, &ctx->err);
+                                 (size_t)ei, &hinted, round, &ctx->err);
         }
         if (rc == DCP_OK)
             rc = dcp__io_rbatch_init(&batch, f->dirfd, md->nfiles, &ctx->err);
@@ -303,7 +310,7 @@ static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
             long ei = dcp__meta_find(md, st->e[k].key);
             if (ei >= 0 && st->e[k].is_tensor)
                 rc = load_tensor(f, &st->e[k], &md->e[ei], verify, &batch, ro,
-                                 (size_t)ei, NULL, &ctx->err);
+                                 (size_t)ei, NULL, 0, &ctx->err);
         }
         if (rc == DCP_OK && batch.nparts) {
             if (!eng)

@@ -83,7 +83,8 @@ int dcp__leftover_name(const char *name);
  * Removes the leftovers of interrupted writers from dirfd: every regular
  * file that dcp__leftover_name accepts and that the committed checkpoint
  * md (NULL: none) does not name; with md NULL and a __0.metadata present
- * (torch's rank-local checkpoint), no data file is removed. Call with the
+ * (torch's rank-local checkpoint), no data file is removed; with md, also
+ * rank-local metadata __<r>.metadata (shadowed by .metadata). Call with the
  * lock held (no live writer).
  * Symbolic links are never listed nor followed. *files and *bytes (may be
  * NULL) receive what was removed. With force, also the lock's temporaries

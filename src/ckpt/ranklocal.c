@@ -29,10 +29,10 @@ long dcp__rl_name_rank(const char *s)
         return -1;
     if (*p == '0' && p[1] != '.')
         return -1;
-    for (; *p >= '0' && *p <= '9'; p++) {
+    for (; *p >= '0' && *p <= '9'; p++) { /* saturating: any length */
         r = r * 10 + (*p - '0');
         if (r > RL_MAX_RANKS)
-            return RL_MAX_RANKS;
+            r = RL_MAX_RANKS;
     }
     return strcmp(p, ".metadata") == 0 ? r : -1;
 }

@@ -207,6 +207,7 @@ struct s3file {
     } * pf;
     size_t npf, pf_unfetched;
     uint64_t pf_bytes;
+    atomic_int pf_any; /* npf > 0, readable without mu */
     /* writing, under mu */
     pthread_mutex_t mu;
     struct part *parts; /* MAX_PARTS */
@@ -286,6 +287,7 @@ static int file_new(struct s3dir *d, const char *name, int writing,
         dcp__free(f);
         return dcp__err(err, DCP_ENOMEM, "out of memory opening '%s'", name);
     }
+    atomic_init(&f->pf_any, 0);
     f->cl = d->cl;
     atomic_fetch_add(&f->cl->refs, 1);
     if (writing) {
@@ -558,6 +560,7 @@ static void fetch_hinted(struct s3file *f)
         }
         f->npf = 0;
         f->pf_bytes = 0;
+        atomic_store(&f->pf_any, 0);
     }
     f->pf_unfetched = 0;
     dcp__free(offs);
@@ -591,6 +594,7 @@ static int hint_one(struct s3file *f, uint64_t off, uint64_t end,
     f->npf++;
     f->pf_unfetched++;
     f->pf_bytes += end - off;
+    atomic_store(&f->pf_any, 1);
     return 1;
 }
 
@@ -628,6 +632,7 @@ void dcp__s3_hint_drop(void *file)
     f->npf = 0;
     f->pf_unfetched = 0;
     f->pf_bytes = 0;
+    atomic_store(&f->pf_any, 0);
     (void)pthread_mutex_unlock(&f->mu);
 }
 
@@ -728,7 +733,10 @@ static int s3_read_at(void *impl, void *file, const char *name, void *p,
         return read_small(f, p, n, off, err);
     /* A large read that hinted ranges cover (a record hinted whole) is
      * served from them: the record's bytes were fetched once, together
-     * with its headers. */
+     * with its headers. Without hints, no lock: large reads of one object
+     * run in parallel, never behind a small read's window fetch. */
+    if (!atomic_load(&f->pf_any))
+        return dcp__s3_get_range(f->cl->s3, f->key, (int64_t)off, p, n, err);
     (void)pthread_mutex_lock(&f->mu);
     if (f->pf_unfetched)
         fetch_hinted(f);
