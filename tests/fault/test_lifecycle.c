@@ -942,12 +942,17 @@ static void touch(const char *dir, const char *name, int bytes)
 TEST(clean_filter)
 {
     const char *dir = sub("filter"), *out = sub("outside");
+    /* Rank-local metadata beside the committed .metadata is dead too, for
+     * any rank number. */
     static const char *gone[] = {"__5_0.distcp", "__0_0.0123abcd.distcp",
                                  ".metadata.tmp", ".metadata.77-3.tmp",
-                                 ".lock.1-2.tmp"};
+                                 ".lock.1-2.tmp", "__3.metadata",
+                                 "__1234567890123.metadata"};
     static const char *kept[] = {"notes.txt", "__0_0.distcp.bak",
                                  "__x_0.distcp", "__0_0.XYZ.distcp",
-                                 "metadata.tmp", ".lock.takeover-ab"};
+                                 "metadata.tmp", ".lock.takeover-ab",
+                                 "__12.metadata.bak", "__01.metadata",
+                                 "__70000_0.distcp.x"};
     char lnk[800];
     dcp_ctx *ctx;
     dcp_clean_result cr;
@@ -970,8 +975,8 @@ TEST(clean_filter)
     memset(&cr, 0, sizeof(cr));
     cr.struct_size = sizeof(cr);
     ASSERT_OK(dcp_clean(ctx, dir, 0, &cr));
-    ASSERT_U64_EQ(cr.files, 5);
-    ASSERT_U64_EQ(cr.bytes, 500);
+    ASSERT_U64_EQ(cr.files, 7);
+    ASSERT_U64_EQ(cr.bytes, 700);
     for (i = 0; i < sizeof(gone) / sizeof(gone[0]); i++)
         ASSERT(!has(dir, gone[i]));
     for (i = 0; i < sizeof(kept) / sizeof(kept[0]); i++)
@@ -1000,7 +1005,7 @@ TEST(clean_filter)
     memset(&cr, 0, sizeof(cr));
     cr.struct_size = sizeof(cr);
     ASSERT_OK(dcp_clean(ctx, dir, 0, &cr));
-    ASSERT_U64_EQ(cr.files, 5);
+    ASSERT_U64_EQ(cr.files, 7);
     for (i = 0; i < sizeof(gone) / sizeof(gone[0]); i++)
         ASSERT(!has(dir, gone[i]));
     ASSERT(has(dir, ".a4199") && has(dir, "notes.txt"));
