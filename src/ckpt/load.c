@@ -260,6 +260,25 @@ static int load_tensor(struct rd_files *f, const struct st_entry *se,
     return rc;
 }
 
+/* The prefetch pass of one round: the tensors from i0 on until about
+ * round bytes are hinted (at least one entry); returns the index after
+ * the round's last entry. *rc gets a failure. */
+static size_t hint_round(struct rd_files *f, const dcp_state *st,
+                         const struct dcp_metadata *md, int verify,
+                         const struct ro_plan *ro, size_t i0, uint64_t round,
+                         uint64_t *hinted, int *rc, struct dcp_err *err)
+{
+    size_t i;
+    for (i = i0; *rc == DCP_OK && i < st->n && (i == i0 || *hinted < round);
+         i++) {
+        long ei = dcp__meta_find(md, st->e[i].key);
+        if (ei >= 0 && st->e[i].is_tensor)
+            *rc = load_tensor(f, &st->e[i], &md->e[ei], verify, NULL, ro,
+                              (size_t)ei, hinted, round, err);
+    }
+    return i;
+}
+
 /*
  * Values, then this rank's own tensor chunks (batched), then the chunks
  * read once (readonce.h: every rank takes part when ro->on, even one that
@@ -274,12 +293,30 @@ static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
     dcp_value **vals = dcp__calloc(st->n ? st->n : 1, sizeof(*vals));
     struct io_rbatch batch = {0};
     struct io_eng *eng = NULL;
+    uint64_t hinted = 0, round;
+    size_t i1 = 0;
     size_t i;
     int rc = rc_in, dropped = 0;
     if (!vals && rc == DCP_OK)
         rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
     if (!vals && !ro->on)
         return rc;
+    /* On a back end that takes hints (S3) the records are fetched whole,
+     * several in flight, before they are parsed; the fetched bytes are
+     * held until their batch ran, so the tensors go in rounds of at most
+     * about HINT_ROUND hinted bytes. The value records are hinted with the
+     * first round's tensors, so that reading the values fetches them all
+     * together. */
+    round = dcp__load_hint_round ? dcp__load_hint_round : HINT_ROUND;
+    for (i = 0; rc == DCP_OK && i < st->n; i++) {
+        long ei = dcp__meta_find(md, st->e[i].key);
+        if (ei >= 0 && !st->e[i].is_tensor)
+            hinted += dcp__rd_prefetch(f, &md->e[ei], 0,
+                                       md->e[ei].member == NULL);
+    }
+    if (rc == DCP_OK)
+        i1 = hint_round(f, st, md, verify, ro, 0, round, &hinted, &rc,
+                        &ctx->err);
     /* Values are decoded before any buffer changes. */
     for (i = 0; rc == DCP_OK && i < st->n; i++) {
         long ei = dcp__meta_find(md, st->e[i].key);
@@ -287,26 +324,18 @@ static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
             rc = dcp__rd_value(f, &md->e[ei], verify, ctx->max_value_bytes,
                                &vals[i], &ctx->err);
     }
-    /* Tensors: archives parsed, then their bytes read in one batch,
-     * sorted by file and offset (ioengine.h). On a back end that takes
-     * hints (S3) the records are fetched whole, several in flight, before
-     * they are parsed; the fetched bytes are held until their batch ran,
-     * so the tensors go in rounds of at most HINT_ROUND hinted bytes. */
+    /* Tensors: archives parsed, then their bytes read in one batch per
+     * round, sorted by file and offset (ioengine.h). */
     dcp__ctx_io_clear(ctx, DCP_IO_LOAD);
-    for (i = 0; rc == DCP_OK && i < st->n;) {
-        size_t i0 = i;
-        uint64_t hinted = 0, round = dcp__load_hint_round
-                                          ? dcp__load_hint_round
-                                          : HINT_ROUND;
-        for (; rc == DCP_OK && i < st->n && hinted < round; i++) {
-            long ei = dcp__meta_find(md, st->e[i].key);
-            if (ei >= 0 && st->e[i].is_tensor)
-                rc = load_tensor(f, &st->e[i], &md->e[ei], verify, NULL, ro,
-                                 (size_t)ei, &hinted, round, &ctx->err);
+    for (i = 0; rc == DCP_OK && i < st->n; i = i1) {
+        if (i > 0) {
+            hinted = 0;
+            i1 = hint_round(f, st, md, verify, ro, i, round, &hinted, &rc,
+                            &ctx->err);
         }
         if (rc == DCP_OK)
             rc = dcp__io_rbatch_init(&batch, f->dirfd, md->nfiles, &ctx->err);
-        for (size_t k = i0; rc == DCP_OK && k < i; k++) {
+        for (size_t k = i; rc == DCP_OK && k < i1; k++) {
             long ei = dcp__meta_find(md, st->e[k].key);
             if (ei >= 0 && st->e[k].is_tensor)
                 rc = load_tensor(f, &st->e[k], &md->e[ei], verify, &batch, ro,

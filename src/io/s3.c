@@ -31,6 +31,8 @@
 #define S3_MAX_PARTS 10000
 #define S3_MIN_PART  (5u << 20)
 #define S3_UNSIGNED  "UNSIGNED-PAYLOAD"
+#define S3_BIG_XFER  ((size_t)1 << 20) /* bodies from 1 MiB ... */
+#define S3_XFER_BUF  ((size_t)512 << 10) /* ... move in 512 KiB */
 
 /* HTTP requests sent by this process (dcp__s3_requests). */
 static _Atomic uint64_t n_get, n_other;
@@ -768,9 +770,15 @@ static int prepare(struct dcp__s3 *s3, struct req *r)
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
     curl_easy_setopt(h, CURLOPT_PRIVATE, r);
+    /* Large bodies move through larger buffers than curl's defaults
+     * (16 KiB down, 64 KiB up): fewer callbacks and system calls. */
+    if (r->kind == RQ_GET_RANGE && r->want >= S3_BIG_XFER)
+        curl_easy_setopt(h, CURLOPT_BUFFERSIZE, (long)S3_XFER_BUF);
     if (strcmp(r->method, "HEAD") == 0) {
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
     } else if (strcmp(r->method, "PUT") == 0) {
+        if (r->body_len >= S3_BIG_XFER)
+            curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, (long)S3_XFER_BUF);
         curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
         curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
         curl_easy_setopt(h, CURLOPT_READDATA, r);
