@@ -302,8 +302,9 @@ def paired_fio_stages(fio, c4, R, build, scale, tag=""):
 def tmpfs_limit_stages(shm, d4, R, build, scale):
     """The limit of a save into tmpfs: 4 processes writing the state's
     bytes into new files with write() (bench/tmpfs_limit.c). Every
-    configuration once (block size, fallocate first or not; write_crc and
-    memcpy for reference), then each 4-rank dcp save right after a run of
+    configuration once (block size, fallocate first or not, threads per
+    process; write_crc and memcpy for reference), then each 4-rank dcp
+    save right after a run of
     the best write configuration, so that each pair sees the same machine.
     Returns the sweep {name: GB/s}, the best configuration, the paired
     stages (limit, dcp save)."""
@@ -311,16 +312,18 @@ def tmpfs_limit_stages(shm, d4, R, build, scale):
     swept, best = {}, None
     for r in run_json(mpirun(4, [lim, "--runs", "1"] + scale, build,
                              "tmpfs_limit"), MPI_ENV):
+        thr = f", {r['threads']} threads" if r["threads"] > 1 else ""
         name = r["op"] + (f" {r['block'] >> 20} MiB"
-                          f"{', fallocate' if r['fallocate'] else ''}"
+                          f"{', fallocate' if r['fallocate'] else ''}{thr}"
                           if r["op"].startswith("write") else "")
         swept[name] = round(r["gbps"], 3)
         if r["op"] == "write" and (best is None or r["gbps"] > best["gbps"]):
             best = r
     conf = ["--op", "write", "--block", str(best["block"]), "--fallocate",
-            str(best["fallocate"])]
+            str(best["fallocate"]), "--threads", str(best["threads"])]
     lw = Stage(f"tmpfs write limit ({best['block'] >> 20} MiB"
-               f"{', fallocate' if best['fallocate'] else ''})")
+               f"{', fallocate' if best['fallocate'] else ''}, "
+               f"{best['threads']} thread(s))")
     ds = Stage("tmpfs dcp save 4")
     for _ in range(R):
         lw.add(run_json(mpirun(4, [lim, "--runs", "1"] + conf + scale, build,
@@ -847,13 +850,15 @@ def issue16(a, build, data, scale, R):
           f"{fio.conf['read'][0]} x {fio.conf['read'][1]} jobs; the paired "
           "runs below use them.", "",
           "tmpfs limit sweep (bench/tmpfs_limit.c, 4 processes, each "
-          "writing its shards into a new /dev/shm file with write() of at "
-          "most the block size, fsync, close; one run each; write_crc "
+          "writing its shards into new /dev/shm files (one per thread) "
+          "with write() of at most the block size, fsync, close; one run "
+          "each; write_crc "
           "computes each piece's CRC-32 first, memcpy copies into new "
           "memory, for reference): " +
           ", ".join(f"{k} {v} GB/s" for k, v in lswept.items()) + ". "
           f"Best write: {lbest['block'] >> 20} MiB blocks"
-          f"{', fallocate first' if lbest['fallocate'] else ''}; the paired "
+          f"{', fallocate first' if lbest['fallocate'] else ''}, "
+          f"{lbest['threads']} thread(s) per process; the paired "
           "runs below use it.", "",
           "| key | median | range | what |", "|---|---|---|---|",
           row("fio_write_gbps", "fio write, best configuration (the limit)"),
