@@ -25,7 +25,8 @@
  * Per rank it also
  * reports the peak RSS (VmHWM) and, for a save, the peak beyond the RSS
  * just before the call (the memory the save itself used on top of the
- * state: /proc/self/clear_refs resets the peak first).
+ * state: /proc/self/clear_refs resets the peak first), and the slowest
+ * rank's seconds in each phase (dcp_ctx_phase_report: phase_max_seconds).
  */
 #define _GNU_SOURCE /* posix_fadvise, DT_REG */
 #include <dirent.h>
@@ -41,6 +42,9 @@
 #include <dcp/dcp_mpi.h>
 
 #include "gpt2_state.h"
+
+/* The phases reported per run (the slowest rank's seconds in each). */
+#define NPH (DCP_PHASE_EXCHANGE + 1)
 
 static long status_kib(const char *field)
 {
@@ -285,6 +289,7 @@ int main(int argc, char **argv)
         double t0, t1, cpu, allcpu = 0;
         uint64_t bad = 0, allbad = 0, moved[2] = {0, 0}, allmoved[2] = {0, 0};
         dcp_phase_report pr;
+        double phmax[NPH];
         if (save && rank == 0)
             clear_dir(dir);
         if (!save && rank == 0)
@@ -323,6 +328,10 @@ int main(int argc, char **argv)
         }
         MPI_Reduce(moved, allmoved, 2, MPI_UINT64_T, MPI_SUM, 0,
                    MPI_COMM_WORLD);
+        if (save && dcp_ctx_phase_report(ctx, DCP_IO_SAVE, &pr) != DCP_OK)
+            memset(pr.seconds, 0, sizeof(pr.seconds));
+        MPI_Reduce(pr.seconds, phmax, NPH, MPI_DOUBLE, MPI_MAX, 0,
+                   MPI_COMM_WORLD);
         rep.struct_size = sizeof(rep);
         (void)dcp_ctx_io_report(ctx, save ? DCP_IO_SAVE : DCP_IO_LOAD, &rep);
         if (rank == 0) {
@@ -346,7 +355,11 @@ int main(int argc, char **argv)
             for (r = 0; r < world; r++)
                 printf("%s%.1f", r ? ", " : "",
                        (double)peaks[2 * r + 1] / 1024);
-            printf("], \"io\": {\"direct\": %d, \"uring\": %d, "
+            printf("], \"phase_max_seconds\": {");
+            for (r = 0; r < NPH; r++)
+                printf("%s\"%s\": %.4f", r ? ", " : "", dcp_phase_name(r),
+                       phmax[r]);
+            printf("}, \"io\": {\"direct\": %d, \"uring\": %d, "
                    "\"bytes\": %llu, \"zero_copy_bytes\": %llu, "
                    "\"bounce_bytes\": %llu, \"requests\": %llu, "
                    "\"max_in_flight\": %u, \"buffer_bytes\": %llu, "

@@ -45,8 +45,9 @@ outputs from it).
 --issue16 runs only issue 16's figures side by side (the fio sweep and the
 save/load paired with its best configuration, reshard_verify_ratio, the
 replicated load read once / per rank / by PyTorch DCP, save and load on
-tmpfs against PyTorch DCP) and merges them into results.json and their own
-section of RESULTS.md.
+tmpfs against PyTorch DCP, the save on tmpfs paired with the limit of plain
+write() there, bench/tmpfs_limit.c) and merges them into results.json and
+their own section of RESULTS.md.
 """
 
 import argparse
@@ -267,13 +268,13 @@ class Fio:
 
 # ------------------------------------------------------------------ dcp
 
-def mpirun(n, args, build):
+def mpirun(n, args, build, prog="io_bench"):
     exe = shutil.which("mpirun") or shutil.which("mpiexec")
     if not exe:
         raise SystemExit("bench: mpirun not found")
     cmd = [exe, "--oversubscribe", "-n", str(n)] if "mpirun" in exe else \
         [exe, "-n", str(n)]
-    return cmd + [os.path.join(build, "io_bench")] + args
+    return cmd + [os.path.join(build, prog)] + args
 
 
 def dcp_stage(name, n, mode, ckpt, runs, build, extra):
@@ -296,6 +297,41 @@ def paired_fio_stages(fio, c4, R, build, scale, tag=""):
         dl.add(run_json(mpirun(4, ["load", c4, "--runs", "1"] + scale,
                                build), MPI_ENV))
     return fw, ds, fr, dl
+
+
+def tmpfs_limit_stages(shm, d4, R, build, scale):
+    """The limit of a save into tmpfs: 4 processes writing the state's
+    bytes into new files with write() (bench/tmpfs_limit.c). Every
+    configuration once (block size, fallocate first or not, threads per
+    process; write_crc and memcpy for reference), then each 4-rank dcp
+    save right after a run of
+    the best write configuration, so that each pair sees the same machine.
+    Returns the sweep {name: GB/s}, the best configuration, the paired
+    stages (limit, dcp save)."""
+    lim = os.path.join(shm, "limit")
+    swept, best = {}, None
+    for r in run_json(mpirun(4, [lim, "--runs", "1"] + scale, build,
+                             "tmpfs_limit"), MPI_ENV):
+        thr = f", {r['threads']} threads" if r["threads"] > 1 else ""
+        name = r["op"] + (f" {r['block'] >> 20} MiB"
+                          f"{', fallocate' if r['fallocate'] else ''}{thr}"
+                          if r["op"].startswith("write") else "")
+        swept[name] = round(r["gbps"], 3)
+        if r["op"] == "write" and (best is None or r["gbps"] > best["gbps"]):
+            best = r
+    conf = ["--op", "write", "--block", str(best["block"]), "--fallocate",
+            str(best["fallocate"]), "--threads", str(best["threads"])]
+    lw = Stage(f"tmpfs write limit ({best['block'] >> 20} MiB"
+               f"{', fallocate' if best['fallocate'] else ''}, "
+               f"{best['threads']} thread(s))")
+    ds = Stage("tmpfs dcp save 4")
+    for _ in range(R):
+        lw.add(run_json(mpirun(4, [lim, "--runs", "1"] + conf + scale, build,
+                               "tmpfs_limit"), MPI_ENV))
+        ds.add(run_json(mpirun(4, ["save", d4, "--runs", "1"] + scale,
+                               build), MPI_ENV))
+    shutil.rmtree(lim, ignore_errors=True)
+    return swept, best, lw.done([]), ds.done([])
 
 
 def reshard_verify_stages(c4, R, build, scale):
@@ -722,6 +758,8 @@ def median_ratio(num, den, nd=2):
 
 def issue16(a, build, data, scale, R):
     """Issue 16's figures, side by side in one run (see --issue16)."""
+    if not os.path.exists(os.path.join(build, "tmpfs_limit")):
+        raise SystemExit(f"bench: {build}/tmpfs_limit missing (cmake --build)")
     c4, ct = os.path.join(data, "dcp4"), os.path.join(data, "torch4")
     res, lines = {}, []
     # The storage limit: the best of several fio configurations, then
@@ -768,7 +806,8 @@ def issue16(a, build, data, scale, R):
     shm = tempfile.mkdtemp(prefix="dcp-bench-tmpfs-", dir="/dev/shm")
     try:
         d4, t4 = os.path.join(shm, "dcp4"), os.path.join(shm, "torch4")
-        tds = dcp_stage("tmpfs dcp save 4", 4, "save", d4, R, build, scale)
+        lswept, lbest, tlw, tds = tmpfs_limit_stages(shm, d4, R, build,
+                                                     scale)
         tdl = dcp_stage("tmpfs dcp load 4", 4, "load", d4, R, build, scale)
         shutil.rmtree(d4)
         tts = torch_stage("tmpfs torch save 4", 4, "save", t4, R, scale)
@@ -780,6 +819,9 @@ def issue16(a, build, data, scale, R):
     res["tmpfs_torch_save_gbps"] = fig(gbps(tts), "GB/s")
     res["tmpfs_torch_load_gbps"] = fig(gbps(ttl), "GB/s")
     res["tmpfs_save_vs_torch"] = median_ratio(gbps(tds), gbps(tts))
+    res["tmpfs_write_limit_gbps"] = fig(gbps(tlw), "GB/s")
+    res["tmpfs_save_vs_limit"] = fig(
+        [x / y for x, y in zip(gbps(tds), gbps(tlw))], "x", 2)
     res["tmpfs_load_vs_torch"] = median_ratio(gbps(tdl), gbps(ttl))
     # Outputs: merged into results.json; RESULTS.md's own section.
     merge_results(os.path.join(a.out, "results.json"), res)
@@ -787,7 +829,7 @@ def issue16(a, build, data, scale, R):
         v = res[k]
         return (f"| `{k}` | {v['value']} {v['unit']} | {v['min']} – "
                 f"{v['max']} | {what} |")
-    stages = (fw, ds, fr, dl, rv, rn, ro, pr, tr, tds, tdl, tts, ttl)
+    stages = (fw, ds, fr, dl, rv, rn, ro, pr, tr, tlw, tds, tdl, tts, ttl)
     md = [I16_BEGIN, "",
           "## Issue 16: read once, the fio sweep, tmpfs against PyTorch DCP",
           "",
@@ -807,6 +849,17 @@ def issue16(a, build, data, scale, R):
           f"{fio.conf['write'][1]} jobs; best read: iodepth "
           f"{fio.conf['read'][0]} x {fio.conf['read'][1]} jobs; the paired "
           "runs below use them.", "",
+          "tmpfs limit sweep (bench/tmpfs_limit.c, 4 processes, each "
+          "writing its shards into new /dev/shm files (one per thread) "
+          "with write() of at most the block size, fsync, close; one run "
+          "each; write_crc "
+          "computes each piece's CRC-32 first, memcpy copies into new "
+          "memory, for reference): " +
+          ", ".join(f"{k} {v} GB/s" for k, v in lswept.items()) + ". "
+          f"Best write: {lbest['block'] >> 20} MiB blocks"
+          f"{', fallocate first' if lbest['fallocate'] else ''}, "
+          f"{lbest['threads']} thread(s) per process; the paired "
+          "runs below use it.", "",
           "| key | median | range | what |", "|---|---|---|---|",
           row("fio_write_gbps", "fio write, best configuration (the limit)"),
           row("fio_read_gbps", "fio read, best configuration (the limit)"),
@@ -833,6 +886,11 @@ def issue16(a, build, data, scale, R):
           row("tmpfs_torch_save_gbps", "PyTorch DCP 4-process save into "
               "/dev/shm"),
           row("tmpfs_save_vs_torch", "dcp / PyTorch DCP (goal 8)"),
+          row("tmpfs_write_limit_gbps", "4 processes writing the same bytes "
+              "into new /dev/shm files with write(), best configuration "
+              "(the limit)"),
+          row("tmpfs_save_vs_limit", "dcp 4-rank save into /dev/shm / the "
+              "limit run just before it"),
           row("tmpfs_load_gbps", "dcp 4-rank load from /dev/shm"),
           row("tmpfs_torch_load_gbps", "PyTorch DCP 4-process load from "
               "/dev/shm"),
@@ -871,7 +929,8 @@ def main():
                     "paired save/load against the best configuration, the "
                     "replicated load (dcp read once, per rank, PyTorch "
                     "DCP), reshard_verify_ratio, save and load on tmpfs "
-                    "against PyTorch DCP (merged into results.json and "
+                    "against PyTorch DCP and the save against plain write() "
+                    "there (merged into results.json and "
                     "their own section of RESULTS.md)")
     ap.add_argument("--report-only", action="store_true",
                     help=f"redo the outputs from OUT/{RAW}, measuring nothing")

@@ -1,8 +1,8 @@
 /*
  * CRC-32 (ISO-HDLC, the zip polynomial 0xEDB88320, reflected), as zip and
  * torch.save record it. Carry-less multiplication (PCLMULQDQ, or VPCLMULQDQ
- * with AVX-512) where the CPU has it, slicing-by-8 tables otherwise. Thread
- * safe.
+ * with AVX2 or AVX-512) where the CPU has it, slicing-by-8 tables
+ * otherwise. Thread safe.
  */
 #ifndef DCP_CRC32_H
 #define DCP_CRC32_H
@@ -64,7 +64,8 @@ uint32_t dcp__crcb_finish(struct crc_blocks *b);
 
 /*
  * Tests and benchmarks: caps the implementation at max_level (0 tables,
- * 1 PCLMUL, 2 VPCLMUL; a negative value leaves the cap alone) and returns
+ * 1 PCLMUL, 2 VPCLMUL on 256-bit registers (AVX2), 3 VPCLMUL on 512-bit
+ * ones (AVX-512); a negative value leaves the cap alone) and returns
  * the level now in use on this CPU. Not thread safe: call it while no CRC
  * is being computed.
  */
