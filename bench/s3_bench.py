@@ -2,11 +2,12 @@
 """S3 benchmark: dcp's save and load of the GPT-2 small + AdamW state
 (bench/gpt2_state.h) through its S3 back end, beside the same server's raw
 parallel throughput with a well-known client (boto3's transfer manager: a
-multipart upload of the same number of bytes in 8 MiB parts, 16 in flight,
-and the download of that object in 8 MiB ranged GETs, 16 in flight) and
-beside PyTorch DCP's S3 path (torch's FsspecWriter/FsspecReader over s3fs),
-all in the same run, against the server tests/s3/s3_env.py starts (moto on
-loopback):
+multipart upload of the same bytes, dcp's data object, in 8 MiB parts, 16
+in flight, and the download of dcp's data object in 8 MiB ranged GETs, 16
+in flight; run by run in turn with dcp's save and load, the ratios to raw
+taken pair by pair) and beside PyTorch DCP's S3 path (torch's
+FsspecWriter/FsspecReader over s3fs), all in the same run, against the
+server tests/s3/s3_env.py starts (moto on loopback):
 
     python tests/s3/s3_env.py python bench/s3_bench.py [--build build]
                                          [--runs 3] [--scale small|medium|full]
@@ -64,14 +65,43 @@ def main():
     extra = ["--runs", str(a.runs)] + (["--scale", a.scale]
                                        if a.scale != "full" else [])
     io_bench = [os.path.join(a.build, "io_bench")]
+    one = ["--runs", "1"] + extra[2:]
     res, gb = {}, {}
-    # dcp, one rank (mpiexec -n 1)
-    for op in ("save", "load"):
-        r = jruns(["mpiexec", "-n", "1"] + io_bench + [op, base + "/dcp"] + extra,
-                  ENV)
-        assert all(x.get("bad_elements", 0) == 0 for x in r)
-        gb["dcp_" + op] = [x["bytes"] / x["seconds"] / 1e9 for x in r]
+    import boto3
+    from boto3.s3.transfer import TransferConfig
+    cfg = TransferConfig(multipart_threshold=8 << 20,
+                         multipart_chunksize=8 << 20, max_concurrency=16)
+    s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+    for k in ("dcp_save", "dcp_load", "raw_save", "raw_load"):
+        gb[k] = []
+    # Run by run, in turn: dcp's save (one rank, mpiexec -n 1), the raw
+    # upload of the same bytes (dcp's data object, read back first), dcp's
+    # load, the raw download of dcp's data object; each pair sees the same
+    # server state and the same neighbours.
+    for _ in range(a.runs):
+        r = jruns(["mpiexec", "-n", "1"] + io_bench +
+                  ["save", base + "/dcp"] + one, ENV)
+        gb["dcp_save"] += [x["bytes"] / x["seconds"] / 1e9 for x in r]
         nbytes = r[0]["bytes"]
+        keys = [o["Key"] for o in s3.list_objects_v2(
+            Bucket=bucket, Prefix="bench/dcp/")["Contents"]
+            if o["Key"].endswith(".distcp")]
+        assert len(keys) == 1, keys
+        data = s3.get_object(Bucket=bucket, Key=keys[0])["Body"].read()
+        t0 = time.perf_counter()
+        s3.upload_fileobj(io.BytesIO(data), bucket, "bench/raw/blob",
+                          Config=cfg)
+        gb["raw_save"].append(len(data) / (time.perf_counter() - t0) / 1e9)
+        r = jruns(["mpiexec", "-n", "1"] + io_bench +
+                  ["load", base + "/dcp"] + one, ENV)
+        assert all(x.get("bad_elements", 0) == 0 for x in r)
+        gb["dcp_load"] += [x["bytes"] / x["seconds"] / 1e9 for x in r]
+        out = io.BytesIO()
+        t0 = time.perf_counter()
+        s3.download_fileobj(bucket, keys[0], out, Config=cfg)
+        gb["raw_load"].append(len(data) / (time.perf_counter() - t0) / 1e9)
+        assert out.getvalue() == data
+        del data, out
     # torch's S3 path, one process
     with socket.socket() as sk:
         sk.bind(("127.0.0.1", 0))
@@ -84,29 +114,15 @@ def main():
                    op, base + "/torch"] + extra, tenv)
         assert all(x.get("bad_elements", 0) == 0 for x in r)
         gb["torch_" + op] = [x["bytes"] / x["seconds"] / 1e9 for x in r]
-    # raw: boto3's transfer manager, the same number of bytes
-    import boto3
-    from boto3.s3.transfer import TransferConfig
-    cfg = TransferConfig(multipart_threshold=8 << 20,
-                         multipart_chunksize=8 << 20, max_concurrency=16)
-    s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
-    data = os.urandom(1 << 20) * (nbytes >> 20) + os.urandom(nbytes & ((1 << 20) - 1))
-    gb["raw_save"], gb["raw_load"] = [], []
-    for _ in range(a.runs):
-        t0 = time.perf_counter()
-        s3.upload_fileobj(io.BytesIO(data), bucket, "bench/raw/blob", Config=cfg)
-        gb["raw_save"].append(nbytes / (time.perf_counter() - t0) / 1e9)
-        out = io.BytesIO()
-        t0 = time.perf_counter()
-        s3.download_fileobj(bucket, "bench/raw/blob", out, Config=cfg)
-        gb["raw_load"].append(nbytes / (time.perf_counter() - t0) / 1e9)
-        assert out.getvalue() == data
     # The small scale writes the s3_* keys; another scale s3_<scale>_*.
     pre = "s3_" if a.scale == "small" else f"s3_{a.scale}_"
     for k, v in gb.items():
         res[f"{pre}{k}_gbps"] = fig(v, "GB/s")
     for op in ("save", "load"):
-        for other in ("raw", "torch"):
+        # against raw: the runs were paired, so the ratio of each pair
+        pr = [d / r for d, r in zip(gb["dcp_" + op], gb["raw_" + op])]
+        res[f"{pre}{op}_vs_raw"] = fig(pr, "x", 2)
+        for other in ("torch",):
             res[f"{pre}{op}_vs_{other}"] = {
                 "value": round(statistics.median(gb["dcp_" + op]) /
                                statistics.median(gb[f"{other}_{op}"]), 2),

@@ -211,7 +211,7 @@ struct s3file {
     /* writing, under mu */
     pthread_mutex_t mu;
     struct part *parts; /* MAX_PARTS */
-    char (*tags)[33];   /* MAX_PARTS */
+    char (*tags)[DCP__S3_TAG]; /* MAX_PARTS */
     uint64_t end, total;
     char upid[UPID_MAX];
     int have_upid;
@@ -440,7 +440,7 @@ static int s3_open_read(void *impl, void *dir, const char *name, void **file,
 static int send_part(struct s3file *f, size_t k, const uint8_t *buf, size_t len,
                      struct dcp_err *err)
 {
-    char tag[33];
+    char tag[DCP__S3_TAG];
     int rc = DCP_OK;
     (void)pthread_mutex_lock(&f->mu);
     if (!f->have_upid && !f->failed) {
@@ -798,7 +798,8 @@ static int finish(struct s3file *f, unsigned flags, struct dcp_err *err)
     }
     if (rc == DCP_OK)
         rc = dcp__s3_mpu_complete(f->cl->s3, f->key, f->upid, np,
-                                  (const char(*)[33])f->tags, flags, err);
+                                  (const char(*)[DCP__S3_TAG])f->tags, flags,
+                                  err);
     if (rc == DCP_OK)
         f->have_upid = 0;
     else

@@ -26,6 +26,8 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "crc32.h"
+
 #define S3_RESP_MAX  (16u << 20) /* listing and error bodies */
 #define S3_ETAG_MAX  80
 #define S3_MAX_PARTS 10000
@@ -51,6 +53,10 @@ struct dcp__s3 {
     CURLSH *share;
     pthread_mutex_t locks[CURL_LOCK_DATA_LAST];
     int share_ok;
+    /* Data PUTs carry x-amz-checksum-crc32 and multipart uploads are
+     * created with CRC32 checksums (the server verifies every part):
+     * unless AWS_REQUEST_CHECKSUM_CALCULATION is "when_required". */
+    int checksums;
 };
 
 /* ------------------------------------------------------------- utilities */
@@ -382,6 +388,10 @@ int dcp__s3_create(const struct dcp__s3_config *cfg, const char *bucket,
         s3->c.max_in_flight = 256;
     if (s3->c.part_size == 0)
         s3->c.part_size = 8u << 20;
+    {
+        const char *ck = env_first("AWS_REQUEST_CHECKSUM_CALCULATION", NULL);
+        s3->checksums = !ck || strcmp(ck, "when_required") != 0;
+    }
     if (s3->c.part_size < S3_MIN_PART || s3->c.part_size > ((size_t)5 << 30)) {
         dcp__s3_free(s3);
         return dcp__err(err, DCP_EINVAL,
@@ -497,6 +507,8 @@ struct req {
     int no_range;     /* RQ_GET_ALL: the object is empty (416 to bytes=0-) */
     char md5_hex[33]; /* RQ_PUT_DATA: the expected ETag */
     char md5_b64[25];
+    /* A signed x-amz-checksum-* header, "name:value", or "" */
+    char ck_hdr[48];
     /* per attempt */
     CURL *h;
     struct curl_slist *hl;
@@ -629,7 +641,7 @@ static int prepare(struct dcp__s3 *s3, struct req *r)
     int rc = DCP_OK;
     char amzdate[17], day[9], phash[65], chash[65];
     uint8_t k1[32], k2[32], k3[32], k4[32], sig[32];
-    char sighex[65];
+    char sighex[65], signed_hdrs[128];
     time_t t = time(NULL);
     struct tm tm;
     gmtime_r(&t, &tm);
@@ -657,20 +669,27 @@ static int prepare(struct dcp__s3 *s3, struct req *r)
     } else {
         strcpy(phash, S3_UNSIGNED);
     }
-    rc = dcp__buf_printf(&creq,
-                         "%s\n%s\n%s\nhost:%s\nx-amz-content-sha256:%s\n"
-                         "x-amz-date:%s\n",
-                         r->method, (char *)uri.p, r->query, s3->host, phash,
-                         amzdate);
+    /* The signed headers, sorted: host, the checksum header if any
+     * (x-amz-checksum-* sorts before x-amz-content-sha256), ... */
+    {
+        const char *colon = strchr(r->ck_hdr, ':');
+        (void)snprintf(signed_hdrs, sizeof(signed_hdrs),
+                       "host;%.*s%sx-amz-content-sha256;x-amz-date%s",
+                       colon ? (int)(colon - r->ck_hdr) : 0, r->ck_hdr,
+                       colon ? ";" : "",
+                       s3->token ? ";x-amz-security-token" : "");
+    }
+    rc = dcp__buf_printf(&creq, "%s\n%s\n%s\nhost:%s\n%s%s", r->method,
+                         (char *)uri.p, r->query, s3->host, r->ck_hdr,
+                         r->ck_hdr[0] ? "\n" : "");
+    if (!rc)
+        rc = dcp__buf_printf(&creq,
+                             "x-amz-content-sha256:%s\nx-amz-date:%s\n", phash,
+                             amzdate);
     if (!rc && s3->token)
         rc = dcp__buf_printf(&creq, "x-amz-security-token:%s\n", s3->token);
     if (!rc)
-        rc = dcp__buf_printf(&creq, "\n%s\n%s",
-                             s3->token ? "host;x-amz-content-sha256;x-amz-"
-                                         "date;x-amz-security-token"
-                                       : "host;x-amz-content-sha256;x-amz-"
-                                         "date",
-                             phash);
+        rc = dcp__buf_printf(&creq, "\n%s\n%s", signed_hdrs, phash);
     if (rc || sha256_hex(creq.p, creq.len, chash) != 0) {
         rc = rc ? rc : DCP_EIO;
         goto out;
@@ -708,15 +727,16 @@ static int prepare(struct dcp__s3 *s3, struct req *r)
         rc = add_hdr(&r->hl, "x-amz-content-sha256: %s", phash);
     if (!rc && s3->token)
         rc = add_hdr(&r->hl, "x-amz-security-token: %s", s3->token);
+    if (!rc && r->ck_hdr[0]) {
+        const char *colon = strchr(r->ck_hdr, ':');
+        rc = add_hdr(&r->hl, "%.*s: %s", (int)(colon - r->ck_hdr), r->ck_hdr,
+                     colon + 1);
+    }
     if (!rc)
         rc = add_hdr(&r->hl,
                      "Authorization: AWS4-HMAC-SHA256 Credential=%s/%s/%s/s3/"
                      "aws4_request, SignedHeaders=%s, Signature=%s",
-                     s3->ak, day, s3->region,
-                     s3->token ? "host;x-amz-content-sha256;x-amz-date;"
-                                 "x-amz-security-token"
-                               : "host;x-amz-content-sha256;x-amz-date",
-                     sighex);
+                     s3->ak, day, s3->region, signed_hdrs, sighex);
     if (!rc)
         rc = add_hdr(&r->hl, "Expect:");
     if (!rc && r->kind == RQ_PUT_DATA)
@@ -1387,15 +1407,40 @@ int dcp__s3_get(struct dcp__s3 *s3, const char *key, size_t max, void **buf,
     return rc;
 }
 
-static int put_prep(struct req *r, const char *key, const void *buf, size_t len)
+/* The CRC-32 of d (S3's CRC32 checksum) in base64: 8 characters. */
+static void crc_b64(const void *d, size_t n, char out[9])
+{
+    uint32_t c = n ? dcp__crc32(0, d, n) : 0;
+    unsigned char be[4] = {(unsigned char)(c >> 24), (unsigned char)(c >> 16),
+                           (unsigned char)(c >> 8), (unsigned char)c};
+    EVP_EncodeBlock((unsigned char *)out, be, 4);
+}
+
+static int put_prep(struct dcp__s3 *s3, struct req *r, const char *key,
+                    const void *buf, size_t len)
 {
     r->method = "PUT";
     r->key = key;
     r->kind = RQ_PUT_DATA;
     r->body = buf;
     r->body_len = len;
+    r->ck_hdr[0] = '\0';
+    if (s3->checksums) {
+        char b64[9];
+        crc_b64(buf, len, b64);
+        (void)snprintf(r->ck_hdr, sizeof(r->ck_hdr), "x-amz-checksum-crc32:%s",
+                       b64);
+    }
     return md5_both(len ? buf : "", len, r->md5_hex, r->md5_b64) == 0 ? DCP_OK
                                                                       : DCP_EIO;
+}
+
+/* A prepared part's tag for complete: "<md5 hex>[:<crc32 base64>]". */
+static void part_tag(const struct req *r, char tag[DCP__S3_TAG])
+{
+    const char *ck = strchr(r->ck_hdr, ':');
+    (void)snprintf(tag, DCP__S3_TAG, "%s%s%s", r->md5_hex, ck ? ":" : "",
+                   ck ? ck + 1 : "");
 }
 
 int dcp__s3_put(struct dcp__s3 *s3, const char *key, const void *buf,
@@ -1408,7 +1453,7 @@ int dcp__s3_put(struct dcp__s3 *s3, const char *key, const void *buf,
                         "PUT (use multipart)",
                         s3->bucket, key, len);
     struct req r = {0};
-    if (put_prep(&r, key, buf, len) != DCP_OK)
+    if (put_prep(s3, &r, key, buf, len) != DCP_OK)
         return dcp__err(err, DCP_EIO, "MD5 failed");
     if (flags & DCP__S3_PUT_EXCLUSIVE)
         r.hdr1 = "If-None-Match: *";
@@ -1745,6 +1790,9 @@ int dcp__s3_mpu_create(struct dcp__s3 *s3, const char *key, char *upid,
     DCP_RETURN_IF(dcp__s3_check_key(key, err));
     struct req c = {.method = "POST", .key = key, .sign_body = 1};
     int rc = set_query(&c, "uploads=");
+    if (s3->checksums) /* every part then carries its CRC32 (put_prep) */
+        (void)snprintf(c.ck_hdr, sizeof(c.ck_hdr),
+                       "x-amz-checksum-algorithm:CRC32");
     upid[0] = '\0';
     if (rc == DCP_OK)
         rc = one(s3, &c, err);
@@ -1764,14 +1812,14 @@ int dcp__s3_mpu_create(struct dcp__s3 *s3, const char *key, char *upid,
 
 int dcp__s3_mpu_part(struct dcp__s3 *s3, const char *key, const char *upid,
                      unsigned partno, const void *buf, size_t len,
-                     char md5_hex[33], struct dcp_err *err)
+                     char tag[DCP__S3_TAG], struct dcp_err *err)
 {
     struct req r = {0};
     if (partno < 1 || partno > S3_MAX_PARTS)
         return dcp__err(err, DCP_ELIMIT,
                         "s3://%s/%s: part %u is over S3's %d parts", s3->bucket,
                         key, partno, S3_MAX_PARTS);
-    if (put_prep(&r, key, buf, len) != DCP_OK)
+    if (put_prep(s3, &r, key, buf, len) != DCP_OK)
         return dcp__err(err, DCP_EIO, "MD5 failed");
     char *eid = enc_dup(upid);
     int rc = eid ? set_query(&r, "partNumber=%u&uploadId=%s", partno, eid)
@@ -1782,23 +1830,30 @@ int dcp__s3_mpu_part(struct dcp__s3 *s3, const char *key, const char *upid,
         return dcp__err(err, rc, "s3://%s/%s: cannot send part %u", s3->bucket,
                         key, partno);
     }
-    memcpy(md5_hex, r.md5_hex, 33);
+    part_tag(&r, tag);
     rc = one(s3, &r, err);
     req_release(&r);
     return rc;
 }
 
 int dcp__s3_mpu_complete(struct dcp__s3 *s3, const char *key, const char *upid,
-                         size_t nparts, const char (*md5_hex)[33],
+                         size_t nparts, const char (*tags)[DCP__S3_TAG],
                          unsigned flags, struct dcp_err *err)
 {
     struct dcp_buf xml = {0};
     int rc = dcp__buf_printf(&xml, "<CompleteMultipartUpload>");
-    for (size_t i = 0; i < nparts && rc == DCP_OK; i++)
+    for (size_t i = 0; i < nparts && rc == DCP_OK; i++) {
+        const char *ck = strchr(tags[i], ':');
         rc = dcp__buf_printf(&xml,
-                             "<Part><PartNumber>%zu</PartNumber><ETag>\"%s\""
-                             "</ETag></Part>",
-                             i + 1, md5_hex[i]);
+                             "<Part><PartNumber>%zu</PartNumber><ETag>\"%.32s\""
+                             "</ETag>",
+                             i + 1, tags[i]);
+        if (rc == DCP_OK && ck)
+            rc = dcp__buf_printf(&xml, "<ChecksumCRC32>%s</ChecksumCRC32>",
+                                 ck + 1);
+        if (rc == DCP_OK)
+            rc = dcp__buf_printf(&xml, "</Part>");
+    }
     if (rc == DCP_OK)
         rc = dcp__buf_printf(&xml, "</CompleteMultipartUpload>");
     if (rc != DCP_OK) {
@@ -1840,25 +1895,25 @@ int dcp__s3_put_multipart(struct dcp__s3 *s3, const char *key, const void *buf,
         return rc;
     char *eid = enc_dup(upid);
     struct req *rs = dcp__calloc(np, sizeof(*rs));
-    char(*tags)[33] = dcp__calloc(np, sizeof(*tags));
+    char(*tags)[DCP__S3_TAG] = dcp__calloc(np, sizeof(*tags));
     if (!eid || !rs || !tags) {
         rc = dcp__err(err, DCP_ENOMEM, "out of memory");
         goto abort;
     }
     for (size_t i = 0; i < np && rc == DCP_OK; i++) {
         size_t o = i * ps, l = len - o < ps ? len - o : ps;
-        if (put_prep(&rs[i], key, (const uint8_t *)buf + o, l) != DCP_OK)
+        if (put_prep(s3, &rs[i], key, (const uint8_t *)buf + o, l) != DCP_OK)
             rc = dcp__err(err, DCP_EIO, "MD5 failed");
         else if (set_query(&rs[i], "partNumber=%zu&uploadId=%s", i + 1, eid))
             rc = dcp__err(err, DCP_ENOMEM, "out of memory");
         rs[i].off = (int64_t)o;
-        memcpy(tags[i], rs[i].md5_hex, 33);
+        part_tag(&rs[i], tags[i]);
     }
     if (rc == DCP_OK)
         rc = run_reqs(s3, rs, np, err);
     if (rc == DCP_OK)
-        rc = dcp__s3_mpu_complete(s3, key, upid, np, (const char(*)[33])tags,
-                                  flags, err);
+        rc = dcp__s3_mpu_complete(s3, key, upid, np,
+                                  (const char(*)[DCP__S3_TAG])tags, flags, err);
 abort:
     if (rc != DCP_OK && dcp__s3_mpu_abort(s3, key, upid, NULL) != DCP_OK)
         dcp__err_prefix(err, "and aborting upload %.40s failed", upid);

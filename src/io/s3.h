@@ -126,18 +126,24 @@ int dcp__s3_put_multipart(struct dcp__s3 *s3, const char *key, const void *buf,
  * A multipart upload step by step (the storage back end's writer, fs_s3.c):
  * create hands out the upload id (NUL-terminated, in cap bytes); part sends
  * part partno (1..10000; every part but the last at least 5 MiB) and gives
- * its MD5 in hex, which the server's ETag must match and complete lists;
+ * its tag for complete: its MD5 in hex, which the server's ETag must
+ * match, then ':' and its CRC-32 in base64 when the client sends
+ * checksums (the upload was created with CRC32, and the server checks
+ * every part against it; AWS_REQUEST_CHECKSUM_CALCULATION=when_required
+ * turns checksums off);
  * complete (exclusive when flags say so) makes the object; abort discards
  * the upload and its parts (err may be NULL). Parts of one upload may be
  * sent from many threads at once.
  */
+#define DCP__S3_TAG 48 /* a part's tag: 32 + 1 + 8 + NUL, rounded */
+
 int dcp__s3_mpu_create(struct dcp__s3 *s3, const char *key, char *upid,
                        size_t cap, struct dcp_err *err);
 int dcp__s3_mpu_part(struct dcp__s3 *s3, const char *key, const char *upid,
                      unsigned partno, const void *buf, size_t len,
-                     char md5_hex[33], struct dcp_err *err);
+                     char tag[DCP__S3_TAG], struct dcp_err *err);
 int dcp__s3_mpu_complete(struct dcp__s3 *s3, const char *key, const char *upid,
-                         size_t nparts, const char (*md5_hex)[33],
+                         size_t nparts, const char (*tags)[DCP__S3_TAG],
                          unsigned flags, struct dcp_err *err);
 int dcp__s3_mpu_abort(struct dcp__s3 *s3, const char *key, const char *upid,
                       struct dcp_err *err);
