@@ -2,11 +2,13 @@
 S3 client wrote (whole and multipart, odd key names) and dcp reads what
 boto3 wrote. Run by s3_env.py (the server on loopback); argv[1] is the
 s3_put_get helper."""
+import base64
 import hashlib
 import os
 import subprocess
 import sys
 import tempfile
+import zlib
 
 import boto3
 
@@ -28,6 +30,19 @@ for key, n in keys.items():
     got = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     if got != data:
         print(f"FAIL boto3 read of dcp's {key}: {len(got)} bytes vs {len(data)}")
+        fails += 1
+    # dcp sent S3's CRC32 checksum: a multipart upload keeps one over its
+    # parts; a PUT's is the object's own (moto keeps it only with the AWS
+    # SDKs' x-amz-sdk-checksum-algorithm header, which dcp does not send:
+    # when kept, it must be the object's CRC-32)
+    ck = s3.head_object(Bucket=bucket, Key=key,
+                        ChecksumMode="ENABLED").get("ChecksumCRC32")
+    want_ck = base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+    if mode == "put" and ck is not None and ck != want_ck:
+        print(f"FAIL checksum of dcp's {key}: {ck} vs {want_ck}")
+        fails += 1
+    if mode == "mput" and not ck:
+        print(f"FAIL no checksum on dcp's multipart {key}")
         fails += 1
     # and back: boto3 writes, dcp reads
     key2 = key.replace("interop/", "interop/boto-")
