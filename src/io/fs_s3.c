@@ -1064,6 +1064,30 @@ int dcp__s3_abort_uploads(void *dir, int (*leftover)(const char *name),
     return rc;
 }
 
+int dcp__s3_read_all(void *dir, const char *name, uint64_t max, uint8_t **out,
+                     size_t *len, struct dcp_err *err)
+{
+    struct s3dir *d = dir;
+    char *key;
+    void *buf = NULL;
+    int rc = make_key(d, name, &key, err);
+    *out = NULL;
+    *len = 0;
+    if (rc != DCP_OK)
+        return rc;
+    /* One GET bounded by max (a longer object: DCP_ELIMIT; none:
+     * DCP_ENOENT), not a HEAD for the size and then a GET. */
+    rc = dcp__s3_get(d->cl->s3, key,
+                     max < SIZE_MAX - 1 ? (size_t)max : SIZE_MAX - 1, &buf,
+                     len, err);
+    if (rc == DCP_OK)
+        *out = buf;
+    else
+        dcp__free(buf);
+    dcp__free(key);
+    return rc;
+}
+
 static int s3_publish(void *impl, void *dir, const char *path, const char *name,
                       const void *p, size_t n, uint32_t flags, int *visible,
                       struct dcp_err *err)
@@ -1168,6 +1192,16 @@ void dcp__s3_hint(void *file, uint64_t off, uint64_t len)
 void dcp__s3_hint_drop(void *file)
 {
     (void)file;
+}
+
+int dcp__s3_read_all(void *dir, const char *name, uint64_t max, uint8_t **out,
+                     size_t *len, struct dcp_err *err)
+{
+    (void)dir;
+    (void)max;
+    *out = NULL;
+    *len = 0;
+    return no_s3(name, err);
 }
 
 int dcp__s3_list_dirs(void *dir, const char *prefix, size_t max,

@@ -201,6 +201,9 @@ uint32_t dcp__s3_max_inflight(void);
 /* The S3 back end's prefetch hint for a file it opened for reading. */
 void dcp__s3_hint(void *file, uint64_t off, uint64_t len);
 void dcp__s3_hint_drop(void *file);
+/* dcp__fs_read_all of an S3 directory handle: one bounded GET. */
+int dcp__s3_read_all(void *dir, const char *name, uint64_t max, uint8_t **out,
+                     size_t *len, struct dcp_err *err);
 /* dcp__fs_list_dirs of an S3 directory handle (unsorted). */
 int dcp__s3_list_dirs(void *dir, const char *prefix, size_t max,
                       dcp_storage_entry *out, size_t *count,

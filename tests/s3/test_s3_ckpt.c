@@ -320,6 +320,19 @@ TEST(whole_records)
         ASSERT(gets <= bound);
         ASSERT(gets < NREC);
     }
+    /* .metadata is read with one bounded GET: over the context's limit,
+     * DCP_ELIMIT */
+    {
+        dcp_ctx_options co;
+        dcp_ctx *small;
+        memset(&co, 0, sizeof(co));
+        co.struct_size = sizeof(co);
+        co.max_metadata_bytes = 64;
+        ASSERT_EQ(dcp_ctx_create(&small, NULL, &co), DCP_OK);
+        ASSERT(!recs_load(small, at("ck/whole"), 3, &rc));
+        ASSERT_EQ(rc, DCP_ELIMIT);
+        dcp_ctx_free(small);
+    }
     /* in rounds of 1 MiB hinted: held memory bounded, the same bytes */
     dcp__load_hint_round = (uint64_t)1 << 20;
     ASSERT(recs_load(ctx, at("ck/whole"), 3, &rc));
