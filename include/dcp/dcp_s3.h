@@ -30,11 +30,12 @@
  * Configuration follows the AWS conventions: AWS_ACCESS_KEY_ID,
  * AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION (then
  * AWS_DEFAULT_REGION, then us-east-1), AWS_ENDPOINT_URL_S3 then
- * AWS_ENDPOINT_URL (none: AWS itself), AWS_REQUEST_CHECKSUM_CALCULATION
- * (data PUTs and multipart parts carry a CRC32 checksum the server
- * verifies, unless it is "when_required"). With a custom endpoint requests are
- * path style (http://host:port/bucket/key). dcp_s3_configure sets any of
- * these for the whole process; a field it sets wins over the environment.
+ * AWS_ENDPOINT_URL (none: AWS itself). With a custom endpoint requests
+ * are path style (http://host:port/bucket/key). dcp_s3_configure sets any
+ * of these for the whole process; a field it sets wins over the
+ * environment. Data PUTs and multipart parts carry a CRC32 checksum that
+ * the server verifies, unless AWS_REQUEST_CHECKSUM_CALCULATION is
+ * "when_required" (any case; environment only).
  *
  * Without libcurl and libcrypto at build time there is no S3 back end: an
  * s3:// path fails with DCP_ENOTSUP and dcp_s3_configure returns

@@ -312,7 +312,8 @@ static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
         long ei = dcp__meta_find(md, st->e[i].key);
         if (ei >= 0 && !st->e[i].is_tensor)
             hinted += dcp__rd_prefetch(f, &md->e[ei], 0,
-                                       md->e[ei].member == NULL);
+                                       md->e[ei].member == NULL &&
+                                           hinted < round);
     }
     if (rc == DCP_OK)
         i1 = hint_round(f, st, md, verify, ro, 0, round, &hinted, &rc,
@@ -324,6 +325,8 @@ static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
             rc = dcp__rd_value(f, &md->e[ei], verify, ctx->max_value_bytes,
                                &vals[i], &ctx->err);
     }
+    if (rc != DCP_OK && hinted)
+        dcp__rd_hints_drop(f); /* not held through the read-once exchange */
     /* Tensors: archives parsed, then their bytes read in one batch per
      * round, sorted by file and offset (ioengine.h). */
     dcp__ctx_io_clear(ctx, DCP_IO_LOAD);

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h> /* strcasecmp */
 #include <time.h>
 
 #include <curl/curl.h>
@@ -390,7 +391,7 @@ int dcp__s3_create(const struct dcp__s3_config *cfg, const char *bucket,
         s3->c.part_size = 8u << 20;
     {
         const char *ck = env_first("AWS_REQUEST_CHECKSUM_CALCULATION", NULL);
-        s3->checksums = !ck || strcmp(ck, "when_required") != 0;
+        s3->checksums = !ck || strcasecmp(ck, "when_required") != 0;
     }
     if (s3->c.part_size < S3_MIN_PART || s3->c.part_size > ((size_t)5 << 30)) {
         dcp__s3_free(s3);
@@ -1069,6 +1070,14 @@ static int judge(struct dcp__s3 *s3, struct req *r, CURLcode cc, int *code_out,
     if (st >= 500 || strcmp(code, "RequestTimeout") == 0 ||
         strcmp(code, "SlowDown") == 0 || st == 409) {
         *code_out = st == 409 ? DCP_EEXIST : DCP_EIO;
+        return 1;
+    }
+    /* A body that changed on the way (the server's own MD5, CRC32 or
+     * SHA-256 check): sent again, DCP_ECORRUPT if it keeps failing. */
+    if (st == 400 && (strcmp(code, "BadDigest") == 0 ||
+                      strcmp(code, "XAmzContentSHA256Mismatch") == 0 ||
+                      strcmp(code, "InvalidDigest") == 0)) {
+        *code_out = DCP_ECORRUPT;
         return 1;
     }
     if (st == 403 || st == 401 || st == 400)
