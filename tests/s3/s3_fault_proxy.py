@@ -10,6 +10,8 @@ Modes:
   truncate      GETs with a body: the full Content-Length, half the body, close
   badlen        GETs with a body: one byte short, with a matching Content-Length
   badetag       PUTs: the server's answer with a wrong ETag
+  baddigest     PUTs: 400 BadDigest (the server's checksum of the body did
+                not match), not forwarded
 """
 import http.client
 import http.server
@@ -33,6 +35,7 @@ def _take(path, method, has_body):
         mode, n = parts[0], int(parts[1])
         applies = {"slowdown": True, "reset": True, "stall": True,
                    "slowdown_put": method == "PUT", "badetag": method == "PUT",
+                   "baddigest": method == "PUT",
                    "truncate": method == "GET", "badlen": method == "GET"}.get(mode, False)
         if not applies:
             return None
@@ -52,6 +55,15 @@ def start(host, port, up_host, up_port, fault_path):
             n = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(n) if n else b""
             mode = _take(fault_path, self.command, True)
+            if mode == "baddigest":
+                msg = (b"<Error><Code>BadDigest</Code><Message>The CRC32 you "
+                       b"specified did not match the calculated checksum."
+                       b"</Message></Error>")
+                self.send_response(400)
+                self.send_header("Content-Length", str(len(msg)))
+                self.end_headers()
+                self.wfile.write(msg)
+                return
             if mode in ("slowdown", "slowdown_put"):
                 msg = b"<Error><Code>SlowDown</Code><Message>Reduce</Message></Error>"
                 self.send_response(503)

@@ -458,6 +458,22 @@ TEST(overwrite_and_failed_saves)
     ASSERT_EQ(uploads("ck/ow/"), 0);
     ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
     ASSERT_EQ(got, 2);
+    /* the server's own checksum refusing a body (400 BadDigest): sent
+     * again; for ever, DCP_ECORRUPT naming it, nothing committed */
+    faults("baddigest", 100000);
+    rc = save(ctx, at("ck/ow"), BIG, 7);
+    faults(NULL, 0);
+    ASSERT_EQ(rc, DCP_ECORRUPT);
+    ASSERT(strstr(dcp_errmsg(ctx), "BadDigest"));
+    ASSERT_EQ(uploads("ck/ow/"), 0);
+    ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
+    ASSERT_EQ(got, 2);
+    cfg(1, 8, 30000);
+    faults("baddigest", 2);
+    ASSERT_EQ(save(ctx, at("ck/ow"), BIG, 8), DCP_OK);
+    faults(NULL, 0);
+    ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
+    ASSERT_EQ(got, 8);
     /* SlowDown a few times: retried, the save goes through */
     cfg(1, 8, 30000);
     faults("slowdown", 3);
