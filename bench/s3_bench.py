@@ -134,6 +134,7 @@ def main():
     if a.scale != "small":
         for v in res.values():
             v["scale"] = a.scale
+    os.makedirs(a.out, exist_ok=True)
     jpath = os.path.join(a.out, "results.json")
     old = {}
     if os.path.exists(jpath):
