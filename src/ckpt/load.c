@@ -175,11 +175,6 @@ static int cuda_upload(const struct st_entry *se, const uint8_t *host,
                         : dcp__err_prefix(err, "cannot load '%s'", se->key);
 }
 
-/*
- * Reads the chunks of e that overlap se's boxes: parsed now, their bytes
- * added to batch; with batch NULL, only prefetched. A CUDA tensor is read
- * at once (not batched) into one host buffer, then copied to the device.
- */
 /* Whether chunk c lies whole inside one of se's boxes (it is then read
  * whole). */
 static int chunk_inside(const struct st_entry *se, const struct md_chunk *c)
@@ -198,6 +193,11 @@ static int chunk_inside(const struct st_entry *se, const struct md_chunk *c)
     return 0;
 }
 
+/*
+ * Reads the chunks of e that overlap se's boxes: parsed now, their bytes
+ * added to batch; with batch NULL, only prefetched. A CUDA tensor is read
+ * at once (not batched) into one host buffer, then copied to the device.
+ */
 static int load_tensor(struct rd_files *f, const struct st_entry *se,
                        const struct md_entry *e, int verify,
                        struct io_rbatch *batch, const struct ro_plan *ro,
@@ -244,7 +244,8 @@ static int load_tensor(struct rd_files *f, const struct st_entry *se,
          * member (its leaves share the record: unflat.c). */
         if (!batch)
             *hinted += dcp__rd_prefetch(f, e, i,
-                                        !e->member && *hinted < budget &&
+                                        f->hints && !e->member &&
+                                            *hinted < budget &&
                                             chunk_inside(se, &e->chunks[i]));
         else if (host)
             rc = dcp__rd_chunk(f, e, i, dest, se->nboxes, verify, NULL, err);

@@ -420,10 +420,10 @@ static int is_leftover(const char *name, const struct dcp_metadata *md,
     if (keep_data && !strncmp(name, "__", 2))
         return 0;
     /* A rank-local checkpoint's __<k>.metadata beside a committed
-     * .metadata, which readers prefer: dead (a plain save over it). */
-    if (md && dcp__rl_name_rank(name) >= 0 && !named_by(md, name))
-        return 1;
-    return dcp__leftover_name(name) && !named_by(md, name);
+     * .metadata, which readers prefer, is dead (a plain save over it). */
+    return (dcp__leftover_name(name) ||
+            (md && dcp__rl_name_rank(name) >= 0)) &&
+           !named_by(md, name);
 }
 
 /* Removes the leftovers among the names starting with prefix. Returns

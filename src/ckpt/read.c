@@ -54,6 +54,8 @@ int dcp__rd_open(struct rd_files *f, const char *path,
     rc = dcp__fs_open_dir(path, &f->dirfd, err);
     if (rc != DCP_OK)
         dcp__rd_close(f);
+    else
+        f->hints = dcp__fs_takes_hints(f->dirfd);
     return rc;
 }
 
@@ -117,7 +119,7 @@ uint64_t dcp__rd_prefetch(struct rd_files *f, const struct md_entry *e,
         return 0; /* the read reports it */
     fd = dcp__fs_raw_fd(f->fds[c->file]);
     if (fd < 0) { /* another storage back end: its own hints (S3) */
-        if (!dcp__fs_takes_hints(f->fds[c->file]))
+        if (!f->hints)
             return 0;
         if (whole && c->length <= WHOLE_MAX) {
             dcp__fs_hint(f->fds[c->file], c->offset, c->length);

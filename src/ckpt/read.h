@@ -23,6 +23,7 @@ struct rd_files {
     uint8_t *scratch; /* reused staging buffer */
     size_t scratch_cap;
     uint8_t *win; /* the record-parsing windows (read.c) */
+    int hints;    /* the back end takes hints (dcp__fs_takes_hints: S3) */
     /* The last compressed record opened, decompressed (xform.c), and the
      * bound on a value record's decompressed size (dcp__rd_value sets it). */
     uint8_t *plain;

@@ -63,8 +63,8 @@
 #include "lock.h"
 #include "meta.h"
 #include "plan.h"
-#include "ranklocal.h"
 #include "planner.h"
+#include "ranklocal.h"
 #include "read.h"
 #include "stage.h"
 #include "state.h"
@@ -506,8 +506,6 @@ static int encode_assignments(struct coord *co, struct dcp_err *err)
 }
 
 /* Step 2 on rank 0: plan, directory, file names, assignments. */
-/* Step 2's directory part on rank 0, with a plan in co->g (new or
- * cached): the directory, the committed checkpoint there, file names. */
 /* Rank 0: the directory made and opened, the save's id drawn, and the
  * one-writer lock taken, from here to the commit (lock.h). */
 static int coord_open(dcp_ctx *ctx, struct coord *co, const char *path)
@@ -522,6 +520,8 @@ static int coord_open(dcp_ctx *ctx, struct coord *co, const char *path)
     return rc;
 }
 
+/* Step 2's directory part on rank 0, with a plan in co->g (new or
+ * cached): the directory, the committed checkpoint there, file names. */
 static int coord_dir(dcp_ctx *ctx, struct coord *co, const char *path)
 {
     int rc = coord_open(ctx, co, path);

@@ -656,8 +656,9 @@ static int pf_copy(struct s3file *f, uint8_t *p, size_t n, uint64_t off)
         }
         if (!q)
             return 0;
-        len = (size_t)(q->off + q->len - off) < n ? (size_t)(q->off + q->len - off)
-                                                  : n;
+        len = (size_t)(q->off + q->len - off);
+        if (len > n)
+            len = n;
         memcpy(p, q->buf + (off - q->off), len);
         p += len;
         off += len;
