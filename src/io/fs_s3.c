@@ -10,16 +10,21 @@
  *
  * Writing (create or write_begin): the object is cut into parts of the
  * client's part size P; write_at copies its bytes into the buffers of the
- * parts it touches, and the call that fills a part sends it (creating the
- * multipart upload on the first), so with the I/O engine's threads
- * (max_inflight > 1) many parts are in flight. Completion (close with an
- * error record, write_complete) sends the last part and completes the
- * upload, or PUTs the object whole when it never filled a part; each byte
- * must have been written exactly once (holes or overlaps: DCP_EIO, the
- * upload aborted). A write that failed, close without an error record
- * (dcp's release of a handle on an error path, storage.c) and write_abort
- * abort the upload: no parts are left behind. Part buffers are freed as
- * their parts go out; at most the parts being filled are held.
+ * parts it touches, and the call that fills a part queues it for the
+ * file's senders: threads started on demand, up to max_inflight, that
+ * create the multipart upload (the first) and send the parts, so parts go
+ * up in parallel while the writes go on, whatever the size of the writes
+ * (the engine's queue holds requests, not bytes). write_at waits when
+ * max_inflight + HELD_EXTRA full parts are not sent yet. The first
+ * failure fails the file: later writes return it, queued parts are
+ * dropped. Completion (close with an error record, write_complete) waits
+ * for the senders, sends the last part and completes the upload, or PUTs
+ * the object whole when it never filled a part; each byte must have been
+ * written exactly once (holes or overlaps: DCP_EIO, the upload aborted).
+ * A write that failed, close without an error record (dcp's release of a
+ * handle on an error path, storage.c) and write_abort stop the senders
+ * and abort the upload: no parts are left behind. Part buffers are freed
+ * as their parts go out.
  *
  * Reading: read_at is a ranged GET (split into parallel part-sized
  * requests when large). The reader hints the ranges it will read
@@ -70,6 +75,9 @@ int dcp_path_is_s3(const char *path)
 #define BIG_PUT       ((size_t)64 << 20) /* put/publish go multipart above */
 #define LIST_MAX_KEYS ((size_t)1 << 20)
 #define UPID_MAX      DCP__S3_UPID_MAX
+/* A written file holds at most max_inflight + HELD_EXTRA full parts not
+ * sent yet, beside the parts being filled. */
+#define HELD_EXTRA 2u
 /* Read-ahead for small reads (zip headers, pickles, small records): a read
  * of at most WIN_SMALL bytes is served from one of NWIN cached windows of
  * WIN bytes, aligned to WIN, fetched whole on a miss. */
@@ -175,6 +183,7 @@ struct client {
     struct dcp__s3 *s3;
     _Atomic int refs;
     size_t part;
+    unsigned inflight; /* max_inflight: a written file's senders at most */
     char *bucket;
 };
 
@@ -215,7 +224,22 @@ struct s3file {
     uint64_t end, total;
     char upid[UPID_MAX];
     int have_upid;
+    int creating; /* a sender is creating the upload (without mu) */
     int failed;
+    struct dcp_err ferr; /* the first failure, when failed */
+    /* writing: full parts wait in ready (a ring of part indices) for the
+     * senders, threads started on demand up to cl->inflight and joined
+     * when the object completes or is aborted; held counts the full parts
+     * not sent yet (queued or going up), at most cl->inflight + HELD_EXTRA
+     * (write_at waits for room). Under mu. */
+    pthread_cond_t work; /* a part queued, or closing */
+    pthread_cond_t done; /* a part sent or dropped, an upload created */
+    int conds;           /* work and done initialized */
+    uint32_t *ready;     /* MAX_PARTS */
+    size_t rhead, rn;
+    unsigned held, nthr, idle;
+    int closing;
+    pthread_t thr[MAX_INFLIGHT];
 };
 
 static void client_unref(struct client *cl)
@@ -246,11 +270,19 @@ static int make_key(const struct s3dir *d, const char *name, char **out,
     return DCP_OK;
 }
 
+static void senders_end(struct s3file *f, int drop);
+
 static void file_free(struct s3file *f)
 {
     size_t i;
     if (!f)
         return;
+    if (f->conds) {
+        senders_end(f, 1);
+        (void)pthread_cond_destroy(&f->work);
+        (void)pthread_cond_destroy(&f->done);
+    }
+    dcp__free(f->ready);
     if (f->parts) {
         for (i = 0; i < MAX_PARTS; i++)
             dcp__free(f->parts[i].buf);
@@ -294,7 +326,15 @@ static int file_new(struct s3dir *d, const char *name, int writing,
         f->writing = 1;
         f->parts = dcp__calloc(MAX_PARTS, sizeof(*f->parts));
         f->tags = dcp__calloc(MAX_PARTS, sizeof(*f->tags));
-        if (!f->parts || !f->tags) {
+        f->ready = dcp__calloc(MAX_PARTS, sizeof(*f->ready));
+        if (f->parts && f->tags && f->ready &&
+            pthread_cond_init(&f->work, NULL) == 0) {
+            if (pthread_cond_init(&f->done, NULL) == 0)
+                f->conds = 1;
+            else
+                (void)pthread_cond_destroy(&f->work);
+        }
+        if (!f->conds) {
             file_free(f);
             return dcp__err(err, DCP_ENOMEM, "out of memory opening '%s'",
                             name);
@@ -361,6 +401,9 @@ static int s3_open_dir(void *impl, const char *path, void **dir,
     if (rc != DCP_OK)
         goto out_free;
     cl->part = c.part_size ? c.part_size : DEF_PART;
+    cl->inflight = (unsigned)c.max_in_flight;
+    if (cl->inflight > MAX_INFLIGHT)
+        cl->inflight = MAX_INFLIGHT;
     cl->bucket = bucket;
     bucket = NULL;
     atomic_init(&cl->refs, 1);
@@ -435,27 +478,62 @@ static int s3_open_read(void *impl, void *dir, const char *name, void **file,
     return DCP_OK;
 }
 
+/* Records f's first failure (under f->mu): later writes and the
+ * completion return it. */
+static void fail_file(struct s3file *f, int rc, const struct dcp_err *e)
+{
+    if (!f->failed) {
+        f->failed = 1;
+        if (e && e->code) {
+            f->ferr = *e;
+        } else {
+            f->ferr.code = rc ? rc : DCP_EIO;
+            (void)snprintf(f->ferr.msg, sizeof(f->ferr.msg),
+                           "s3://%s/%s: a write failed", f->cl->bucket, f->key);
+        }
+    }
+}
+
+/* f's failure into err (under f->mu). */
+static int file_error(struct s3file *f, struct dcp_err *err)
+{
+    if (err)
+        *err = f->ferr;
+    return f->ferr.code ? f->ferr.code : DCP_EIO;
+}
+
 /* Sends part k (0-based) of f, whose buffer holds len bytes; creates the
- * upload first if need be. Called without f->mu. */
+ * multipart upload first if need be (one sender creates it, the others
+ * wait). Called without f->mu. On failure f is failed. */
 static int send_part(struct s3file *f, size_t k, const uint8_t *buf, size_t len,
                      struct dcp_err *err)
 {
     char tag[DCP__S3_TAG];
     int rc = DCP_OK;
     (void)pthread_mutex_lock(&f->mu);
+    while (f->creating)
+        (void)pthread_cond_wait(&f->done, &f->mu);
     if (!f->have_upid && !f->failed) {
+        f->creating = 1;
+        (void)pthread_mutex_unlock(&f->mu);
         rc = dcp__s3_mpu_create(f->cl->s3, f->key, f->upid, sizeof(f->upid),
                                 err);
+        (void)pthread_mutex_lock(&f->mu);
+        f->creating = 0;
         if (rc == DCP_OK)
             f->have_upid = 1;
+        else
+            fail_file(f, rc, err);
+        (void)pthread_cond_broadcast(&f->done);
     }
-    if (f->failed && rc == DCP_OK)
-        rc = dcp__err(err, DCP_EIO, "s3://%s/%s: an earlier part failed",
-                      f->cl->bucket, f->key);
+    if (f->failed) {
+        rc = file_error(f, err);
+        (void)pthread_mutex_unlock(&f->mu);
+        return rc;
+    }
     (void)pthread_mutex_unlock(&f->mu);
-    if (rc == DCP_OK)
-        rc = dcp__s3_mpu_part(f->cl->s3, f->key, f->upid, (unsigned)(k + 1),
-                              buf, len, tag, err);
+    rc = dcp__s3_mpu_part(f->cl->s3, f->key, f->upid, (unsigned)(k + 1), buf,
+                          len, tag, err);
     (void)pthread_mutex_lock(&f->mu);
     if (rc == DCP_OK) {
         memcpy(f->tags[k], tag, sizeof(tag));
@@ -463,10 +541,94 @@ static int send_part(struct s3file *f, size_t k, const uint8_t *buf, size_t len,
         dcp__free(f->parts[k].buf);
         f->parts[k].buf = NULL;
     } else {
-        f->failed = 1;
+        fail_file(f, rc, err);
     }
     (void)pthread_mutex_unlock(&f->mu);
     return rc;
+}
+
+/* A sender: sends the parts queued in f->ready until f closes; once f
+ * has failed, drops them unsent. */
+static void *sender_main(void *arg)
+{
+    struct s3file *f = arg;
+    struct dcp_err err;
+    (void)pthread_mutex_lock(&f->mu);
+    for (;;) {
+        size_t k;
+        while (f->rn == 0 && !f->closing) {
+            f->idle++;
+            (void)pthread_cond_wait(&f->work, &f->mu);
+            f->idle--;
+        }
+        if (f->rn == 0)
+            break;
+        k = f->ready[f->rhead];
+        f->rhead = (f->rhead + 1) % MAX_PARTS;
+        f->rn--;
+        if (!f->failed) {
+            const uint8_t *b = f->parts[k].buf;
+            (void)pthread_mutex_unlock(&f->mu);
+            (void)send_part(f, k, b, f->cl->part, &err);
+            (void)pthread_mutex_lock(&f->mu);
+        }
+        f->held--;
+        (void)pthread_cond_broadcast(&f->done);
+    }
+    (void)pthread_mutex_unlock(&f->mu);
+    return NULL;
+}
+
+/* Hands full part k (held by no one else) to the senders, starting one
+ * if every sender is busy and fewer than cl->inflight run; waits while
+ * held parts are at their limit. Without senders (none could be
+ * started) the part is sent on the calling thread. */
+static int queue_part(struct s3file *f, size_t k, struct dcp_err *err)
+{
+    unsigned lim = f->cl->inflight ? f->cl->inflight : 1;
+    (void)pthread_mutex_lock(&f->mu);
+    while (!f->failed && f->held >= lim + HELD_EXTRA)
+        (void)pthread_cond_wait(&f->done, &f->mu);
+    if (f->failed) {
+        int rc = file_error(f, err);
+        (void)pthread_mutex_unlock(&f->mu);
+        return rc;
+    }
+    if (f->rn + 1 > f->idle && f->nthr < lim &&
+        pthread_create(&f->thr[f->nthr], NULL, sender_main, f) == 0)
+        f->nthr++;
+    if (f->nthr == 0) {
+        (void)pthread_mutex_unlock(&f->mu);
+        return send_part(f, k, f->parts[k].buf, f->cl->part, err);
+    }
+    f->ready[(f->rhead + f->rn) % MAX_PARTS] = (uint32_t)k;
+    f->rn++;
+    f->held++;
+    (void)pthread_cond_signal(&f->work);
+    (void)pthread_mutex_unlock(&f->mu);
+    return DCP_OK;
+}
+
+/* Waits until every queued part is sent (or, with drop or once f failed,
+ * dropped), then stops and joins f's senders. */
+static void senders_end(struct s3file *f, int drop)
+{
+    unsigned i, n;
+    (void)pthread_mutex_lock(&f->mu);
+    if (drop && !f->failed)
+        fail_file(f, DCP_EIO, NULL);
+    while (f->held > 0)
+        (void)pthread_cond_wait(&f->done, &f->mu);
+    f->closing = 1;
+    n = f->nthr;
+    (void)pthread_cond_broadcast(&f->work);
+    (void)pthread_mutex_unlock(&f->mu);
+    for (i = 0; i < n; i++)
+        (void)pthread_join(f->thr[i], NULL);
+    (void)pthread_mutex_lock(&f->mu);
+    f->nthr = 0;
+    f->closing = 0;
+    (void)pthread_mutex_unlock(&f->mu);
 }
 
 static int s3_write_at(void *impl, void *file, const char *name, const void *p,
@@ -493,8 +655,8 @@ static int s3_write_at(void *impl, void *file, const char *name, const void *p,
         int full;
         (void)pthread_mutex_lock(&f->mu);
         if (f->failed) {
-            rc = dcp__err(err, DCP_EIO, "s3://%s/%s: an earlier write failed",
-                          f->cl->bucket, f->key);
+            (void)pthread_mutex_unlock(&f->mu);
+            return file_error(f, err);
         } else if (pt->sending || pt->fill + len > P) {
             rc = dcp__err(err, DCP_EIO,
                           "s3://%s/%s: bytes at offset %llu written twice",
@@ -503,7 +665,7 @@ static int s3_write_at(void *impl, void *file, const char *name, const void *p,
             rc = dcp__err(err, DCP_ENOMEM, "out of memory writing '%s'", name);
         }
         if (rc != DCP_OK) {
-            f->failed = 1;
+            fail_file(f, rc, err);
             (void)pthread_mutex_unlock(&f->mu);
             break;
         }
@@ -520,7 +682,7 @@ static int s3_write_at(void *impl, void *file, const char *name, const void *p,
             pt->sending = 1;
         (void)pthread_mutex_unlock(&f->mu);
         if (full)
-            rc = send_part(f, k, buf, (size_t)P, err);
+            rc = queue_part(f, k, err);
         src += len;
         off += len;
         n -= len;
@@ -759,8 +921,10 @@ static int s3_sync(void *impl, void *file, const char *name,
     return DCP_OK; /* an object is durable once its upload completes */
 }
 
+/* Stops f's senders (dropping the parts not sent) and aborts its upload. */
 static void abort_upload(struct s3file *f)
 {
+    senders_end(f, 1);
     if (f->have_upid)
         (void)dcp__s3_mpu_abort(f->cl->s3, f->key, f->upid, NULL);
     f->have_upid = 0;
@@ -773,9 +937,9 @@ static int finish(struct s3file *f, unsigned flags, struct dcp_err *err)
     uint64_t P = f->cl->part;
     size_t np = f->end ? (size_t)((f->end + P - 1) / P) : 0, i;
     int rc = DCP_OK;
+    senders_end(f, 0);
     if (f->failed)
-        rc = dcp__err(err, DCP_EIO, "s3://%s/%s: a write failed", f->cl->bucket,
-                      f->key);
+        rc = file_error(f, err);
     else if (f->total != f->end)
         rc = dcp__err(err, DCP_EIO,
                       "s3://%s/%s: %llu bytes written for an object of %llu "

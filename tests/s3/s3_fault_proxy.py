@@ -1,7 +1,8 @@
 """A small HTTP proxy between the S3 client and the server that injects faults.
 
-The fault file holds one line, "MODE COUNT": the next COUNT requests the mode
-applies to get it (the count is decremented here; an empty file: no faults).
+The fault file holds one line, "MODE COUNT [SKIP]": the next COUNT requests
+the mode applies to get it, after the first SKIP of them pass untouched (the
+counts are decremented here; an empty file: no faults).
 Modes:
   slowdown      every request: 503 SlowDown, not forwarded
   slowdown_put  PUT requests only (multipart parts fail, create/abort pass)
@@ -30,14 +31,19 @@ def _take(path, method, has_body):
                 parts = f.read().split()
         except OSError:
             return None
-        if len(parts) != 2 or int(parts[1]) <= 0:
+        if len(parts) not in (2, 3) or int(parts[1]) <= 0:
             return None
         mode, n = parts[0], int(parts[1])
+        skip = int(parts[2]) if len(parts) == 3 else 0
         applies = {"slowdown": True, "reset": True, "stall": True,
                    "slowdown_put": method == "PUT", "badetag": method == "PUT",
                    "baddigest": method == "PUT",
                    "truncate": method == "GET", "badlen": method == "GET"}.get(mode, False)
         if not applies:
+            return None
+        if skip > 0:
+            with open(path, "w") as f:
+                f.write(f"{mode} {n} {skip - 1}\n")
             return None
         with open(path, "w") as f:
             f.write(f"{mode} {n - 1}\n")

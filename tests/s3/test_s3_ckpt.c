@@ -57,14 +57,20 @@ static void cfg(int via_proxy, unsigned attempts, long budget_ms)
         fprintf(stderr, "dcp_s3_configure failed\n");
 }
 
-static void faults(const char *mode, int n)
+/* The next n requests mode applies to get it, after skip of them pass. */
+static void faults_after(const char *mode, int n, int skip)
 {
     FILE *f = fopen(getenv("DCP_S3_FAULTS"), "w");
     if (!f)
         return;
     if (mode)
-        fprintf(f, "%s %d\n", mode, n);
+        fprintf(f, "%s %d %d\n", mode, n, skip);
     fclose(f);
+}
+
+static void faults(const char *mode, int n)
+{
+    faults_after(mode, n, 0);
 }
 
 static struct dcp__s3 *client(void)
@@ -481,6 +487,64 @@ TEST(overwrite_and_failed_saves)
     faults(NULL, 0);
     ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
     ASSERT_EQ(got, 5);
+    cfg(0, 4, 30000);
+    dcp_ctx_free(ctx);
+}
+
+/* Parts go up from the file's senders while the writes go on: with two
+ * senders a 30 MiB tensor (6 parts of 5 MiB, one write) waits for room;
+ * parts failing after the first few fail the save with the server's
+ * error, the parts still queued dropped, the upload aborted. */
+TEST(parts_in_parallel)
+{
+    const int64_t n = (int64_t)15 << 19; /* 30 MiB of floats */
+    dcp_s3_config c;
+    dcp_ctx *ctx;
+    unsigned got;
+    int rc;
+    memset(&c, 0, sizeof(c));
+    c.struct_size = sizeof(c);
+    c.endpoint = getenv("DCP_S3_PROXY");
+    c.part_size = 5u << 20;
+    c.max_inflight = 2;
+    c.max_attempts = 2;
+    c.retry_budget_ms = 5000;
+    c.stall_timeout_ms = 1000;
+    c.connect_timeout_ms = 2000;
+    c.backoff_base_ms = 10;
+    c.backoff_cap_ms = 100;
+    ASSERT_EQ(dcp_s3_configure(&c), DCP_OK);
+    ASSERT_EQ(dcp_ctx_create(&ctx, NULL, NULL), DCP_OK);
+    ASSERT_EQ(save(ctx, at("ck/par"), n, 1), DCP_OK);
+    ASSERT_EQ(load(ctx, at("ck/par"), n, &got), DCP_OK);
+    ASSERT_EQ(got, 1);
+    ASSERT_EQ(uploads("ck/par/"), 0);
+    /* the lock's PUT and three parts pass, then every PUT is refused */
+    faults_after("slowdown_put", 100000, 4);
+    rc = save(ctx, at("ck/par"), n, 2);
+    faults(NULL, 0);
+    ASSERT_EQ(rc, DCP_EIO);
+    ASSERT(strstr(dcp_errmsg(ctx), "ck/par/"));
+    ASSERT(strstr(dcp_errmsg(ctx), "SlowDown"));
+    ASSERT_EQ(uploads("ck/par/"), 0);
+    ASSERT_EQ(nkeys("ck/par/"), 2);
+    ASSERT_EQ(load(ctx, at("ck/par"), n, &got), DCP_OK);
+    ASSERT_EQ(got, 1);
+    /* one sender, the server's checksum refusing the fifth part for good:
+     * DCP_ECORRUPT, nothing committed */
+    c.max_inflight = 1;
+    ASSERT_EQ(dcp_s3_configure(&c), DCP_OK);
+    faults_after("baddigest", 100000, 5);
+    rc = save(ctx, at("ck/par"), n, 3);
+    faults(NULL, 0);
+    ASSERT_EQ(rc, DCP_ECORRUPT);
+    ASSERT(strstr(dcp_errmsg(ctx), "BadDigest"));
+    ASSERT_EQ(uploads("ck/par/"), 0);
+    ASSERT_EQ(load(ctx, at("ck/par"), n, &got), DCP_OK);
+    ASSERT_EQ(got, 1);
+    ASSERT_EQ(save(ctx, at("ck/par"), n, 4), DCP_OK);
+    ASSERT_EQ(load(ctx, at("ck/par"), n, &got), DCP_OK);
+    ASSERT_EQ(got, 4);
     cfg(0, 4, 30000);
     dcp_ctx_free(ctx);
 }
@@ -1191,6 +1255,7 @@ int main(int argc, char **argv)
     RUN(storage_members);
     RUN(bad_places);
     RUN(overwrite_and_failed_saves);
+    RUN(parts_in_parallel);
     RUN(load_faults);
     RUN(killed_save);
     RUN(two_writers);
