@@ -10,9 +10,11 @@
  * (dcp_storage.h); a path without "s3://" is a file path as always.
  *
  * The S3 back end writes each data file as one object: a multipart upload
- * whose parts go up as the file is written, many in flight (the I/O
- * engine's queue, dcp_ctx_options io_depth: by default max_inflight below),
- * or one PUT when the file is smaller than a part; reads are ranged GETs,
+ * whose parts go up as the file is written, up to max_inflight below in
+ * flight (the file's sender threads; a writer waits when max_inflight + 2
+ * full parts are not sent yet, so a file holds at most that many parts
+ * beside those being filled), or one PUT when the file is smaller than a
+ * part; reads are ranged GETs,
  * CRCs verified as for files. A load fetches the records it reads whole
  * (up to 32 MiB each) with their headers, neighbouring records together,
  * in ranges of up to min(part size, 8 MiB), max_inflight at once, about

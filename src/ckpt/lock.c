@@ -322,24 +322,20 @@ int dcp__lock_acquire(int dirfd, const char *path, const char *token,
                     path, TAKE_TRIES);
 }
 
-/* Releases without allocating (it runs on failure paths, out of memory
- * included): the lock is read into a stack buffer. */
+/* Releases without allocating on files (it runs on failure paths, out of
+ * memory included): the lock is read into a stack buffer. */
 void dcp__lock_release(struct dcp__lock *lk)
 {
     uint8_t buf[1024];
-    uint64_t size = 0;
+    size_t size = 0;
     struct holder h;
-    int fd = -1;
     if (!lk || lk->dirfd < 0)
         return;
-    if (dcp__fs_open_read(lk->dirfd, DCP__LOCK_NAME, &fd, &size, NULL) ==
-            DCP_OK &&
-        size > 0 && size <= sizeof(buf) &&
-        dcp__fs_pread(fd, buf, (size_t)size, 0, DCP__LOCK_NAME, NULL) ==
-            DCP_OK &&
-        parse_holder(buf, (size_t)size, &h) && strcmp(h.token, lk->token) == 0)
+    if (dcp__fs_read_into(lk->dirfd, DCP__LOCK_NAME, buf, sizeof(buf), &size,
+                          NULL) == DCP_OK &&
+        size > 0 && parse_holder(buf, size, &h) &&
+        strcmp(h.token, lk->token) == 0)
         (void)dcp__fs_unlink(lk->dirfd, DCP__LOCK_NAME, NULL);
-    dcp__fs_release(fd);
     lk->dirfd = -1;
 }
 

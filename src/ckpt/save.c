@@ -529,14 +529,21 @@ static int coord_dir(dcp_ctx *ctx, struct coord *co, const char *path)
         return rc;
     /* A committed checkpoint here stays loadable until ours commits. One
      * whose .metadata cannot be read now (an I/O error, a limit) may still
-     * be loadable: its file names are unknown, so ours get a fresh tag. */
-    if (dcp__fs_exists(co->dirfd, ".metadata")) {
-        struct dcp_err ignore;
-        if (dcp__rd_metadata(co->dirfd, path, ctx->max_metadata_bytes, &co->old,
-                             &ignore) != DCP_OK) {
+     * be loadable: its file names are unknown, so ours get a fresh tag.
+     * (.metadata read at once, not tested first: one request on S3.) */
+    struct dcp_err ignore;
+    uint8_t *md = NULL;
+    size_t mdlen = 0;
+    rc = dcp__fs_read_all(co->dirfd, ".metadata", ctx->max_metadata_bytes, &md,
+                          &mdlen, &ignore);
+    if (rc == DCP_OK) {
+        if (dcp__meta_decode(md, mdlen, &co->old, &ignore) != DCP_OK) {
             co->old = NULL;
             co->old_unknown = 1;
         }
+        dcp__free(md);
+    } else if (rc != DCP_ENOENT) {
+        co->old_unknown = 1;
     } else if (dcp__fs_exists(co->dirfd, "__0.metadata")) {
         /* A rank-local checkpoint (torch's use_collectives=False, or
          * DCP_SAVE_RANK_LOCAL): its data files have our names, so ours

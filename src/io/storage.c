@@ -425,6 +425,40 @@ int dcp__fs_read_all(int dirfd, const char *name, uint64_t max, uint8_t **out,
     return DCP_OK;
 }
 
+int dcp__fs_read_into(int dirfd, const char *name, void *buf, size_t cap,
+                      size_t *len, struct dcp_err *err)
+{
+    struct slot *d = lookup(dirfd, 1);
+    uint64_t size;
+    int fd, rc;
+    *len = 0;
+    if (d && d->s == &dcp__s3_storage) { /* one request, not HEAD + GET */
+        uint8_t *p = NULL;
+        size_t n = 0;
+        rc = dcp__s3_read_all(d->h, name, cap, &p, &n, err);
+        if (rc == DCP_OK && n)
+            memcpy(buf, p, n);
+        if (rc == DCP_OK)
+            *len = n;
+        dcp__free(p);
+        return rc;
+    }
+    rc = dcp__fs_open_read(dirfd, name, &fd, &size, err);
+    if (rc != DCP_OK)
+        return rc;
+    if (size > cap) {
+        dcp__fs_release(fd);
+        return dcp__err(err, DCP_ELIMIT,
+                        "'%s' is %llu bytes, over the limit of %zu", name,
+                        (unsigned long long)size, cap);
+    }
+    rc = dcp__fs_pread(fd, buf, (size_t)size, 0, name, err);
+    dcp__fs_release(fd);
+    if (rc == DCP_OK)
+        *len = (size_t)size;
+    return rc;
+}
+
 /* ---------------------------------------------- version 2 of the contract */
 
 uint32_t dcp__fs_max_inflight(int fd)

@@ -174,6 +174,12 @@ int dcp__fs_raw_fd(int fd);
 int dcp__fs_read_all(int dirfd, const char *name, uint64_t max, uint8_t **out,
                      size_t *len, struct dcp_err *err);
 
+/* Reads a whole file of at most cap bytes into buf (DCP_ELIMIT beyond),
+ * its length in *len. Allocates nothing on the POSIX back end; one GET on
+ * S3. */
+int dcp__fs_read_into(int dirfd, const char *name, void *buf, size_t cap,
+                      size_t *len, struct dcp_err *err);
+
 /* ----------------------------------------------------- back ends */
 
 #define DCP__HANDLE_BASE (1 << 28)
