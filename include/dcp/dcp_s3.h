@@ -13,8 +13,8 @@
  * whose parts go up as the file is written, up to max_inflight below in
  * flight (the file's sender threads; a writer waits when max_inflight + 2
  * full parts are not sent yet, so a file holds at most that many parts
- * beside those being filled), or one PUT when the file is smaller than a
- * part; reads are ranged GETs,
+ * beside those being filled and one per writer waiting, at most io_depth),
+ * or one PUT when the file is smaller than a part; reads are ranged GETs,
  * CRCs verified as for files. A load fetches the records it reads whole
  * (up to 32 MiB each) with their headers, neighbouring records together,
  * in ranges of up to min(part size, 8 MiB), max_inflight at once, about
@@ -75,7 +75,8 @@ typedef struct dcp_s3_config {
      * amazonaws.com. "http://host[:port]" or "https://...", no path. */
     const char *endpoint;
     /* Requests of one checkpoint served at once (the back end's
-     * max_inflight): 16, at most 256. */
+     * max_inflight: the I/O engine's requests), and parts of one written
+     * file in flight (its sender threads): 16, at most 256. */
     uint32_t max_inflight;
     uint32_t max_attempts; /* per request, 8 */
     /* Multipart part size in bytes: 8 MiB, 5 MiB .. 5 GiB. A data file

@@ -10,21 +10,22 @@
  *
  * Writing (create or write_begin): the object is cut into parts of the
  * client's part size P; write_at copies its bytes into the buffers of the
- * parts it touches, and the call that fills a part queues it for the
- * file's senders: threads started on demand, up to max_inflight, that
- * create the multipart upload (the first) and send the parts, so parts go
- * up in parallel while the writes go on, whatever the size of the writes
- * (the engine's queue holds requests, not bytes). write_at waits when
- * max_inflight + HELD_EXTRA full parts are not sent yet. The first
- * failure fails the file: later writes return it, queued parts are
- * dropped. Completion (close with an error record, write_complete) waits
- * for the senders, sends the last part and completes the upload, or PUTs
- * the object whole when it never filled a part; each byte must have been
- * written exactly once (holes or overlaps: DCP_EIO, the upload aborted).
- * A write that failed, close without an error record (dcp's release of a
- * handle on an error path, storage.c) and write_abort stop the senders
- * and abort the upload: no parts are left behind. Part buffers are freed
- * as their parts go out.
+ * parts it touches, and the call that fills a part queues it for the file's
+ * senders: threads started on demand, up to max_inflight, that create the
+ * multipart upload (the first) and send the parts, so parts go up in
+ * parallel while the writes go on, whatever the size of the writes (the
+ * engine's queue holds requests, not bytes). write_at waits, its full part
+ * in hand, when max_inflight + HELD_EXTRA full parts are not sent yet. The
+ * first failure fails the file: later writes return it, queued parts are
+ * dropped (the upload is aborted when the file is completed or released).
+ * Completion (close with an error record, write_complete) waits for the
+ * senders, sends the last part and completes the upload, or PUTs the object
+ * whole when it never filled a part; each byte must have been written
+ * exactly once (holes or overlaps: DCP_EIO, the upload aborted). A write
+ * that failed, close without an error record (dcp's release of a handle on
+ * an error path, storage.c) and write_abort stop the senders and abort the
+ * upload: no parts are left behind. Part buffers are freed as their parts
+ * go out.
  *
  * Reading: read_at is a ranged GET (split into parallel part-sized
  * requests when large). The reader hints the ranges it will read
@@ -76,7 +77,8 @@ int dcp_path_is_s3(const char *path)
 #define LIST_MAX_KEYS ((size_t)1 << 20)
 #define UPID_MAX      DCP__S3_UPID_MAX
 /* A written file holds at most max_inflight + HELD_EXTRA full parts not
- * sent yet, beside the parts being filled. */
+ * sent yet, beside the parts being filled and the full part of each
+ * writer waiting for room. */
 #define HELD_EXTRA 2u
 /* Read-ahead for small reads (zip headers, pickles, small records): a read
  * of at most WIN_SMALL bytes is served from one of NWIN cached windows of
@@ -194,7 +196,8 @@ struct s3dir {
 
 struct part {
     uint8_t *buf;
-    size_t fill;
+    size_t claimed; /* bytes writers took (under mu, before copying) */
+    size_t fill;    /* bytes copied in */
     int sending, sent;
 };
 
@@ -224,7 +227,7 @@ struct s3file {
     uint64_t end, total;
     char upid[UPID_MAX];
     int have_upid;
-    int creating; /* a sender is creating the upload (without mu) */
+    int creating; /* send_part is creating the upload (without mu) */
     int failed;
     struct dcp_err ferr; /* the first failure, when failed */
     /* writing: full parts wait in ready (a ring of part indices) for the
@@ -233,7 +236,8 @@ struct s3file {
      * not sent yet (queued or going up), at most cl->inflight + HELD_EXTRA
      * (write_at waits for room). Under mu. */
     pthread_cond_t work; /* a part queued, or closing */
-    pthread_cond_t done; /* a part sent or dropped, an upload created */
+    pthread_cond_t done; /* a part sent or dropped, the upload created or
+                            its creation failed */
     int conds;           /* work and done initialized */
     uint32_t *ready;     /* MAX_PARTS */
     size_t rhead, rn;
@@ -552,7 +556,7 @@ static int send_part(struct s3file *f, size_t k, const uint8_t *buf, size_t len,
 static void *sender_main(void *arg)
 {
     struct s3file *f = arg;
-    struct dcp_err err;
+    struct dcp_err err = {0};
     (void)pthread_mutex_lock(&f->mu);
     for (;;) {
         size_t k;
@@ -615,8 +619,8 @@ static void senders_end(struct s3file *f, int drop)
 {
     unsigned i, n;
     (void)pthread_mutex_lock(&f->mu);
-    if (drop && !f->failed)
-        fail_file(f, DCP_EIO, NULL);
+    if (drop && !f->failed && f->held > 0)
+        fail_file(f, DCP_EIO, NULL); /* the queued parts are dropped */
     while (f->held > 0)
         (void)pthread_cond_wait(&f->done, &f->mu);
     f->closing = 1;
@@ -656,8 +660,8 @@ static int s3_write_at(void *impl, void *file, const char *name, const void *p,
         (void)pthread_mutex_lock(&f->mu);
         if (f->failed) {
             (void)pthread_mutex_unlock(&f->mu);
-            return file_error(f, err);
-        } else if (pt->sending || pt->fill + len > P) {
+            return file_error(f, err); /* ferr is set once, before failed */
+        } else if (pt->sending || pt->claimed + len > P) {
             rc = dcp__err(err, DCP_EIO,
                           "s3://%s/%s: bytes at offset %llu written twice",
                           f->cl->bucket, f->key, (unsigned long long)off);
@@ -669,6 +673,7 @@ static int s3_write_at(void *impl, void *file, const char *name, const void *p,
             (void)pthread_mutex_unlock(&f->mu);
             break;
         }
+        pt->claimed += len; /* overlaps cannot fill the part under a copy */
         buf = pt->buf;
         (void)pthread_mutex_unlock(&f->mu);
         memcpy(buf + in, src, len); /* distinct bytes: no lock needed */

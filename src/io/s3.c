@@ -1552,13 +1552,16 @@ int dcp__s3_list_delim(struct dcp__s3 *s3, const char *prefix, int delim,
         struct req r = {.method = "GET", .kind = RQ_PLAIN};
         /* Query parameters in byte order (SigV4's canonical query). */
         const char *dl = delim ? "delimiter=%2F&" : "";
+        /* No more keys than could still be taken, and one beyond (the
+         * DCP_ELIMIT check): a bucket check lists 2, not 1000. */
+        size_t rem = max_keys - nk, pg = rem >= 999 ? 1000 : rem + 1;
         if (token)
             rc = set_query(&r,
-                           "continuation-token=%s&%slist-type=2&max-keys=1000"
+                           "continuation-token=%s&%slist-type=2&max-keys=%zu"
                            "&prefix=%s",
-                           token, dl, pfx);
+                           token, dl, pg, pfx);
         else
-            rc = set_query(&r, "%slist-type=2&max-keys=1000&prefix=%s", dl,
+            rc = set_query(&r, "%slist-type=2&max-keys=%zu&prefix=%s", dl, pg,
                            pfx);
         if (rc) {
             rc = dcp__err(err, rc, "s3://%s/%s: list query too long",
