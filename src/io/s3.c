@@ -506,7 +506,9 @@ struct req {
     size_t want;      /* ...bytes wanted */
     size_t resp_max;  /* RQ_GET_ALL / RQ_PLAIN body limit */
     int no_range;     /* RQ_GET_ALL: the object is empty (416 to bytes=0-) */
-    char md5_hex[33]; /* RQ_PUT_DATA: the expected ETag */
+    /* RQ_PUT_DATA without checksums: the body's MD5, the expected ETag
+     * (Content-MD5); "" with checksums (the server checks the CRC) */
+    char md5_hex[33];
     char md5_b64[25];
     /* A signed x-amz-checksum-* header, "name:value", or "" */
     char ck_hdr[48];
@@ -517,6 +519,9 @@ struct req {
     int overflow;
     struct dcp_buf resp;
     char etag[S3_ETAG_MAX];
+    char ck_resp[16]; /* x-amz-checksum-crc32 of the answer, if any */
+    char sse[32];     /* x-amz-server-side-encryption of the answer */
+    int ssec;         /* the answer names an SSE-C algorithm */
     char crange[96];
     int64_t clen;
     char cerr[CURL_ERROR_SIZE];
@@ -600,12 +605,19 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *u)
     struct req *r = u;
     size_t n = sz * nm;
     if (n >= 5 && strncmp(p, "HTTP/", 5) == 0) { /* a new response */
-        r->etag[0] = r->crange[0] = 0;
+        r->etag[0] = r->crange[0] = r->ck_resp[0] = r->sse[0] = 0;
+        r->ssec = 0;
         r->clen = -1;
         return n;
     }
-    char cl[32] = "";
+    char cl[32] = "", alg[32] = "";
     hdr_value(p, n, "ETag", r->etag, sizeof(r->etag));
+    hdr_value(p, n, "x-amz-checksum-crc32", r->ck_resp, sizeof(r->ck_resp));
+    hdr_value(p, n, "x-amz-server-side-encryption", r->sse, sizeof(r->sse));
+    hdr_value(p, n, "x-amz-server-side-encryption-customer-algorithm", alg,
+              sizeof(alg));
+    if (alg[0])
+        r->ssec = 1;
     hdr_value(p, n, "Content-Range", r->crange, sizeof(r->crange));
     hdr_value(p, n, "Content-Length", cl, sizeof(cl));
     if (cl[0]) {
@@ -740,7 +752,7 @@ static int prepare(struct dcp__s3 *s3, struct req *r)
                      s3->ak, day, s3->region, signed_hdrs, sighex);
     if (!rc)
         rc = add_hdr(&r->hl, "Expect:");
-    if (!rc && r->kind == RQ_PUT_DATA)
+    if (!rc && r->kind == RQ_PUT_DATA && r->md5_hex[0])
         rc = add_hdr(&r->hl, "Content-MD5: %s", r->md5_b64);
     if (!rc && strcmp(r->method, "POST") == 0)
         rc = add_hdr(&r->hl, "Content-Type: application/xml");
@@ -930,6 +942,15 @@ static void resp_code(struct req *r, char *code, size_t cap)
             *p = '?'; /* the server's text is printed: keep it tame */
 }
 
+static int hex32(const char *s)
+{
+    size_t i;
+    for (i = 0; i < 32; i++)
+        if (!isxdigit((unsigned char)s[i]))
+            return 0;
+    return s[32] == '\0';
+}
+
 static const char *etag_bare(const char *e, char *buf, size_t cap)
 {
     size_t n = strlen(e);
@@ -1032,12 +1053,35 @@ static int judge(struct dcp__s3 *s3, struct req *r, CURLcode cc, int *code_out,
         }
         if (r->kind == RQ_PUT_DATA) {
             char bare[S3_ETAG_MAX];
+            const char *ck = strchr(r->ck_hdr, ':');
             etag_bare(r->etag, bare, sizeof(bare));
-            if (strcmp(bare, r->md5_hex) != 0) {
+            /* The ETag goes into the completion's part list: 32 hex
+             * digits (S3's, whatever the encryption), nothing else. */
+            if (!hex32(bare)) {
+                snprintf(msg, cap,
+                         "HTTP %ld: ETag '%.40s' is not 32 hex digits", st,
+                         bare);
+                *code_out = DCP_ECORRUPT;
+                return 1;
+            }
+            /* Without checksums the ETag is checked against the MD5 sent
+             * (Content-MD5), except where S3 does not make it the MD5:
+             * SSE-KMS and SSE-C. With checksums the server checked the
+             * CRC (BadDigest); a CRC it states must be the one sent. */
+            if (r->md5_hex[0] && strncmp(r->sse, "aws:kms", 7) != 0 &&
+                !r->ssec && strcmp(bare, r->md5_hex) != 0) {
                 snprintf(msg, cap,
                          "HTTP %ld: ETag '%.40s' is not the MD5 %s of the "
                          "%zu bytes sent",
                          st, bare, r->md5_hex, r->body_len);
+                *code_out = DCP_ECORRUPT;
+                return 1;
+            }
+            if (ck && r->ck_resp[0] && strcmp(r->ck_resp, ck + 1) != 0) {
+                snprintf(msg, cap,
+                         "HTTP %ld: checksum CRC32 '%.15s' is not the CRC32 "
+                         "%s of the %zu bytes sent",
+                         st, r->ck_resp, ck + 1, r->body_len);
                 *code_out = DCP_ECORRUPT;
                 return 1;
             }
@@ -1434,21 +1478,26 @@ static int put_prep(struct dcp__s3 *s3, struct req *r, const char *key,
     r->body = buf;
     r->body_len = len;
     r->ck_hdr[0] = '\0';
-    if (s3->checksums) {
+    r->md5_hex[0] = '\0';
+    if (s3->checksums) { /* the CRC is the check: no MD5 to compute */
         char b64[9];
         crc_b64(buf, len, b64);
         (void)snprintf(r->ck_hdr, sizeof(r->ck_hdr), "x-amz-checksum-crc32:%s",
                        b64);
+        return DCP_OK;
     }
     return md5_both(len ? buf : "", len, r->md5_hex, r->md5_b64) == 0 ? DCP_OK
                                                                       : DCP_EIO;
 }
 
-/* A prepared part's tag for complete: "<md5 hex>[:<crc32 base64>]". */
+/* A sent part's tag for complete: "<ETag>[:<crc32 base64>]", the ETag
+ * the server answered (32 hex digits: judge checked it). */
 static void part_tag(const struct req *r, char tag[DCP__S3_TAG])
 {
+    char bare[S3_ETAG_MAX];
     const char *ck = strchr(r->ck_hdr, ':');
-    (void)snprintf(tag, DCP__S3_TAG, "%s%s%s", r->md5_hex, ck ? ":" : "",
+    etag_bare(r->out_etag, bare, sizeof(bare));
+    (void)snprintf(tag, DCP__S3_TAG, "%.32s%s%s", bare, ck ? ":" : "",
                    ck ? ck + 1 : "");
 }
 
@@ -1842,8 +1891,9 @@ int dcp__s3_mpu_part(struct dcp__s3 *s3, const char *key, const char *upid,
         return dcp__err(err, rc, "s3://%s/%s: cannot send part %u", s3->bucket,
                         key, partno);
     }
-    part_tag(&r, tag);
     rc = one(s3, &r, err);
+    if (rc == DCP_OK)
+        part_tag(&r, tag);
     req_release(&r);
     return rc;
 }
@@ -1919,10 +1969,11 @@ int dcp__s3_put_multipart(struct dcp__s3 *s3, const char *key, const void *buf,
         else if (set_query(&rs[i], "partNumber=%zu&uploadId=%s", i + 1, eid))
             rc = dcp__err(err, DCP_ENOMEM, "out of memory");
         rs[i].off = (int64_t)o;
-        part_tag(&rs[i], tags[i]);
     }
     if (rc == DCP_OK)
         rc = run_reqs(s3, rs, np, err);
+    for (size_t i = 0; i < np && rc == DCP_OK; i++)
+        part_tag(&rs[i], tags[i]);
     if (rc == DCP_OK)
         rc = dcp__s3_mpu_complete(s3, key, upid, np,
                                   (const char(*)[DCP__S3_TAG])tags, flags, err);

@@ -109,13 +109,15 @@ enum dcp__s3_put_flags {
     /* Fail with DCP_EEXIST if the key exists (If-None-Match: *). */
     DCP__S3_PUT_EXCLUSIVE = 1 << 0,
 };
-/* Whole-object PUT with Content-MD5; the returned ETag must be the MD5. */
+/* Whole-object PUT with its CRC-32 checksum (a CRC the answer states must
+ * match; the ETag must be 32 hex digits), or without checksums with
+ * Content-MD5 and the returned ETag the MD5 (not under SSE-KMS/SSE-C). */
 int dcp__s3_put(struct dcp__s3 *s3, const char *key, const void *buf,
                 size_t len, unsigned flags, struct dcp_err *err);
 
 /*
  * Multipart upload of buf: create, parts of cfg.part_size with up to
- * max_in_flight in flight (each part's ETag checked against its MD5),
+ * max_in_flight in flight (each checked as dcp__s3_put checks a PUT),
  * complete with the part list (exclusive when flags say so). Any failure
  * aborts the upload, so no parts are left behind.
  */
@@ -126,8 +128,9 @@ int dcp__s3_put_multipart(struct dcp__s3 *s3, const char *key, const void *buf,
  * A multipart upload step by step (the storage back end's writer, fs_s3.c):
  * create hands out the upload id (NUL-terminated, in cap bytes); part sends
  * part partno (1..10000; every part but the last at least 5 MiB) and gives
- * its tag for complete: its MD5 in hex, which the server's ETag must
- * match, then ':' and its CRC-32 in base64 when the client sends
+ * its tag for complete: the ETag the server answered (32 hex digits;
+ * without checksums, the part's MD5), then ':' and its CRC-32 in base64
+ * when the client sends
  * checksums (the upload was created with CRC32, and the server checks
  * every part against it; AWS_REQUEST_CHECKSUM_CALCULATION=when_required
  * turns checksums off);

@@ -10,7 +10,9 @@ Modes:
   stall         every request: no answer for 4 s, then the connection closes
   truncate      GETs with a body: the full Content-Length, half the body, close
   badlen        GETs with a body: one byte short, with a matching Content-Length
-  badetag       PUTs: the server's answer with a wrong ETag
+  badetag       PUTs: the server's answer with a wrong ETag (32 zeros)
+  oddetag       PUTs: the server's answer with an ETag that is not hex
+  badcrc        PUTs: the server's answer states a wrong CRC32 checksum
   baddigest     PUTs: 400 BadDigest (the server's checksum of the body did
                 not match), not forwarded
 """
@@ -37,6 +39,7 @@ def _take(path, method, has_body):
         skip = int(parts[2]) if len(parts) == 3 else 0
         applies = {"slowdown": True, "reset": True, "stall": True,
                    "slowdown_put": method == "PUT", "badetag": method == "PUT",
+                   "oddetag": method == "PUT", "badcrc": method == "PUT",
                    "baddigest": method == "PUT",
                    "truncate": method == "GET", "badlen": method == "GET"}.get(mode, False)
         if not applies:
@@ -103,7 +106,13 @@ def start(host, port, up_host, up_port, fault_path):
                     continue
                 if kl == "etag" and mode == "badetag":
                     v = '"00000000000000000000000000000000"'
+                if kl == "etag" and mode == "oddetag":
+                    v = '"</ETag><Part>0000000000000000000000"'
+                if kl == "x-amz-checksum-crc32" and mode == "badcrc":
+                    continue
                 self.send_header(k, v)
+            if mode == "badcrc":
+                self.send_header("x-amz-checksum-crc32", "AAAAAA==")
             if self.command == "HEAD":
                 self.send_header("Content-Length", r.getheader("Content-Length", "0"))
                 self.end_headers()

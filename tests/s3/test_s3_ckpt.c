@@ -455,12 +455,33 @@ TEST(overwrite_and_failed_saves)
     ASSERT_EQ(uploads("ck/ow/"), 0);
     ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
     ASSERT_EQ(got, 2);
-    /* a server that answers PUTs with a wrong ETag: not trusted */
+    /* a server that answers PUTs with a wrong ETag: its completion of the
+     * upload refuses the part list (checksums on: the CRC was the check);
+     * without checksums the ETag must be the MD5 sent: not trusted */
     faults("badetag", 100000);
     rc = save(ctx, at("ck/ow"), BIG, 4);
     faults(NULL, 0);
+    ASSERT(rc != DCP_OK);
+    ASSERT(strstr(dcp_errmsg(ctx), "ck/ow/"));
+    ASSERT_EQ(uploads("ck/ow/"), 0);
+    ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
+    ASSERT_EQ(got, 2);
+    setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "when_required", 1);
+    faults("badetag", 100000);
+    rc = save(ctx, at("ck/ow"), BIG, 4);
+    faults(NULL, 0);
+    unsetenv("AWS_REQUEST_CHECKSUM_CALCULATION");
     ASSERT_EQ(rc, DCP_ECORRUPT);
     ASSERT(strstr(dcp_errmsg(ctx), "ETag"));
+    ASSERT_EQ(uploads("ck/ow/"), 0);
+    ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
+    ASSERT_EQ(got, 2);
+    /* a server that states a CRC32 other than the one sent */
+    faults("badcrc", 100000);
+    rc = save(ctx, at("ck/ow"), BIG, 4);
+    faults(NULL, 0);
+    ASSERT_EQ(rc, DCP_ECORRUPT);
+    ASSERT(strstr(dcp_errmsg(ctx), "CRC32"));
     ASSERT_EQ(uploads("ck/ow/"), 0);
     ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
     ASSERT_EQ(got, 2);

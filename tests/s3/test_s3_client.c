@@ -359,7 +359,8 @@ TEST(faults_fatal)
         const char *text;
     } cs[] = {
         {"slowdown", 1, DCP_EIO, "SlowDown"},
-        {"badetag", 1, DCP_ECORRUPT, "ETag"},
+        {"badcrc", 1, DCP_ECORRUPT, "CRC32"},
+        {"oddetag", 1, DCP_ECORRUPT, "hex digits"},
         {"reset", 0, DCP_EIO, "offset"},
         {"stall", 0, DCP_ETIMEOUT, "offset"},
         {"truncate", 0, DCP_ECORRUPT, "offset"},
@@ -379,6 +380,27 @@ TEST(faults_fatal)
         ASSERT_EQ(rc, cs[i].code);
         ASSERT(strstr(err.msg, "fatal/obj") && strstr(err.msg, cs[i].text));
         ASSERT(time(NULL) - t0 < 30);
+    }
+    /* Without checksums (when_required) the ETag must be the MD5 sent: a
+     * wrong one is not trusted; with them the server checked the CRC and
+     * the ETag only goes into the part list (its hex checked above). */
+    {
+        setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "WHEN_REQUIRED", 1);
+        struct dcp__s3 *q = client(1, 3, NULL);
+        unsetenv("AWS_REQUEST_CHECKSUM_CALCULATION");
+        ASSERT(q != NULL);
+        ASSERT_EQ(dcp__s3_put(q, "fatal/obj", src, 100, 0, &err), 0);
+        faults("badetag", 1000);
+        int rc = dcp__s3_put(q, "fatal/obj", src, 100, 0, &err);
+        faults(NULL, 0);
+        fprintf(stderr, "  badetag, no checksums: %s\n", err.msg);
+        ASSERT_EQ(rc, DCP_ECORRUPT);
+        ASSERT(strstr(err.msg, "fatal/obj") && strstr(err.msg, "MD5"));
+        dcp__s3_free(q);
+        faults("badetag", 1000);
+        rc = dcp__s3_put(s3, "fatal/obj", src, 100, 0, &err);
+        faults(NULL, 0);
+        ASSERT_EQ(rc, DCP_OK);
     }
     /* many attempts allowed, but the total budget ends the retries */
     {
