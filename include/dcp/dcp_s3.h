@@ -38,8 +38,9 @@
  * environment. Data PUTs and multipart parts carry a CRC32 checksum that
  * the server verifies, unless AWS_REQUEST_CHECKSUM_CALCULATION is
  * "when_required" (any case; environment only): they then carry
- * Content-MD5 and their ETag must be that MD5 (except under SSE-KMS and
- * SSE-C, where S3's ETag is not one).
+ * Content-MD5 and their ETag must be that MD5 (as PUTs of up to 1 MiB
+ * always do; not checked under SSE-KMS and SSE-C, where S3's ETag is no
+ * MD5).
  *
  * Without libcurl and libcrypto at build time there is no S3 back end: an
  * s3:// path fails with DCP_ENOTSUP and dcp_s3_configure returns

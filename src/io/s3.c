@@ -31,6 +31,10 @@
 
 #define S3_RESP_MAX  (16u << 20) /* listing and error bodies */
 #define S3_ETAG_MAX  80
+/* Bodies up to this size carry Content-MD5 (their ETag checked) even with
+ * checksums: every S3 store checks Content-MD5, and for .metadata and the
+ * lock it costs nothing; larger bodies rely on the CRC checksum alone. */
+#define MD5_SMALL    ((size_t)1 << 20)
 #define S3_MAX_PARTS 10000
 #define S3_MIN_PART  (5u << 20)
 #define S3_UNSIGNED  "UNSIGNED-PAYLOAD"
@@ -506,8 +510,9 @@ struct req {
     size_t want;      /* ...bytes wanted */
     size_t resp_max;  /* RQ_GET_ALL / RQ_PLAIN body limit */
     int no_range;     /* RQ_GET_ALL: the object is empty (416 to bytes=0-) */
-    /* RQ_PUT_DATA without checksums: the body's MD5, the expected ETag
-     * (Content-MD5); "" with checksums (the server checks the CRC) */
+    /* RQ_PUT_DATA without checksums or up to MD5_SMALL bytes: the body's
+     * MD5, the expected ETag (Content-MD5); "" for a larger body with
+     * checksums (the server checks the CRC) */
     char md5_hex[33];
     char md5_b64[25];
     /* A signed x-amz-checksum-* header, "name:value", or "" */
@@ -1064,10 +1069,11 @@ static int judge(struct dcp__s3 *s3, struct req *r, CURLcode cc, int *code_out,
                 *code_out = DCP_ECORRUPT;
                 return 1;
             }
-            /* Without checksums the ETag is checked against the MD5 sent
-             * (Content-MD5), except where S3 does not make it the MD5:
-             * SSE-KMS and SSE-C. With checksums the server checked the
-             * CRC (BadDigest); a CRC it states must be the one sent. */
+            /* With an MD5 sent (Content-MD5: no checksums, or a small
+             * body) the ETag must be it, except where S3 does not make it
+             * the MD5: SSE-KMS and SSE-C. With checksums the server
+             * checked the CRC (BadDigest); a CRC it states must be the
+             * one sent. */
             if (r->md5_hex[0] && strncmp(r->sse, "aws:kms", 7) != 0 &&
                 !r->ssec && strcmp(bare, r->md5_hex) != 0) {
                 snprintf(msg, cap,
@@ -1479,12 +1485,13 @@ static int put_prep(struct dcp__s3 *s3, struct req *r, const char *key,
     r->body_len = len;
     r->ck_hdr[0] = '\0';
     r->md5_hex[0] = '\0';
-    if (s3->checksums) { /* the CRC is the check: no MD5 to compute */
+    if (s3->checksums) {
         char b64[9];
         crc_b64(buf, len, b64);
         (void)snprintf(r->ck_hdr, sizeof(r->ck_hdr), "x-amz-checksum-crc32:%s",
                        b64);
-        return DCP_OK;
+        if (len > MD5_SMALL)
+            return DCP_OK; /* the CRC is the check: no MD5 to compute */
     }
     return md5_both(len ? buf : "", len, r->md5_hex, r->md5_b64) == 0 ? DCP_OK
                                                                       : DCP_EIO;

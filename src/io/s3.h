@@ -110,8 +110,9 @@ enum dcp__s3_put_flags {
     DCP__S3_PUT_EXCLUSIVE = 1 << 0,
 };
 /* Whole-object PUT with its CRC-32 checksum (a CRC the answer states must
- * match; the ETag must be 32 hex digits), or without checksums with
- * Content-MD5 and the returned ETag the MD5 (not under SSE-KMS/SSE-C). */
+ * match; the ETag must be 32 hex digits); without checksums, and for
+ * bodies up to 1 MiB with them, also Content-MD5 and the returned ETag the
+ * MD5 (not checked when the answer names SSE-KMS or SSE-C). */
 int dcp__s3_put(struct dcp__s3 *s3, const char *key, const void *buf,
                 size_t len, unsigned flags, struct dcp_err *err);
 
@@ -128,8 +129,8 @@ int dcp__s3_put_multipart(struct dcp__s3 *s3, const char *key, const void *buf,
  * A multipart upload step by step (the storage back end's writer, fs_s3.c):
  * create hands out the upload id (NUL-terminated, in cap bytes); part sends
  * part partno (1..10000; every part but the last at least 5 MiB) and gives
- * its tag for complete: the ETag the server answered (32 hex digits;
- * without checksums, the part's MD5), then ':' and its CRC-32 in base64
+ * its tag for complete: the ETag the server answered (32 hex digits),
+ * then ':' and its CRC-32 in base64
  * when the client sends
  * checksums (the upload was created with CRC32, and the server checks
  * every part against it; AWS_REQUEST_CHECKSUM_CALCULATION=when_required

@@ -12,6 +12,8 @@ Modes:
   badlen        GETs with a body: one byte short, with a matching Content-Length
   badetag       PUTs: the server's answer with a wrong ETag (32 zeros)
   oddetag       PUTs: the server's answer with an ETag that is not hex
+  badetag_kms   PUTs: a wrong ETag, the answer naming SSE-KMS encryption
+  badetag_kmsid PUTs: a wrong ETag, the answer naming only a KMS key id
   badcrc        PUTs: the server's answer states a wrong CRC32 checksum
   baddigest     PUTs: 400 BadDigest (the server's checksum of the body did
                 not match), not forwarded
@@ -40,6 +42,8 @@ def _take(path, method, has_body):
         applies = {"slowdown": True, "reset": True, "stall": True,
                    "slowdown_put": method == "PUT", "badetag": method == "PUT",
                    "oddetag": method == "PUT", "badcrc": method == "PUT",
+                   "badetag_kms": method == "PUT",
+                   "badetag_kmsid": method == "PUT",
                    "baddigest": method == "PUT",
                    "truncate": method == "GET", "badlen": method == "GET"}.get(mode, False)
         if not applies:
@@ -104,7 +108,7 @@ def start(host, port, up_host, up_port, fault_path):
                 kl = k.lower()
                 if kl in ("content-length", "transfer-encoding", "connection", "date", "server"):
                     continue
-                if kl == "etag" and mode == "badetag":
+                if kl == "etag" and (mode or "").startswith("badetag"):
                     v = '"00000000000000000000000000000000"'
                 if kl == "etag" and mode == "oddetag":
                     v = '"</ETag><Part>0000000000000000000000"'
@@ -113,6 +117,11 @@ def start(host, port, up_host, up_port, fault_path):
                 self.send_header(k, v)
             if mode == "badcrc":
                 self.send_header("x-amz-checksum-crc32", "AAAAAA==")
+            if mode == "badetag_kms":
+                self.send_header("x-amz-server-side-encryption", "aws:kms")
+            if mode == "badetag_kmsid":
+                self.send_header("x-amz-server-side-encryption-aws-kms-key-id",
+                                 "k1")
             if self.command == "HEAD":
                 self.send_header("Content-Length", r.getheader("Content-Length", "0"))
                 self.end_headers()
