@@ -360,7 +360,7 @@ static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
     if (ro->on) {
         uint64_t nread = 0, nrecv = 0;
         double t = dcp__ph_start(&ctx->ph[DCP_IO_LOAD], DCP_PHASE_EXCHANGE);
-        rc = dcp__ro_run(ctx, ro, st, f, md, verify, rc, &nread, &nrecv,
+        rc = dcp__ro_run(ctx, ro, st, f, md, verify, rc, round, &nread, &nrecv,
                          &dropped);
         dcp__ph_end(&ctx->ph[DCP_IO_LOAD], DCP_PHASE_EXCHANGE, t, nrecv);
     }

@@ -83,15 +83,19 @@ static int mark_row(const dcp_state *st, const struct dcp_metadata *md,
 
 struct cand {
     uint64_t bytes;
+    uint64_t off; /* the record's offset in its file */
     size_t g;
     uint32_t file;
 };
 
+/* In storage order: file, offset, then chunk (equal records). */
 static int cmp_cand(const void *pa, const void *pb)
 {
     const struct cand *a = pa, *b = pb;
-    if (a->bytes != b->bytes)
-        return a->bytes > b->bytes ? -1 : 1;
+    if (a->file != b->file)
+        return a->file < b->file ? -1 : 1;
+    if (a->off != b->off)
+        return a->off < b->off ? -1 : 1;
     return a->g < b->g ? -1 : a->g > b->g;
 }
 
@@ -100,6 +104,7 @@ static int assign(const struct dcp_metadata *md, struct ro_plan *p, int n)
 {
     uint64_t *load = dcp__calloc((size_t)n, sizeof(*load));
     struct cand *cs = dcp__malloc((p->nchunks ? p->nchunks : 1) * sizeof(*cs));
+    uint64_t total = 0, acc = 0, slice;
     size_t ei, ci, nc = 0, i;
     int r;
     if (!load || !cs) {
@@ -122,9 +127,11 @@ static int assign(const struct dcp_metadata *md, struct ro_plan *p, int n)
             }
             if (needers >= 2 && !veto && nb > 0) {
                 cs[nc].bytes = nb;
+                cs[nc].off = e->chunks[ci].offset;
                 cs[nc].g = g;
                 cs[nc].file = e->chunks[ci].file;
                 nc++;
+                total += nb;
                 continue;
             }
             for (r = 0; r < n; r++)
@@ -132,15 +139,26 @@ static int assign(const struct dcp_metadata *md, struct ro_plan *p, int n)
                     load[r] += nb;
         }
     }
+    /* Storage order cut into n slices of about equal bytes: rank r reads
+     * the chunks whose middle lies in slice r, when it needs them, so a
+     * reader's records neighbour each other (one request for many on an
+     * object store, sequential reads on files); a chunk its slice's rank
+     * does not need goes to the rank that needs it with the fewest bytes
+     * to read so far. */
     qsort(cs, nc, sizeof(*cs), cmp_cand);
+    slice = total / (uint64_t)n + 1;
     for (i = 0; i < nc; i++) {
-        int start = (int)((cs[i].file + cs[i].g) % (size_t)n), best = -1, k;
-        for (k = 0; k < n; k++) {
-            r = (start + k) % n;
-            if (!p->need[(size_t)r * p->nchunks + cs[i].g])
-                continue;
-            if (best < 0 || load[r] < load[best])
-                best = r;
+        uint64_t mid = acc + cs[i].bytes / 2, want = mid / slice;
+        int best = -1;
+        acc += cs[i].bytes;
+        r = want < (uint64_t)n ? (int)want : n - 1;
+        if (p->need[(size_t)r * p->nchunks + cs[i].g]) {
+            best = r;
+        } else {
+            for (r = 0; r < n; r++)
+                if (p->need[(size_t)r * p->nchunks + cs[i].g] &&
+                    (best < 0 || load[r] < load[best]))
+                    best = r;
         }
         p->reader[cs[i].g] = best;
         load[best] += cs[i].bytes;
@@ -514,12 +532,14 @@ static int got_data(struct ex *x, struct job *j, int *local_rc)
 
 int dcp__ro_run(dcp_ctx *ctx, const struct ro_plan *p, const dcp_state *st,
                 struct rd_files *f, const struct dcp_metadata *md, int verify,
-                int local_rc, uint64_t *bytes_read, uint64_t *bytes_recv,
-                int *dropped)
+                int local_rc, uint64_t hint_round, uint64_t *bytes_read,
+                uint64_t *bytes_recv, int *dropped)
 {
     struct ex x;
     struct job *out = NULL, *in = NULL;
     size_t nout = 0, nin = 0, ei, ci, i, no = 0, ni = 0, hdrs = 0;
+    size_t hint_end = 0;
+    uint64_t hinted = 0;
     int me = ctx->rank, rc = DCP_OK;
     memset(&x, 0, sizeof(x));
     x.ctx = ctx;
@@ -572,8 +592,23 @@ int dcp__ro_run(dcp_ctx *ctx, const struct ro_plan *p, const dcp_state *st,
             rc = post_hdr(&x, &in[ni++]);
             hdrs++;
         }
-        /* The next chunk to read, unless too much is held in flight. */
+        /* The next chunk to read, unless too much is held in flight. On
+         * a back end that takes hints (S3) the chunks to read are hinted
+         * whole, about hint_round bytes at a time, so that they are
+         * fetched together, in parallel, not one request each. */
         if (rc == DCP_OK && no < nout && (x.held == 0 || x.held < RO_HELD)) {
+            if (f->hints && no == hint_end && local_rc == DCP_OK) {
+                if (hinted)
+                    dcp__rd_hints_drop(f);
+                hinted = 0;
+                for (;
+                     hint_end < nout && (hint_end == no || hinted < hint_round);
+                     hint_end++) {
+                    const struct md_entry *e = &md->e[out[hint_end].ei];
+                    hinted += dcp__rd_prefetch(f, e, out[hint_end].ci,
+                                               e->member == NULL);
+                }
+            }
             rc = send_job(&x, f, &out[no++], &local_rc, verify, bytes_read);
             continue;
         }
@@ -599,6 +634,8 @@ int dcp__ro_run(dcp_ctx *ctx, const struct ro_plan *p, const dcp_state *st,
             rc = got_data(&x, j, &local_rc);
         }
     }
+    if (hinted)
+        dcp__rd_hints_drop(f);
     /* After a transport failure: nothing in flight may outlive its buffer. */
     for (i = 0; i < x.nreq; i++)
         dcp__comm_cancel(ctx->comm, x.reqs[i]);

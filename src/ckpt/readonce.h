@@ -6,13 +6,16 @@
  * Who reads what. Every rank marks the chunks its boxes overlap (one byte
  * per chunk of the checkpoint, in .metadata order); rank 0 gathers the
  * marks and broadcasts them, and every rank computes the same plan from
- * them: a chunk is shared when two or more ranks need it; each shared
- * chunk goes, largest first, to the rank that needs it with the fewest
- * bytes to read so far (its own chunks included), ties going round the
- * ranks from (file + chunk index) mod ranks, so that readers spread over
- * ranks and files. Chunks one rank needs are read by it as before.
+ * them: a chunk is shared when two or more ranks need it; the shared
+ * chunks, in storage order (file, offset), are cut into as many slices of
+ * about equal bytes as there are ranks, and rank r reads those whose
+ * middle lies in slice r when it needs them (so a reader's records are
+ * neighbours: merged requests on S3, sequential reads on files), else the
+ * rank that needs the chunk with the fewest bytes to read so far (its own
+ * chunks included). Chunks one rank needs are read by it as before.
  *
- * How the bytes move. A reader takes its shared chunks in .metadata order:
+ * How the bytes move. A reader takes its shared chunks in .metadata order
+ * (on S3 hinted whole first, a round at a time, fetched together):
  * it reads the whole chunk through dcp__rd_chunk (verified: block CRCs or
  * the record's CRC), straight into its own buffer when the chunk lands
  * there whole and contiguous, else into a staging buffer; then it posts,
@@ -71,12 +74,14 @@ static inline int dcp__ro_shared(const struct ro_plan *p, size_t ei, size_t ci)
  * every message). Returns local_rc, this rank's read error, or a
  * transport failure. Adds the tensor bytes read to *bytes_read and those
  * received to *bytes_recv; *dropped is set when a reader failed and a
- * chunk this rank needs did not land (the load fails on every rank).
+ * chunk this rank needs did not land (the load fails on every rank). On a
+ * back end that takes hints (S3) the chunks this rank reads are hinted
+ * whole in rounds of about hint_round bytes (held until the next round).
  */
 int dcp__ro_run(dcp_ctx *ctx, const struct ro_plan *p, const dcp_state *st,
                 struct rd_files *f, const struct dcp_metadata *md, int verify,
-                int local_rc, uint64_t *bytes_read, uint64_t *bytes_recv,
-                int *dropped);
+                int local_rc, uint64_t hint_round, uint64_t *bytes_read,
+                uint64_t *bytes_recv, int *dropped);
 
 void dcp__ro_release(struct ro_plan *p);
 

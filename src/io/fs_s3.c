@@ -698,9 +698,50 @@ static int s3_write_at(void *impl, void *file, const char *name, const void *p,
 /* Fetches every hinted range not fetched yet, in parallel; under f->mu.
  * Ranges that fail are dropped (their reads go to the server again and
  * report the error there). */
+static int pf_cmp(const void *a, const void *b)
+{
+    const struct pf *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Sorts the ranges not fetched yet by offset and merges neighbours as
+ * dcp__s3_hint does (at most PF_GAP apart, at most a range long), so that
+ * hints given in any order (the read-once load hints in key order) cost
+ * as few requests as hints given in file order; under f->mu. The fetched
+ * ranges stay first, as they were. */
+static void pf_coalesce(struct s3file *f)
+{
+    uint64_t range = f->cl->part < PF_RANGE ? f->cl->part : PF_RANGE;
+    size_t j, k = 0, u;
+    for (j = 0; j < f->npf; j++) /* fetched first, order kept */
+        if (f->pf[j].buf) {
+            struct pf t = f->pf[j];
+            memmove(&f->pf[k + 1], &f->pf[k], (j - k) * sizeof(*f->pf));
+            f->pf[k++] = t;
+        }
+    u = k;
+    qsort(&f->pf[u], f->npf - u, sizeof(*f->pf), pf_cmp);
+    for (j = u; j < f->npf; j++) {
+        struct pf *last = k > u ? &f->pf[k - 1] : NULL;
+        uint64_t end = f->pf[j].off + f->pf[j].len;
+        if (last && f->pf[j].off <= last->off + last->len + PF_GAP &&
+            end - last->off <= range) {
+            if (end > last->off + last->len)
+                last->len = (size_t)(end - last->off);
+            continue;
+        }
+        f->pf[k++] = f->pf[j];
+    }
+    f->npf = k;
+    f->pf_unfetched = k - u;
+    for (f->pf_bytes = 0, j = 0; j < k; j++)
+        f->pf_bytes += f->pf[j].len;
+}
+
 static void fetch_hinted(struct s3file *f)
 {
     size_t n = 0, j;
+    pf_coalesce(f);
     int64_t *offs = dcp__calloc(f->pf_unfetched, sizeof(*offs));
     size_t *lens = dcp__calloc(f->pf_unfetched, sizeof(*lens));
     void **bufs = dcp__calloc(f->pf_unfetched, sizeof(*bufs));
