@@ -218,6 +218,29 @@ static int load(dcp_ctx *ctx, const char *path, int64_t nw, unsigned *seed_out)
 
 #define BIG ((int64_t)3 * 1024 * 1024 + 77) /* 12 MiB + : 3 parts of 5 MiB */
 
+/* A save of n elements to prefix (a checkpoint of seed old there) under
+ * the fault mode (after skip requests pass) fails with want, its message
+ * naming the prefix and text; nothing committed: no upload left, the old
+ * checkpoint loads. */
+static void save_fails(dcp_ctx *ctx, const char *prefix, int64_t n,
+                       const char *mode, int skip, int want, const char *text,
+                       unsigned old)
+{
+    char pfx[256];
+    unsigned got;
+    int rc;
+    (void)snprintf(pfx, sizeof(pfx), "%s/", prefix);
+    faults_after(mode, 100000, skip);
+    rc = save(ctx, at(prefix), n, old + 100);
+    faults(NULL, 0);
+    ASSERT_EQ(rc, want);
+    ASSERT(strstr(dcp_errmsg(ctx), prefix));
+    ASSERT(strstr(dcp_errmsg(ctx), text));
+    ASSERT_EQ(uploads(pfx), 0);
+    ASSERT_EQ(load(ctx, at(prefix), n, &got), DCP_OK);
+    ASSERT_EQ(got, old);
+}
+
 /* ---------------------------------------------- records fetched whole */
 
 #define NREC 24
@@ -425,7 +448,6 @@ TEST(overwrite_and_failed_saves)
 {
     dcp_ctx *ctx;
     unsigned got;
-    int rc;
     cfg(0, 4, 30000);
     ASSERT_EQ(dcp_ctx_create(&ctx, NULL, NULL), DCP_OK);
     ASSERT_EQ(save(ctx, at("ck/ow"), BIG, 1), DCP_OK);
@@ -436,68 +458,24 @@ TEST(overwrite_and_failed_saves)
     /* every PUT (parts, whole objects) refused with SlowDown: fails, the
      * uploads aborted, the old checkpoint intact */
     cfg(1, 2, 5000);
-    faults("slowdown_put", 100000);
-    rc = save(ctx, at("ck/ow"), BIG, 3);
-    faults(NULL, 0);
-    ASSERT_EQ(rc, DCP_EIO);
-    ASSERT(strstr(dcp_errmsg(ctx), "ck/ow/"));
-    ASSERT(strstr(dcp_errmsg(ctx), "SlowDown"));
-    ASSERT_EQ(uploads("ck/ow/"), 0);
+    save_fails(ctx, "ck/ow", BIG, "slowdown_put", 0, DCP_EIO, "SlowDown", 2);
     ASSERT_EQ(nkeys("ck/ow/"), 2);
-    ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
-    ASSERT_EQ(got, 2);
     /* the network cut during the save: every connection reset */
-    faults("reset", 100000);
-    rc = save(ctx, at("ck/ow"), BIG, 6);
-    faults(NULL, 0);
-    ASSERT_EQ(rc, DCP_EIO);
-    ASSERT(strstr(dcp_errmsg(ctx), "ck/ow"));
-    ASSERT_EQ(uploads("ck/ow/"), 0);
-    ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
-    ASSERT_EQ(got, 2);
+    save_fails(ctx, "ck/ow", BIG, "reset", 0, DCP_EIO, "reset", 2);
     /* a server that answers PUTs with a wrong ETag: the lock's exclusive
      * PUT (small: Content-MD5, the ETag checked) is sent again, refused as
      * existing, and found ours by its bytes; the parts (checksums: the CRC
      * was the check) go up and the completion refuses the part list;
      * without checksums every ETag must be the MD5 sent: not trusted */
-    faults("badetag", 100000);
-    rc = save(ctx, at("ck/ow"), BIG, 4);
-    faults(NULL, 0);
-    ASSERT_EQ(rc, DCP_EINVAL);
-    ASSERT(strstr(dcp_errmsg(ctx), "ck/ow/"));
-    ASSERT(strstr(dcp_errmsg(ctx), "InvalidPart"));
-    ASSERT_EQ(uploads("ck/ow/"), 0);
-    ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
-    ASSERT_EQ(got, 2);
+    save_fails(ctx, "ck/ow", BIG, "badetag", 0, DCP_EINVAL, "InvalidPart", 2);
     setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "when_required", 1);
-    faults("badetag", 100000);
-    rc = save(ctx, at("ck/ow"), BIG, 4);
-    faults(NULL, 0);
+    save_fails(ctx, "ck/ow", BIG, "badetag", 0, DCP_ECORRUPT, "ETag", 2);
     unsetenv("AWS_REQUEST_CHECKSUM_CALCULATION");
-    ASSERT_EQ(rc, DCP_ECORRUPT);
-    ASSERT(strstr(dcp_errmsg(ctx), "ETag"));
-    ASSERT_EQ(uploads("ck/ow/"), 0);
-    ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
-    ASSERT_EQ(got, 2);
     /* a server that states a CRC32 other than the one sent */
-    faults("badcrc", 100000);
-    rc = save(ctx, at("ck/ow"), BIG, 4);
-    faults(NULL, 0);
-    ASSERT_EQ(rc, DCP_ECORRUPT);
-    ASSERT(strstr(dcp_errmsg(ctx), "CRC32"));
-    ASSERT_EQ(uploads("ck/ow/"), 0);
-    ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
-    ASSERT_EQ(got, 2);
+    save_fails(ctx, "ck/ow", BIG, "badcrc", 0, DCP_ECORRUPT, "CRC32", 2);
     /* the server's own checksum refusing a body (400 BadDigest): sent
      * again; for ever, DCP_ECORRUPT naming it, nothing committed */
-    faults("baddigest", 100000);
-    rc = save(ctx, at("ck/ow"), BIG, 7);
-    faults(NULL, 0);
-    ASSERT_EQ(rc, DCP_ECORRUPT);
-    ASSERT(strstr(dcp_errmsg(ctx), "BadDigest"));
-    ASSERT_EQ(uploads("ck/ow/"), 0);
-    ASSERT_EQ(load(ctx, at("ck/ow"), BIG, &got), DCP_OK);
-    ASSERT_EQ(got, 2);
+    save_fails(ctx, "ck/ow", BIG, "baddigest", 0, DCP_ECORRUPT, "BadDigest", 2);
     cfg(1, 8, 30000);
     faults("baddigest", 2);
     ASSERT_EQ(save(ctx, at("ck/ow"), BIG, 8), DCP_OK);
@@ -525,7 +503,6 @@ TEST(parts_in_parallel)
     dcp_s3_config c;
     dcp_ctx *ctx;
     unsigned got;
-    int rc;
     memset(&c, 0, sizeof(c));
     c.struct_size = sizeof(c);
     c.endpoint = getenv("DCP_S3_PROXY");
@@ -544,28 +521,13 @@ TEST(parts_in_parallel)
     ASSERT_EQ(got, 1);
     ASSERT_EQ(uploads("ck/par/"), 0);
     /* the lock's PUT and three parts pass, then every PUT is refused */
-    faults_after("slowdown_put", 100000, 4);
-    rc = save(ctx, at("ck/par"), n, 2);
-    faults(NULL, 0);
-    ASSERT_EQ(rc, DCP_EIO);
-    ASSERT(strstr(dcp_errmsg(ctx), "ck/par/"));
-    ASSERT(strstr(dcp_errmsg(ctx), "SlowDown"));
-    ASSERT_EQ(uploads("ck/par/"), 0);
+    save_fails(ctx, "ck/par", n, "slowdown_put", 4, DCP_EIO, "SlowDown", 1);
     ASSERT_EQ(nkeys("ck/par/"), 2);
-    ASSERT_EQ(load(ctx, at("ck/par"), n, &got), DCP_OK);
-    ASSERT_EQ(got, 1);
     /* one sender, the server's checksum refusing the fifth part for good:
      * DCP_ECORRUPT, nothing committed */
     c.max_inflight = 1;
     ASSERT_EQ(dcp_s3_configure(&c), DCP_OK);
-    faults_after("baddigest", 100000, 5);
-    rc = save(ctx, at("ck/par"), n, 3);
-    faults(NULL, 0);
-    ASSERT_EQ(rc, DCP_ECORRUPT);
-    ASSERT(strstr(dcp_errmsg(ctx), "BadDigest"));
-    ASSERT_EQ(uploads("ck/par/"), 0);
-    ASSERT_EQ(load(ctx, at("ck/par"), n, &got), DCP_OK);
-    ASSERT_EQ(got, 1);
+    save_fails(ctx, "ck/par", n, "baddigest", 5, DCP_ECORRUPT, "BadDigest", 1);
     ASSERT_EQ(save(ctx, at("ck/par"), n, 4), DCP_OK);
     ASSERT_EQ(load(ctx, at("ck/par"), n, &got), DCP_OK);
     ASSERT_EQ(got, 4);
