@@ -74,6 +74,7 @@ int dcp_path_is_s3(const char *path)
 #define MAX_PART      ((uint64_t)5 << 30)
 #define DEF_PART      ((size_t)8 << 20)
 #define BIG_PUT       ((size_t)64 << 20) /* put/publish go multipart above */
+#define S3_MAX_PUT    ((size_t)5 << 30)  /* S3's largest single PUT */
 #define LIST_MAX_KEYS ((size_t)1 << 20)
 #define UPID_MAX      DCP__S3_UPID_MAX
 /* A written file holds at most max_inflight + HELD_EXTRA full parts not
@@ -1096,7 +1097,10 @@ static int s3_exists(void *impl, void *dir, const char *name, int *found,
 static int put_any(struct s3dir *d, const char *key, const void *p, size_t n,
                    unsigned flags, struct dcp_err *err)
 {
-    if (n > BIG_PUT && n > d->cl->part)
+    /* Exclusive: one PUT up to S3's 5 GiB (If-None-Match on a PUT is
+     * honoured by stores that ignore it on a multipart completion). */
+    if (n > BIG_PUT && n > d->cl->part &&
+        (!(flags & DCP__S3_PUT_EXCLUSIVE) || n > S3_MAX_PUT))
         return dcp__s3_put_multipart(d->cl->s3, key, p, n, flags, err);
     return dcp__s3_put(d->cl->s3, key, p, n, flags, err);
 }

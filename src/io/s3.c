@@ -1910,7 +1910,24 @@ int dcp__s3_mpu_complete(struct dcp__s3 *s3, const char *key, const char *upid,
                          unsigned flags, struct dcp_err *err)
 {
     struct dcp_buf xml = {0};
-    int rc = dcp__buf_printf(&xml, "<CompleteMultipartUpload>");
+    int rc;
+    if (flags & DCP__S3_PUT_EXCLUSIVE) {
+        /* Not every store honours If-None-Match on a completion (radosgw
+         * 16 replaces the object): a key that exists already is refused
+         * here on any store; a race with another writer only where the
+         * condition is honoured (AWS S3, moto). */
+        struct dcp__s3_stat st;
+        struct dcp_err e2;
+        rc = dcp__s3_head(s3, key, &st, &e2);
+        if (rc == DCP_OK)
+            return dcp__err(err, DCP_EEXIST, "s3://%s/%s: already exists",
+                            s3->bucket, key);
+        if (rc != DCP_ENOENT) {
+            *err = e2;
+            return rc;
+        }
+    }
+    rc = dcp__buf_printf(&xml, "<CompleteMultipartUpload>");
     for (size_t i = 0; i < nparts && rc == DCP_OK; i++) {
         const char *ck = strchr(tags[i], ':');
         rc = dcp__buf_printf(&xml,

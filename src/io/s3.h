@@ -135,7 +135,11 @@ int dcp__s3_put_multipart(struct dcp__s3 *s3, const char *key, const void *buf,
  * checksums (the upload was created with CRC32, and the server checks
  * every part against it; AWS_REQUEST_CHECKSUM_CALCULATION=when_required
  * turns checksums off);
- * complete (exclusive when flags say so) makes the object; abort discards
+ * complete (exclusive when flags say so: a key that exists is refused
+ * with DCP_EEXIST after a HEAD on any store, and the completion carries
+ * If-None-Match: * against a racing writer, which only stores honouring it
+ * on completions refuse: AWS S3 and moto do, radosgw 16 does not — a
+ * single exclusive PUT is atomic on all three) makes the object; abort discards
  * the upload and its parts (err may be NULL). Parts of one upload may be
  * sent from many threads at once.
  */

@@ -1,20 +1,29 @@
 #!/usr/bin/env python3
 """Runs a command beside a real S3-compatible server on loopback.
 
-  s3_env.py [--auth] COMMAND [ARGS...]
+  s3_env.py [--server moto|rgw] [--auth] COMMAND [ARGS...]
 
-Starts moto's standalone server (moto[server] from PyPI) on a free
-127.0.0.1 port, and the fault proxy (s3_fault_proxy.py) in front of it,
-creates the bucket dcp-test, runs COMMAND with
+Starts an S3 server on a free 127.0.0.1 port — moto's standalone server
+(moto[server] from PyPI; the default) or Ceph's radosgw on a one-node
+cluster (rgw_server.py; Debian's ceph-mon, ceph-osd, radosgw) — and the
+fault proxy (s3_fault_proxy.py) in front of it, creates the bucket
+dcp-test, runs COMMAND with
   AWS_ENDPOINT_URL   the server          DCP_S3_PROXY   the proxy
   AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION
   DCP_S3_BUCKET      dcp-test            DCP_S3_FAULTS  the proxy's fault file
-and stops both. With --auth, moto checks every request's SigV4 signature
-and the key's IAM policy (INITIAL_NO_AUTH_ACTION_COUNT): an IAM user with
-s3:* is made first and its key exported (DCP_S3_AUTH=1). Exit status: COMMAND's; 77 (skip) when moto is missing.
-Everything is bounded: 60 s for the server to answer, 600 s for COMMAND.
+  DCP_S3_SERVER      moto or rgw
+and stops them. radosgw always checks signatures (DCP_S3_SIGCHECK=1 then,
+as with --auth). With --auth (moto only), moto checks every request's SigV4
+signature and the key's IAM policy (INITIAL_NO_AUTH_ACTION_COUNT): an IAM
+user with s3:* is made first and its key exported (DCP_S3_AUTH=1, and the
+temporary credentials of an assumed role in DCP_S3_TMP_*).
+Exit status: COMMAND's; 77 (skip) when the server's software is missing,
+except under CI=true, where that fails (1): CI installs it
+(scripts/deps.sh). Everything is bounded: 60 s for moto to answer, 120 s
+for the cluster to come up, 600 s for COMMAND.
 """
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -33,48 +42,94 @@ def free_port():
         return s.getsockname()[1]
 
 
-def main():
-    try:
-        import boto3  # noqa: F401
-        import moto  # noqa: F401
-    except ImportError as e:
-        print(f"s3_env: SKIP, {e} (scripts/deps.sh installs moto[server], boto3)")
-        return 77
-    import s3_fault_proxy
+def skip_or_fail(why):
+    """77 (skip) for software that is missing; 1 under CI, which installs it."""
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        print(f"s3_env: FAIL, {why} (CI=true: scripts/deps.sh installs it)", file=sys.stderr)
+        return 1
+    print(f"s3_env: SKIP, {why} (scripts/deps.sh installs it)")
+    return 77
 
-    args = sys.argv[1:]
-    auth = bool(args) and args[0] == "--auth"
-    if auth:
-        args = args[1:]
-    port = free_port()
-    env = dict(os.environ)
-    env.update(AWS_ACCESS_KEY_ID="dcptestkey", AWS_SECRET_ACCESS_KEY="dcptestsecret",
-               AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1")
-    env.pop("AWS_SESSION_TOKEN", None)
-    env.pop("AWS_ENDPOINT_URL_S3", None)
+
+def start_moto(port, env, auth):
+    """moto's server on port; returns (url, stop)."""
     srv_env = dict(env)
     if auth:
         srv_env["INITIAL_NO_AUTH_ACTION_COUNT"] = "5"
     srv = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
                             "-p", str(port)], env=srv_env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
+
+    def stop():
+        srv.terminate()
+        try:
+            srv.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+            srv.wait()
+
     url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(url + "/moto-api/", timeout=2).read()
+            return url, stop
+        except Exception:
+            if srv.poll() is not None or time.monotonic() > deadline:
+                stop()
+                raise RuntimeError("moto server did not start")
+            time.sleep(0.2)
+
+
+def main():
+    args = sys.argv[1:]
+    server, auth = "moto", False
+    while args and args[0] in ("--auth", "--server"):
+        if args[0] == "--auth":
+            auth, args = True, args[1:]
+        elif len(args) >= 2 and args[1] in ("moto", "rgw"):
+            server, args = args[1], args[2:]
+        else:
+            print("s3_env: --server takes moto or rgw", file=sys.stderr)
+            return 2
+    if auth and server != "moto":
+        print("s3_env: --auth is moto's IAM; radosgw checks signatures always", file=sys.stderr)
+        return 2
+    try:
+        import boto3
+        if server == "moto":
+            import moto  # noqa: F401
+    except ImportError as e:
+        return skip_or_fail(f"{e}: moto[server] and boto3 are needed")
+    import s3_fault_proxy
+    import rgw_server
+    if server == "rgw" and rgw_server.missing():
+        return skip_or_fail(f"no {', '.join(rgw_server.missing())} on PATH: "
+                            "Debian's ceph-mon, ceph-osd, radosgw are needed")
+
+    env = dict(os.environ)
+    env.update(AWS_ACCESS_KEY_ID="dcptestkey", AWS_SECRET_ACCESS_KEY="dcptestsecret",
+               AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1", DCP_S3_SERVER=server)
+    for k in ("AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "DCP_S3_AUTH", "DCP_S3_SIGCHECK"):
+        env.pop(k, None)
     tmp = tempfile.mkdtemp(prefix="dcp-s3-")
     faults = os.path.join(tmp, "faults")
     open(faults, "w").close()
     proxy = None
+    stop = None
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(url + "/moto-api/", timeout=2).read()
-                break
-            except Exception:
-                if srv.poll() is not None or time.monotonic() > deadline:
-                    print("s3_env: moto server did not start", file=sys.stderr)
-                    return 1
-                time.sleep(0.2)
-        import boto3
+        try:
+            if server == "moto":
+                url, stop = start_moto(free_port(), env, auth)
+            else:
+                rgw = rgw_server.start(os.path.join(tmp, "rgw"), "dcptestkey", "dcptestsecret",
+                                       memstore_bytes=int(os.environ.get(
+                                           "DCP_RGW_MEMSTORE_BYTES", 16 << 30)))
+                url, stop = rgw.url, rgw.stop
+                env["DCP_S3_SIGCHECK"] = "1"
+        except RuntimeError as e:
+            print(f"s3_env: {e}", file=sys.stderr)
+            return 1
         ak, sk = "dcptestkey", "dcptestsecret"
         if auth:
             iam = boto3.client("iam", endpoint_url=url, region_name="us-east-1",
@@ -90,7 +145,8 @@ def main():
                 '{"AWS":"arn:aws:iam::123456789012:user/dcp"},"Action":"sts:AssumeRole"}]}'))
             iam.put_role_policy(RoleName="dcp-role", PolicyName="s3", PolicyDocument=allow)
             ak, sk = key["AccessKeyId"], key["SecretAccessKey"]
-            env.update(AWS_ACCESS_KEY_ID=ak, AWS_SECRET_ACCESS_KEY=sk, DCP_S3_AUTH="1")
+            env.update(AWS_ACCESS_KEY_ID=ak, AWS_SECRET_ACCESS_KEY=sk, DCP_S3_AUTH="1",
+                       DCP_S3_SIGCHECK="1")
             tmpc = boto3.client("sts", endpoint_url=url, region_name="us-east-1",
                                 aws_access_key_id=ak, aws_secret_access_key=sk
                                 ).assume_role(
@@ -102,7 +158,8 @@ def main():
         boto3.client("s3", endpoint_url=url, region_name="us-east-1",
                      aws_access_key_id=ak,
                      aws_secret_access_key=sk).create_bucket(Bucket="dcp-test")
-        proxy = s3_fault_proxy.start("127.0.0.1", 0, "127.0.0.1", port, faults)
+        proxy = s3_fault_proxy.start("127.0.0.1", 0, "127.0.0.1", int(url.rsplit(":", 1)[1]),
+                                     faults)
         env.update(AWS_ENDPOINT_URL=url, DCP_S3_BUCKET="dcp-test", DCP_S3_FAULTS=faults,
                    DCP_S3_PROXY=f"http://127.0.0.1:{proxy.server_address[1]}")
         try:
@@ -113,12 +170,9 @@ def main():
     finally:
         if proxy:
             proxy.shutdown()
-        srv.terminate()
-        try:
-            srv.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            srv.kill()
-            srv.wait()
+        if stop:
+            stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
