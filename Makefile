@@ -15,8 +15,9 @@
 #                       bench/RESULTS.md, bench/results.json, bench/io_bench.png;
 #                       then make bench-s3
 #   make bench-s3       save/load through s3:// vs boto3's transfer manager
-#                       and PyTorch DCP's fsspec S3 path, on moto (loopback):
-#                       the s3_* keys of bench/results.json
+#                       and PyTorch DCP's fsspec S3 path, on radosgw
+#                       (loopback; S3_SERVER=moto for moto): the s3_* keys
+#                       of bench/results.json
 #   make fuzz           libFuzzer targets (build-fuzz/, clang-14, ASan+UBSan),
 #                       FUZZ_TIME seconds each (tests/fuzz/run_fuzz.sh)
 #   make reliability    every reliability suite in its full version, with
@@ -107,13 +108,16 @@ BENCH_ARGS ?=
 
 bench: build
 	$(PYTHON) bench/run_bench.py --build build $(BENCH_ARGS)
-	$(PYTHON) tests/s3/s3_env.py $(PYTHON) bench/s3_bench.py --build build $(S3_BENCH_ARGS)
+	$(MAKE) bench-s3
 
-# The S3 benchmark alone (bench/s3_bench.py against moto on loopback);
-# S3_BENCH_ARGS: e.g. '--runs 5 --scale full'.
+# The S3 benchmark alone (bench/s3_bench.py against a server on loopback:
+# radosgw, S3_SERVER=moto for moto); S3_BENCH_ARGS: e.g. '--runs 3' or
+# '--scale medium'.
+S3_SERVER ?= rgw
 S3_BENCH_ARGS ?=
 bench-s3: build
-	$(PYTHON) tests/s3/s3_env.py $(PYTHON) bench/s3_bench.py --build build $(S3_BENCH_ARGS)
+	DCP_S3_ENV_TIMEOUT=3600 $(PYTHON) tests/s3/s3_env.py --server $(S3_SERVER) \
+	  $(PYTHON) bench/s3_bench.py --build build $(S3_BENCH_ARGS)
 
 test:
 	$(CTEST) --test-dir build --output-on-failure --no-tests=error -j$(CTEST_J) $(CTEST_ARGS)

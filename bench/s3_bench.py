@@ -1,26 +1,26 @@
 #!/usr/bin/env python3
 """S3 benchmark: dcp's save and load of the GPT-2 small + AdamW state
-(bench/gpt2_state.h) through its S3 back end, beside the same server's raw
-parallel throughput with a well-known client (boto3's transfer manager: a
-multipart upload of the same bytes, dcp's data object, in 8 MiB parts, 16
-in flight, and the download of dcp's data object in 8 MiB ranged GETs, 16
-in flight; run by run in turn with dcp's save and load, the ratios to raw
-taken pair by pair) and beside PyTorch DCP's S3 path (torch's
+(bench/gpt2_state.h, 1.49 GB) through its S3 back end, beside the same
+server's raw parallel throughput with a well-known client (boto3's transfer
+manager: a multipart upload of the same bytes, dcp's data object, in 8 MiB
+parts, 16 in flight, and the download of dcp's data object in 8 MiB ranged
+GETs, 16 in flight; run by run in turn with dcp's save and load, the ratios
+to raw taken pair by pair) and beside PyTorch DCP's S3 path (torch's
 FsspecWriter/FsspecReader over s3fs), all in the same run, against the
-server tests/s3/s3_env.py starts (moto on loopback):
+server tests/s3/s3_env.py starts on loopback (radosgw for make bench-s3):
 
-    python tests/s3/s3_env.py python bench/s3_bench.py [--build build]
-                                         [--runs 5] [--scale small|medium|full]
+    python tests/s3/s3_env.py --server rgw python bench/s3_bench.py
+        [--build build] [--runs 5] [--scale small|medium|full]
 
 (make bench-s3). One process each. Medians of --runs runs; merges
 s3_save_vs_raw, s3_load_vs_raw, s3_save_vs_torch, s3_load_vs_torch (dcp's
 throughput over the other's: above 1 is dcp faster) and the GB/s figures
-into bench/results.json and prints them. The default scale, medium (the
-GPT-2 layout with 4 layers, 109 MB with AdamW), writes the s3_* keys: it
-is the largest moto serves (it copies the whole object for every ranged
-GET, so the full 1.5 GB state's load would take hours); the small scale
-(6.7 MB, bound by round trips) writes s3_small_*, full s3_full_*. moto is
-a Python server: the figures measure the clients against it, not S3.
+into bench/results.json and prints them. The default scale, full (the
+whole state), on radosgw writes the s3_* keys; another scale or server
+writes s3_[<server>_]<scale>_* (s3_medium_*: the GPT-2 layout with 4
+layers, 109 MB; s3_small_*: 6.7 MB, bound by round trips; moto copies the
+whole object for every ranged GET, so it serves the medium scale at most).
+Each figure records its server and scale.
 """
 import argparse
 import io
@@ -61,7 +61,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--scale", default="medium", choices=["small", "medium", "full"])
+    ap.add_argument("--scale", default="full", choices=["small", "medium", "full"])
     ap.add_argument("--out", default=HERE)
     a = ap.parse_args()
     bucket = os.environ["DCP_S3_BUCKET"]
@@ -118,8 +118,11 @@ def main():
                    op, base + "/torch"] + extra, tenv)
         assert all(x.get("bad_elements", 0) == 0 for x in r)
         gb["torch_" + op] = [x["bytes"] / x["seconds"] / 1e9 for x in r]
-    # The medium scale writes the s3_* keys; another scale s3_<scale>_*.
-    pre = "s3_" if a.scale == "medium" else f"s3_{a.scale}_"
+    # The full scale on radosgw writes the s3_* keys; another scale or
+    # server s3_[<server>_]<scale>_*.
+    server = os.environ.get("DCP_S3_SERVER", "moto")
+    pre = "s3_" + ("" if server == "rgw" else server + "_") + \
+        ("" if a.scale == "full" and server == "rgw" else a.scale + "_")
     for k, v in gb.items():
         res[f"{pre}{k}_gbps"] = fig(v, "GB/s")
     for op in ("save", "load"):
@@ -137,6 +140,7 @@ def main():
                                 "max": nbytes}
     for v in res.values():
         v["scale"] = a.scale
+        v["server"] = server
     os.makedirs(a.out, exist_ok=True)
     jpath = os.path.join(a.out, "results.json")
     old = {}

@@ -20,7 +20,8 @@ temporary credentials of an assumed role in DCP_S3_TMP_*).
 Exit status: COMMAND's; 77 (skip) when the server's software is missing,
 except under CI=true, where that fails (1): CI installs it
 (scripts/deps.sh). Everything is bounded: 60 s for moto to answer, 120 s
-for the cluster to come up, 600 s for COMMAND.
+for the cluster to come up, 600 s for COMMAND (DCP_S3_ENV_TIMEOUT
+seconds if set: make bench-s3).
 """
 import os
 import shutil
@@ -162,10 +163,11 @@ def main():
                                      faults)
         env.update(AWS_ENDPOINT_URL=url, DCP_S3_BUCKET="dcp-test", DCP_S3_FAULTS=faults,
                    DCP_S3_PROXY=f"http://127.0.0.1:{proxy.server_address[1]}")
+        limit = int(os.environ.get("DCP_S3_ENV_TIMEOUT", "600"))
         try:
-            return subprocess.run(args, env=env, timeout=600).returncode
+            return subprocess.run(args, env=env, timeout=limit).returncode
         except subprocess.TimeoutExpired:
-            print("s3_env: command timed out after 600 s", file=sys.stderr)
+            print(f"s3_env: command timed out after {limit} s", file=sys.stderr)
             return 1
     finally:
         if proxy:
