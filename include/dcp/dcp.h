@@ -933,7 +933,9 @@ typedef struct dcp_save_options {
  * message names the key), DCP_EPLAN (an
  * invalid plan: the message names the key and the ranks involved),
  * DCP_EIO, DCP_ENOSPC, DCP_ENOMEM, DCP_ELIMIT, DCP_EEXIST (only with
- * DCP_SAVE_RANK_LOCAL: path already holds a checkpoint). When a rank fails (bad
+ * DCP_SAVE_RANK_LOCAL: path already holds a checkpoint), DCP_EBUSY
+ * (another writer holds the path's one-writer lock; on S3 also another
+ * writer's commit there during the save, below). When a rank fails (bad
  * argument, I/O error, out of memory), every rank returns that rank's code
  * and dcp_errmsg reads "rank R failed: <its message>" on every rank (the
  * lowest failing rank's message; "ranks R to S failed; rank R: ..." when
@@ -947,6 +949,14 @@ typedef struct dcp_save_options {
  * S3). The S3 errors: DCP_EINVAL (refused credentials, bad bucket or key
  * name), DCP_ENOENT (no such bucket or object), DCP_ECORRUPT (the server's
  * answer disagrees with the request), DCP_ETIMEOUT (a stalled server).
+ * On S3 the commit is also conditional on the .metadata the save read
+ * when it planned: its PUT carries If-None-Match: * when there was none,
+ * If-Match with its ETag when there was one, so a checkpoint another
+ * writer committed there in between (one that did not take the lock: a
+ * writer that is not dcp, or one whose lock was removed as stale) is
+ * never replaced: the save fails with DCP_EBUSY naming the object,
+ * nothing of it is left, theirs stays (where the store honours the
+ * conditions: AWS S3, Ceph's radosgw, moto; docs/S3.md).
  */
 DCP_API int dcp_save(dcp_ctx *ctx, const dcp_state *st, const char *path,
                      const dcp_save_options *opts);

@@ -37,7 +37,10 @@
  * on a miss, under the file's lock), since zip headers and small records
  * would otherwise cost a round trip each.
  *
- * Commit: publish is one PUT (If-None-Match: * when exclusive). S3 PUTs
+ * Commit: publish is one PUT (If-None-Match: * when exclusive; a name the
+ * handle read with dcp__s3_read_all — the save's read of the committed
+ * .metadata — only if it is still what was read: If-None-Match: * when it
+ * was absent, If-Match its ETag, else DCP_EBUSY). S3 PUTs
  * are atomic and durable when answered, so sync and sync_dir have nothing
  * to do, and rename is DCP_ENOTSUP (dcp commits only through publish).
  */
@@ -190,9 +193,22 @@ struct client {
     char *bucket;
 };
 
+/* What a handle last read of a name with dcp__s3_read_all (the save's
+ * read of the committed .metadata): absent, or its ETag. A publish of
+ * that name through the handle is then conditional on it. */
+#define NSEEN 4
+struct seen {
+    char name[64]; /* "" unused */
+    int absent;
+    char etag[DCP__S3_ETAG]; /* present: "" when the ETag is unusable */
+};
+
 struct s3dir {
     struct client *cl;
     char *prefix; /* "" or "p/" */
+    pthread_mutex_t mu; /* seen */
+    struct seen seen[NSEEN];
+    unsigned nseen; /* entries used, the oldest replaced first */
 };
 
 struct part {
@@ -389,6 +405,10 @@ static int s3_open_dir(void *impl, const char *path, void **dir,
     pl = strlen(prefix);
     if (d)
         d->prefix = dcp__malloc(pl + 2);
+    if (d && d->prefix && pthread_mutex_init(&d->mu, NULL) != 0) {
+        dcp__free(d->prefix); /* a prefix: the mutex is initialised */
+        d->prefix = NULL;
+    }
     if (!d || !cl || !d->prefix) {
         rc = dcp__err(err, DCP_ENOMEM, "out of memory opening '%s'", path);
         goto out_free;
@@ -430,8 +450,10 @@ static int s3_open_dir(void *impl, const char *path, void **dir,
 out_free:
     if (cl && !cl->s3)
         dcp__free(cl);
-    if (d)
+    if (d && d->prefix) {
+        (void)pthread_mutex_destroy(&d->mu);
         dcp__free(d->prefix);
+    }
     dcp__free(d);
     dcp__free(bucket);
     dcp__free(prefix);
@@ -445,6 +467,7 @@ static void s3_close_dir(void *impl, void *dir)
     if (!d)
         return;
     client_unref(d->cl);
+    (void)pthread_mutex_destroy(&d->mu);
     dcp__free(d->prefix);
     dcp__free(d);
 }
@@ -1279,6 +1302,42 @@ int dcp__s3_abort_uploads(void *dir, int (*leftover)(const char *name),
     return rc;
 }
 
+/* Records what d read of name (absent, or etag) and, by seen_take, hands
+ * it to the next publish of name, once. */
+static void seen_set(struct s3dir *d, const char *name, int absent,
+                     const char *etag)
+{
+    size_t n = strlen(name);
+    unsigned i;
+    if (n >= sizeof(d->seen[0].name))
+        return;
+    (void)pthread_mutex_lock(&d->mu);
+    for (i = 0; i < NSEEN && strcmp(d->seen[i].name, name) != 0; i++)
+        ;
+    if (i == NSEEN)
+        i = d->nseen++ % NSEEN;
+    memcpy(d->seen[i].name, name, n + 1);
+    d->seen[i].absent = absent;
+    (void)snprintf(d->seen[i].etag, sizeof(d->seen[i].etag), "%s",
+                   absent ? "" : etag);
+    (void)pthread_mutex_unlock(&d->mu);
+}
+
+/* 1 with *out filled if d read name, the entry dropped; 0 if not. */
+static int seen_take(struct s3dir *d, const char *name, struct seen *out)
+{
+    int found = 0;
+    (void)pthread_mutex_lock(&d->mu);
+    for (unsigned i = 0; i < NSEEN && !found; i++)
+        if (d->seen[i].name[0] && strcmp(d->seen[i].name, name) == 0) {
+            *out = d->seen[i];
+            d->seen[i].name[0] = '\0';
+            found = 1;
+        }
+    (void)pthread_mutex_unlock(&d->mu);
+    return found;
+}
+
 int dcp__s3_read_all(void *dir, const char *name, uint64_t max, uint8_t **out,
                      size_t *len, struct dcp_err *err)
 {
@@ -1292,9 +1351,12 @@ int dcp__s3_read_all(void *dir, const char *name, uint64_t max, uint8_t **out,
         return rc;
     /* One GET bounded by max (a longer object: DCP_ELIMIT; none:
      * DCP_ENOENT), not a HEAD for the size and then a GET. */
-    rc = dcp__s3_get(d->cl->s3, key,
-                     max < SIZE_MAX - 1 ? (size_t)max : SIZE_MAX - 1, &buf,
-                     len, err);
+    char etag[DCP__S3_ETAG];
+    rc = dcp__s3_get_etag(d->cl->s3, key,
+                          max < SIZE_MAX - 1 ? (size_t)max : SIZE_MAX - 1,
+                          &buf, len, etag, err);
+    if (rc == DCP_OK || rc == DCP_ENOENT)
+        seen_set(d, name, rc == DCP_ENOENT, etag);
     if (rc == DCP_OK)
         *out = buf;
     else
@@ -1316,20 +1378,43 @@ static int s3_publish(void *impl, void *dir, const char *path, const char *name,
     *visible = 0;
     if (rc != DCP_OK)
         return rc;
-    rc = put_any(d, key, p, n, excl ? DCP__S3_PUT_EXCLUSIVE : 0, err);
-    if (rc == DCP_EEXIST && excl) {
-        /* A retried exclusive PUT whose first attempt did land (its answer
-         * lost) is refused by our own object: the same bytes are ours. */
+    /* A name this handle read (the save's read of the committed
+     * .metadata) is replaced only if it is still what was read: absent
+     * (If-None-Match: *), or the same ETag (If-Match). Another writer's
+     * commit in between (one that did not hold the lock: a lock broken
+     * as stale, or a writer that is not dcp) makes this one fail with
+     * DCP_EBUSY instead of replacing it, where the store honours the
+     * conditions (AWS S3, radosgw, moto). */
+    struct seen sn;
+    int cond = !excl && seen_take(d, name, &sn) && (sn.absent || sn.etag[0]);
+    if (cond && !sn.absent && n <= S3_MAX_PUT)
+        rc = dcp__s3_put_if(d->cl->s3, key, p, n, 0, sn.etag, err);
+    else
+        rc = put_any(d, key, p, n,
+                     excl || (cond && sn.absent) ? DCP__S3_PUT_EXCLUSIVE : 0,
+                     err);
+    if ((rc == DCP_EEXIST && (excl || cond)) || (rc == DCP_EBUSY && cond)) {
+        /* A retried conditional PUT whose first attempt did land (its
+         * answer lost) is refused because of our own object: the same
+         * bytes are ours. */
         void *got = NULL;
         size_t len = 0;
         struct dcp_err e2;
-        if (dcp__s3_get(d->cl->s3, key, n + 1, &got, &len, &e2) == DCP_OK &&
-            len == n && (n == 0 || memcmp(got, p, n) == 0))
-            rc = DCP_OK;
+        int lost = dcp__s3_get(d->cl->s3, key, n + 1, &got, &len, &e2) ==
+                       DCP_OK &&
+                   len == n && (n == 0 || memcmp(got, p, n) == 0);
         dcp__free(got);
-        if (rc != DCP_OK)
+        if (lost)
+            rc = DCP_OK;
+        else if (excl)
             rc = dcp__err(err, DCP_EEXIST, "s3://%s/%s already exists",
                           d->cl->bucket, key);
+        else
+            rc = dcp__err(err, DCP_EBUSY,
+                          "s3://%s/%s changed since it was read (%s): "
+                          "another writer committed here; not replaced",
+                          d->cl->bucket, key,
+                          sn.absent ? "it was absent" : sn.etag);
     }
     if (rc == DCP_OK)
         *visible = 1;

@@ -105,6 +105,14 @@ int dcp__s3_get_ranges(struct dcp__s3 *s3, const char *key, size_t n,
 int dcp__s3_get(struct dcp__s3 *s3, const char *key, size_t max, void **buf,
                 size_t *len, struct dcp_err *err);
 
+#define DCP__S3_ETAG 80 /* an ETag as sent, quotes included, and its NUL */
+/* dcp__s3_get, also giving the object's ETag as the server sent it
+ * (quotes included) for dcp__s3_put_if; "" when the answer had none, or
+ * one unfit for a header (not 1..78 visible ASCII characters). */
+int dcp__s3_get_etag(struct dcp__s3 *s3, const char *key, size_t max,
+                     void **buf, size_t *len, char etag[DCP__S3_ETAG],
+                     struct dcp_err *err);
+
 enum dcp__s3_put_flags {
     /* Fail with DCP_EEXIST if the key exists (If-None-Match: *). */
     DCP__S3_PUT_EXCLUSIVE = 1 << 0,
@@ -115,6 +123,14 @@ enum dcp__s3_put_flags {
  * MD5 (not checked when the answer names SSE-KMS or SSE-C). */
 int dcp__s3_put(struct dcp__s3 *s3, const char *key, const void *buf,
                 size_t len, unsigned flags, struct dcp_err *err);
+/* dcp__s3_put; with if_match (an ETag from dcp__s3_get_etag) also
+ * If-Match: the object is replaced only if it is still that version
+ * (AWS S3 since November 2024, radosgw and moto honour it): DCP_EBUSY
+ * when it is another version now or gone. A store that ignores If-Match
+ * replaces it whatever it is. */
+int dcp__s3_put_if(struct dcp__s3 *s3, const char *key, const void *buf,
+                   size_t len, unsigned flags, const char *if_match,
+                   struct dcp_err *err);
 
 /*
  * Multipart upload of buf: create, parts of cfg.part_size with up to

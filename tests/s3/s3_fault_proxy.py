@@ -17,6 +17,9 @@ Modes:
   badcrc        PUTs: the server's answer states a wrong CRC32 checksum
   baddigest     PUTs: 400 BadDigest (the server's checksum of the body did
                 not match), not forwarded
+  lostanswer    PUTs: forwarded (the write lands), then the connection is
+                reset: the answer is lost
+  delay_post    POSTs (multipart create and complete): forwarded after 1.5 s
 """
 import http.client
 import http.server
@@ -45,6 +48,8 @@ def _take(path, method, has_body):
                    "badetag_kms": method == "PUT",
                    "badetag_kmsid": method == "PUT",
                    "baddigest": method == "PUT",
+                   "lostanswer": method == "PUT",
+                   "delay_post": method == "POST",
                    "truncate": method == "GET", "badlen": method == "GET"}.get(mode, False)
         if not applies:
             return None
@@ -94,6 +99,8 @@ def start(host, port, up_host, up_port, fault_path):
                 time.sleep(4)
                 self.close_connection = True
                 return
+            if mode == "delay_post":
+                time.sleep(1.5)
             c = http.client.HTTPConnection(up_host, up_port, timeout=30)
             hdrs = {k: v for k, v in self.headers.items()}
             c.request(self.command, self.path, body=body if n else None, headers=hdrs)
@@ -103,6 +110,12 @@ def start(host, port, up_host, up_port, fault_path):
             c.close()
             if mode in ("truncate", "badlen") and len(data) < 2:
                 mode = None
+            if mode == "lostanswer":
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                           struct.pack("ii", 1, 0))
+                self.close_connection = True
+                self.connection.close()
+                return
             self.send_response(r.status)
             for k, v in rh:
                 kl = k.lower()

@@ -718,6 +718,143 @@ TEST(storage_members)
 
 /* kill -9 of a saving process at several moments: never a partial commit,
  * the old checkpoint (or the new one, when it committed) loads. */
+/* The object at key, whole, equals the n bytes at want. */
+static int object_is(struct dcp__s3 *s3, const char *key, const char *want,
+                     size_t n)
+{
+    void *b = NULL;
+    size_t len = 0;
+    struct dcp_err err = {0};
+    int ok = dcp__s3_get(s3, key, 1 << 20, &b, &len, &err) == DCP_OK &&
+             len == n && memcmp(b, want, n) == 0;
+    dcp__free(b);
+    return ok;
+}
+
+/* The commit is conditional on what the save read of .metadata (absent:
+ * If-None-Match, present: If-Match its ETag): another writer's commit in
+ * between — one that did not take the lock — is never replaced. */
+TEST(conditional_commit)
+{
+    struct dcp_err err = {0};
+    struct dcp__s3 *s3 = client();
+    const char *key = "ck/cond/.metadata";
+    uint8_t *got = NULL;
+    size_t len = 0;
+    int d = -1, vis = 1;
+    ASSERT(s3);
+    cfg(0, 4, 30000);
+    ASSERT_EQ(dcp__fs_open_dir(at("ck/cond"), &d, &err), DCP_OK);
+    /* absent when read, another's at the publish: refused, theirs kept */
+    ASSERT_EQ(dcp__fs_read_all(d, ".metadata", 1 << 20, &got, &len, &err),
+              DCP_ENOENT);
+    ASSERT_EQ(dcp__s3_put(s3, key, "theirs", 6, 0, &err), DCP_OK);
+    ASSERT_EQ(dcp__fs_publish(d, url, ".metadata", "mine", 4, 0, &vis, &err),
+              DCP_EBUSY);
+    ASSERT_EQ(vis, 0);
+    ASSERT(strstr(err.msg, key) && strstr(err.msg, "another writer"));
+    ASSERT(object_is(s3, key, "theirs", 6));
+    /* read, replaced by another, then published: refused */
+    ASSERT_EQ(dcp__fs_read_all(d, ".metadata", 1 << 20, &got, &len, &err),
+              DCP_OK);
+    ASSERT(len == 6 && memcmp(got, "theirs", 6) == 0);
+    dcp__free(got);
+    ASSERT_EQ(dcp__s3_put(s3, key, "theirs2", 7, 0, &err), DCP_OK);
+    ASSERT_EQ(dcp__fs_publish(d, url, ".metadata", "mine", 4, 0, &vis, &err),
+              DCP_EBUSY);
+    ASSERT(object_is(s3, key, "theirs2", 7));
+    /* read, removed by another, then published: refused */
+    ASSERT_EQ(dcp__fs_read_all(d, ".metadata", 1 << 20, &got, &len, &err),
+              DCP_OK);
+    dcp__free(got);
+    ASSERT_EQ(dcp__s3_delete(s3, key, &err), DCP_OK);
+    ASSERT_EQ(dcp__fs_publish(d, url, ".metadata", "mine", 4, 0, &vis, &err),
+              DCP_EBUSY);
+    ASSERT_EQ(dcp__fs_exists(d, ".metadata"), 0);
+    /* read and unchanged: replaced; the condition held once, so a publish
+     * after it without a read replaces whatever is there */
+    ASSERT_EQ(dcp__s3_put(s3, key, "theirs3", 7, 0, &err), DCP_OK);
+    ASSERT_EQ(dcp__fs_read_all(d, ".metadata", 1 << 20, &got, &len, &err),
+              DCP_OK);
+    dcp__free(got);
+    ASSERT_EQ(dcp__fs_publish(d, url, ".metadata", "mine", 4, 0, &vis, &err),
+              DCP_OK);
+    ASSERT_EQ(vis, 1);
+    ASSERT(object_is(s3, key, "mine", 4));
+    ASSERT_EQ(dcp__s3_put(s3, key, "theirs4", 7, 0, &err), DCP_OK);
+    ASSERT_EQ(dcp__fs_publish(d, url, ".metadata", "mine2", 5, 0, &vis, &err),
+              DCP_OK);
+    ASSERT(object_is(s3, key, "mine2", 5));
+    dcp__fs_release(d);
+    /* A conditional PUT whose answer was lost after it landed: retried,
+     * refused by its own object, recognised as ours (present and absent). */
+    cfg(1, 4, 30000);
+    ASSERT_EQ(dcp__fs_open_dir(at("ck/cond"), &d, &err), DCP_OK);
+    ASSERT_EQ(dcp__fs_read_all(d, ".metadata", 1 << 20, &got, &len, &err),
+              DCP_OK);
+    dcp__free(got);
+    faults("lostanswer", 1);
+    ASSERT_EQ(dcp__fs_publish(d, url, ".metadata", "mine3", 5, 0, &vis, &err),
+              DCP_OK);
+    faults(NULL, 0);
+    ASSERT(object_is(s3, key, "mine3", 5));
+    ASSERT_EQ(dcp__s3_delete(s3, key, &err), DCP_OK);
+    ASSERT_EQ(dcp__fs_read_all(d, ".metadata", 1 << 20, &got, &len, &err),
+              DCP_ENOENT);
+    faults("lostanswer", 1);
+    ASSERT_EQ(dcp__fs_publish(d, url, ".metadata", "mine4", 5, 0, &vis, &err),
+              DCP_OK);
+    faults(NULL, 0);
+    ASSERT(object_is(s3, key, "mine4", 5));
+    dcp__fs_release(d);
+
+    /* A save (async: planned, with .metadata read, when the call returns;
+     * committed in dcp_request_wait) whose commit finds another writer's
+     * .metadata: DCP_EBUSY naming it, theirs kept, nothing of ours left. */
+    dcp_ctx *ctx = NULL;
+    dcp_request *req = NULL;
+    struct st s;
+    unsigned seed = 0;
+    void *theirs = NULL;
+    size_t tlen = 0;
+    cfg(0, 4, 30000);
+    ASSERT_EQ(dcp_ctx_create(&ctx, NULL, NULL), DCP_OK);
+    for (int fresh = 0; fresh < 2; fresh++) {
+        const char *pfx = fresh ? "ck/race-new" : "ck/race";
+        char mkey[64];
+        (void)snprintf(mkey, sizeof(mkey), "%s/.metadata", pfx);
+        if (!fresh) {
+            ASSERT_EQ(save(ctx, at(pfx), BIG, 21), DCP_OK);
+            /* the other writer's: another checkpoint's .metadata */
+            ASSERT_EQ(save(ctx, at("ck/race-other"), 100, 22), DCP_OK);
+            ASSERT_EQ(dcp__s3_get(s3, "ck/race-other/.metadata", 1 << 20,
+                                  &theirs, &tlen, &err),
+                      DCP_OK);
+        }
+        size_t before = nkeys(fresh ? "ck/race-new/" : "ck/race/");
+        ASSERT_EQ(st_make(&s, BIG, 23, 0), 0);
+        ASSERT_EQ(dcp_save_async(ctx, s.st, at(pfx), NULL, &req), DCP_OK);
+        ASSERT_EQ(dcp__s3_put(s3, mkey, theirs, tlen, 0, &err), DCP_OK);
+        ASSERT_EQ(dcp_request_wait(req), DCP_EBUSY);
+        ASSERT(strstr(dcp_errmsg(ctx), mkey));
+        ASSERT(strstr(dcp_errmsg(ctx), "another writer"));
+        dcp_request_free(req);
+        st_free(&s);
+        ASSERT(object_is(s3, mkey, theirs, tlen));
+        /* ours removed: the keys there before, theirs, none else */
+        ASSERT_EQ(nkeys(fresh ? "ck/race-new/" : "ck/race/"),
+                  before + (size_t)fresh);
+        ASSERT_EQ(uploads(fresh ? "ck/race-new/" : "ck/race/"), 0);
+    }
+    /* and a save that finds the prefix as it read it commits */
+    ASSERT_EQ(save(ctx, at("ck/race-new"), 100, 24), DCP_OK);
+    ASSERT_EQ(load(ctx, at("ck/race-new"), 100, &seed), DCP_OK);
+    ASSERT_EQ(seed, 24);
+    dcp__free(theirs);
+    dcp_ctx_free(ctx);
+    dcp__s3_free(s3);
+}
+
 TEST(killed_save)
 {
     static const int delays_ms[] = {150, 400, 900};
@@ -1243,6 +1380,7 @@ int main(int argc, char **argv)
     RUN(overwrite_and_failed_saves);
     RUN(parts_in_parallel);
     RUN(load_faults);
+    RUN(conditional_commit);
     RUN(killed_save);
     RUN(two_writers);
     RUN(manager);
