@@ -19,7 +19,6 @@ Modes:
                 not match), not forwarded
   lostanswer    PUTs: forwarded (the write lands), then the connection is
                 reset: the answer is lost
-  delay_post    POSTs (multipart create and complete): forwarded after 1.5 s
 """
 import http.client
 import http.server
@@ -49,7 +48,6 @@ def _take(path, method, has_body):
                    "badetag_kmsid": method == "PUT",
                    "baddigest": method == "PUT",
                    "lostanswer": method == "PUT",
-                   "delay_post": method == "POST",
                    "truncate": method == "GET", "badlen": method == "GET"}.get(mode, False)
         if not applies:
             return None
@@ -99,8 +97,6 @@ def start(host, port, up_host, up_port, fault_path):
                 time.sleep(4)
                 self.close_connection = True
                 return
-            if mode == "delay_post":
-                time.sleep(1.5)
             c = http.client.HTTPConnection(up_host, up_port, timeout=30)
             hdrs = {k: v for k, v in self.headers.items()}
             c.request(self.command, self.path, body=body if n else None, headers=hdrs)
