@@ -378,14 +378,6 @@ static int s3_mkdirs(void *impl, const char *path, struct dcp_err *err)
     return rc; /* prefixes need no creating */
 }
 
-static int stop_first(const char *key, int64_t size, void *ud)
-{
-    (void)key;
-    (void)size;
-    (void)ud;
-    return 1;
-}
-
 static int s3_open_dir(void *impl, const char *path, void **dir,
                        struct dcp_err *err)
 {
@@ -433,11 +425,9 @@ static int s3_open_dir(void *impl, const char *path, void **dir,
     bucket = NULL;
     atomic_init(&cl->refs, 1);
     d->cl = cl;
-    /* The bucket must be there and readable: one listing of at most one
-     * key (a missing bucket, refused credentials fail here, by name). */
-    rc = dcp__s3_list(cl->s3, d->prefix, 1, stop_first, NULL, err);
-    if (rc == 1)
-        rc = DCP_OK;
+    /* The bucket must be there and readable (a missing bucket, refused
+     * credentials fail here, by name): a listing, once a minute. */
+    rc = dcp__s3_check_bucket(cl->s3, d->prefix, err);
     if (rc != DCP_OK) {
         (void)dcp__err_prefix(err, "cannot open checkpoint '%s'", path);
         client_unref(cl);

@@ -1356,6 +1356,77 @@ static int one(struct dcp__s3 *s3, struct req *r, struct dcp_err *err)
 
 /* ----------------------------------------------------------- operations */
 
+static int stop_first(const char *key, int64_t size, void *ud)
+{
+    (void)key;
+    (void)size;
+    (void)ud;
+    return 1;
+}
+
+/* Prefixes this process found listable lately (dcp__s3_check_bucket), by
+ * the SHA-256 of everything the answer depends on. */
+#define CHECKED_N      32
+#define CHECKED_TTL_MS 60000u
+static pthread_mutex_t checked_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    unsigned char id[32];
+    uint64_t at; /* now_ms() of the check; 0: unused */
+} checked[CHECKED_N];
+
+static int check_id(const struct dcp__s3 *s3, const char *prefix,
+                    unsigned char id[32])
+{
+    const char *parts[] = {s3->base, s3->host,  s3->bucket, s3->ak,
+                           s3->sk,   s3->token, s3->region, prefix};
+    struct dcp_buf b = {0};
+    unsigned ml = 0;
+    int rc = DCP_OK;
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]) && !rc; i++) {
+        const char *v = parts[i] ? parts[i] : "";
+        rc = dcp__buf_put(&b, v, strlen(v) + 1);
+    }
+    if (!rc && (!EVP_Digest(b.p, b.len, id, &ml, EVP_sha256(), NULL) ||
+                ml != 32))
+        rc = DCP_EIO;
+    dcp__buf_free(&b);
+    return rc;
+}
+
+int dcp__s3_check_bucket(struct dcp__s3 *s3, const char *prefix,
+                         struct dcp_err *err)
+{
+    unsigned char id[32];
+    int have = check_id(s3, prefix, id) == DCP_OK, rc;
+    uint64_t t = now_ms();
+    if (have) {
+        int hit = 0;
+        (void)pthread_mutex_lock(&checked_mu);
+        for (int i = 0; i < CHECKED_N && !hit; i++)
+            hit = checked[i].at && t - checked[i].at < CHECKED_TTL_MS &&
+                  memcmp(checked[i].id, id, 32) == 0;
+        (void)pthread_mutex_unlock(&checked_mu);
+        if (hit)
+            return DCP_OK;
+    }
+    /* One listing of at most one key: a missing bucket and refused
+     * credentials fail here, by name. */
+    rc = dcp__s3_list(s3, prefix, 1, stop_first, NULL, err);
+    if (rc == 1)
+        rc = DCP_OK;
+    if (rc == DCP_OK && have) {
+        int slot = 0;
+        (void)pthread_mutex_lock(&checked_mu);
+        for (int i = 1; i < CHECKED_N; i++) /* the oldest goes */
+            if (checked[i].at < checked[slot].at)
+                slot = i;
+        memcpy(checked[slot].id, id, 32);
+        checked[slot].at = t ? t : 1;
+        (void)pthread_mutex_unlock(&checked_mu);
+    }
+    return rc;
+}
+
 int dcp__s3_head(struct dcp__s3 *s3, const char *key, struct dcp__s3_stat *st,
                  struct dcp_err *err)
 {

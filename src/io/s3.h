@@ -210,6 +210,17 @@ int dcp__s3_list_uploads(struct dcp__s3 *s3, const char *prefix, size_t max,
 int dcp__s3_count_uploads(struct dcp__s3 *s3, const char *prefix, size_t *count,
                           struct dcp_err *err);
 
+/*
+ * Checks that the bucket exists and prefix can be listed with the client's
+ * credentials: one listing of at most one key (DCP_ENOENT "no such
+ * bucket", DCP_EINVAL for refused credentials, ...), skipped when this
+ * process found the same prefix listable with the same endpoint, region
+ * and credentials within the last 60 s (a load opens a checkpoint twice;
+ * a vanished bucket then fails the next request instead). Thread safe.
+ */
+int dcp__s3_check_bucket(struct dcp__s3 *s3, const char *prefix,
+                         struct dcp_err *err);
+
 /* HTTP requests this process has sent so far (each attempt counts): GETs
  * (get nonzero) or the others. For tests and benchmarks; thread safe. */
 uint64_t dcp__s3_requests(int get);

@@ -335,7 +335,7 @@ TEST(whole_records)
         total += (uint64_t)rec_n(i) * 4;
     g0 = dcp__s3_requests(1);
     ASSERT(recs_load(ctx, at("ck/whole"), 3, &rc));
-    /* Two listings and .metadata, then the data in ranges of at most
+    /* A listing and .metadata, then the data in ranges of at most
      * 8 MiB cut at multiples of 8 MiB (two runs of records around the
      * 36 MiB one, which is read as its own 5 pieces): about one GET per
      * 8 MiB, where each record used to cost two or three. */
@@ -655,6 +655,18 @@ TEST(storage_members)
     ASSERT_EQ(dcp__fs_open_dir(at("ck/lock"), &d, &err), DCP_OK);
     /* A directory handle answers for its back end (the engine's depth). */
     ASSERT_EQ(dcp__fs_max_inflight(d), dcp__s3_max_inflight());
+    {
+        /* The bucket is checked (a listing) once a minute per prefix and
+         * credentials, not at every open (a load opens twice). */
+        int d2 = -1;
+        uint64_t g0 = dcp__s3_requests(1);
+        ASSERT_EQ(dcp__fs_open_dir(at("ck/lock"), &d2, &err), DCP_OK);
+        ASSERT_EQ(dcp__s3_requests(1) - g0, 0);
+        dcp__fs_release(d2);
+        ASSERT_EQ(dcp__fs_open_dir(at("ck/lock2"), &d2, &err), DCP_OK);
+        ASSERT_EQ(dcp__s3_requests(1) - g0, 1);
+        dcp__fs_release(d2);
+    }
     ASSERT_EQ(dcp__fs_publish(d, url, ".lock", "me", 2, DCP_PUBLISH_EXCLUSIVE,
                               &vis, &err),
               DCP_OK);
