@@ -956,7 +956,9 @@ typedef struct dcp_save_options {
  * writer that is not dcp, or one whose lock was removed as stale) is
  * never replaced: the save fails with DCP_EBUSY naming the object,
  * nothing of it is left, theirs stays (where the store honours the
- * conditions: AWS S3, Ceph's radosgw, moto; docs/S3.md).
+ * conditions: AWS S3, Ceph's radosgw, moto; when the old .metadata could
+ * not be read, or the store answers 501 to the condition, the PUT is
+ * unconditional: docs/S3.md).
  */
 DCP_API int dcp_save(dcp_ctx *ctx, const dcp_state *st, const char *path,
                      const dcp_save_options *opts);

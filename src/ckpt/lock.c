@@ -274,9 +274,10 @@ int dcp__lock_acquire(int dirfd, const char *path, const char *token,
             dcp__err_clear(err); /* no exclusion on this back end */
             return DCP_OK;
         }
-        if (rc == DCP_ENOENT) {
+        if (rc == DCP_ENOENT && tries + 1 < TAKE_TRIES) {
             /* Our temporary was removed as a dead writer's by the holder
-             * cleaning (dcp__clean_leftovers): the lock is held. */
+             * cleaning (dcp__clean_leftovers): the lock is held. (Every
+             * time: the place itself is gone, a missing bucket on S3.) */
             dcp__err_clear(err);
             continue;
         }

@@ -1304,6 +1304,9 @@ static void seen_set(struct s3dir *d, const char *name, int absent,
     (void)pthread_mutex_lock(&d->mu);
     for (i = 0; i < NSEEN && strcmp(d->seen[i].name, name) != 0; i++)
         ;
+    for (unsigned j = 0; i == NSEEN && j < NSEEN; j++)
+        if (!d->seen[j].name[0])
+            i = j; /* an unused one */
     if (i == NSEEN)
         i = d->nseen++ % NSEEN;
     memcpy(d->seen[i].name, name, n + 1);
@@ -1383,28 +1386,53 @@ static int s3_publish(void *impl, void *dir, const char *path, const char *name,
         rc = put_any(d, key, p, n,
                      excl || (cond && sn.absent) ? DCP__S3_PUT_EXCLUSIVE : 0,
                      err);
-    if ((rc == DCP_EEXIST && (excl || cond)) || (rc == DCP_EBUSY && cond)) {
-        /* A retried conditional PUT whose first attempt did land (its
-         * answer lost) is refused because of our own object: the same
-         * bytes are ours. */
+    if (rc == DCP_ENOTSUP && cond) {
+        /* 501: the store implements no conditional PUT; the lock is the
+         * only exclusion then (as on a store that ignores the headers). */
+        dcp__err_clear(err);
+        cond = 0;
+        rc = put_any(d, key, p, n, 0, err);
+    }
+    /* Whether the PUT landed is not known after a refusal that may be of
+     * our own first attempt (its answer lost: a conditional PUT retried)
+     * or a failure after the body went (a lost answer, a stall, a
+     * disagreeing answer): the object says. Ours (the same bytes): done.
+     * Not readable either: the outcome is unknown, so the caller must
+     * keep what this would make reachable (*visible = 1, the error
+     * returned), except for an exclusive publish (the lock), which the
+     * caller treats as not taken. */
+    int refused = (rc == DCP_EEXIST && (excl || cond)) ||
+                  (rc == DCP_EBUSY && cond);
+    if (refused || rc == DCP_EIO || rc == DCP_ETIMEOUT ||
+        rc == DCP_ECORRUPT) {
         void *got = NULL;
         size_t len = 0;
-        struct dcp_err e2;
-        int lost = dcp__s3_get(d->cl->s3, key, n + 1, &got, &len, &e2) ==
-                       DCP_OK &&
-                   len == n && (n == 0 || memcmp(got, p, n) == 0);
+        struct dcp_err e2 = {0};
+        int brc = dcp__s3_get(d->cl->s3, key, n + 1, &got, &len, &e2);
+        int ours =
+            brc == DCP_OK && len == n && (n == 0 || memcmp(got, p, n) == 0);
         dcp__free(got);
-        if (lost)
+        /* told: ours, another object (longer: DCP_ELIMIT), or none */
+        int told = brc == DCP_OK || brc == DCP_ENOENT || brc == DCP_ELIMIT;
+        if (ours) {
+            dcp__err_clear(err);
             rc = DCP_OK;
-        else if (excl)
+        } else if (!told && !excl) {
+            *visible = 1; /* unknown: it may be in place */
+            (void)dcp__err_prefix(err,
+                                  "s3://%s/%s may be in place: reading it "
+                                  "back to tell failed too (%s)",
+                                  d->cl->bucket, key, e2.msg);
+        } else if (refused && excl) {
             rc = dcp__err(err, DCP_EEXIST, "s3://%s/%s already exists",
                           d->cl->bucket, key);
-        else
+        } else if (refused) {
             rc = dcp__err(err, DCP_EBUSY,
                           "s3://%s/%s changed since it was read (%s): "
                           "another writer committed here; not replaced",
                           d->cl->bucket, key,
                           sn.absent ? "it was absent" : sn.etag);
+        }
     }
     if (rc == DCP_OK)
         *visible = 1;

@@ -1117,6 +1117,10 @@ static int judge(struct dcp__s3 *s3, struct req *r, CURLcode cc, int *code_out,
     }
     (void)s3;
     (void)obj;
+    /* 501: the store does not implement what was asked (a header such as
+     * If-Match): asking again will not help. */
+    if (st == 501)
+        return *code_out = DCP_ENOTSUP;
     if (st >= 500 || strcmp(code, "RequestTimeout") == 0 ||
         strcmp(code, "SlowDown") == 0 || st == 409) {
         *code_out = st == 409 ? DCP_EEXIST : DCP_EIO;
@@ -1165,17 +1169,23 @@ static void req_release(struct req *r)
     r->query = NULL;
 }
 
+static void checked_forget(void);
+
 static int fail_msg(struct dcp__s3 *s3, struct req *r, int code,
                     const char *why, struct dcp_err *err)
 {
-    if (code == DCP_ENOENT && strstr(why, "NoSuchBucket"))
+    if (code == DCP_ENOENT && strstr(why, "NoSuchBucket")) {
+        checked_forget(); /* the next open checks again */
         return dcp__err(err, code, "s3://%s: no such bucket (%s)", s3->bucket,
                         why);
-    if (code == DCP_EINVAL && (strstr(why, "HTTP 403") || strstr(why, "401")))
+    }
+    if (code == DCP_EINVAL && (strstr(why, "HTTP 403") || strstr(why, "401"))) {
+        checked_forget();
         return dcp__err(err, code,
                         "s3://%s/%s: access denied, check the credentials "
                         "and the bucket's policy (%s)",
                         s3->bucket, r->key ? r->key : "", why);
+    }
     return dcp__err(err, code, "s3://%s/%s: %s %s after %d attempt%s",
                     s3->bucket, r->key ? r->key : "", r->method, why,
                     r->attempts, r->attempts == 1 ? "" : "s");
@@ -1415,16 +1425,32 @@ int dcp__s3_check_bucket(struct dcp__s3 *s3, const char *prefix,
     if (rc == 1)
         rc = DCP_OK;
     if (rc == DCP_OK && have) {
-        int slot = 0;
+        int slot = -1;
         (void)pthread_mutex_lock(&checked_mu);
-        for (int i = 1; i < CHECKED_N; i++) /* the oldest goes */
-            if (checked[i].at < checked[slot].at)
+        for (int i = 0; i < CHECKED_N && slot < 0; i++) /* its expired one */
+            if (checked[i].at && memcmp(checked[i].id, id, 32) == 0)
                 slot = i;
+        if (slot < 0) {
+            slot = 0;
+            for (int i = 1; i < CHECKED_N; i++) /* else the oldest goes */
+                if (checked[i].at < checked[slot].at)
+                    slot = i;
+        }
         memcpy(checked[slot].id, id, 32);
         checked[slot].at = t ? t : 1;
         (void)pthread_mutex_unlock(&checked_mu);
     }
     return rc;
+}
+
+/* A missing bucket or refused credentials anywhere: every check is done
+ * again at the next open (a bucket deleted and made again, a policy
+ * changed, must not wait out the minute). */
+static void checked_forget(void)
+{
+    (void)pthread_mutex_lock(&checked_mu);
+    memset(checked, 0, sizeof(checked));
+    (void)pthread_mutex_unlock(&checked_mu);
 }
 
 int dcp__s3_head(struct dcp__s3 *s3, const char *key, struct dcp__s3_stat *st,
@@ -1517,8 +1543,8 @@ int dcp__s3_get_ranges(struct dcp__s3 *s3, const char *key, size_t n,
 static int etag_sendable(const char *e)
 {
     size_t n = strlen(e);
-    if (n == 0 || n >= DCP__S3_ETAG - 1)
-        return 0;
+    if (n == 0 || n >= DCP__S3_ETAG - 1 || strncmp(e, "W/", 2) == 0)
+        return 0; /* none, cut, or weak (never S3's: no strong match) */
     for (; *e; e++)
         if (*e < 0x21 || *e > 0x7e)
             return 0;
@@ -1610,11 +1636,77 @@ int dcp__s3_put(struct dcp__s3 *s3, const char *key, const void *buf,
     return dcp__s3_put_if(s3, key, buf, len, flags, NULL, err);
 }
 
+/* Endpoints (by base URL) whose If-Match wants the ETag unquoted: radosgw
+ * 16 compares it with its stored ETag as is, refusing the quoted form RFC
+ * 9110 gives and AWS and moto take. Learned at the first conditional PUT
+ * one form refused and the other took. */
+#define BARE_N 8
+static pthread_mutex_t bare_mu = PTHREAD_MUTEX_INITIALIZER;
+static char bare_base[BARE_N][256];
+
+static int bare_first(const struct dcp__s3 *s3)
+{
+    int hit = 0;
+    (void)pthread_mutex_lock(&bare_mu);
+    for (int i = 0; i < BARE_N && !hit; i++)
+        hit = strcmp(bare_base[i], s3->base) == 0;
+    (void)pthread_mutex_unlock(&bare_mu);
+    return hit;
+}
+
+static void bare_learn(const struct dcp__s3 *s3, int bare)
+{
+    static unsigned next;
+    if (strlen(s3->base) >= sizeof(bare_base[0]))
+        return;
+    (void)pthread_mutex_lock(&bare_mu);
+    int i = 0;
+    while (i < BARE_N && strcmp(bare_base[i], s3->base) != 0)
+        i++;
+    if (bare && i == BARE_N)
+        memcpy(bare_base[next++ % BARE_N], s3->base, strlen(s3->base) + 1);
+    else if (!bare && i < BARE_N)
+        bare_base[i][0] = '\0';
+    (void)pthread_mutex_unlock(&bare_mu);
+}
+
+/* One PUT of buf with the conditions: flags' If-None-Match, and If-Match
+ * with etag (NULL: none) quoted or bare. */
+static int put_once(struct dcp__s3 *s3, const char *key, const void *buf,
+                    size_t len, unsigned flags, const char *etag, int bare,
+                    char code[64], struct dcp_err *err)
+{
+    char cond[DCP__S3_ETAG + 16];
+    struct req r = {0};
+    size_t el = etag ? strlen(etag) : 0;
+    int quoted = el >= 2 && etag[0] == '"' && etag[el - 1] == '"';
+    code[0] = '\0';
+    if (put_prep(s3, &r, key, buf, len) != DCP_OK)
+        return dcp__err(err, DCP_EIO, "MD5 failed");
+    if (flags & DCP__S3_PUT_EXCLUSIVE)
+        r.hdr1 = "If-None-Match: *";
+    if (etag) {
+        if (bare && quoted)
+            (void)snprintf(cond, sizeof(cond), "If-Match: %.*s",
+                           (int)(el - 2), etag + 1);
+        else if (!bare && !quoted)
+            (void)snprintf(cond, sizeof(cond), "If-Match: \"%s\"", etag);
+        else
+            (void)snprintf(cond, sizeof(cond), "If-Match: %s", etag);
+        r.hdr2 = cond;
+    }
+    int rc = one(s3, &r, err);
+    if (rc != DCP_OK)
+        resp_code(&r, code, 64);
+    req_release(&r);
+    return rc;
+}
+
 int dcp__s3_put_if(struct dcp__s3 *s3, const char *key, const void *buf,
                    size_t len, unsigned flags, const char *if_match,
                    struct dcp_err *err)
 {
-    char cond[DCP__S3_ETAG + 16];
+    char code[64];
     DCP_RETURN_IF(dcp__s3_check_key(key, err));
     if (len > ((size_t)5 << 30))
         return dcp__err(err, DCP_ELIMIT,
@@ -1622,41 +1714,30 @@ int dcp__s3_put_if(struct dcp__s3 *s3, const char *key, const void *buf,
                         "PUT (use multipart)",
                         s3->bucket, key, len);
     if (if_match && !etag_sendable(if_match))
-        return dcp__err(err, DCP_EINVAL, "s3://%s/%s: unusable ETag for "
-                        "If-Match", s3->bucket, key);
-    struct req r = {0};
-    if (put_prep(s3, &r, key, buf, len) != DCP_OK)
-        return dcp__err(err, DCP_EIO, "MD5 failed");
-    if (flags & DCP__S3_PUT_EXCLUSIVE)
-        r.hdr1 = "If-None-Match: *";
-    if (if_match) {
-        (void)snprintf(cond, sizeof(cond), "If-Match: %s", if_match);
-        r.hdr2 = cond;
+        return dcp__err(err, DCP_EINVAL,
+                        "s3://%s/%s: unusable ETag for If-Match", s3->bucket,
+                        key);
+    int bare = if_match && bare_first(s3);
+    int rc = put_once(s3, key, buf, len, flags, if_match, bare, code, err);
+    if (rc == DCP_EEXIST && if_match) {
+        /* 412: refused as it was, or only its form? The other form once;
+         * its answer counts only if it took the PUT. */
+        struct dcp_err e2 = {0};
+        char code2[64];
+        if (put_once(s3, key, buf, len, flags, if_match, !bare, code2, &e2) ==
+            DCP_OK) {
+            bare_learn(s3, !bare);
+            rc = DCP_OK;
+        }
     }
-    int rc = one(s3, &r, err);
-    size_t el = if_match ? strlen(if_match) : 0;
-    if (rc == DCP_EEXIST && el > 2 && if_match[0] == '"' &&
-        if_match[el - 1] == '"') {
-        /* radosgw 16 compares If-Match with its ETag unquoted (refusing the
-         * quoted form RFC 9110 gives and AWS and moto take): once more,
-         * bare. A refusal of both is a refusal. */
-        (void)snprintf(cond, sizeof(cond), "If-Match: %.*s", (int)(el - 2),
-                       if_match + 1);
-        req_release(&r);
-        memset(&r, 0, sizeof(r));
-        if (put_prep(s3, &r, key, buf, len) != DCP_OK)
-            return dcp__err(err, DCP_EIO, "MD5 failed");
-        r.hdr1 = (flags & DCP__S3_PUT_EXCLUSIVE) ? "If-None-Match: *" : NULL;
-        r.hdr2 = cond;
-        rc = one(s3, &r, err);
-    }
-    /* If-Match refused (412), or the object gone (404): not the version
-     * the caller saw. */
-    if (if_match && (rc == DCP_EEXIST || rc == DCP_ENOENT))
-        rc = dcp__err(err, DCP_EBUSY, "s3://%s/%s is no longer the version "
-                      "%s: another writer replaced or removed it (HTTP %ld)",
-                      s3->bucket, key, if_match, r.status);
-    req_release(&r);
+    if (if_match && (rc == DCP_EEXIST ||
+                     (rc == DCP_ENOENT && strcmp(code, "NoSuchBucket") != 0)))
+        /* If-Match refused (412), or the key gone (404 NoSuchKey): not
+         * the version the caller saw. */
+        rc = dcp__err(err, DCP_EBUSY,
+                      "s3://%s/%s is no longer the version %s: another "
+                      "writer replaced or removed it",
+                      s3->bucket, key, if_match);
     return rc;
 }
 

@@ -13,6 +13,10 @@
  *                 InvalidAccessKeyId, SignatureDoesNotMatch, ...); other 4xx
  *   DCP_ENOENT    no such key (404 NoSuchKey) or no such bucket (NoSuchBucket)
  *   DCP_EEXIST    a conditional put found the key present (412)
+ *   DCP_EBUSY     an If-Match put found another version, or none
+ *                 (dcp__s3_put_if)
+ *   DCP_ENOTSUP   the server does not implement what was asked (501
+ *                 NotImplemented: a conditional header), not retried
  *   DCP_ECORRUPT  the server's answer disagrees with what was asked or sent
  *                 (short or long body, Content-Length, Content-Range, ETag)
  *                 after every attempt
@@ -126,8 +130,12 @@ int dcp__s3_put(struct dcp__s3 *s3, const char *key, const void *buf,
 /* dcp__s3_put; with if_match (an ETag from dcp__s3_get_etag) also
  * If-Match: the object is replaced only if it is still that version
  * (AWS S3 since November 2024, radosgw and moto honour it): DCP_EBUSY
- * when it is another version now or gone. A store that ignores If-Match
- * replaces it whatever it is. */
+ * when it is another version now or gone (404 NoSuchKey; a missing bucket
+ * stays DCP_ENOENT). A 412 is tried once more with the ETag in the other
+ * form (quoted or bare: radosgw 16 wants it bare), which is then sent
+ * first to that endpoint; only a success of that try counts. A store that
+ * ignores If-Match replaces the object whatever it is; one that answers
+ * 501 gives DCP_ENOTSUP. */
 int dcp__s3_put_if(struct dcp__s3 *s3, const char *key, const void *buf,
                    size_t len, unsigned flags, const char *if_match,
                    struct dcp_err *err);

@@ -24,7 +24,9 @@ workdir/log (printed on a failure to start).
 Bring-up takes a few seconds (the monitor, the OSD's boot, radosgw's
 first pools); every step is bounded (start_timeout s in all).
 
-  python3 rgw_server.py        starts one, prints its URL, waits for ^C
+  python3 rgw_server.py [DIR]  starts one (in DIR, made empty, or a new
+                               temporary directory), prints its URL,
+                               waits for ^C
 """
 import os
 import shutil
@@ -96,7 +98,7 @@ memstore device bytes = {memstore_bytes}
 osd data = {d}/osd.$id
 mon data = {d}/mon.$id
 run dir = {d}/run
-admin socket = {d}/run/$name.asok
+admin socket =
 log file = {d}/log/$name.log
 log to stderr = false
 err to stderr = false
@@ -133,6 +135,11 @@ class RgwServer:
         self.procs.append(p)
         return p
 
+    def _alive(self):
+        for p in self.procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"{p.args[0]} exited with {p.returncode}")
+
     def logs(self):
         out = []
         logdir = os.path.join(self.dir, "log")
@@ -156,10 +163,22 @@ class RgwServer:
         self.procs = []
 
 
-def start(workdir, access_key, secret_key, memstore_bytes=16 << 30, start_timeout=120):
+def start(workdir, access_key, secret_key, memstore_bytes=16 << 30, start_timeout=120,
+          tries=3):
     """Brings a cluster up in workdir (made empty) and returns it, serving S3
-    at .url with an S3 user of access_key/secret_key. Raises RuntimeError
-    (the daemons stopped, their logs in the message) when it cannot."""
+    at .url with an S3 user of access_key/secret_key. Up to tries times, on
+    fresh ports (a port taken between choosing it and a daemon binding it
+    fails a try). Raises RuntimeError (the daemons stopped, the last try's
+    logs in the message) when it cannot."""
+    for t in range(tries):
+        try:
+            return _start(workdir, access_key, secret_key, memstore_bytes, start_timeout)
+        except RuntimeError:
+            if t + 1 == tries:
+                raise
+
+
+def _start(workdir, access_key, secret_key, memstore_bytes, start_timeout):
     d = workdir
     if os.path.exists(d):
         shutil.rmtree(d)
@@ -188,11 +207,13 @@ def start(workdir, access_key, secret_key, memstore_bytes=16 << 30, start_timeou
         srv._run(["ceph-mon"] + c + ["--mkfs", "-i", "a", "--monmap", os.path.join(d, "monmap"),
                                      "--keyring", os.path.join(d, "keyring")], left())
         srv._daemon(["ceph-mon", "-i", "a"])
+        srv._alive()
         tmo = ["--connect-timeout", "30"]
         srv._run(["ceph"] + c + tmo + ["osd", "new", osd_uuid], left())
         srv._run(["ceph-osd"] + c + ["-i", "0", "--mkfs", "--osd-uuid", osd_uuid], left())
         srv._daemon(["ceph-osd", "-i", "0"])
         while "1 up" not in srv._run(["ceph"] + c + tmo + ["osd", "stat"], left()):
+            srv._alive()
             time.sleep(0.2)
         # The user before radosgw: radosgw-admin makes the pools it needs.
         srv._run(["radosgw-admin"] + c + ["user", "create", "--uid=dcp", "--display-name=dcp",
@@ -202,13 +223,18 @@ def start(workdir, access_key, secret_key, memstore_bytes=16 << 30, start_timeou
         url = f"http://127.0.0.1:{rgw_port}"
         while True:
             left()
-            if srv.procs[-1].poll() is not None:
-                raise RuntimeError(f"radosgw exited with {srv.procs[-1].returncode}")
+            srv._alive()
             try:
-                urllib.request.urlopen(url + "/", timeout=2).read()
-                break
+                body = urllib.request.urlopen(url + "/", timeout=2).read()
+                # radosgw's anonymous bucket listing, not another server that
+                # took the port meanwhile
+                if b"ListAllMyBucketsResult" in body and b"anonymous" in body:
+                    break
             except Exception:
-                time.sleep(0.2)
+                pass
+            time.sleep(0.2)
+        time.sleep(0.2)
+        srv._alive()  # it bound its port: a server already there makes it exit
         srv.url = url
         return srv
     except Exception as e:
@@ -219,7 +245,9 @@ def start(workdir, access_key, secret_key, memstore_bytes=16 << 30, start_timeou
 
 if __name__ == "__main__":
     t0 = time.monotonic()
-    s = start(sys.argv[1] if len(sys.argv) > 1 else "/tmp/dcp-rgw", "dcptestkey",
+    import tempfile
+    made = None if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="dcp-rgw-")
+    s = start(sys.argv[1] if not made else os.path.join(made, "c"), "dcptestkey",
               "dcptestsecret")
     print(f"radosgw at {s.url} after {time.monotonic() - t0:.1f} s", flush=True)
     try:
@@ -228,3 +256,5 @@ if __name__ == "__main__":
         pass
     finally:
         s.stop()
+        if made:
+            shutil.rmtree(made, ignore_errors=True)

@@ -11,7 +11,8 @@ dcp-test, runs COMMAND with
   AWS_ENDPOINT_URL   the server          DCP_S3_PROXY   the proxy
   AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION
   DCP_S3_BUCKET      dcp-test            DCP_S3_FAULTS  the proxy's fault file
-  DCP_S3_SERVER      moto or rgw
+  DCP_S3_SERVER      moto or rgw        DCP_S3_PYTHON  a python with boto3
+(and a second bucket, dcp-test-gone, for a test to delete)
 and stops them. radosgw always checks signatures (DCP_S3_SIGCHECK=1 then,
 as with --auth). With --auth (moto only), moto checks every request's SigV4
 signature and the key's IAM policy (INITIAL_NO_AUTH_ACTION_COUNT): an IAM
@@ -156,12 +157,14 @@ def main():
             env.update(DCP_S3_TMP_KEY=tmpc["AccessKeyId"],
                        DCP_S3_TMP_SECRET=tmpc["SecretAccessKey"],
                        DCP_S3_TMP_TOKEN=tmpc["SessionToken"])
-        boto3.client("s3", endpoint_url=url, region_name="us-east-1",
-                     aws_access_key_id=ak,
-                     aws_secret_access_key=sk).create_bucket(Bucket="dcp-test")
+        for b in ("dcp-test", "dcp-test-gone"):  # the second for a test to delete
+            boto3.client("s3", endpoint_url=url, region_name="us-east-1",
+                         aws_access_key_id=ak,
+                         aws_secret_access_key=sk).create_bucket(Bucket=b)
         proxy = s3_fault_proxy.start("127.0.0.1", 0, "127.0.0.1", int(url.rsplit(":", 1)[1]),
                                      faults)
         env.update(AWS_ENDPOINT_URL=url, DCP_S3_BUCKET="dcp-test", DCP_S3_FAULTS=faults,
+                   DCP_S3_PYTHON=sys.executable,
                    DCP_S3_PROXY=f"http://127.0.0.1:{proxy.server_address[1]}")
         limit = int(os.environ.get("DCP_S3_ENV_TIMEOUT", "600"))
         try:

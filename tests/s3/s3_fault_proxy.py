@@ -19,6 +19,8 @@ Modes:
                 not match), not forwarded
   lostanswer    PUTs: forwarded (the write lands), then the connection is
                 reset: the answer is lost
+  notimpl_cond  PUTs with If-Match or If-None-Match: 501 NotImplemented (a
+                store without conditional writes), not forwarded
 """
 import http.client
 import http.server
@@ -30,7 +32,7 @@ import time
 _lock = threading.Lock()
 
 
-def _take(path, method, has_body):
+def _take(path, method, has_body, cond=False):
     with _lock:
         try:
             with open(path) as f:
@@ -48,6 +50,7 @@ def _take(path, method, has_body):
                    "badetag_kmsid": method == "PUT",
                    "baddigest": method == "PUT",
                    "lostanswer": method == "PUT",
+                   "notimpl_cond": method == "PUT" and cond,
                    "truncate": method == "GET", "badlen": method == "GET"}.get(mode, False)
         if not applies:
             return None
@@ -70,7 +73,17 @@ def start(host, port, up_host, up_port, fault_path):
         def _any(self):
             n = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(n) if n else b""
-            mode = _take(fault_path, self.command, True)
+            mode = _take(fault_path, self.command, True,
+                         "If-Match" in self.headers or "If-None-Match" in self.headers)
+            if mode == "notimpl_cond":
+                msg = (b"<Error><Code>NotImplemented</Code><Message>A header you "
+                       b"provided implies functionality that is not implemented"
+                       b"</Message></Error>")
+                self.send_response(501)
+                self.send_header("Content-Length", str(len(msg)))
+                self.end_headers()
+                self.wfile.write(msg)
+                return
             if mode == "baddigest":
                 msg = (b"<Error><Code>BadDigest</Code><Message>The CRC32 you "
                        b"specified did not match the calculated checksum."

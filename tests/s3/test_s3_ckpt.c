@@ -818,6 +818,34 @@ TEST(conditional_commit)
               DCP_OK);
     faults(NULL, 0);
     ASSERT(object_is(s3, key, "mine4", 5));
+    /* A store without conditional writes (501 NotImplemented): the
+     * commit goes unconditional; an exclusive publish is DCP_ENOTSUP
+     * (the lock then takes none, as on a back end without publish). */
+    ASSERT_EQ(dcp__fs_read_all(d, ".metadata", 1 << 20, &got, &len, &err),
+              DCP_OK);
+    dcp__free(got);
+    faults("notimpl_cond", 100);
+    ASSERT_EQ(dcp__fs_publish(d, url, ".metadata", "mine5", 5, 0, &vis, &err),
+              DCP_OK);
+    ASSERT(object_is(s3, key, "mine5", 5));
+    ASSERT_EQ(dcp__fs_publish(d, url, ".lk", "x", 1, DCP_PUBLISH_EXCLUSIVE,
+                              &vis, &err),
+              DCP_ENOTSUP);
+    faults(NULL, 0);
+    dcp__fs_release(d);
+    /* The outcome unknown (every request reset: the PUT and the read-back
+     * fail): the error, and visible set, so that the caller keeps what
+     * the object would make reachable. */
+    cfg(1, 2, 1500);
+    ASSERT_EQ(dcp__fs_open_dir(at("ck/cond"), &d, &err), DCP_OK);
+    faults("reset", 100000);
+    vis = 0;
+    ASSERT_EQ(dcp__fs_publish(d, url, ".metadata", "mine6", 5, 0, &vis, &err),
+              DCP_EIO);
+    faults(NULL, 0);
+    ASSERT_EQ(vis, 1);
+    ASSERT(strstr(err.msg, "may be in place"));
+    ASSERT(object_is(s3, key, "mine5", 5));
     dcp__fs_release(d);
 
     /* A save (async: planned, with .metadata read, when the call returns;
@@ -865,6 +893,32 @@ TEST(conditional_commit)
     dcp__free(theirs);
     dcp_ctx_free(ctx);
     dcp__s3_free(s3);
+}
+
+/* A bucket deleted after an open checked it (the check is kept a minute):
+ * the next save and load fail with DCP_ENOENT "no such bucket", and the
+ * next open checks again. */
+TEST(bucket_gone)
+{
+    const char *py = getenv("DCP_S3_PYTHON");
+    char cmd[1024];
+    dcp_ctx *ctx;
+    unsigned got;
+    ASSERT(py);
+    cfg(0, 2, 10000);
+    ASSERT_EQ(dcp_ctx_create(&ctx, NULL, NULL), DCP_OK);
+    ASSERT_EQ(save(ctx, "s3://dcp-test-gone/x", 100, 1), DCP_OK);
+    (void)snprintf(cmd, sizeof(cmd),
+                   "'%s' -c \"import boto3; b = boto3.resource('s3').Bucket("
+                   "'dcp-test-gone'); b.objects.all().delete(); b.delete()\"",
+                   py);
+    ASSERT_EQ(system(cmd), 0);
+    ASSERT_EQ(save(ctx, "s3://dcp-test-gone/x", 100, 2), DCP_ENOENT);
+    ASSERT(strstr(dcp_errmsg(ctx), "no such bucket"));
+    ASSERT(strstr(dcp_errmsg(ctx), "dcp-test-gone"));
+    ASSERT_EQ(load(ctx, "s3://dcp-test-gone/x", 100, &got), DCP_ENOENT);
+    ASSERT(strstr(dcp_errmsg(ctx), "no such bucket"));
+    dcp_ctx_free(ctx);
 }
 
 TEST(killed_save)
@@ -954,8 +1008,13 @@ static int writer_child(int fd, const char *path, unsigned seed)
     if (read(fd, &c, 1) != 1)
         return 2;
     rc = dcp_save(ctx, s.st, path, NULL);
-    if (rc == DCP_EBUSY && !strstr(dcp_errmsg(ctx), "locked by another "
-                                                    "writer (host "))
+    /* DCP_EBUSY: the lock held by the other, or — where the store's
+     * If-None-Match is not atomic (moto checks, then writes, in two
+     * steps) and both took the lock — the other's commit seen by ours
+     * (If-Match): refused, not replaced. */
+    if (rc == DCP_EBUSY &&
+        !strstr(dcp_errmsg(ctx), "locked by another writer (host ") &&
+        !strstr(dcp_errmsg(ctx), "another writer committed here"))
         rc = -1;
     if (rc != DCP_OK && rc != DCP_EBUSY)
         fprintf(stderr, "  writer %u: %s: %s\n", seed, dcp_err_name(rc),
@@ -968,7 +1027,9 @@ static int writer_child(int fd, const char *path, unsigned seed)
 /*
  * Two processes saving to one s3:// path at once, 20 rounds (the lock is
  * an exclusive PUT, If-None-Match: *): each round at least one saves, the
- * other saves after it or fails with DCP_EBUSY naming the holder; the path
+ * other saves after it or fails with DCP_EBUSY naming the holder (or, on
+ * a store whose conditional PUT is not atomic, its commit refused by the
+ * other's: DCP_EBUSY too); the path
  * then loads one of the savers bit-exact and holds no lock and no object
  * but `.metadata` and the data file it names. A lock left by a dead
  * process of this host is taken over; leftovers of an interrupted save are
@@ -1393,6 +1454,7 @@ int main(int argc, char **argv)
     RUN(parts_in_parallel);
     RUN(load_faults);
     RUN(conditional_commit);
+    RUN(bucket_gone);
     RUN(killed_save);
     RUN(two_writers);
     RUN(manager);
