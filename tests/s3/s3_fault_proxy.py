@@ -75,27 +75,17 @@ def start(host, port, up_host, up_port, fault_path):
             body = self.rfile.read(n) if n else b""
             mode = _take(fault_path, self.command, True,
                          "If-Match" in self.headers or "If-None-Match" in self.headers)
-            if mode == "notimpl_cond":
-                msg = (b"<Error><Code>NotImplemented</Code><Message>A header you "
-                       b"provided implies functionality that is not implemented"
-                       b"</Message></Error>")
-                self.send_response(501)
-                self.send_header("Content-Length", str(len(msg)))
-                self.end_headers()
-                self.wfile.write(msg)
-                return
-            if mode == "baddigest":
-                msg = (b"<Error><Code>BadDigest</Code><Message>The CRC32 you "
-                       b"specified did not match the calculated checksum."
-                       b"</Message></Error>")
-                self.send_response(400)
-                self.send_header("Content-Length", str(len(msg)))
-                self.end_headers()
-                self.wfile.write(msg)
-                return
-            if mode in ("slowdown", "slowdown_put"):
-                msg = b"<Error><Code>SlowDown</Code><Message>Reduce</Message></Error>"
-                self.send_response(503)
+            errors = {  # answered here, not forwarded
+                "notimpl_cond": (501, "NotImplemented", "A header you provided "
+                                 "implies functionality that is not implemented"),
+                "baddigest": (400, "BadDigest", "The CRC32 you specified did not "
+                              "match the calculated checksum."),
+                "slowdown": (503, "SlowDown", "Reduce"),
+                "slowdown_put": (503, "SlowDown", "Reduce")}
+            if mode in errors:
+                status, code, text = errors[mode]
+                msg = f"<Error><Code>{code}</Code><Message>{text}</Message></Error>".encode()
+                self.send_response(status)
                 self.send_header("Content-Length", str(len(msg)))
                 self.end_headers()
                 self.wfile.write(msg)
