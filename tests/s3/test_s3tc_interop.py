@@ -3,7 +3,7 @@
 S3StorageReader, its own CRT-based S3 client) and dcp on the same server,
 both ways, bit-exact.
 
-Run by s3_env.py (moto on loopback):
+Run by s3_env.py (moto on loopback; not radosgw, whose answer to its writer s3torchconnector 1.5 refuses):
   test_s3tc_interop.py DCPTOOL S3TC_DIR
 S3TC_DIR holds s3torchconnector, s3torchconnectorclient and tenacity
 (scripts/deps.sh: pip --target --no-deps, so that pip does not pull a

@@ -2,7 +2,7 @@
 """PyTorch DCP on S3 (torch's FsspecReader/FsspecWriter over s3fs) and dcp
 on the same server, both ways, bit-exact; boto3 lists the objects.
 
-Run by s3_env.py (moto on loopback):
+Run by s3_env.py (moto or radosgw on loopback):
   test_torch_s3_interop.py DCPTOOL S3FS_DIR
 S3FS_DIR holds s3fs and its aiobotocore (scripts/deps.sh installs them
 there with pip --target: aiobotocore pins a botocore older than the
