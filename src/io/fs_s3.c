@@ -208,7 +208,6 @@ struct s3dir {
     char *prefix; /* "" or "p/" */
     pthread_mutex_t mu; /* seen */
     struct seen seen[NSEEN];
-    unsigned nseen; /* entries used, the oldest replaced first */
 };
 
 struct part {
@@ -1302,13 +1301,15 @@ static void seen_set(struct s3dir *d, const char *name, int absent,
     if (n >= sizeof(d->seen[0].name))
         return;
     (void)pthread_mutex_lock(&d->mu);
+    /* its entry, else an unused one, else the first (a handle reads one
+     * or two names: .metadata, .lock) */
     for (i = 0; i < NSEEN && strcmp(d->seen[i].name, name) != 0; i++)
         ;
     for (unsigned j = 0; i == NSEEN && j < NSEEN; j++)
         if (!d->seen[j].name[0])
-            i = j; /* an unused one */
+            i = j;
     if (i == NSEEN)
-        i = d->nseen++ % NSEEN;
+        i = 0;
     memcpy(d->seen[i].name, name, n + 1);
     d->seen[i].absent = absent;
     (void)snprintf(d->seen[i].etag, sizeof(d->seen[i].etag), "%s",

@@ -70,6 +70,13 @@ def start(host, port, up_host, up_port, fault_path):
         def log_message(self, *a):
             pass
 
+        def _reset(self):
+            """The connection reset (RST), no answer."""
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                       struct.pack("ii", 1, 0))
+            self.close_connection = True
+            self.connection.close()
+
         def _any(self):
             n = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(n) if n else b""
@@ -91,10 +98,7 @@ def start(host, port, up_host, up_port, fault_path):
                 self.wfile.write(msg)
                 return
             if mode == "reset":
-                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                           struct.pack("ii", 1, 0))
-                self.close_connection = True
-                self.connection.close()
+                self._reset()
                 return
             if mode == "stall":
                 time.sleep(4)
@@ -110,10 +114,7 @@ def start(host, port, up_host, up_port, fault_path):
             if mode in ("truncate", "badlen") and len(data) < 2:
                 mode = None
             if mode == "lostanswer":
-                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                           struct.pack("ii", 1, 0))
-                self.close_connection = True
-                self.connection.close()
+                self._reset()
                 return
             self.send_response(r.status)
             for k, v in rh:

@@ -743,6 +743,18 @@ static int object_is(struct dcp__s3 *s3, const char *key, const char *want,
     return ok;
 }
 
+/* The save's read of .metadata through handle d (what a later publish of
+ * it is conditional on): its code. */
+static int reread(int d)
+{
+    uint8_t *got = NULL;
+    size_t len = 0;
+    struct dcp_err err = {0};
+    int rc = dcp__fs_read_all(d, ".metadata", 1 << 20, &got, &len, &err);
+    dcp__free(got);
+    return rc;
+}
+
 /* The commit is conditional on what the save read of .metadata (absent:
  * If-None-Match, present: If-Match its ETag): another writer's commit in
  * between — one that did not take the lock — is never replaced. */
@@ -758,8 +770,7 @@ TEST(conditional_commit)
     cfg(0, 4, 30000);
     ASSERT_EQ(dcp__fs_open_dir(at("ck/cond"), &d, &err), DCP_OK);
     /* absent when read, another's at the publish: refused, theirs kept */
-    ASSERT_EQ(dcp__fs_read_all(d, ".metadata", 1 << 20, &got, &len, &err),
-              DCP_ENOENT);
+    ASSERT_EQ(reread(d), DCP_ENOENT);
     ASSERT_EQ(dcp__s3_put(s3, key, "theirs", 6, 0, &err), DCP_OK);
     ASSERT_EQ(dcp__fs_publish(d, url, ".metadata", "mine", 4, 0, &vis, &err),
               DCP_EBUSY);
@@ -776,9 +787,7 @@ TEST(conditional_commit)
               DCP_EBUSY);
     ASSERT(object_is(s3, key, "theirs2", 7));
     /* read, removed by another, then published: refused */
-    ASSERT_EQ(dcp__fs_read_all(d, ".metadata", 1 << 20, &got, &len, &err),
-              DCP_OK);
-    dcp__free(got);
+    ASSERT_EQ(reread(d), DCP_OK);
     ASSERT_EQ(dcp__s3_delete(s3, key, &err), DCP_OK);
     ASSERT_EQ(dcp__fs_publish(d, url, ".metadata", "mine", 4, 0, &vis, &err),
               DCP_EBUSY);
@@ -786,9 +795,7 @@ TEST(conditional_commit)
     /* read and unchanged: replaced; the condition held once, so a publish
      * after it without a read replaces whatever is there */
     ASSERT_EQ(dcp__s3_put(s3, key, "theirs3", 7, 0, &err), DCP_OK);
-    ASSERT_EQ(dcp__fs_read_all(d, ".metadata", 1 << 20, &got, &len, &err),
-              DCP_OK);
-    dcp__free(got);
+    ASSERT_EQ(reread(d), DCP_OK);
     ASSERT_EQ(dcp__fs_publish(d, url, ".metadata", "mine", 4, 0, &vis, &err),
               DCP_OK);
     ASSERT_EQ(vis, 1);
@@ -802,17 +809,14 @@ TEST(conditional_commit)
      * refused by its own object, recognised as ours (present and absent). */
     cfg(1, 4, 30000);
     ASSERT_EQ(dcp__fs_open_dir(at("ck/cond"), &d, &err), DCP_OK);
-    ASSERT_EQ(dcp__fs_read_all(d, ".metadata", 1 << 20, &got, &len, &err),
-              DCP_OK);
-    dcp__free(got);
+    ASSERT_EQ(reread(d), DCP_OK);
     faults("lostanswer", 1);
     ASSERT_EQ(dcp__fs_publish(d, url, ".metadata", "mine3", 5, 0, &vis, &err),
               DCP_OK);
     faults(NULL, 0);
     ASSERT(object_is(s3, key, "mine3", 5));
     ASSERT_EQ(dcp__s3_delete(s3, key, &err), DCP_OK);
-    ASSERT_EQ(dcp__fs_read_all(d, ".metadata", 1 << 20, &got, &len, &err),
-              DCP_ENOENT);
+    ASSERT_EQ(reread(d), DCP_ENOENT);
     faults("lostanswer", 1);
     ASSERT_EQ(dcp__fs_publish(d, url, ".metadata", "mine4", 5, 0, &vis, &err),
               DCP_OK);
@@ -821,9 +825,7 @@ TEST(conditional_commit)
     /* A store without conditional writes (501 NotImplemented): the
      * commit goes unconditional; an exclusive publish is DCP_ENOTSUP
      * (the lock then takes none, as on a back end without publish). */
-    ASSERT_EQ(dcp__fs_read_all(d, ".metadata", 1 << 20, &got, &len, &err),
-              DCP_OK);
-    dcp__free(got);
+    ASSERT_EQ(reread(d), DCP_OK);
     faults("notimpl_cond", 100);
     ASSERT_EQ(dcp__fs_publish(d, url, ".metadata", "mine5", 5, 0, &vis, &err),
               DCP_OK);
