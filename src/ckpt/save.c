@@ -265,6 +265,50 @@ static int write_box(struct io_writer *w, const struct sv_rec *r,
     return rc;
 }
 
+/* A tensor record from a packed buffer (parts.c: a save planned
+ * elsewhere): the same record write_box writes for an unstaged box. */
+int dcp__save_rec_tensor(struct io_writer *w, const char *key, dcp_dtype dt,
+                         int ndim, const int64_t *size, const void *src,
+                         uint64_t nbytes, const char *sid, uint64_t *off,
+                         uint64_t *len)
+{
+    struct sv_rec r;
+    memset(&r, 0, sizeof(r));
+    memcpy(&r.key, &key, sizeof(key)); /* only read (messages) */
+    r.is_tensor = 1;
+    r.dtype = dt;
+    r.ndim = ndim;
+    if (ndim > 0)
+        memcpy(r.size, size, (size_t)ndim * sizeof(*size));
+    r.nbytes = nbytes;
+    r.src = src;
+    return write_box(w, &r, NULL, sid, off, len);
+}
+
+/* A record of bytes given whole (parts.c: a byte item, already a
+ * torch.save archive), at the next record boundary, copied. */
+int dcp__save_rec_bytes(struct io_writer *w, const void *p, size_t n,
+                        uint64_t *off, uint64_t *len)
+{
+    int rc = dcp__iow_zero(
+        w, (size_t)((ITEM_ALIGN - w->off % ITEM_ALIGN) % ITEM_ALIGN));
+    *off = w->off;
+    if (rc == DCP_OK)
+        rc = wf_hook(w);
+    if (rc == DCP_OK)
+        rc = dcp__iow_put(w, p, n);
+    *len = w->off - *off;
+    return rc;
+}
+
+/* An upper bound of the bytes one record of nbytes data takes in a data
+ * file: zip structures and alignment (under 16 KiB) and block CRCs. */
+uint64_t dcp__save_rec_bound(uint64_t nbytes)
+{
+    return ((uint64_t)16 << 10) + nbytes + TZ_BLK_HEAD +
+           4u * dcp__tz_block_count(nbytes, dcp__tz_block_size(nbytes));
+}
+
 /*
  * DCP_SAVE_ZSTD (docs/FORMAT.md §9.1): the record is built in memory as
  * the plain one (torch's 64-byte alignment, one CRC), compressed as one
@@ -367,7 +411,7 @@ static int has_name(const char **v, size_t n, const char *name)
 }
 
 /* Removes the old checkpoint's data files that the new one does not use. */
-static void remove_old_files(int dirfd, const struct dcp_metadata *old,
+void dcp__save_remove_old(int dirfd, const struct dcp_metadata *old,
                              const struct dcp_metadata *md)
 {
     const char **now;
@@ -383,7 +427,7 @@ static void remove_old_files(int dirfd, const struct dcp_metadata *old,
     dcp__free(now);
 }
 
-static void random_tag(char *out, size_t n)
+void dcp__save_random_tag(char *out, size_t n)
 {
     struct timespec ts;
     uint64_t x;
@@ -468,7 +512,7 @@ static int name_files(struct coord *co, struct dcp_err *err)
     for (r = 0; r < n && need_tag; r++) {
         file_name(name, sizeof(name), r, co->tag);
         if (has_name(old, nold, name)) { /* 2^-64: a new id, and again */
-            random_tag(co->sid, sizeof(co->sid));
+            dcp__save_random_tag(co->sid, sizeof(co->sid));
             (void)snprintf(co->tag, sizeof(co->tag), "%s", co->sid);
             r = -1;
         }
@@ -513,7 +557,7 @@ static int coord_open(dcp_ctx *ctx, struct coord *co, const char *path)
     int rc = dcp__fs_mkdirs(path, &ctx->err);
     if (rc == DCP_OK)
         rc = dcp__fs_open_dir(path, &co->dirfd, &ctx->err);
-    random_tag(co->sid, sizeof(co->sid));
+    dcp__save_random_tag(co->sid, sizeof(co->sid));
     if (rc == DCP_OK)
         rc = dcp__lock_acquire(co->dirfd, path, co->sid, 0, &co->lock,
                                &ctx->err);
@@ -1307,12 +1351,8 @@ static uint64_t file_hint(const struct sv_job *job)
     size_t i;
     for (i = 0; i < job->nrecs; i++) {
         const struct sv_rec *r = &job->recs[i];
-        hint += ((uint64_t)16 << 10) +
-                (r->is_tensor ? r->nbytes + TZ_BLK_HEAD +
-                                    4u * dcp__tz_block_count(
-                                             r->nbytes,
-                                             dcp__tz_block_size(r->nbytes))
-                              : job->lp.pickles[r->pickle].len);
+        hint += dcp__save_rec_bound(
+            r->is_tensor ? r->nbytes : job->lp.pickles[r->pickle].len);
     }
     return hint;
 }
@@ -1506,7 +1546,7 @@ int dcp__save_finish(dcp_ctx *ctx, struct sv_job *job)
         /* Before anyone returns, so the directory holds exactly the new
          * checkpoint when the call ends on any rank. */
         if (rc == DCP_OK) {
-            remove_old_files(job->co.dirfd, job->co.old, job->co.g.md);
+            dcp__save_remove_old(job->co.dirfd, job->co.old, job->co.g.md);
             /* A rank-local checkpoint replaced: its __<k>.metadata, now
              * shadowed by ours, and its data files (best effort: what
              * stays is never loaded; the next save or dcp_clean removes

@@ -74,4 +74,26 @@ void dcp__save_job_free(struct sv_job *job);
  */
 uint64_t dcp__save_write_fail_after(uint64_t k);
 
+/* Pieces shared with parts.c (a save planned elsewhere, dcp_parts.h). */
+struct io_writer;
+struct dcp_metadata;
+/* A tensor record of nbytes packed bytes at src (borrowed until the
+ * writer finishes), with the save id sid ("" for none); *off and *len get
+ * its extent. */
+int dcp__save_rec_tensor(struct io_writer *w, const char *key, dcp_dtype dt,
+                         int ndim, const int64_t *size, const void *src,
+                         uint64_t nbytes, const char *sid, uint64_t *off,
+                         uint64_t *len);
+/* A record of n bytes given whole (copied). */
+int dcp__save_rec_bytes(struct io_writer *w, const void *p, size_t n,
+                        uint64_t *off, uint64_t *len);
+/* An upper bound of a record's bytes in a data file. */
+uint64_t dcp__save_rec_bound(uint64_t nbytes);
+/* Removes the data files of the checkpoint old that md does not name
+ * (after md's commit; best effort). */
+void dcp__save_remove_old(int dirfd, const struct dcp_metadata *old,
+                          const struct dcp_metadata *md);
+/* 16 hex digits of a fresh random id. */
+void dcp__save_random_tag(char *out, size_t n);
+
 #endif /* DCP_SAVE_H */

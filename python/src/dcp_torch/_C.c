@@ -1,0 +1,1290 @@
+/*
+ * dcp_torch._C: the CPython extension over dcp's public headers
+ * (include/dcp/ only; docs/ARCHITECTURE.md). Limited API (abi3, 3.10+).
+ *
+ * Types:
+ *   Context   a dcp_ctx (options: io depth, I/O block, O_DIRECT and
+ *             io_uring on/off, metadata and value limits); its calls are
+ *             serialised by a lock of its own and run with the GIL
+ *             released.
+ *   PartSave  a dcp_part_save (the coordinator's begin and commit).
+ *   Meta      a dcp_metadata opened from a checkpoint (restricted decoder):
+ *             its entries as plain tuples, or as torch's own Metadata
+ *             objects built here (no pickle), batch reads of boxes, raw
+ *             records, values.
+ * Errors are raised through the factory dcp_torch registers
+ * (_set_error_factory): factory(code, name, message) -> exception.
+ */
+#define Py_LIMITED_API 0x030A0000
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+
+#include <stdint.h>
+#include <string.h>
+
+#include "dcp/dcp.h"
+#include "dcp/dcp_convert.h"
+#include "dcp/dcp_parts.h"
+
+static PyObject *err_factory; /* callable(code, name, message) */
+
+static PyObject *raise_code(int code, const char *msg)
+{
+    PyObject *exc;
+    if (!msg || !*msg)
+        msg = dcp_strerror(code);
+    if (!err_factory) {
+        PyErr_Format(PyExc_RuntimeError, "dcp error %d (%s): %s", code,
+                     dcp_err_name(code), msg);
+        return NULL;
+    }
+    exc = PyObject_CallFunction(err_factory, "iss", code, dcp_err_name(code),
+                                msg);
+    if (!exc)
+        return NULL;
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+static PyObject *set_error_factory(PyObject *self, PyObject *fn)
+{
+    (void)self;
+    if (!PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "factory must be callable");
+        return NULL;
+    }
+    Py_INCREF(fn);
+    Py_XDECREF(err_factory);
+    err_factory = fn;
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------ Context */
+
+typedef struct {
+    PyObject_HEAD
+    dcp_ctx *ctx;
+    PyThread_type_lock lock;
+} CtxObject;
+
+static PyTypeObject *CtxType, *PartSaveType, *MetaType;
+
+/* The context's lock taken with the GIL released (another thread may
+ * hold it for a long I/O call). */
+static void ctx_enter(CtxObject *c)
+{
+    if (!PyThread_acquire_lock(c->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(c->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+}
+
+static void ctx_leave(CtxObject *c)
+{
+    PyThread_release_lock(c->lock);
+}
+
+/* Raises the context's error for code (its message copied under the
+ * lock: call before ctx_leave). */
+static PyObject *ctx_raise(CtxObject *c, int code)
+{
+    return raise_code(code, dcp_errmsg(c->ctx));
+}
+
+static PyObject *Ctx_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"io_depth",     "io_block_bytes", "direct",
+                             "uring",        "max_metadata_bytes",
+                             "max_value_bytes", "staging_budget", NULL};
+    unsigned int depth = 0, block = 0;
+    int direct = 1, uring = 1;
+    unsigned long long maxmd = 0, maxval = 0, budget = 0;
+    dcp_ctx_options o;
+    CtxObject *c;
+    int rc;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|IIppKKK", kwlist, &depth,
+                                     &block, &direct, &uring, &maxmd, &maxval,
+                                     &budget))
+        return NULL;
+    memset(&o, 0, sizeof(o));
+    o.struct_size = sizeof(o);
+    o.io_depth = depth;
+    o.io_block_bytes = block;
+    o.io_flags = (direct ? 0u : (unsigned)DCP_IO_NO_DIRECT) |
+                 (uring ? 0u : (unsigned)DCP_IO_NO_URING);
+    o.max_metadata_bytes = maxmd;
+    o.max_value_bytes = maxval;
+    o.staging_budget = budget;
+    c = (CtxObject *)PyType_GenericAlloc(type, 0);
+    if (!c)
+        return NULL;
+    c->lock = PyThread_allocate_lock();
+    if (!c->lock) {
+        Py_DECREF(c);
+        return PyErr_NoMemory();
+    }
+    rc = dcp_ctx_create(&c->ctx, NULL, &o);
+    if (rc != DCP_OK) {
+        Py_DECREF(c);
+        return raise_code(rc, "cannot create a dcp context (bad options?)");
+    }
+    return (PyObject *)c;
+}
+
+static void Ctx_dealloc(PyObject *self)
+{
+    CtxObject *c = (CtxObject *)self;
+    PyTypeObject *tp = Py_TYPE(self);
+    if (c->ctx)
+        dcp_ctx_free(c->ctx);
+    if (c->lock)
+        PyThread_free_lock(c->lock);
+    ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
+    Py_DECREF(tp);
+}
+
+static int get_path(PyObject *o, PyObject **bytes)
+{
+    *bytes = NULL;
+    return PyUnicode_FSConverter(o, bytes);
+}
+
+/* verify(path) */
+static PyObject *Ctx_verify(PyObject *self, PyObject *arg)
+{
+    CtxObject *c = (CtxObject *)self;
+    PyObject *p;
+    int rc;
+    if (!get_path(arg, &p))
+        return NULL;
+    ctx_enter(c);
+    Py_BEGIN_ALLOW_THREADS
+    rc = dcp_verify(c->ctx, PyBytes_AsString(p));
+    Py_END_ALLOW_THREADS
+    Py_DECREF(p);
+    if (rc != DCP_OK) {
+        ctx_raise(c, rc);
+        ctx_leave(c);
+        return NULL;
+    }
+    ctx_leave(c);
+    Py_RETURN_NONE;
+}
+
+/* clean(path, force) -> (files, bytes) */
+static PyObject *Ctx_clean(PyObject *self, PyObject *args)
+{
+    CtxObject *c = (CtxObject *)self;
+    PyObject *po, *p;
+    int force = 0, rc;
+    dcp_clean_result res;
+    if (!PyArg_ParseTuple(args, "O|p", &po, &force) || !get_path(po, &p))
+        return NULL;
+    memset(&res, 0, sizeof(res));
+    res.struct_size = sizeof(res);
+    ctx_enter(c);
+    Py_BEGIN_ALLOW_THREADS
+    rc = dcp_clean(c->ctx, PyBytes_AsString(p), force ? DCP_CLEAN_FORCE : 0,
+                   &res);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(p);
+    if (rc != DCP_OK) {
+        ctx_raise(c, rc);
+        ctx_leave(c);
+        return NULL;
+    }
+    ctx_leave(c);
+    return Py_BuildValue("(KK)", (unsigned long long)res.files,
+                         (unsigned long long)res.bytes);
+}
+
+/* convert(direction, src, dst, format, dtype, max_shard_bytes, keys,
+ *         strip_prefix, add_prefix, mem_limit, flags) -> dict */
+static PyObject *Ctx_convert(PyObject *self, PyObject *args)
+{
+    CtxObject *c = (CtxObject *)self;
+    PyObject *so, *dso, *s = NULL, *d = NULL, *keys, *out = NULL;
+    const char *strip = NULL, *add = NULL;
+    int exp, format, dtype, rc;
+    unsigned int flags;
+    unsigned long long shard, mem;
+    const char **kv = NULL;
+    Py_ssize_t nk = 0, i;
+    dcp_convert_options o;
+    dcp_convert_result res;
+    if (!PyArg_ParseTuple(args, "pOOiiKOzzKI", &exp, &so, &dso, &format,
+                          &dtype, &shard, &keys, &strip, &add, &mem, &flags))
+        return NULL;
+    if (!get_path(so, &s) || !get_path(dso, &d))
+        goto done;
+    if (keys != Py_None) {
+        nk = PyList_Size(keys);
+        if (nk < 0)
+            goto done;
+        kv = PyMem_Calloc((size_t)(nk ? nk : 1), sizeof(*kv));
+        if (!kv) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (i = 0; i < nk; i++) {
+            kv[i] = PyUnicode_AsUTF8AndSize(PyList_GetItem(keys, i), NULL);
+            if (!kv[i])
+                goto done;
+        }
+    }
+    memset(&o, 0, sizeof(o));
+    o.struct_size = sizeof(o);
+    o.format = format;
+    o.flags = flags;
+    o.dtype = (dcp_dtype)dtype;
+    o.max_shard_bytes = shard;
+    o.keys = kv;
+    o.nkeys = (size_t)nk;
+    o.strip_prefix = strip;
+    o.add_prefix = add;
+    o.mem_limit = mem;
+    memset(&res, 0, sizeof(res));
+    res.struct_size = sizeof(res);
+    ctx_enter(c);
+    Py_BEGIN_ALLOW_THREADS
+    if (exp)
+        rc = dcp_export(c->ctx, PyBytes_AsString(s), PyBytes_AsString(d), &o,
+                        &res);
+    else
+        rc = dcp_import(c->ctx, PyBytes_AsString(s), PyBytes_AsString(d), &o,
+                        &res);
+    Py_END_ALLOW_THREADS
+    if (rc != DCP_OK)
+        ctx_raise(c, rc);
+    else
+        out = Py_BuildValue("{s:n,s:n,s:n,s:n,s:n,s:n,s:K}", "tensors",
+                            (Py_ssize_t)res.tensors, "values",
+                            (Py_ssize_t)res.values, "skipped",
+                            (Py_ssize_t)res.skipped, "cast",
+                            (Py_ssize_t)res.cast, "kept",
+                            (Py_ssize_t)res.kept, "files",
+                            (Py_ssize_t)res.files, "bytes",
+                            (unsigned long long)res.bytes);
+    ctx_leave(c);
+done:
+    PyMem_Free(kv);
+    Py_XDECREF(s);
+    Py_XDECREF(d);
+    return out;
+}
+
+/* Sizes from a sequence of ints. */
+static int get_sizes(PyObject *seq, int64_t *out, int *ndim)
+{
+    PyObject *t = PySequence_Tuple(seq);
+    Py_ssize_t n, i;
+    if (!t)
+        return 0;
+    n = PyTuple_Size(t);
+    if (n > DCP_MAX_NDIM) {
+        Py_DECREF(t);
+        PyErr_Format(PyExc_ValueError, "%zd dimensions: dcp holds at most %d",
+                     n, DCP_MAX_NDIM);
+        return 0;
+    }
+    for (i = 0; i < n; i++) {
+        out[i] = PyLong_AsLongLong(PyTuple_GetItem(t, i));
+        if (out[i] == -1 && PyErr_Occurred()) {
+            Py_DECREF(t);
+            return 0;
+        }
+    }
+    *ndim = (int)n;
+    Py_DECREF(t);
+    return 1;
+}
+
+/* One record of write_file: a tensor (pointer) or bytes (buffer). */
+struct witem {
+    int is_bytes;
+    dcp_dtype dtype;
+    int ndim;
+    int64_t sizes[DCP_MAX_NDIM];
+    const void *data;
+    uint64_t nbytes;
+    uint64_t off, len;
+};
+
+/*
+ * write_file(path, name, save_id, items, sync) -> [(offset, length), ...]
+ * items: (0, dtype, sizes, data_ptr, nbytes) for a tensor whose memory the
+ * caller keeps alive and unchanged during the call; (1, bytes) for bytes.
+ */
+static PyObject *Ctx_write_file(PyObject *self, PyObject *args)
+{
+    CtxObject *c = (CtxObject *)self;
+    PyObject *po, *p = NULL, *items, *out = NULL;
+    const char *name, *sid;
+    int sync, rc = DCP_OK, crc;
+    Py_ssize_t n, i;
+    struct witem *w = NULL;
+    uint64_t hint = 0;
+    dcp_part_file *f = NULL;
+    if (!PyArg_ParseTuple(args, "OszO!p", &po, &name, &sid, &PyList_Type,
+                          &items, &sync) ||
+        !get_path(po, &p))
+        return NULL;
+    n = PyList_Size(items);
+    w = PyMem_Calloc((size_t)(n ? n : 1), sizeof(*w));
+    if (!w) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *it = PyList_GetItem(items, i), *kind;
+        if (!PyTuple_Check(it) || PyTuple_Size(it) < 2) {
+            PyErr_SetString(PyExc_TypeError, "bad write item");
+            goto done;
+        }
+        kind = PyTuple_GetItem(it, 0);
+        w[i].is_bytes = (int)PyLong_AsLong(kind);
+        if (w[i].is_bytes) {
+            char *b;
+            Py_ssize_t blen;
+            if (PyBytes_AsStringAndSize(PyTuple_GetItem(it, 1), &b, &blen) < 0)
+                goto done;
+            w[i].data = b;
+            w[i].nbytes = (uint64_t)blen;
+        } else {
+            if (PyTuple_Size(it) != 5) {
+                PyErr_SetString(PyExc_TypeError, "bad tensor write item");
+                goto done;
+            }
+            w[i].dtype = (dcp_dtype)PyLong_AsLong(PyTuple_GetItem(it, 1));
+            if (!get_sizes(PyTuple_GetItem(it, 2), w[i].sizes, &w[i].ndim))
+                goto done;
+            w[i].data = PyLong_AsVoidPtr(PyTuple_GetItem(it, 3));
+            w[i].nbytes = PyLong_AsUnsignedLongLong(PyTuple_GetItem(it, 4));
+            if (PyErr_Occurred())
+                goto done;
+        }
+        hint += dcp_part_record_bound(w[i].nbytes);
+    }
+    ctx_enter(c);
+    Py_BEGIN_ALLOW_THREADS
+    rc = dcp_part_file_open(c->ctx, PyBytes_AsString(p), name, sid, hint, &f);
+    for (i = 0; rc == DCP_OK && i < n; i++) {
+        if (w[i].is_bytes)
+            rc = dcp_part_file_bytes(f, w[i].data, (size_t)w[i].nbytes,
+                                     &w[i].off, &w[i].len);
+        else
+            rc = dcp_part_file_tensor(f, w[i].dtype, w[i].ndim, w[i].sizes,
+                                      w[i].data, w[i].nbytes, &w[i].off,
+                                      &w[i].len);
+    }
+    if (f) {
+        crc = dcp_part_file_close(f, sync ? DCP_PART_SYNC : 0);
+        if (rc == DCP_OK)
+            rc = crc;
+    }
+    Py_END_ALLOW_THREADS
+    if (rc != DCP_OK) {
+        ctx_raise(c, rc);
+        ctx_leave(c);
+        goto done;
+    }
+    ctx_leave(c);
+    out = PyList_New(n);
+    for (i = 0; out && i < n; i++) {
+        PyObject *t = Py_BuildValue("(KK)", (unsigned long long)w[i].off,
+                                    (unsigned long long)w[i].len);
+        if (!t) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SetItem(out, i, t);
+    }
+done:
+    PyMem_Free(w);
+    Py_XDECREF(p);
+    return out;
+}
+
+/* ------------------------------------------------------------ PartSave */
+
+typedef struct {
+    PyObject_HEAD
+    CtxObject *c;
+    dcp_part_save *s;
+} PartSaveObject;
+
+/* part_save_begin(path, flags) -> PartSave */
+static PyObject *Ctx_part_save_begin(PyObject *self, PyObject *args)
+{
+    CtxObject *c = (CtxObject *)self;
+    PyObject *po, *p;
+    unsigned int flags = 0;
+    dcp_part_save *s = NULL;
+    PartSaveObject *o;
+    int rc;
+    if (!PyArg_ParseTuple(args, "O|I", &po, &flags) || !get_path(po, &p))
+        return NULL;
+    ctx_enter(c);
+    Py_BEGIN_ALLOW_THREADS
+    rc = dcp_part_save_begin(c->ctx, PyBytes_AsString(p), flags, &s);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(p);
+    if (rc != DCP_OK) {
+        ctx_raise(c, rc);
+        ctx_leave(c);
+        return NULL;
+    }
+    ctx_leave(c);
+    o = (PartSaveObject *)PyType_GenericAlloc(PartSaveType, 0);
+    if (!o) {
+        dcp_part_save_free(s);
+        return NULL;
+    }
+    Py_INCREF(c);
+    o->c = c;
+    o->s = s;
+    return (PyObject *)o;
+}
+
+static void PartSave_dealloc(PyObject *self)
+{
+    PartSaveObject *o = (PartSaveObject *)self;
+    PyTypeObject *tp = Py_TYPE(self);
+    if (o->s) {
+        ctx_enter(o->c);
+        dcp_part_save_free(o->s);
+        ctx_leave(o->c);
+    }
+    Py_XDECREF(o->c);
+    ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *PartSave_info(PyObject *self, PyObject *unused)
+{
+    PartSaveObject *o = (PartSaveObject *)self;
+    (void)unused;
+    if (!o->s) {
+        PyErr_SetString(PyExc_ValueError, "save closed");
+        return NULL;
+    }
+    return Py_BuildValue("(ssO)", dcp_part_save_id(o->s),
+                         dcp_part_save_tag(o->s),
+                         dcp_part_save_had_checkpoint(o->s) ? Py_True
+                                                            : Py_False);
+}
+
+/* commit(name or None, metadata bytes, sync) */
+static PyObject *PartSave_commit(PyObject *self, PyObject *args)
+{
+    PartSaveObject *o = (PartSaveObject *)self;
+    const char *name;
+    PyObject *md;
+    char *b;
+    Py_ssize_t blen;
+    int sync, rc;
+    if (!PyArg_ParseTuple(args, "zO!p", &name, &PyBytes_Type, &md, &sync))
+        return NULL;
+    if (!o->s) {
+        PyErr_SetString(PyExc_ValueError, "save closed");
+        return NULL;
+    }
+    if (PyBytes_AsStringAndSize(md, &b, &blen) < 0)
+        return NULL;
+    ctx_enter(o->c);
+    Py_BEGIN_ALLOW_THREADS
+    rc = dcp_part_save_commit(o->s, name, b, (size_t)blen, sync);
+    Py_END_ALLOW_THREADS
+    if (rc != DCP_OK) {
+        ctx_raise(o->c, rc);
+        ctx_leave(o->c);
+        return NULL;
+    }
+    ctx_leave(o->c);
+    Py_RETURN_NONE;
+}
+
+/* close(): frees the save (releases the lock when not committed). */
+static PyObject *PartSave_close(PyObject *self, PyObject *unused)
+{
+    PartSaveObject *o = (PartSaveObject *)self;
+    (void)unused;
+    if (o->s) {
+        ctx_enter(o->c);
+        Py_BEGIN_ALLOW_THREADS
+        dcp_part_save_free(o->s);
+        Py_END_ALLOW_THREADS
+        ctx_leave(o->c);
+        o->s = NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef PartSave_methods[] = {
+    {"info", PartSave_info, METH_NOARGS, "(save_id, tag, had_checkpoint)"},
+    {"commit", PartSave_commit, METH_VARARGS, "commit(name, metadata, sync)"},
+    {"close", PartSave_close, METH_NOARGS, "release without committing"},
+    {NULL, NULL, 0, NULL}};
+
+static PyType_Slot PartSave_slots[] = {
+    {Py_tp_dealloc, (void *)PartSave_dealloc},
+    {Py_tp_methods, PartSave_methods},
+    {Py_tp_doc, (void *)"A save planned elsewhere (dcp_part_save)."},
+    {0, NULL}};
+
+static PyType_Spec PartSave_spec = {"dcp_torch._C.PartSave",
+                                    sizeof(PartSaveObject), 0,
+                                    Py_TPFLAGS_DEFAULT, PartSave_slots};
+
+/* ---------------------------------------------------------------- Meta */
+
+typedef struct {
+    PyObject_HEAD
+    CtxObject *c;
+    dcp_metadata *md;
+} MetaObject;
+
+static PyObject *Ctx_metadata_open(PyObject *self, PyObject *arg)
+{
+    CtxObject *c = (CtxObject *)self;
+    PyObject *p;
+    dcp_metadata *md = NULL;
+    MetaObject *o;
+    int rc;
+    if (!get_path(arg, &p))
+        return NULL;
+    ctx_enter(c);
+    Py_BEGIN_ALLOW_THREADS
+    rc = dcp_metadata_open(c->ctx, PyBytes_AsString(p), &md);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(p);
+    if (rc != DCP_OK) {
+        ctx_raise(c, rc);
+        ctx_leave(c);
+        return NULL;
+    }
+    ctx_leave(c);
+    o = (MetaObject *)PyType_GenericAlloc(MetaType, 0);
+    if (!o) {
+        dcp_metadata_free(md);
+        return NULL;
+    }
+    Py_INCREF(c);
+    o->c = c;
+    o->md = md;
+    return (PyObject *)o;
+}
+
+static void Meta_dealloc(PyObject *self)
+{
+    MetaObject *o = (MetaObject *)self;
+    PyTypeObject *tp = Py_TYPE(self);
+    dcp_metadata_free(o->md);
+    Py_XDECREF(o->c);
+    ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *ints_tuple(int n, const int64_t *v)
+{
+    PyObject *t = PyTuple_New(n);
+    int i;
+    for (i = 0; t && i < n; i++) {
+        PyObject *x = PyLong_FromLongLong(v[i]);
+        if (!x) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SetItem(t, i, x);
+    }
+    return t;
+}
+
+static PyObject *path_tuple(const dcp_metadata *md, size_t k, size_t n)
+{
+    PyObject *t = PyTuple_New((Py_ssize_t)n);
+    size_t i;
+    for (i = 0; t && i < n; i++) {
+        const char *s = NULL;
+        int64_t num = 0;
+        PyObject *x;
+        (void)dcp_metadata_path(md, k, i, &s, &num);
+        x = s ? PyUnicode_FromString(s) : PyLong_FromLongLong(num);
+        if (!x) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SetItem(t, (Py_ssize_t)i, x);
+    }
+    return t;
+}
+
+/* info() -> (version, save_id, count) */
+static PyObject *Meta_info(PyObject *self, PyObject *unused)
+{
+    MetaObject *o = (MetaObject *)self;
+    (void)unused;
+    return Py_BuildValue("(ssn)", dcp_metadata_version(o->md),
+                         dcp_metadata_save_id(o->md),
+                         (Py_ssize_t)dcp_metadata_count(o->md));
+}
+
+/* entries() -> [(key, is_tensor, dtype_name, shape, nchunks, nbytes,
+ *               path or None)] */
+static PyObject *Meta_entries(PyObject *self, PyObject *unused)
+{
+    MetaObject *o = (MetaObject *)self;
+    size_t n = dcp_metadata_count(o->md), k;
+    PyObject *out = PyList_New((Py_ssize_t)n);
+    (void)unused;
+    for (k = 0; out && k < n; k++) {
+        dcp_entry_info e;
+        PyObject *shape, *path, *t;
+        (void)dcp_metadata_entry(o->md, k, &e);
+        shape = ints_tuple(e.is_tensor ? e.ndim : 0, e.shape);
+        path = e.npath ? path_tuple(o->md, k, e.npath)
+                       : (Py_INCREF(Py_None), Py_None);
+        t = (shape && path)
+                ? Py_BuildValue("(sOsOnKO)", e.key,
+                                e.is_tensor ? Py_True : Py_False,
+                                e.is_tensor ? dcp_dtype_name(e.dtype) : "",
+                                shape, (Py_ssize_t)e.nchunks,
+                                (unsigned long long)e.nbytes, path)
+                : NULL;
+        Py_XDECREF(shape);
+        Py_XDECREF(path);
+        if (!t) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SetItem(out, (Py_ssize_t)k, t);
+    }
+    return out;
+}
+
+/* chunks(index) -> [(offsets, sizes, file, offset, length)] */
+static PyObject *Meta_chunks(PyObject *self, PyObject *arg)
+{
+    MetaObject *o = (MetaObject *)self;
+    Py_ssize_t k = PyLong_AsSsize_t(arg);
+    dcp_entry_info e;
+    PyObject *out;
+    size_t j;
+    if (k < 0 || dcp_metadata_entry(o->md, (size_t)k, &e) != DCP_OK) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_IndexError, "no such entry");
+        return NULL;
+    }
+    out = PyList_New((Py_ssize_t)e.nchunks);
+    for (j = 0; out && j < e.nchunks; j++) {
+        dcp_chunk_info ci;
+        PyObject *off, *sz, *t;
+        (void)dcp_metadata_chunk(o->md, (size_t)k, j, &ci);
+        off = e.is_tensor ? ints_tuple(e.ndim, ci.offsets)
+                          : (Py_INCREF(Py_None), Py_None);
+        sz = e.is_tensor ? ints_tuple(e.ndim, ci.sizes)
+                         : (Py_INCREF(Py_None), Py_None);
+        t = (off && sz) ? Py_BuildValue("(OOsKK)", off, sz, ci.file,
+                                        (unsigned long long)ci.offset,
+                                        (unsigned long long)ci.length)
+                        : NULL;
+        Py_XDECREF(off);
+        Py_XDECREF(sz);
+        if (!t) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SetItem(out, (Py_ssize_t)j, t);
+    }
+    return out;
+}
+
+/* An instance of cls without calling __init__, its fields set through the
+ * generic setattr (as unpickling does: frozen dataclasses too). */
+static PyObject *bare(PyObject *cls)
+{
+    allocfunc alloc = (allocfunc)PyType_GetSlot((PyTypeObject *)cls,
+                                                 Py_tp_alloc);
+    return alloc((PyTypeObject *)cls, 0);
+}
+
+static int put(PyObject *obj, PyObject *name, PyObject *val)
+{
+    int rc;
+    if (!val)
+        return -1;
+    rc = PyObject_GenericSetAttr(obj, name, val);
+    Py_DECREF(val);
+    return rc;
+}
+
+/* Interned attribute names. */
+enum {
+    A_OFFSETS, A_SIZES, A_PROPERTIES, A_SIZE, A_CHUNKS, A_DTYPE, A_LAYOUT,
+    A_REQUIRES_GRAD, A_MEMORY_FORMAT, A_PIN_MEMORY, A_FQN, A_OFFSET,
+    A_INDEX, A_RELATIVE_PATH, A_LENGTH, A_TRANSFORM, A_SDM, A_PLANNER_DATA,
+    A_STORAGE_DATA, A_STORAGE_META, A_VERSION, A_CHECKPOINT_ID, A_SAVE_ID,
+    A_LOAD_ID, A_MODULES, A_COUNT
+};
+static const char *attr_names[A_COUNT] = {
+    "offsets", "sizes", "properties", "size", "chunks", "dtype", "layout",
+    "requires_grad", "memory_format", "pin_memory", "fqn", "offset",
+    "index", "relative_path", "length", "transform_descriptors",
+    "state_dict_metadata", "planner_data", "storage_data", "storage_meta",
+    "version", "checkpoint_id", "save_id", "load_id", "modules"};
+static PyObject *attr[A_COUNT];
+
+/* torch types, from the dict given to build(): */
+struct ttypes {
+    PyObject *Metadata, *TSM, *BSM, *CSM, *TP, *MI, *SI, *SM, *Size;
+    PyObject *dtypes; /* dict: dtype name -> torch.dtype */
+    PyObject *strided, *contiguous;
+};
+
+static int get_types(PyObject *d, struct ttypes *t)
+{
+#define T(field, key)                                                          \
+    if (!(t->field = PyDict_GetItemString(d, key))) {                          \
+        PyErr_Format(PyExc_KeyError, "torch type '%s' missing", key);          \
+        return 0;                                                              \
+    }
+    T(Metadata, "Metadata")
+    T(TSM, "TensorStorageMetadata")
+    T(BSM, "BytesStorageMetadata")
+    T(CSM, "ChunkStorageMetadata")
+    T(TP, "TensorProperties")
+    T(MI, "MetadataIndex")
+    T(SI, "_StorageInfo")
+    T(SM, "StorageMeta")
+    T(Size, "Size")
+    T(dtypes, "dtypes")
+    T(strided, "strided")
+    T(contiguous, "contiguous_format")
+#undef T
+    return 1;
+}
+
+static PyObject *make_size(const struct ttypes *t, int n, const int64_t *v)
+{
+    PyObject *tup = ints_tuple(n, v), *s;
+    if (!tup)
+        return NULL;
+    s = PyObject_CallFunctionObjArgs(t->Size, tup, NULL);
+    Py_DECREF(tup);
+    return s;
+}
+
+static PyObject *make_props(const struct ttypes *t, const char *dtype)
+{
+    PyObject *p = bare(t->TP), *dt;
+    if (!p)
+        return NULL;
+    dt = PyDict_GetItemString(t->dtypes, dtype);
+    if (!dt) {
+        Py_DECREF(p);
+        return raise_code(DCP_ENOTSUP, "a dtype torch does not name");
+    }
+    Py_INCREF(dt);
+    Py_INCREF(t->strided);
+    Py_INCREF(t->contiguous);
+    if (put(p, attr[A_DTYPE], dt) < 0 ||
+        put(p, attr[A_LAYOUT], t->strided) < 0 ||
+        put(p, attr[A_REQUIRES_GRAD], (Py_INCREF(Py_False), Py_False)) < 0 ||
+        put(p, attr[A_MEMORY_FORMAT], t->contiguous) < 0 ||
+        put(p, attr[A_PIN_MEMORY], (Py_INCREF(Py_False), Py_False)) < 0) {
+        Py_DECREF(p);
+        return NULL;
+    }
+    return p;
+}
+
+static PyObject *make_sinfo(const struct ttypes *t, const dcp_chunk_info *ci)
+{
+    PyObject *s = bare(t->SI);
+    if (!s)
+        return NULL;
+    if (put(s, attr[A_RELATIVE_PATH], PyUnicode_FromString(ci->file)) < 0 ||
+        put(s, attr[A_OFFSET],
+            PyLong_FromUnsignedLongLong((unsigned long long)ci->offset)) < 0 ||
+        put(s, attr[A_LENGTH],
+            PyLong_FromUnsignedLongLong((unsigned long long)ci->length)) < 0) {
+        Py_DECREF(s);
+        return NULL;
+    }
+    return s;
+}
+
+static PyObject *make_index(const struct ttypes *t, const char *key,
+                            PyObject *offset, Py_ssize_t index)
+{
+    PyObject *m = bare(t->MI);
+    if (!m)
+        return NULL;
+    if (!offset)
+        Py_INCREF(Py_None);
+    else
+        Py_INCREF(offset);
+    if (put(m, attr[A_FQN], PyUnicode_FromString(key)) < 0 ||
+        put(m, attr[A_OFFSET], offset ? offset : Py_None) < 0 ||
+        put(m, attr[A_INDEX],
+            index >= 0 ? PyLong_FromSsize_t(index)
+                       : (Py_INCREF(Py_None), Py_None)) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* One entry into sdm, storage and (with a path) planner. */
+static int build_entry(const struct ttypes *t, const dcp_metadata *md,
+                       size_t k, PyObject *sdm, PyObject *storage,
+                       PyObject *planner)
+{
+    dcp_entry_info e;
+    PyObject *key, *sm = NULL;
+    size_t j;
+    int rc = -1;
+    (void)dcp_metadata_entry(md, k, &e);
+    key = PyUnicode_FromString(e.key);
+    if (!key)
+        return -1;
+    if (e.npath) {
+        PyObject *p = path_tuple(md, k, e.npath);
+        if (!p || PyDict_SetItem(planner, key, p) < 0) {
+            Py_XDECREF(p);
+            goto out;
+        }
+        Py_DECREF(p);
+    }
+    if (!e.is_tensor) {
+        dcp_chunk_info ci;
+        PyObject *mi, *si;
+        sm = bare(t->BSM);
+        if (!sm || PyDict_SetItem(sdm, key, sm) < 0)
+            goto out;
+        (void)dcp_metadata_chunk(md, k, 0, &ci);
+        mi = make_index(t, e.key, NULL, -1);
+        si = mi ? make_sinfo(t, &ci) : NULL;
+        if (!si || PyDict_SetItem(storage, mi, si) < 0) {
+            Py_XDECREF(mi);
+            Py_XDECREF(si);
+            goto out;
+        }
+        Py_DECREF(mi);
+        Py_DECREF(si);
+        rc = 0;
+        goto out;
+    } else {
+        PyObject *chunks = PyList_New((Py_ssize_t)e.nchunks), *props, *size;
+        if (!chunks)
+            goto out;
+        sm = bare(t->TSM);
+        props = sm ? make_props(t, dcp_dtype_name(e.dtype)) : NULL;
+        size = props ? make_size(t, e.ndim, e.shape) : NULL;
+        if (!size || put(sm, attr[A_PROPERTIES], props) < 0 ||
+            put(sm, attr[A_SIZE], size) < 0 ||
+            PyObject_GenericSetAttr(sm, attr[A_CHUNKS], chunks) < 0) {
+            if (!size) {
+                Py_XDECREF(props);
+            }
+            Py_DECREF(chunks);
+            goto out;
+        }
+        for (j = 0; j < e.nchunks; j++) {
+            dcp_chunk_info ci;
+            PyObject *c, *off, *sz, *mi, *si;
+            (void)dcp_metadata_chunk(md, k, j, &ci);
+            c = bare(t->CSM);
+            off = c ? make_size(t, e.ndim, ci.offsets) : NULL;
+            sz = off ? make_size(t, e.ndim, ci.sizes) : NULL;
+            if (!sz) {
+                Py_XDECREF(c);
+                Py_XDECREF(off);
+                Py_DECREF(chunks);
+                goto out;
+            }
+            Py_INCREF(off);
+            if (put(c, attr[A_OFFSETS], off) < 0 ||
+                put(c, attr[A_SIZES], sz) < 0) {
+                Py_DECREF(off);
+                Py_DECREF(c);
+                Py_DECREF(chunks);
+                goto out;
+            }
+            PyList_SetItem(chunks, (Py_ssize_t)j, c);
+            mi = make_index(t, e.key, off, (Py_ssize_t)j);
+            Py_DECREF(off);
+            si = mi ? make_sinfo(t, &ci) : NULL;
+            if (!si || PyDict_SetItem(storage, mi, si) < 0) {
+                Py_XDECREF(mi);
+                Py_XDECREF(si);
+                Py_DECREF(chunks);
+                goto out;
+            }
+            Py_DECREF(mi);
+            Py_DECREF(si);
+        }
+        Py_DECREF(chunks);
+        if (PyDict_SetItem(sdm, key, sm) < 0)
+            goto out;
+    }
+    rc = 0;
+out:
+    Py_XDECREF(sm);
+    Py_DECREF(key);
+    return rc;
+}
+
+/* build(types, checkpoint_id) -> torch Metadata */
+static PyObject *Meta_build(PyObject *self, PyObject *args)
+{
+    MetaObject *o = (MetaObject *)self;
+    PyObject *types, *ckid, *m = NULL, *sdm, *storage, *planner, *smeta;
+    struct ttypes t;
+    size_t k, n = dcp_metadata_count(o->md);
+    const char *ver = dcp_metadata_version(o->md);
+    const char *sid = dcp_metadata_save_id(o->md);
+    if (!PyArg_ParseTuple(args, "O!O", &PyDict_Type, &types, &ckid) ||
+        !get_types(types, &t))
+        return NULL;
+    sdm = PyDict_New();
+    storage = PyDict_New();
+    planner = PyDict_New();
+    if (!sdm || !storage || !planner)
+        goto fail;
+    for (k = 0; k < n; k++)
+        if (build_entry(&t, o->md, k, sdm, storage, planner) < 0)
+            goto fail;
+    m = bare(t.Metadata);
+    smeta = m ? bare(t.SM) : NULL;
+    if (!smeta)
+        goto fail;
+    Py_INCREF(ckid);
+    if (put(smeta, attr[A_CHECKPOINT_ID], ckid) < 0 ||
+        put(smeta, attr[A_SAVE_ID],
+            *sid ? PyUnicode_FromString(sid)
+                 : (Py_INCREF(Py_None), Py_None)) < 0 ||
+        put(smeta, attr[A_LOAD_ID], (Py_INCREF(Py_None), Py_None)) < 0 ||
+        put(smeta, attr[A_MODULES], PyList_New(0)) < 0 ||
+        PyObject_GenericSetAttr(m, attr[A_SDM], sdm) < 0 ||
+        PyObject_GenericSetAttr(m, attr[A_PLANNER_DATA], planner) < 0 ||
+        PyObject_GenericSetAttr(m, attr[A_STORAGE_DATA], storage) < 0 ||
+        put(m, attr[A_STORAGE_META], smeta) < 0 ||
+        put(m, attr[A_VERSION],
+            *ver ? PyUnicode_FromString(ver)
+                 : (Py_INCREF(Py_None), Py_None)) < 0)
+        goto fail;
+    Py_DECREF(sdm);
+    Py_DECREF(storage);
+    Py_DECREF(planner);
+    return m;
+fail:
+    Py_XDECREF(m);
+    Py_XDECREF(sdm);
+    Py_XDECREF(storage);
+    Py_XDECREF(planner);
+    return NULL;
+}
+
+/* read_boxes([(index, offsets, sizes, ptr, nbytes)], verify) */
+static PyObject *Meta_read_boxes(PyObject *self, PyObject *args)
+{
+    MetaObject *o = (MetaObject *)self;
+    PyObject *reads;
+    int verify, rc, nd;
+    Py_ssize_t n, i;
+    dcp_box_read *r = NULL;
+    int64_t *ints = NULL;
+    if (!PyArg_ParseTuple(args, "O!p", &PyList_Type, &reads, &verify))
+        return NULL;
+    n = PyList_Size(reads);
+    r = PyMem_Calloc((size_t)(n ? n : 1), sizeof(*r));
+    ints = PyMem_Calloc((size_t)(n ? n : 1) * 2 * DCP_MAX_NDIM,
+                        sizeof(*ints));
+    if (!r || !ints) {
+        PyMem_Free(r);
+        PyMem_Free(ints);
+        return PyErr_NoMemory();
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *it = PyList_GetItem(reads, i);
+        int64_t *off = ints + (size_t)i * 2 * DCP_MAX_NDIM;
+        int64_t *sz = off + DCP_MAX_NDIM;
+        int nd2;
+        if (!PyTuple_Check(it) || PyTuple_Size(it) != 5) {
+            PyErr_SetString(PyExc_TypeError, "bad read item");
+            goto fail;
+        }
+        r[i].index = (size_t)PyLong_AsSsize_t(PyTuple_GetItem(it, 0));
+        if (!get_sizes(PyTuple_GetItem(it, 1), off, &nd) ||
+            !get_sizes(PyTuple_GetItem(it, 2), sz, &nd2))
+            goto fail;
+        if (nd != nd2) {
+            PyErr_SetString(PyExc_ValueError, "offsets and sizes differ");
+            goto fail;
+        }
+        r[i].offsets = off;
+        r[i].sizes = sz;
+        r[i].buf = PyLong_AsVoidPtr(PyTuple_GetItem(it, 3));
+        r[i].len = (size_t)PyLong_AsSize_t(PyTuple_GetItem(it, 4));
+        if (PyErr_Occurred())
+            goto fail;
+    }
+    ctx_enter(o->c);
+    Py_BEGIN_ALLOW_THREADS
+    rc = dcp_metadata_read_boxes(o->c->ctx, o->md, r, (size_t)n, verify);
+    Py_END_ALLOW_THREADS
+    if (rc != DCP_OK) {
+        ctx_raise(o->c, rc);
+        ctx_leave(o->c);
+        goto fail;
+    }
+    ctx_leave(o->c);
+    PyMem_Free(r);
+    PyMem_Free(ints);
+    Py_RETURN_NONE;
+fail:
+    PyMem_Free(r);
+    PyMem_Free(ints);
+    return NULL;
+}
+
+/* read_record(index, chunk) -> bytes */
+static PyObject *Meta_read_record(PyObject *self, PyObject *args)
+{
+    MetaObject *o = (MetaObject *)self;
+    Py_ssize_t k, j;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    PyObject *out;
+    int rc;
+    if (!PyArg_ParseTuple(args, "nn", &k, &j))
+        return NULL;
+    if (k < 0 || j < 0) {
+        PyErr_SetString(PyExc_IndexError, "no such record");
+        return NULL;
+    }
+    ctx_enter(o->c);
+    Py_BEGIN_ALLOW_THREADS
+    rc = dcp_metadata_read_record(o->c->ctx, o->md, (size_t)k, (size_t)j,
+                                  &buf, &len);
+    Py_END_ALLOW_THREADS
+    if (rc != DCP_OK) {
+        ctx_raise(o->c, rc);
+        ctx_leave(o->c);
+        return NULL;
+    }
+    ctx_leave(o->c);
+    out = PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)len);
+    dcp_free(buf);
+    return out;
+}
+
+static PyObject *value_to_py(const dcp_value *v, int depth)
+{
+    size_t n, i, len;
+    PyObject *out;
+    const char *s;
+    if (depth > 200) {
+        PyErr_SetString(PyExc_RecursionError, "value nested too deeply");
+        return NULL;
+    }
+    switch (dcp_value_type_of(v)) {
+    case DCP_VALUE_NONE:
+        Py_RETURN_NONE;
+    case DCP_VALUE_BOOL:
+        return PyBool_FromLong(dcp_value_as_bool(v));
+    case DCP_VALUE_INT:
+        return PyLong_FromLongLong(dcp_value_as_int(v));
+    case DCP_VALUE_FLOAT:
+        return PyFloat_FromDouble(dcp_value_as_float(v));
+    case DCP_VALUE_STR:
+        s = dcp_value_as_str(v, &len);
+        return PyUnicode_FromStringAndSize(s, (Py_ssize_t)len);
+    case DCP_VALUE_BYTES:
+        s = dcp_value_as_bytes(v, &len);
+        return PyBytes_FromStringAndSize(s, (Py_ssize_t)len);
+    case DCP_VALUE_LIST:
+    case DCP_VALUE_TUPLE:
+        n = dcp_value_len(v);
+        out = dcp_value_type_of(v) == DCP_VALUE_LIST
+                  ? PyList_New((Py_ssize_t)n)
+                  : PyTuple_New((Py_ssize_t)n);
+        for (i = 0; out && i < n; i++) {
+            PyObject *x = value_to_py(dcp_value_item(v, i), depth + 1);
+            if (!x) {
+                Py_CLEAR(out);
+                break;
+            }
+            if (PyList_Check(out))
+                PyList_SetItem(out, (Py_ssize_t)i, x);
+            else
+                PyTuple_SetItem(out, (Py_ssize_t)i, x);
+        }
+        return out;
+    case DCP_VALUE_DICT:
+        n = dcp_value_len(v);
+        out = PyDict_New();
+        for (i = 0; out && i < n; i++) {
+            PyObject *kk = value_to_py(dcp_value_dict_key(v, i), depth + 1);
+            PyObject *x = kk ? value_to_py(dcp_value_item(v, i), depth + 1)
+                             : NULL;
+            if (!x || PyDict_SetItem(out, kk, x) < 0) {
+                Py_XDECREF(kk);
+                Py_XDECREF(x);
+                Py_CLEAR(out);
+                break;
+            }
+            Py_DECREF(kk);
+            Py_DECREF(x);
+        }
+        return out;
+    }
+    PyErr_SetString(PyExc_ValueError, "unknown value type");
+    return NULL;
+}
+
+/* read_value(index) -> Python object (dcp's restricted decoder) */
+static PyObject *Meta_read_value(PyObject *self, PyObject *arg)
+{
+    MetaObject *o = (MetaObject *)self;
+    Py_ssize_t k = PyLong_AsSsize_t(arg);
+    dcp_value *v = NULL;
+    PyObject *out;
+    int rc;
+    if (k < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_IndexError, "no such entry");
+        return NULL;
+    }
+    ctx_enter(o->c);
+    Py_BEGIN_ALLOW_THREADS
+    rc = dcp_metadata_read_value(o->c->ctx, o->md, (size_t)k, &v);
+    Py_END_ALLOW_THREADS
+    if (rc != DCP_OK) {
+        ctx_raise(o->c, rc);
+        ctx_leave(o->c);
+        return NULL;
+    }
+    ctx_leave(o->c);
+    out = value_to_py(v, 0);
+    dcp_value_free(v);
+    return out;
+}
+
+/* find(key) -> index or -1 */
+static PyObject *Meta_find(PyObject *self, PyObject *arg)
+{
+    MetaObject *o = (MetaObject *)self;
+    const char *key = PyUnicode_AsUTF8AndSize(arg, NULL);
+    if (!key)
+        return NULL;
+    return PyLong_FromLong(dcp_metadata_find(o->md, key));
+}
+
+static PyMethodDef Meta_methods[] = {
+    {"info", Meta_info, METH_NOARGS, "(version, save_id, count)"},
+    {"entries", Meta_entries, METH_NOARGS, "entries as tuples"},
+    {"chunks", Meta_chunks, METH_O, "chunks of one entry"},
+    {"build", Meta_build, METH_VARARGS, "torch Metadata, without pickle"},
+    {"read_boxes", Meta_read_boxes, METH_VARARGS, "batch read"},
+    {"read_record", Meta_read_record, METH_VARARGS, "a record's bytes"},
+    {"read_value", Meta_read_value, METH_O, "a value, safely decoded"},
+    {"find", Meta_find, METH_O, "index of a key, or -1"},
+    {NULL, NULL, 0, NULL}};
+
+static PyType_Slot Meta_slots[] = {
+    {Py_tp_dealloc, (void *)Meta_dealloc},
+    {Py_tp_methods, Meta_methods},
+    {Py_tp_doc, (void *)"A checkpoint's metadata (dcp_metadata)."},
+    {0, NULL}};
+
+static PyType_Spec Meta_spec = {"dcp_torch._C.Meta", sizeof(MetaObject), 0,
+                                Py_TPFLAGS_DEFAULT, Meta_slots};
+
+static PyMethodDef Ctx_methods[] = {
+    {"verify", Ctx_verify, METH_O, "dcp_verify(path)"},
+    {"clean", Ctx_clean, METH_VARARGS, "dcp_clean(path, force)"},
+    {"convert", Ctx_convert, METH_VARARGS, "dcp_export / dcp_import"},
+    {"write_file", Ctx_write_file, METH_VARARGS, "one data file"},
+    {"part_save_begin", Ctx_part_save_begin, METH_VARARGS,
+     "dcp_part_save_begin(path, flags)"},
+    {"metadata_open", Ctx_metadata_open, METH_O, "dcp_metadata_open(path)"},
+    {NULL, NULL, 0, NULL}};
+
+static PyType_Slot Ctx_slots[] = {
+    {Py_tp_new, (void *)Ctx_new},
+    {Py_tp_dealloc, (void *)Ctx_dealloc},
+    {Py_tp_methods, Ctx_methods},
+    {Py_tp_doc, (void *)"A dcp context (dcp_ctx)."},
+    {0, NULL}};
+
+static PyType_Spec Ctx_spec = {"dcp_torch._C.Context", sizeof(CtxObject), 0,
+                               Py_TPFLAGS_DEFAULT, Ctx_slots};
+
+/* -------------------------------------------------------------- module */
+
+static PyObject *dtype_code(PyObject *self, PyObject *arg)
+{
+    const char *name = PyUnicode_AsUTF8AndSize(arg, NULL);
+    dcp_dtype dt;
+    (void)self;
+    if (!name)
+        return NULL;
+    if (dcp_dtype_from_name(name, &dt) != DCP_OK)
+        return PyLong_FromLong(0);
+    return PyLong_FromLong((long)dt);
+}
+
+static PyObject *version(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyUnicode_FromString(dcp_version_string());
+}
+
+static PyMethodDef module_methods[] = {
+    {"_set_error_factory", set_error_factory, METH_O, NULL},
+    {"dtype_code", dtype_code, METH_O, "dcp dtype code of a torch name"},
+    {"version", version, METH_NOARGS, "libdcp's version"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C",
+                                        "dcp's C engine for dcp_torch", -1,
+                                        module_methods, NULL, NULL, NULL,
+                                        NULL};
+
+PyMODINIT_FUNC PyInit__C(void);
+PyMODINIT_FUNC PyInit__C(void)
+{
+    PyObject *m = PyModule_Create(&module_def);
+    int i;
+    if (!m)
+        return NULL;
+    for (i = 0; i < A_COUNT; i++)
+        if (!(attr[i] = PyUnicode_InternFromString(attr_names[i])))
+            goto fail;
+    CtxType = (PyTypeObject *)PyType_FromSpec(&Ctx_spec);
+    PartSaveType = (PyTypeObject *)PyType_FromSpec(&PartSave_spec);
+    MetaType = (PyTypeObject *)PyType_FromSpec(&Meta_spec);
+    if (!CtxType || !PartSaveType || !MetaType)
+        goto fail;
+    Py_INCREF(CtxType);
+    if (PyModule_AddObject(m, "Context", (PyObject *)CtxType) < 0)
+        goto fail;
+#define I(n) PyModule_AddIntConstant(m, #n, n)
+    if (I(DCP_PART_NO_OVERWRITE) < 0 || I(DCP_PART_NO_LOCK) < 0 ||
+        I(DCP_FORMAT_AUTO) < 0 || I(DCP_FORMAT_SAFETENSORS) < 0 ||
+        I(DCP_FORMAT_TORCH) < 0 || I(DCP_FORMAT_SAFETENSORS_INDEX) < 0 ||
+        I(DCP_CONVERT_NO_VERIFY) < 0 || I(DCP_CONVERT_NO_FSYNC) < 0 ||
+        I(DCP_CONVERT_ALLOW_OVERFLOW) < 0)
+        goto fail;
+#undef I
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

@@ -1,0 +1,83 @@
+"""The C engine (dcp_torch._C) set up for Python: the error factory, the
+torch types the metadata is built of, dtype codes, default contexts."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint.filesystem import _StorageInfo
+from torch.distributed.checkpoint.metadata import (
+    BytesStorageMetadata,
+    ChunkStorageMetadata,
+    Metadata,
+    MetadataIndex,
+    StorageMeta,
+    TensorProperties,
+    TensorStorageMetadata,
+)
+
+from . import _C
+from ._errors import _make
+
+_C._set_error_factory(_make)
+
+# Every torch dtype by its name ("float32", ...): the names dcp uses.
+_DTYPES: dict[str, torch.dtype] = {
+    str(v)[len("torch."):]: v for v in vars(torch).values() if isinstance(v, torch.dtype)
+}
+
+TORCH_TYPES: dict[str, Any] = {
+    "Metadata": Metadata,
+    "TensorStorageMetadata": TensorStorageMetadata,
+    "BytesStorageMetadata": BytesStorageMetadata,
+    "ChunkStorageMetadata": ChunkStorageMetadata,
+    "TensorProperties": TensorProperties,
+    "MetadataIndex": MetadataIndex,
+    "_StorageInfo": _StorageInfo,
+    "StorageMeta": StorageMeta,
+    "Size": torch.Size,
+    "dtypes": _DTYPES,
+    "strided": torch.strided,
+    "contiguous_format": torch.contiguous_format,
+}
+
+_CODES: dict[torch.dtype, int] = {}
+
+
+def dtype_code(dtype: torch.dtype) -> int:
+    """dcp's code of a torch dtype, 0 when dcp does not hold it."""
+    code = _CODES.get(dtype)
+    if code is None:
+        code = _C.dtype_code(str(dtype)[len("torch."):])
+        _CODES[dtype] = code
+    return code
+
+
+def fspath(path: Any) -> str:
+    """A checkpoint path as a str (os.PathLike accepted; s3:// kept)."""
+    if isinstance(path, (str, os.PathLike)):
+        return os.fspath(path)
+    raise TypeError(f"a checkpoint path must be a str or os.PathLike, not {type(path).__name__}")
+
+
+def make_context(io_depth: int = 0, io_block_bytes: int = 0, direct: bool = True,
+                 uring: bool = True, max_metadata_bytes: int = 0,
+                 max_value_bytes: int = 0) -> "_C.Context":
+    return _C.Context(io_depth=io_depth, io_block_bytes=io_block_bytes,
+                      direct=direct, uring=uring,
+                      max_metadata_bytes=max_metadata_bytes,
+                      max_value_bytes=max_value_bytes)
+
+
+_local = threading.local()
+
+
+def default_context() -> "_C.Context":
+    """A context of the calling thread (the utilities' default)."""
+    ctx = getattr(_local, "ctx", None)
+    if ctx is None:
+        ctx = _local.ctx = make_context()
+    return ctx
