@@ -78,6 +78,8 @@ demo: build
 	build/dcptool info $(DEMO_DIR)
 	build/dcptool ls $(DEMO_DIR)
 	$(PYTHON) scripts/demo_torch_load.py $(DEMO_DIR)
+	rm -rf build/demo-python
+	PYTHONPATH=$(CURDIR)/build/python $(PYTHON) examples/python/dropin.py build/demo-python
 	bash scripts/demo_train.sh build $(TRAIN_DIR)
 	bash scripts/demo_gpt2.sh build $(GPT2_DIR)
 
@@ -125,7 +127,7 @@ test:
 asan-build: deps
 	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug \
 	  -DCMAKE_C_COMPILER=$(ASAN_CC) -DDCP_SANITIZE=address,undefined \
-	  $(CONFIGURE_COMMON)
+	  -DDCP_BUILD_PYTHON=OFF $(CONFIGURE_COMMON)
 	$(CMAKE) --build build-asan -j$(NPROC)
 
 asan: asan-build
@@ -139,7 +141,7 @@ TSAN_TARGETS = test_async test_phases cuda_roundtrip fake_cudart
 tsan-build: deps
 	$(CMAKE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DCMAKE_C_COMPILER=$(TSAN_CC) -DDCP_SANITIZE=thread -DDCP_WITH_MPI=OFF \
-	  $(CONFIGURE_COMMON)
+	  -DDCP_BUILD_PYTHON=OFF $(CONFIGURE_COMMON)
 	$(CMAKE) --build build-tsan -j$(NPROC) --target $(TSAN_TARGETS)
 
 tsan: tsan-build

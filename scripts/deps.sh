@@ -175,4 +175,26 @@ else
     "$PY" -m pip install -q --disable-pip-version-check --no-deps \
         --target "$S3TC_DIR" s3torchconnector s3torchconnectorclient tenacity
 fi
+# pytest: the Python package's tests (python/tests, ctest label python).
+if "$PY" -c 'import pytest' 2>/dev/null; then
+    step "python package pytest present"
+else
+    step "pip install pytest"
+    "$PY" -m pip install -q --disable-pip-version-check pytest
+fi
+# dcp_torch (python/): dcp's own package, built by the project's CMake
+# through scikit-build-core and installed into .venv, again whenever its
+# sources (python/, src/, include/, the CMake files) changed. The tests run
+# the build tree's copy (build/python); .venv's is what users import.
+SRCHASH=$(cd "$ROOT" && find python/src python/pyproject.toml python/CMakeLists.txt src include \
+    CMakeLists.txt cmake -type f -print0 | sort -z | xargs -0 sha1sum | sha1sum | cut -c1-40)
+if [ "$(cat "$VENV/.dcp_torch.srchash" 2>/dev/null)" = "$SRCHASH" ] &&
+    "$PY" -c 'import dcp_torch' 2>/dev/null; then
+    step "dcp_torch installed and up to date"
+else
+    step "pip install ./python (dcp_torch)"
+    rm -rf "$ROOT/python/build"
+    "$PY" -m pip install -q --disable-pip-version-check --no-deps "$ROOT/python"
+    echo "$SRCHASH" > "$VENV/.dcp_torch.srchash"
+fi
 step "done"

@@ -1,0 +1,381 @@
+"""dcp_torch in one process: torch's save/load with the drop-in classes in
+every writer/reader combination (bit-exact), the metadata without pickle,
+hostile metadata, bad input, the utilities."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import warnings
+
+import pytest
+import torch
+import torch.distributed.checkpoint as tdcp
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.stateful import Stateful
+
+import dcp_torch
+from dcp_torch import _C
+
+warnings.filterwarnings("ignore")
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
+          torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64,
+          torch.complex128, torch.float8_e4m3fn, torch.float8_e5m2, torch.uint16,
+          torch.uint32, torch.uint64]
+
+
+def rand(shape, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    raw = torch.randint(0, 256, (torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size(),),
+                        generator=g, dtype=torch.uint8)
+    if dtype == torch.bool:
+        return (raw % 2).bool().reshape(shape)
+    return raw.view(dtype).reshape(shape)
+
+
+class Counter(Stateful):
+    def __init__(self, n=0):
+        self.n = n
+        self.w = torch.zeros(3)
+
+    def state_dict(self):
+        return {"n": self.n, "w": self.w}
+
+    def load_state_dict(self, sd):
+        self.n = sd["n"]
+        self.w = sd["w"]
+
+
+def make_state(seed=0):
+    sd = {f"t_{str(dt)[6:]}": rand((5, 7), dt, seed + i) for i, dt in enumerate(DTYPES)}
+    sd["noncontig"] = rand((6, 4), torch.float32, seed + 99).t()          # strided view
+    sd["sliced"] = rand((10, 10), torch.float32, seed + 98)[2:7, 1::3]
+    sd["scalar"] = torch.tensor(3.5)
+    sd["empty"] = torch.empty(0, 4)
+    sd["nested"] = {"a": {"b": rand((3,), torch.float32, seed + 7)}, "lst": [rand((2,), torch.int64, seed + 8), 4]}
+    sd["values"] = {"i": 7 + seed, "f": 0.25, "s": "text", "none": None, "b": True,
+                    "l": [1, 2.5, "x"], "t": (1, 2), "d": {"k": [3]}}
+    sd["state"] = Counter(seed)
+    sd["state"].w = rand((3,), torch.float32, seed + 9)
+    return sd
+
+
+def zeros_like_state(sd):
+    def z(v):
+        if isinstance(v, torch.Tensor):
+            return torch.zeros_like(v.contiguous()) if v.dtype != torch.bool else torch.zeros(v.shape, dtype=torch.bool)
+        if isinstance(v, dict):
+            return {k: z(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [z(x) for x in v]
+        if isinstance(v, Counter):
+            c = Counter(-1)
+            c.w = torch.zeros(3)
+            return c
+        return v
+    return z(sd)
+
+
+def assert_same(a, b, path="root"):
+    if isinstance(a, Counter):
+        assert isinstance(b, Counter) and a.n == b.n, path
+        assert_same(a.w, b.w, path + ".w")
+    elif isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor), path
+        assert a.dtype == b.dtype and a.shape == b.shape, path
+        # bit-exact, NaNs included
+        assert a.contiguous().reshape(-1).view(torch.uint8).equal(b.contiguous().reshape(-1).view(torch.uint8)), path
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            assert_same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path
+
+
+WRITERS = {"torch": lambda p: tdcp.FileSystemWriter(p), "dcp": lambda p: dcp_torch.FileSystemWriter(p)}
+READERS = {"torch": lambda p: tdcp.FileSystemReader(p), "dcp": lambda p: dcp_torch.FileSystemReader(p)}
+
+
+@pytest.mark.parametrize("writer", ["torch", "dcp"])
+@pytest.mark.parametrize("reader", ["torch", "dcp"])
+def test_roundtrip_every_combination(ckpt, writer, reader):
+    sd = make_state(1)
+    tdcp.save(sd, storage_writer=WRITERS[writer](ckpt), no_dist=True)
+    out = zeros_like_state(make_state(1))
+    tdcp.load(out, storage_reader=READERS[reader](ckpt), no_dist=True)
+    # torch's load of values replaces them; the Stateful got its state back
+    assert_same(make_state(1), out)
+    if writer == "dcp":
+        dcp_torch.verify(ckpt)
+
+
+def test_metadata_equals_torch_pickle(ckpt):
+    tdcp.save(make_state(2), storage_writer=dcp_torch.FileSystemWriter(ckpt), no_dist=True)
+    with open(os.path.join(ckpt, ".metadata"), "rb") as f:
+        ref = pickle.load(f)
+    md = dcp_torch.read_metadata(ckpt)
+    assert md.state_dict_metadata == ref.state_dict_metadata
+    assert md.planner_data == ref.planner_data
+    assert md.storage_data == ref.storage_data
+    assert md.version == ref.version
+    assert md.storage_meta.save_id == ref.storage_meta.save_id
+    # and for a checkpoint torch wrote
+    d2 = ckpt + "_torch"
+    tdcp.save(make_state(2), storage_writer=tdcp.FileSystemWriter(d2), no_dist=True)
+    with open(os.path.join(d2, ".metadata"), "rb") as f:
+        ref = pickle.load(f)
+    md = dcp_torch.read_metadata(d2)
+    assert md.state_dict_metadata == ref.state_dict_metadata
+    assert md.planner_data == ref.planner_data
+    assert md.storage_data == ref.storage_data
+
+
+def test_overwrite_fresh_names_old_removed(ckpt):
+    tdcp.save(make_state(3), storage_writer=dcp_torch.FileSystemWriter(ckpt), no_dist=True)
+    first = set(os.listdir(ckpt))
+    assert first == {".metadata", "__0_0.distcp"}
+    w = dcp_torch.FileSystemWriter(ckpt)
+    tdcp.save(make_state(4), storage_writer=w, no_dist=True)
+    second = set(os.listdir(ckpt))
+    assert ".metadata" in second and "__0_0.distcp" not in second and len(second) == 2
+    # the same writer reused for a third save
+    tdcp.save(make_state(5), storage_writer=w, no_dist=True)
+    out = zeros_like_state(make_state(5))
+    tdcp.load(out, storage_reader=tdcp.FileSystemReader(ckpt), no_dist=True)
+    assert_same(make_state(5), out)
+    assert len(os.listdir(ckpt)) == 2
+
+
+def test_overwrite_false_refused_previous_kept(ckpt):
+    tdcp.save(make_state(6), storage_writer=dcp_torch.FileSystemWriter(ckpt), no_dist=True)
+    with pytest.raises(CheckpointException) as ei:
+        tdcp.save(make_state(7), storage_writer=dcp_torch.FileSystemWriter(ckpt, overwrite=False),
+                  no_dist=True)
+    assert "already exists" in str(ei.value)
+    out = zeros_like_state(make_state(6))
+    tdcp.load(out, storage_reader=dcp_torch.FileSystemReader(ckpt), no_dist=True)
+    assert_same(make_state(6), out)
+
+
+def test_path_is_a_file(tmp_path):
+    p = tmp_path / "file"
+    p.write_bytes(b"x")
+    with pytest.raises(CheckpointException) as ei:
+        tdcp.save({"a": torch.ones(2)}, storage_writer=dcp_torch.FileSystemWriter(str(p)), no_dist=True)
+    assert "is a file" in str(ei.value)
+    assert p.read_bytes() == b"x"
+
+
+def test_unsupported_tensor_named_nothing_committed(ckpt):
+    tdcp.save(make_state(8), storage_writer=dcp_torch.FileSystemWriter(ckpt), no_dist=True)
+    before = open(os.path.join(ckpt, ".metadata"), "rb").read()
+    bad = {"ok": torch.ones(3), "sparse_w": torch.eye(3).to_sparse()}
+    with pytest.raises(CheckpointException) as ei:
+        tdcp.save(bad, storage_writer=dcp_torch.FileSystemWriter(ckpt), no_dist=True)
+    assert "sparse_w" in str(ei.value)
+    assert open(os.path.join(ckpt, ".metadata"), "rb").read() == before
+    out = zeros_like_state(make_state(8))
+    tdcp.load(out, storage_reader=dcp_torch.FileSystemReader(ckpt), no_dist=True)
+    assert_same(make_state(8), out)
+
+
+def test_second_writer_busy(ckpt):
+    tdcp.save(make_state(9), storage_writer=dcp_torch.FileSystemWriter(ckpt), no_dist=True)
+    holder = _C.Context().part_save_begin(ckpt, 0)  # another writer holds the lock
+    try:
+        with pytest.raises(CheckpointException) as ei:
+            tdcp.save(make_state(10), storage_writer=dcp_torch.FileSystemWriter(ckpt), no_dist=True)
+        assert "DCP_EBUSY" in str(ei.value)
+    finally:
+        holder.close()
+    out = zeros_like_state(make_state(9))
+    tdcp.load(out, storage_reader=dcp_torch.FileSystemReader(ckpt), no_dist=True)
+    assert_same(make_state(9), out)
+    # the lock released: the next save works
+    tdcp.save(make_state(11), storage_writer=dcp_torch.FileSystemWriter(ckpt), no_dist=True)
+
+
+def test_exception_mid_save_no_commit_next_save_works(ckpt):
+    tdcp.save(make_state(12), storage_writer=dcp_torch.FileSystemWriter(ckpt), no_dist=True)
+    before = open(os.path.join(ckpt, ".metadata"), "rb").read()
+
+    class Boom(Stateful):
+        def state_dict(self):
+            raise KeyboardInterrupt("interrupted")
+
+        def load_state_dict(self, sd):
+            pass
+
+    w = dcp_torch.FileSystemWriter(ckpt)
+
+    class Planner(tdcp.DefaultSavePlanner):
+        def resolve_data(self, item):
+            if item.index.fqn == "t_int8":
+                raise RuntimeError("planner failed mid-write")
+            return super().resolve_data(item)
+
+    with pytest.raises(CheckpointException):
+        tdcp.save(make_state(13), storage_writer=w, planner=Planner(), no_dist=True)
+    assert open(os.path.join(ckpt, ".metadata"), "rb").read() == before
+    with pytest.raises(BaseException):
+        tdcp.save({"x": Boom()}, storage_writer=w, no_dist=True)
+    assert open(os.path.join(ckpt, ".metadata"), "rb").read() == before
+    tdcp.save(make_state(14), storage_writer=w, no_dist=True)
+    out = zeros_like_state(make_state(14))
+    tdcp.load(out, storage_reader=dcp_torch.FileSystemReader(ckpt), no_dist=True)
+    assert_same(make_state(14), out)
+    assert len(os.listdir(ckpt)) == 2  # leftovers removed by the next save
+
+
+class _Evil:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _hostile_set(tmp_path):
+    marker = str(tmp_path / "PWNED")
+    good = io.BytesIO()
+    tdcp.save({"a": torch.ones(2)}, storage_writer=tdcp.FileSystemWriter(str(tmp_path / "g")),
+              no_dist=True)
+    real = open(tmp_path / "g" / ".metadata", "rb").read()
+    evil_md = pickle.loads(real)
+    evil_md.planner_data = {"a": _Evil(marker)}
+    return marker, {
+        "garbage": (b"\x00\x01not a pickle at all" * 10, (dcp_torch.FormatError, dcp_torch.UnsafeError)),
+        "os_system": (pickle.dumps(_Evil(marker)), dcp_torch.UnsafeError),
+        "os_system_proto0": (b"cos\nsystem\n(S'touch " + marker.encode() + b"'\ntR.", dcp_torch.UnsafeError),
+        "evil_inside_metadata": (pickle.dumps(evil_md), dcp_torch.UnsafeError),
+        "truncated": (real[: len(real) // 2], dcp_torch.FormatError),
+        "empty": (b"", (dcp_torch.FormatError, dcp_torch.CheckpointError)),
+        "deep": (b"(" * 100000 + b".", (dcp_torch.FormatError, dcp_torch.LimitError)),
+        "not_metadata": (pickle.dumps({"a": 1}), dcp_torch.FormatError),
+    }
+
+
+def test_hostile_metadata_refused_nothing_runs(tmp_path):
+    marker, cases = _hostile_set(tmp_path)
+    for name, (blob, exc) in cases.items():
+        d = tmp_path / name
+        d.mkdir()
+        (d / ".metadata").write_bytes(blob)
+        with pytest.raises(exc) as ei:
+            dcp_torch.read_metadata(str(d))
+        assert isinstance(ei.value, dcp_torch.CheckpointError), name
+        assert ei.value.code < 0 and ei.value.message, name
+        # through torch's load with the drop-in reader: refused too
+        with pytest.raises(CheckpointException) as ei:
+            tdcp.load({"a": torch.zeros(2)}, storage_reader=dcp_torch.FileSystemReader(str(d)),
+                      no_dist=True)
+        assert "DCP_E" in str(ei.value), name
+        assert not os.path.exists(marker), f"{name}: the pickle ran"
+
+
+def test_values_refused_unless_allowed(ckpt):
+    class Opaque:  # a class dcp's decoder does not admit
+        pass
+    import datetime
+    sd = {"w": torch.ones(2), "od": datetime.timedelta(seconds=5)}
+    tdcp.save(sd, storage_writer=tdcp.FileSystemWriter(ckpt), no_dist=True)
+    with pytest.raises(CheckpointException) as ei:
+        tdcp.load({"w": torch.zeros(2), "od": None}, storage_reader=dcp_torch.FileSystemReader(ckpt),
+                  no_dist=True)
+    assert "allow_pickle" in str(ei.value) and "od" in str(ei.value)
+    out = {"w": torch.zeros(2), "od": None}
+    tdcp.load(out, storage_reader=dcp_torch.FileSystemReader(ckpt, allow_pickle=True), no_dist=True)
+    assert out["od"] == datetime.timedelta(seconds=5)
+
+
+def test_corrupt_data_detected(ckpt):
+    tdcp.save({"w": torch.arange(100000, dtype=torch.float32)},
+              storage_writer=dcp_torch.FileSystemWriter(ckpt), no_dist=True)
+    f = os.path.join(ckpt, "__0_0.distcp")
+    data = bytearray(open(f, "rb").read())
+    data[8192 + 100] ^= 0xFF  # inside the tensor bytes (aligned at 4096)
+    open(f, "wb").write(bytes(data))
+    with pytest.raises(dcp_torch.CorruptError):
+        dcp_torch.verify(ckpt)
+    with pytest.raises(CheckpointException) as ei:
+        tdcp.load({"w": torch.zeros(100000)}, storage_reader=dcp_torch.FileSystemReader(ckpt),
+                  no_dist=True)
+    assert "DCP_ECORRUPT" in str(ei.value)
+
+
+def test_options_refused_or_honoured(ckpt):
+    from torch.distributed.checkpoint.filesystem import SerializationFormat
+    with pytest.raises(dcp_torch.NotSupportedError):
+        dcp_torch.FileSystemWriter(ckpt, serialization_format=SerializationFormat.SAFETENSORS)
+    with pytest.raises(dcp_torch.NotSupportedError):
+        dcp_torch.FileSystemWriter(ckpt, _extensions=[object()])
+    # thread_count splits into files; single_file_per_rank=False one per item
+    sd = {f"k{i}": torch.full((1000,), float(i)) for i in range(6)}
+    tdcp.save(sd, storage_writer=dcp_torch.FileSystemWriter(ckpt, thread_count=3, sync_files=False,
+                                                            direct=False), no_dist=True)
+    assert len([n for n in os.listdir(ckpt) if n.endswith(".distcp")]) == 3
+    d2 = ckpt + "_items"
+    tdcp.save(sd, storage_writer=dcp_torch.FileSystemWriter(d2, single_file_per_rank=False), no_dist=True)
+    assert len([n for n in os.listdir(d2) if n.endswith(".distcp")]) == 6
+    for d in (ckpt, d2):
+        out = {k: torch.zeros(1000) for k in sd}
+        tdcp.load(out, storage_reader=tdcp.FileSystemReader(d), no_dist=True)
+        assert_same(sd, out)
+    # a writer is picklable (async_save's process executor)
+    w = pickle.loads(pickle.dumps(dcp_torch.FileSystemWriter(ckpt, io_depth=4)))
+    assert w.path == ckpt
+
+
+def test_async_save_drop_in(ckpt):
+    import torch.distributed as dist
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    from conftest import free_port
+    os.environ["MASTER_PORT"] = str(free_port())
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        sd = make_state(20)
+        fut = tdcp.async_save(sd, storage_writer=dcp_torch.FileSystemWriter(ckpt))
+        fut.result()
+        out = zeros_like_state(make_state(20))
+        tdcp.load(out, storage_reader=dcp_torch.FileSystemReader(ckpt))
+        assert_same(make_state(20), out)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_utilities(ckpt, tmp_path):
+    sd = {"model": {"w": torch.arange(12, dtype=torch.float32).reshape(3, 4), "b": torch.ones(4)},
+          "step": 3}
+    tdcp.save(sd, storage_writer=dcp_torch.FileSystemWriter(ckpt), no_dist=True)
+    rows = {r["key"]: r for r in dcp_torch.ls(ckpt)}
+    assert rows["model.w"]["dtype"] == torch.float32 and rows["model.w"]["shape"] == (3, 4)
+    assert rows["step"]["kind"] == "value"
+    f = str(tmp_path / "one.pt")
+    res = dcp_torch.dcp_to_torch_save(ckpt, f)
+    assert res["tensors"] == 2
+    loaded = torch.load(f, weights_only=True)
+    assert torch.equal(loaded["model"]["w"], sd["model"]["w"]) and loaded["step"] == 3
+    d2 = str(tmp_path / "back")
+    dcp_torch.torch_save_to_dcp(f, d2)
+    out = {"model": {"w": torch.zeros(3, 4), "b": torch.zeros(4)}, "step": 0}
+    tdcp.load(out, storage_reader=dcp_torch.FileSystemReader(d2), no_dist=True)
+    assert torch.equal(out["model"]["w"], sd["model"]["w"]) and out["step"] == 3
+    st = str(tmp_path / "m.safetensors")
+    dcp_torch.export_safetensors(ckpt, st)
+    d3 = str(tmp_path / "fromst")
+    dcp_torch.import_safetensors(st, d3)
+    assert {r["key"] for r in dcp_torch.ls(d3)} == {"model.w", "model.b"}
+    # clean: a leftover data file removed, the checkpoint kept
+    open(os.path.join(ckpt, "__7_0.distcp"), "wb").write(b"junk")
+    files, _ = dcp_torch.clean(ckpt)
+    assert files == 1 and not os.path.exists(os.path.join(ckpt, "__7_0.distcp"))
+    dcp_torch.verify(ckpt)
+    with pytest.raises(dcp_torch.NotFoundError):
+        dcp_torch.verify(str(tmp_path / "missing"))
