@@ -21,9 +21,12 @@
 #include <pythread.h>
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dcp/dcp.h"
+#include "dcp/dcp_comm.h"
 #include "dcp/dcp_convert.h"
 #include "dcp/dcp_parts.h"
 
@@ -61,12 +64,322 @@ static PyObject *set_error_factory(PyObject *self, PyObject *fn)
     Py_RETURN_NONE;
 }
 
+
+/* ------------------------------------------- communicator over Python */
+
+/*
+ * dcp's communicator (dcp_comm.h, ops version 2) over a Python object,
+ * dcp_torch._comm.TorchComm, which runs each collective on the caller's
+ * torch.distributed process group with byte tensors. dcp calls these on
+ * the thread that called dcp_save / dcp_load / dcp_request_wait, with the
+ * GIL released: each takes the GIL for the Python call. A Python
+ * exception is a transport failure (DCP_EIO; a timeout DCP_ETIMEOUT),
+ * its text kept for the error raised afterwards.
+ */
+struct tcomm {
+    PyObject *py;
+    int size;
+    char err[512];
+};
+
+struct treq {
+    PyObject *work;
+    void *buf; /* a receive's destination */
+    size_t len;
+};
+
+static int tc_fail(struct tcomm *c, const char *op)
+{
+    PyObject *type, *val, *tb, *str = NULL;
+    const char *msg = NULL;
+    int rc = DCP_EIO;
+    PyErr_Fetch(&type, &val, &tb);
+    if (type && PyErr_GivenExceptionMatches(type, PyExc_TimeoutError))
+        rc = DCP_ETIMEOUT;
+    if (val)
+        str = PyObject_Str(val);
+    if (str)
+        msg = PyUnicode_AsUTF8AndSize(str, NULL);
+    PyErr_Clear();
+    (void)snprintf(c->err, sizeof(c->err), "torch.distributed %s failed: %s",
+                   op, msg ? msg : "(no message)");
+    Py_XDECREF(str);
+    Py_XDECREF(type);
+    Py_XDECREF(val);
+    Py_XDECREF(tb);
+    return rc;
+}
+
+/* Copies bytes object r (exactly len bytes) into buf. */
+static int tc_take(struct tcomm *c, const char *op, PyObject *r, void *buf,
+                   size_t len)
+{
+    char *p;
+    Py_ssize_t n;
+    if (!r)
+        return tc_fail(c, op);
+    if (PyBytes_AsStringAndSize(r, &p, &n) < 0) {
+        Py_DECREF(r);
+        return tc_fail(c, op);
+    }
+    if ((size_t)n != len) {
+        Py_DECREF(r);
+        (void)snprintf(c->err, sizeof(c->err),
+                       "torch.distributed %s: %zd bytes where %zu were due",
+                       op, n, len);
+        return DCP_EIO;
+    }
+    if (len)
+        memcpy(buf, p, len);
+    Py_DECREF(r);
+    return DCP_OK;
+}
+
+static int tc_bcast(void *impl, void *buf, size_t len, int root)
+{
+    struct tcomm *c = impl;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *r = PyObject_CallMethod(c->py, "bcast", "y#i", (char *)buf,
+                                      (Py_ssize_t)len, root);
+    int rc = tc_take(c, "broadcast", r, buf, len);
+    PyGILState_Release(g);
+    return rc;
+}
+
+static int tc_gather(void *impl, const void *send, size_t len, void *recv,
+                     int root)
+{
+    struct tcomm *c = impl;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *r = PyObject_CallMethod(c->py, "gather", "y#i",
+                                      (const char *)send, (Py_ssize_t)len,
+                                      root);
+    int rc;
+    if (r && r != Py_None && recv) { /* the root's (others get None) */
+        rc = tc_take(c, "gather", r, recv, len * (size_t)c->size);
+    } else {
+        rc = r ? DCP_OK : tc_fail(c, "gather");
+        Py_XDECREF(r);
+    }
+    PyGILState_Release(g);
+    return rc;
+}
+
+static int tc_gatherv(void *impl, const void *send, size_t len, void *recv,
+                      const size_t *lens, const size_t *displs, int root)
+{
+    struct tcomm *c = impl;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *r = PyObject_CallMethod(c->py, "gatherv", "y#i",
+                                      (const char *)send, (Py_ssize_t)len,
+                                      root);
+    int rc = r ? DCP_OK : tc_fail(c, "gatherv");
+    if (r && r != Py_None && recv) { /* the root's (others get None) */
+        Py_ssize_t i, n = PyList_Check(r) ? PyList_Size(r) : -1;
+        for (i = 0; rc == DCP_OK && i < n; i++) {
+            char *p;
+            Py_ssize_t m;
+            if (PyBytes_AsStringAndSize(PyList_GetItem(r, i), &p, &m) < 0) {
+                rc = tc_fail(c, "gatherv");
+            } else if ((size_t)m != lens[i]) {
+                (void)snprintf(c->err, sizeof(c->err),
+                               "gatherv: rank %zd sent %zd bytes, %zu due", i,
+                               m, lens[i]);
+                rc = DCP_EIO;
+            } else if (m) {
+                memcpy((char *)recv + displs[i], p, (size_t)m);
+            }
+        }
+        if (n < 0) {
+            (void)snprintf(c->err, sizeof(c->err), "gatherv: no list");
+            rc = DCP_EIO;
+        }
+    }
+    Py_XDECREF(r);
+    PyGILState_Release(g);
+    return rc;
+}
+
+static int tc_scatterv(void *impl, const void *send, const size_t *lens,
+                       const size_t *displs, void *recv, size_t len, int root)
+{
+    struct tcomm *c = impl;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *lst = Py_None, *r;
+    int rc;
+    Py_INCREF(Py_None);
+    if (send) {
+        long i, n = c->size;
+        Py_DECREF(lst);
+        lst = PyList_New(n);
+        for (i = 0; lst && i < n; i++) {
+            PyObject *b = PyBytes_FromStringAndSize((const char *)send +
+                                                        displs[i],
+                                                    (Py_ssize_t)lens[i]);
+            if (!b) {
+                Py_CLEAR(lst);
+                break;
+            }
+            PyList_SetItem(lst, i, b);
+        }
+    }
+    r = lst ? PyObject_CallMethod(c->py, "scatterv", "Oni", lst,
+                                  (Py_ssize_t)len, root)
+            : NULL;
+    Py_XDECREF(lst);
+    rc = tc_take(c, "scatterv", r, recv, len);
+    PyGILState_Release(g);
+    return rc;
+}
+
+static int tc_allreduce_min(void *impl, int64_t *vals, size_t n)
+{
+    struct tcomm *c = impl;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *lst = PyList_New((Py_ssize_t)n), *r = NULL;
+    size_t i;
+    int rc = DCP_OK;
+    for (i = 0; lst && i < n; i++)
+        PyList_SetItem(lst, (Py_ssize_t)i, PyLong_FromLongLong(vals[i]));
+    if (lst)
+        r = PyObject_CallMethod(c->py, "allreduce_min", "O", lst);
+    Py_XDECREF(lst);
+    if (!r || !PyList_Check(r) || PyList_Size(r) != (Py_ssize_t)n)
+        rc = r ? DCP_EIO : tc_fail(c, "allreduce");
+    for (i = 0; rc == DCP_OK && i < n; i++)
+        vals[i] = PyLong_AsLongLong(PyList_GetItem(r, (Py_ssize_t)i));
+    Py_XDECREF(r);
+    PyGILState_Release(g);
+    return rc;
+}
+
+static int tc_barrier(void *impl)
+{
+    struct tcomm *c = impl;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *r = PyObject_CallMethod(c->py, "barrier", NULL);
+    int rc = r ? DCP_OK : tc_fail(c, "barrier");
+    Py_XDECREF(r);
+    PyGILState_Release(g);
+    return rc;
+}
+
+static void tc_destroy(void *impl)
+{
+    struct tcomm *c = impl;
+    PyGILState_STATE g = PyGILState_Ensure();
+    Py_XDECREF(c->py);
+    PyGILState_Release(g);
+    free(c);
+}
+
+static int tc_start(struct tcomm *c, PyObject *work, void *buf, size_t len,
+                    void **req, const char *op)
+{
+    struct treq *q;
+    if (!work)
+        return tc_fail(c, op);
+    q = malloc(sizeof(*q));
+    if (!q) {
+        Py_DECREF(work);
+        return DCP_ENOMEM;
+    }
+    q->work = work;
+    q->buf = buf;
+    q->len = len;
+    *req = q;
+    return DCP_OK;
+}
+
+static int tc_isend(void *impl, const void *buf, size_t len, int peer, int tag,
+                    void **req)
+{
+    struct tcomm *c = impl;
+    PyGILState_STATE g = PyGILState_Ensure();
+    int rc = tc_start(c, PyObject_CallMethod(c->py, "isend", "y#ii",
+                                             (const char *)buf,
+                                             (Py_ssize_t)len, peer, tag),
+                      NULL, 0, req, "isend");
+    PyGILState_Release(g);
+    return rc;
+}
+
+static int tc_irecv(void *impl, void *buf, size_t len, int peer, int tag,
+                    void **req)
+{
+    struct tcomm *c = impl;
+    PyGILState_STATE g = PyGILState_Ensure();
+    int rc = tc_start(c, PyObject_CallMethod(c->py, "irecv", "nii",
+                                             (Py_ssize_t)len, peer, tag),
+                      buf, len, req, "irecv");
+    PyGILState_Release(g);
+    return rc;
+}
+
+static int tc_waitany(void *impl, void **reqs, size_t n, size_t *index)
+{
+    struct tcomm *c = impl;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *lst = PyList_New((Py_ssize_t)n), *r = NULL;
+    size_t i;
+    Py_ssize_t k = -1;
+    int rc = DCP_OK;
+    for (i = 0; lst && i < n; i++) {
+        PyObject *w = reqs[i] ? ((struct treq *)reqs[i])->work : Py_None;
+        Py_INCREF(w);
+        PyList_SetItem(lst, (Py_ssize_t)i, w);
+    }
+    if (lst)
+        r = PyObject_CallMethod(c->py, "waitany", "O", lst);
+    Py_XDECREF(lst);
+    if (!r) {
+        rc = tc_fail(c, "wait");
+    } else {
+        k = PyLong_AsSsize_t(r);
+        Py_DECREF(r);
+        if (k < 0 || (size_t)k >= n || !reqs[k]) {
+            (void)snprintf(c->err, sizeof(c->err), "waitany: bad index");
+            rc = DCP_EIO;
+        }
+    }
+    if (rc == DCP_OK) {
+        struct treq *q = reqs[k];
+        if (q->buf)
+            rc = tc_take(c, "irecv",
+                         PyObject_CallMethod(c->py, "received", "O", q->work),
+                         q->buf, q->len);
+        Py_DECREF(q->work);
+        free(q);
+        reqs[k] = NULL;
+        *index = (size_t)k;
+    }
+    PyGILState_Release(g);
+    return rc;
+}
+
+static void tc_cancel(void *impl, void *req)
+{
+    struct treq *q = req;
+    PyGILState_STATE g = PyGILState_Ensure();
+    (void)impl;
+    Py_XDECREF(q->work);
+    PyGILState_Release(g);
+    free(q);
+}
+
+static const struct dcp_comm_ops tc_ops = {
+    DCP_COMM_OPS_VERSION, tc_bcast,   tc_gather,       tc_gatherv,
+    tc_scatterv,          tc_allreduce_min, tc_barrier, tc_destroy,
+    tc_isend,             tc_irecv,   tc_waitany,      tc_cancel};
+
 /* ------------------------------------------------------------ Context */
 
 typedef struct {
     PyObject_HEAD
     dcp_ctx *ctx;
     PyThread_type_lock lock;
+    dcp_comm *comm;     /* owned; NULL: one process */
+    struct tcomm *tc;   /* its implementation (owned by comm) */
 } CtxObject;
 
 static PyTypeObject *CtxType, *PartSaveType, *MetaType;
@@ -88,9 +401,16 @@ static void ctx_leave(CtxObject *c)
 }
 
 /* Raises the context's error for code (its message copied under the
- * lock: call before ctx_leave). */
+ * lock: call before ctx_leave), with the communicator's failure if any. */
 static PyObject *ctx_raise(CtxObject *c, int code)
 {
+    if (c->tc && c->tc->err[0]) {
+        char msg[1536];
+        (void)snprintf(msg, sizeof(msg), "%s (%s)", dcp_errmsg(c->ctx),
+                       c->tc->err);
+        c->tc->err[0] = '\0';
+        return raise_code(code, msg);
+    }
     return raise_code(code, dcp_errmsg(c->ctx));
 }
 
@@ -98,16 +418,19 @@ static PyObject *Ctx_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"io_depth",     "io_block_bytes", "direct",
                              "uring",        "max_metadata_bytes",
-                             "max_value_bytes", "staging_budget", NULL};
+                             "max_value_bytes", "staging_budget", "comm",
+                             "rank", "size", NULL};
+    PyObject *pycomm = Py_None;
+    int rank = 0, size = 1;
     unsigned int depth = 0, block = 0;
     int direct = 1, uring = 1;
     unsigned long long maxmd = 0, maxval = 0, budget = 0;
     dcp_ctx_options o;
     CtxObject *c;
     int rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|IIppKKK", kwlist, &depth,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|IIppKKKOii", kwlist, &depth,
                                      &block, &direct, &uring, &maxmd, &maxval,
-                                     &budget))
+                                     &budget, &pycomm, &rank, &size))
         return NULL;
     memset(&o, 0, sizeof(o));
     o.struct_size = sizeof(o);
@@ -126,7 +449,25 @@ static PyObject *Ctx_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         Py_DECREF(c);
         return PyErr_NoMemory();
     }
-    rc = dcp_ctx_create(&c->ctx, NULL, &o);
+    if (pycomm != Py_None) {
+        c->tc = calloc(1, sizeof(*c->tc));
+        if (!c->tc) {
+            Py_DECREF(c);
+            return PyErr_NoMemory();
+        }
+        Py_INCREF(pycomm);
+        c->tc->py = pycomm;
+        c->tc->size = size;
+        rc = dcp_comm_create(&tc_ops, c->tc, rank, size, &c->comm);
+        if (rc != DCP_OK) {
+            Py_DECREF(pycomm);
+            free(c->tc);
+            c->tc = NULL;
+            Py_DECREF(c);
+            return raise_code(rc, "cannot make the communicator (rank, size?)");
+        }
+    }
+    rc = dcp_ctx_create(&c->ctx, c->comm, &o);
     if (rc != DCP_OK) {
         Py_DECREF(c);
         return raise_code(rc, "cannot create a dcp context (bad options?)");
@@ -140,6 +481,8 @@ static void Ctx_dealloc(PyObject *self)
     PyTypeObject *tp = Py_TYPE(self);
     if (c->ctx)
         dcp_ctx_free(c->ctx);
+    if (c->comm)
+        dcp_comm_free(c->comm); /* destroys c->tc, taking the GIL */
     if (c->lock)
         PyThread_free_lock(c->lock);
     ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
@@ -1205,6 +1548,362 @@ static PyType_Slot Meta_slots[] = {
 static PyType_Spec Meta_spec = {"dcp_torch._C.Meta", sizeof(MetaObject), 0,
                                 Py_TPFLAGS_DEFAULT, Meta_slots};
 
+
+/* ------------------------------------------------- save / load (own) */
+
+/* A Python object as a dcp value (None, bool, int, float, str, bytes,
+ * list, tuple, dict); anything else: NotImplementedError naming key. */
+static dcp_value *py_to_value(PyObject *o, const char *key, int depth)
+{
+    dcp_value *v = NULL;
+    Py_ssize_t i, n;
+    if (depth > 100) {
+        PyErr_Format(PyExc_ValueError, "'%s': value nested too deeply", key);
+        return NULL;
+    }
+    if (o == Py_None)
+        v = dcp_value_none();
+    else if (PyBool_Check(o))
+        v = dcp_value_bool(o == Py_True);
+    else if (PyLong_Check(o)) {
+        long long x = PyLong_AsLongLong(o);
+        if (x == -1 && PyErr_Occurred())
+            return NULL;
+        v = dcp_value_int(x);
+    } else if (PyFloat_Check(o))
+        v = dcp_value_float(PyFloat_AsDouble(o));
+    else if (PyUnicode_Check(o)) {
+        Py_ssize_t len;
+        const char *s = PyUnicode_AsUTF8AndSize(o, &len);
+        if (!s)
+            return NULL;
+        v = dcp_value_strn(s, (size_t)len);
+    } else if (PyBytes_Check(o)) {
+        char *p;
+        Py_ssize_t len;
+        if (PyBytes_AsStringAndSize(o, &p, &len) < 0)
+            return NULL;
+        v = dcp_value_bytes(p, (size_t)len);
+    } else if (PyList_Check(o) || PyTuple_Check(o)) {
+        int list = PyList_Check(o);
+        v = list ? dcp_value_list() : dcp_value_tuple();
+        n = list ? PyList_Size(o) : PyTuple_Size(o);
+        for (i = 0; v && i < n; i++) {
+            dcp_value *x = py_to_value(list ? PyList_GetItem(o, i)
+                                            : PyTuple_GetItem(o, i),
+                                       key, depth + 1);
+            if (!x || dcp_value_append(v, x) != DCP_OK) {
+                dcp_value_free(v);
+                return NULL;
+            }
+        }
+    } else if (PyDict_Check(o)) {
+        PyObject *k, *x;
+        Py_ssize_t pos = 0;
+        v = dcp_value_dict();
+        while (v && PyDict_Next(o, &pos, &k, &x)) {
+            const char *ks = PyUnicode_Check(k) ? PyUnicode_AsUTF8AndSize(k, NULL)
+                                                : NULL;
+            dcp_value *xv;
+            if (!ks) {
+                PyErr_Format(PyExc_NotImplementedError,
+                             "'%s': dict keys other than str cannot be saved "
+                             "by dcp", key);
+                dcp_value_free(v);
+                return NULL;
+            }
+            xv = py_to_value(x, key, depth + 1);
+            if (!xv || dcp_value_dict_set(v, ks, xv) != DCP_OK) {
+                dcp_value_free(v);
+                return NULL;
+            }
+        }
+    } else {
+        PyErr_Format(PyExc_NotImplementedError,
+                     "'%s': a %s value cannot be saved by dcp (None, bool, "
+                     "int, float, str, bytes, lists, tuples and dicts of "
+                     "them)",
+                     key, Py_TYPE(o) ? "non-plain" : "?");
+        return NULL;
+    }
+    if (!v && !PyErr_Occurred())
+        PyErr_NoMemory();
+    return v;
+}
+
+/* The state of save()/load(): entries
+ *   (0, path, dtype, global_shape, offsets, sizes, ptr)  a tensor box
+ *   (1, path, value)                                       a value
+ * path: a tuple of str and int (torch's flattened path); the key is its
+ * elements joined with '.'. *nvals gets the value entries' count. */
+static dcp_state *build_state(PyObject *entries, size_t *nvals)
+{
+    dcp_state *st = NULL;
+    Py_ssize_t n = PyList_Size(entries), i;
+    int rc;
+    *nvals = 0;
+    if (n < 0)
+        return NULL;
+    rc = dcp_state_create(&st);
+    if (rc != DCP_OK) {
+        raise_code(rc, "cannot make a state");
+        return NULL;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *e = PyList_GetItem(entries, i), *path, *last;
+        Py_ssize_t np, j;
+        int kind, pushed = 0;
+        const char *name = NULL;
+        if (!PyTuple_Check(e) || PyTuple_Size(e) < 3) {
+            PyErr_SetString(PyExc_TypeError, "bad state entry");
+            goto fail;
+        }
+        kind = (int)PyLong_AsLong(PyTuple_GetItem(e, 0));
+        path = PyTuple_GetItem(e, 1);
+        np = PyTuple_Check(path) ? PyTuple_Size(path) : -1;
+        if (np < 1) {
+            PyErr_SetString(PyExc_TypeError, "bad entry path");
+            goto fail;
+        }
+        for (j = 0; j < np; j++) {
+            PyObject *el = PyTuple_GetItem(path, j);
+            if (j == np - 1 && PyUnicode_Check(el)) {
+                name = PyUnicode_AsUTF8AndSize(el, NULL);
+                if (!name)
+                    goto fail;
+                break;
+            }
+            if (PyUnicode_Check(el)) {
+                const char *sv = PyUnicode_AsUTF8AndSize(el, NULL);
+                rc = sv ? dcp_state_push(st, sv) : DCP_EINVAL;
+            } else {
+                long long x = PyLong_AsLongLong(el);
+                if (x == -1 && PyErr_Occurred())
+                    goto fail;
+                rc = dcp_state_push_index(st, x);
+            }
+            if (rc != DCP_OK) {
+                raise_code(rc, "bad entry path");
+                goto fail;
+            }
+            pushed++;
+        }
+        last = PyTuple_GetItem(path, np - 1);
+        (void)last;
+        if (kind == 0) {
+            int64_t shape[DCP_MAX_NDIM], off[DCP_MAX_NDIM], sz[DCP_MAX_NDIM];
+            int nd, nd2, nd3;
+            void *ptr;
+            if (PyTuple_Size(e) != 7 ||
+                !get_sizes(PyTuple_GetItem(e, 3), shape, &nd) ||
+                !get_sizes(PyTuple_GetItem(e, 4), off, &nd2) ||
+                !get_sizes(PyTuple_GetItem(e, 5), sz, &nd3))
+                goto fail;
+            ptr = PyLong_AsVoidPtr(PyTuple_GetItem(e, 6));
+            if (PyErr_Occurred())
+                goto fail;
+            rc = dcp_state_add_tensor(
+                st, name, (dcp_dtype)PyLong_AsLong(PyTuple_GetItem(e, 2)), nd,
+                shape, off, sz, ptr, DCP_MEM_HOST);
+        } else {
+            dcp_value *v = py_to_value(PyTuple_GetItem(e, 2),
+                                       name ? name : "(list item)", 0);
+            if (!v)
+                goto fail;
+            rc = dcp_state_add_value(st, name, v);
+            (*nvals)++;
+        }
+        if (rc != DCP_OK) {
+            raise_code(rc, "cannot add an entry to the state (a key used "
+                           "twice, a box outside its tensor, a bad dtype?)");
+            goto fail;
+        }
+        while (pushed--)
+            (void)dcp_state_pop(st);
+    }
+    return st;
+fail:
+    dcp_state_free(st);
+    return NULL;
+}
+
+typedef struct {
+    PyObject_HEAD
+    CtxObject *c;
+    dcp_request *req;
+    PyObject *keep; /* the entries (their tensors) until staged */
+} ReqObject;
+
+static PyTypeObject *ReqType;
+
+/* save(entries, path, flags, no_fsync, async) -> None or Request */
+static PyObject *Ctx_save(PyObject *self, PyObject *args)
+{
+    CtxObject *c = (CtxObject *)self;
+    PyObject *entries, *po, *p;
+    unsigned int flags;
+    int nofsync, as, rc;
+    size_t nv;
+    dcp_state *st;
+    dcp_save_options o;
+    dcp_request *req = NULL;
+    ReqObject *r;
+    if (!PyArg_ParseTuple(args, "O!OIpp", &PyList_Type, &entries, &po, &flags,
+                          &nofsync, &as) ||
+        !get_path(po, &p))
+        return NULL;
+    st = build_state(entries, &nv);
+    if (!st) {
+        Py_DECREF(p);
+        return NULL;
+    }
+    memset(&o, 0, sizeof(o));
+    o.struct_size = sizeof(o);
+    o.no_fsync = nofsync;
+    o.flags = flags;
+    ctx_enter(c);
+    Py_BEGIN_ALLOW_THREADS
+    if (as)
+        rc = dcp_save_async(c->ctx, st, PyBytes_AsString(p), &o, &req);
+    else
+        rc = dcp_save(c->ctx, st, PyBytes_AsString(p), &o);
+    Py_END_ALLOW_THREADS
+    dcp_state_free(st);
+    Py_DECREF(p);
+    if (rc != DCP_OK) {
+        ctx_raise(c, rc);
+        ctx_leave(c);
+        return NULL;
+    }
+    ctx_leave(c);
+    if (!as)
+        Py_RETURN_NONE;
+    r = (ReqObject *)PyType_GenericAlloc(ReqType, 0);
+    if (!r) {
+        dcp_request_free(req);
+        return NULL;
+    }
+    Py_INCREF(c);
+    r->c = c;
+    r->req = req;
+    return (PyObject *)r;
+}
+
+static PyObject *Req_wait(PyObject *self, PyObject *unused)
+{
+    ReqObject *r = (ReqObject *)self;
+    int rc;
+    char msg[1024];
+    (void)unused;
+    if (!r->req) {
+        PyErr_SetString(PyExc_ValueError, "request already waited for");
+        return NULL;
+    }
+    ctx_enter(r->c);
+    Py_BEGIN_ALLOW_THREADS
+    rc = dcp_request_wait(r->req);
+    Py_END_ALLOW_THREADS
+    if (rc != DCP_OK) {
+        (void)snprintf(msg, sizeof(msg), "%s%s%s",
+                       dcp_request_errmsg(r->req),
+                       r->c->tc && r->c->tc->err[0] ? " " : "",
+                       r->c->tc ? r->c->tc->err : "");
+        if (r->c->tc)
+            r->c->tc->err[0] = '\0';
+    }
+    dcp_request_free(r->req);
+    r->req = NULL;
+    ctx_leave(r->c);
+    if (rc != DCP_OK)
+        return raise_code(rc, msg);
+    Py_RETURN_NONE;
+}
+
+static void Req_dealloc(PyObject *self)
+{
+    ReqObject *r = (ReqObject *)self;
+    PyTypeObject *tp = Py_TYPE(self);
+    if (r->req) {
+        ctx_enter(r->c);
+        dcp_request_free(r->req); /* abandoned on this rank */
+        ctx_leave(r->c);
+    }
+    Py_XDECREF(r->keep);
+    Py_XDECREF(r->c);
+    ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef Req_methods[] = {
+    {"wait", Req_wait, METH_NOARGS, "dcp_request_wait (collective)"},
+    {NULL, NULL, 0, NULL}};
+
+static PyType_Slot Req_slots[] = {
+    {Py_tp_dealloc, (void *)Req_dealloc},
+    {Py_tp_methods, Req_methods},
+    {Py_tp_doc, (void *)"An asynchronous save in flight (dcp_request)."},
+    {0, NULL}};
+
+static PyType_Spec Req_spec = {"dcp_torch._C.Request", sizeof(ReqObject), 0,
+                               Py_TPFLAGS_DEFAULT, Req_slots};
+
+/* load(entries, path, flags) -> {key: loaded value}
+ * (tensor boxes' buffers are filled in place). */
+static PyObject *Ctx_load(PyObject *self, PyObject *args)
+{
+    CtxObject *c = (CtxObject *)self;
+    PyObject *entries, *po, *p, *out;
+    unsigned int flags;
+    int rc;
+    size_t nv, i, k = 0, n;
+    dcp_state *st;
+    dcp_load_options o;
+    if (!PyArg_ParseTuple(args, "O!OI", &PyList_Type, &entries, &po, &flags) ||
+        !get_path(po, &p))
+        return NULL;
+    st = build_state(entries, &nv);
+    if (!st) {
+        Py_DECREF(p);
+        return NULL;
+    }
+    memset(&o, 0, sizeof(o));
+    o.struct_size = sizeof(o);
+    o.flags = flags;
+    ctx_enter(c);
+    Py_BEGIN_ALLOW_THREADS
+    rc = dcp_load(c->ctx, st, PyBytes_AsString(p), &o);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(p);
+    if (rc != DCP_OK) {
+        ctx_raise(c, rc);
+        ctx_leave(c);
+        dcp_state_free(st);
+        return NULL;
+    }
+    ctx_leave(c);
+    /* the loaded values by key (dcp flattens as torch does) */
+    n = dcp_state_count(st);
+    out = PyDict_New();
+    for (i = 0; out && i < n; i++) {
+        const char *key = dcp_state_key(st, i);
+        const dcp_value *v = key ? dcp_state_value(st, key) : NULL;
+        PyObject *x;
+        if (!v)
+            continue;
+        x = value_to_py(v, 0);
+        if (!x || PyDict_SetItemString(out, key, x) < 0) {
+            Py_XDECREF(x);
+            Py_CLEAR(out);
+            break;
+        }
+        Py_DECREF(x);
+        k++;
+    }
+    (void)k;
+    dcp_state_free(st);
+    return out;
+}
+
 static PyMethodDef Ctx_methods[] = {
     {"verify", Ctx_verify, METH_O, "dcp_verify(path)"},
     {"clean", Ctx_clean, METH_VARARGS, "dcp_clean(path, force)"},
@@ -1213,6 +1912,8 @@ static PyMethodDef Ctx_methods[] = {
     {"part_save_begin", Ctx_part_save_begin, METH_VARARGS,
      "dcp_part_save_begin(path, flags)"},
     {"metadata_open", Ctx_metadata_open, METH_O, "dcp_metadata_open(path)"},
+    {"save", Ctx_save, METH_VARARGS, "dcp_save / dcp_save_async"},
+    {"load", Ctx_load, METH_VARARGS, "dcp_load"},
     {NULL, NULL, 0, NULL}};
 
 static PyType_Slot Ctx_slots[] = {
@@ -1270,7 +1971,8 @@ PyMODINIT_FUNC PyInit__C(void)
     CtxType = (PyTypeObject *)PyType_FromSpec(&Ctx_spec);
     PartSaveType = (PyTypeObject *)PyType_FromSpec(&PartSave_spec);
     MetaType = (PyTypeObject *)PyType_FromSpec(&Meta_spec);
-    if (!CtxType || !PartSaveType || !MetaType)
+    ReqType = (PyTypeObject *)PyType_FromSpec(&Req_spec);
+    if (!CtxType || !PartSaveType || !MetaType || !ReqType)
         goto fail;
     Py_INCREF(CtxType);
     if (PyModule_AddObject(m, "Context", (PyObject *)CtxType) < 0)

@@ -35,6 +35,7 @@ from ._errors import (
 from ._engine import _C
 from ._metadata import read_metadata
 from .filesystem import FileSystemReader, FileSystemWriter
+from .api import async_save, load, save
 from .utils import (
     clean,
     dcp_to_torch_save,
@@ -49,6 +50,9 @@ __version__ = "0.1.0"
 libdcp_version = _C.version()
 
 __all__ = [
+    "save",
+    "load",
+    "async_save",
     "FileSystemWriter",
     "FileSystemReader",
     "read_metadata",

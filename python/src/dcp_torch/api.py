@@ -1,0 +1,305 @@
+"""dcp's own save, load and async_save for PyTorch programs: the top level
+of ``torch.distributed.checkpoint`` with the same names, arguments and
+semantics, planned and run by dcp's C engine over the caller's
+torch.distributed process group (``import dcp_torch as dcp``).
+
+The state is flattened as torch flattens it (``flatten_state_dict``: keys
+joined with ``.``, the paths recorded in ``planner_data``); DTensors and
+ShardedTensors give their local boxes (torch's own chunk geometry),
+plain tensors are replicated (written once), non-tensor values are stored
+as torch stores them. Stateful objects' ``state_dict()`` is called at
+save, ``load_state_dict()`` after a load. The result is the checkpoint
+torch's FileSystemWriter writes: torch loads it, and dcp loads torch's.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from concurrent.futures import Future
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as tdcp
+from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.stateful import Stateful
+
+from . import _C
+from ._comm import TorchComm
+from ._engine import dtype_code, fspath, make_context
+from ._errors import InvalidArgumentError, NotSupportedError
+
+__all__ = ["save", "load", "async_save"]
+
+_SAVE_ZSTD = 1 << 1          # DCP_SAVE_ZSTD
+_LOAD_PARTIAL = 1 << 0       # DCP_LOAD_PARTIAL
+_LOAD_NO_VERIFY = 1 << 2     # DCP_LOAD_NO_VERIFY
+_LOAD_ALLOW_UNEXPECTED = 1 << 3
+_LOAD_PER_RANK_READS = 1 << 5
+
+_lock = threading.Lock()
+_contexts: dict[Any, Any] = {}
+_async_groups: dict[Any, Any] = {}
+
+
+def _use_dist(process_group, no_dist: bool) -> bool:
+    if no_dist:
+        return False
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
+    return True
+
+
+def _context(process_group, no_dist: bool, kind: str = "sync", **opts):
+    """The context of a process group (one per group and kind, kept: dcp's
+    plan caches live in it). kind "async": over a dedicated gloo group, so
+    that the commit running on the background thread never shares a group
+    with the training loop's collectives."""
+    if not _use_dist(process_group, no_dist):
+        key = (None, kind, tuple(sorted(opts.items())))
+        with _lock:
+            ctx = _contexts.get(key)
+            if ctx is None:
+                ctx = _contexts[key] = make_context(**opts)
+        return ctx
+    group = process_group
+    backend = str(dist.get_backend(process_group))
+    if kind == "async" or "gloo" not in backend:
+        # A group of its own (gloo: dcp's collectives carry CPU tensors),
+        # made once per process group and kind: collective on first use.
+        gkey = (kind, process_group)
+        with _lock:
+            group = _async_groups.get(gkey)
+        if group is None:
+            ranks = None if process_group is None else dist.get_process_group_ranks(process_group)
+            group = dist.new_group(ranks=ranks, backend="gloo")
+            with _lock:
+                _async_groups[gkey] = group
+    key = (group, kind, tuple(sorted(opts.items())))
+    with _lock:
+        ctx = _contexts.get(key)
+    if ctx is None:
+        comm = TorchComm(group)
+        ctx = make_context(comm=comm, rank=comm.rank, size=comm.size, **opts)
+        with _lock:
+            _contexts[key] = ctx
+    return ctx
+
+
+def _host(t: torch.Tensor, key: str) -> torch.Tensor:
+    if t.is_sparse or t.layout != torch.strided or getattr(t, "is_nested", False):
+        raise NotSupportedError(f"'{key}': a {t.layout} tensor cannot be saved by dcp (dense tensors only)",
+                                code=-12, name="DCP_ENOTSUP")
+    if t.device.type == "meta":
+        raise NotSupportedError(f"'{key}': a tensor on the meta device has no data", code=-12,
+                                name="DCP_ENOTSUP")
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.to("cpu")
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    return t.contiguous()
+
+
+def _code(t: torch.Tensor, key: str) -> int:
+    c = dtype_code(t.dtype)
+    if c == 0:
+        raise NotSupportedError(f"'{key}': dtype {t.dtype} cannot be saved by dcp", code=-12,
+                                name="DCP_ENOTSUP")
+    return c
+
+
+def _boxes(v, key: str):
+    """(global shape, [(offsets, sizes, local tensor)]) of a tensor leaf."""
+    from torch.distributed.tensor import DTensor
+    if isinstance(v, DTensor):
+        chunks = v.__create_chunk_list__()
+        local = v.to_local()
+        if len(chunks) != 1:
+            raise NotSupportedError(f"'{key}': a DTensor whose local part is {len(chunks)} chunks",
+                                    code=-12, name="DCP_ENOTSUP")
+        c = chunks[0]
+        if tuple(local.shape) != tuple(c.sizes):
+            local = local.reshape(tuple(c.sizes))
+        return tuple(v.shape), [(tuple(c.offsets), tuple(c.sizes), local)]
+    try:
+        from torch.distributed._shard.sharded_tensor import ShardedTensor
+    except Exception:  # pragma: no cover
+        ShardedTensor = ()
+    if ShardedTensor and isinstance(v, ShardedTensor):
+        out = []
+        for sh in v.local_shards():
+            out.append((tuple(sh.metadata.shard_offsets), tuple(sh.metadata.shard_sizes), sh.tensor))
+        return tuple(v.size()), out
+    return tuple(v.shape), [((0,) * v.dim(), tuple(v.shape), v)]
+
+
+def _resolve_stateful(state_dict: dict) -> dict:
+    out = {}
+    for k, v in state_dict.items():
+        if not isinstance(k, str):
+            raise InvalidArgumentError(f"state_dict keys must be str, not {type(k).__name__} ({k!r})",
+                                       code=-1, name="DCP_EINVAL")
+        out[k] = v.state_dict() if isinstance(v, Stateful) else v
+    return out
+
+
+def _flatten(state_dict: dict):
+    flat, mappings = flatten_state_dict(state_dict)
+    return flat, mappings
+
+
+def _entries_save(state_dict: dict):
+    flat, mappings = _flatten(_resolve_stateful(state_dict))
+    entries, keep = [], []
+    for key, v in flat.items():
+        path = tuple(mappings.get(key, (key,)))
+        if isinstance(v, torch.Tensor):
+            shape, boxes = _boxes(v, key)
+            for off, size, local in boxes:
+                t = _host(local, key)
+                keep.append(t)
+                entries.append((0, path, _code(t, key), shape, off, size, t.data_ptr()))
+        else:
+            entries.append((1, path, v))
+    return entries, keep
+
+
+def save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
+         storage_writer=None, planner=None, process_group=None, no_dist: bool = False,
+         sync_files: bool = True, zstd: bool = False, io_depth: int = 0,
+         direct: bool = True):
+    """torch.distributed.checkpoint.save, by dcp: collective over
+    ``process_group`` (the default group; none initialised or
+    ``no_dist=True``: one process). ``checkpoint_id``: a directory or
+    ``s3://bucket/prefix``. A torch ``storage_writer`` or ``planner`` is
+    served through torch's own save with it (torch plans; a warning says
+    so). dcp's extras: ``sync_files`` (fsync, True), ``zstd`` (compressed
+    records), ``io_depth``, ``direct``. Returns the checkpoint's Metadata.
+    Every rank raises the same ``CheckpointError`` on failure; nothing is
+    committed then."""
+    if storage_writer is not None or planner is not None:
+        warnings.warn("dcp_torch.save: a storage_writer or planner was given: torch plans this save "
+                      "(dcp's own planning is not used)", stacklevel=2)
+        return tdcp.save(state_dict, checkpoint_id=checkpoint_id, storage_writer=storage_writer,
+                         planner=planner, process_group=process_group, no_dist=no_dist)
+    if checkpoint_id is None:
+        raise InvalidArgumentError("dcp_torch.save: checkpoint_id is required", code=-1,
+                                   name="DCP_EINVAL")
+    path = fspath(checkpoint_id)
+    ctx = _context(process_group, no_dist, io_depth=io_depth, direct=direct)
+    entries, keep = _entries_save(state_dict)
+    ctx.save(entries, path, _SAVE_ZSTD if zstd else 0, not sync_files, False)
+    del keep
+    from ._metadata import read_metadata
+    return read_metadata(path)
+
+
+class _AsyncState:
+    """The one async save in flight per process (its thread and future)."""
+    thread: threading.Thread | None = None
+
+
+def async_save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
+               storage_writer=None, planner=None, process_group=None, no_dist: bool = False,
+               sync_files: bool = True, zstd: bool = False, staging_budget: int = 0):
+    """torch.distributed.checkpoint.async_save, by dcp: returns a
+    ``concurrent.futures.Future`` once the state is staged (copied into
+    dcp's cached staging buffers; the call blocks only for that copy and the
+    planning); the files are written by dcp's thread with the GIL released,
+    and the commit (agreed by every rank) runs on a background thread over a
+    dedicated gloo group made once per process group, so it never meets the
+    training loop's collectives. ``future.result()`` returns None after the
+    commit, or raises the save's error. A second async_save while one is in
+    flight waits for it first (as dcp's one-save-in-flight rule)."""
+    if storage_writer is not None or planner is not None:
+        warnings.warn("dcp_torch.async_save: a storage_writer or planner was given: torch's "
+                      "async_save serves it", stacklevel=2)
+        return tdcp.async_save(state_dict, checkpoint_id=checkpoint_id, storage_writer=storage_writer,
+                               planner=planner, process_group=process_group)
+    if checkpoint_id is None:
+        raise InvalidArgumentError("dcp_torch.async_save: checkpoint_id is required", code=-1,
+                                   name="DCP_EINVAL")
+    path = fspath(checkpoint_id)
+    prev = _AsyncState.thread
+    if prev is not None:
+        prev.join()
+    ctx = _context(process_group, no_dist, "async")
+    entries, keep = _entries_save(state_dict)
+    req = ctx.save(entries, path, _SAVE_ZSTD if zstd else 0, not sync_files, True)
+    del keep  # staged: the caller may change its tensors now
+    fut: Future = Future()
+
+    def finish():
+        try:
+            req.wait()
+        except BaseException as e:  # reaches future.result()
+            fut.set_exception(e)
+        else:
+            fut.set_result(None)
+
+    th = threading.Thread(target=finish, name="dcp_torch-async-commit", daemon=True)
+    _AsyncState.thread = th
+    th.start()
+    return fut
+
+
+def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
+         storage_reader=None, planner=None, process_group=None, no_dist: bool = False,
+         verify: bool = True, read_once: bool = True):
+    """torch.distributed.checkpoint.load, by dcp: in place (tensors filled,
+    values replaced, Stateful objects given their state), strict as torch's
+    default (a key the checkpoint lacks raises ``KeyMismatchError`` naming
+    it, on every rank, before any tensor changes), resharded from any world
+    size. A torch ``storage_reader`` or ``planner`` is served by torch's
+    load. dcp's extras: ``verify`` (CRCs, True), ``read_once`` (a chunk
+    several ranks need read by one and forwarded, True)."""
+    if storage_reader is not None or planner is not None:
+        warnings.warn("dcp_torch.load: a storage_reader or planner was given: torch plans this "
+                      "load", stacklevel=2)
+        return tdcp.load(state_dict, checkpoint_id=checkpoint_id, storage_reader=storage_reader,
+                         planner=planner, process_group=process_group, no_dist=no_dist)
+    if checkpoint_id is None:
+        raise InvalidArgumentError("dcp_torch.load: checkpoint_id is required", code=-1,
+                                   name="DCP_EINVAL")
+    path = fspath(checkpoint_id)
+    ctx = _context(process_group, no_dist)
+    statefuls = {k: v for k, v in state_dict.items() if isinstance(v, Stateful)}
+    resolved = _resolve_stateful(state_dict)
+    flat, mappings = _flatten(resolved)
+    entries, copies = [], []
+    for key, v in flat.items():
+        path_t = tuple(mappings.get(key, (key,)))
+        if isinstance(v, torch.Tensor):
+            shape, boxes = _boxes(v, key)
+            for off, size, local in boxes:
+                target = local.detach()
+                if (target.device.type == "cpu" and target.is_contiguous()
+                        and target.layout == torch.strided and not target.is_conj()
+                        and not target.is_neg()):
+                    buf = target
+                else:
+                    buf = torch.empty(size, dtype=target.dtype)
+                    copies.append((target, buf))
+                entries.append((0, path_t, _code(buf, key), shape, off, size, buf.data_ptr()))
+                copies.append((None, buf))  # keeps buf alive
+        else:
+            entries.append((1, path_t, v))
+    flags = (0 if verify else _LOAD_NO_VERIFY) | (0 if read_once else _LOAD_PER_RANK_READS)
+    values = ctx.load(entries, path, flags)
+    for target, buf in copies:
+        if target is not None:
+            target.copy_(buf.reshape(target.shape))
+    for key, val in values.items():
+        if key in mappings:
+            set_element(resolved, mappings[key], val)
+    for k, obj in statefuls.items():
+        obj.load_state_dict(resolved[k])
+    for k in state_dict:
+        if k not in statefuls:
+            state_dict[k] = resolved[k]
