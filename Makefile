@@ -108,9 +108,17 @@ check: build
 # (then also '--out DIR' to keep bench/ as it is).
 BENCH_ARGS ?=
 
+# PY_BENCH_RUNS: repetitions of each save and load of bench/py_dropin_bench.py
+# (PyTorch through dcp_torch's drop-in storage against torch's own, issue 28);
+# PY_BENCH_ARGS: e.g. '--smoke --out /tmp/x' for a quick check.
+PY_BENCH_RUNS ?= 3
+PY_BENCH_ARGS ?=
+
 bench: build
 	$(PYTHON) bench/run_bench.py --build build $(BENCH_ARGS)
 	$(MAKE) bench-s3
+	PYTHONPATH=$(CURDIR)/build/python $(PYTHON) bench/py_dropin_bench.py --build build \
+	  --runs $(PY_BENCH_RUNS) $(PY_BENCH_ARGS)
 
 # The S3 benchmark alone (bench/s3_bench.py against a server on loopback:
 # radosgw, S3_SERVER=moto for moto); S3_BENCH_ARGS: e.g. '--runs 3' or
