@@ -35,7 +35,27 @@ from ._errors import (
 from ._engine import _C
 from ._metadata import read_metadata
 from .filesystem import FileSystemReader, FileSystemWriter
-from .api import async_save, load, save
+from .api import async_save, load, load_state_dict, save, save_state_dict
+from . import format_utils, optimizer  # noqa: E402  (torch's submodule names)
+# The names programs reach through `dcp.` (import dcp_torch as dcp): torch's
+# own planners, metadata and protocols, unchanged.
+from torch.distributed.checkpoint import (  # noqa: E402
+    BytesStorageMetadata,
+    ChunkStorageMetadata,
+    DefaultLoadPlanner,
+    DefaultSavePlanner,
+    LoadPlan,
+    LoadPlanner,
+    Metadata,
+    ReadItem,
+    SavePlan,
+    SavePlanner,
+    StorageReader,
+    StorageWriter,
+    TensorStorageMetadata,
+    WriteItem,
+)
+from torch.distributed.checkpoint.stateful import Stateful  # noqa: E402
 from .utils import (
     clean,
     dcp_to_torch_save,
@@ -53,6 +73,9 @@ __all__ = [
     "save",
     "load",
     "async_save",
+    "save_state_dict",
+    "load_state_dict",
+    "Stateful",
     "FileSystemWriter",
     "FileSystemReader",
     "read_metadata",

@@ -32,7 +32,7 @@ from ._comm import TorchComm
 from ._engine import dtype_code, fspath, make_context
 from ._errors import InvalidArgumentError, NotSupportedError
 
-__all__ = ["save", "load", "async_save"]
+__all__ = ["save", "load", "async_save", "save_state_dict", "load_state_dict"]
 
 _SAVE_ZSTD = 1 << 1          # DCP_SAVE_ZSTD
 _LOAD_PARTIAL = 1 << 0       # DCP_LOAD_PARTIAL
@@ -43,6 +43,22 @@ _LOAD_PER_RANK_READS = 1 << 5
 _lock = threading.Lock()
 _contexts: dict[Any, Any] = {}
 _async_groups: dict[Any, Any] = {}
+
+
+def _own_writer(storage_writer, planner):
+    """dcp_torch's own FileSystemWriter without a planner: served by dcp's
+    engine (its path and options), not through torch's planning."""
+    from .filesystem import FileSystemWriter
+    if type(storage_writer) is FileSystemWriter and planner is None:
+        return storage_writer
+    return None
+
+
+def _refuse_existing(path: str) -> None:
+    if not path.startswith("s3://") and os.path.exists(os.path.join(path, ".metadata")):
+        from ._errors import ExistsError
+        raise ExistsError(f"Checkpoint already exists and overwrite=False: '{path}'", code=-14,
+                          name="DCP_EEXIST")
 
 
 def _use_dist(process_group, no_dist: bool) -> bool:
@@ -183,7 +199,13 @@ def save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
     records), ``io_depth``, ``direct``. Returns the checkpoint's Metadata.
     Every rank raises the same ``CheckpointError`` on failure; nothing is
     committed then."""
-    if storage_writer is not None or planner is not None:
+    own = _own_writer(storage_writer, planner)
+    if own is not None:
+        checkpoint_id = checkpoint_id or own.path
+        sync_files = own.sync_files
+        if not own.overwrite:
+            _refuse_existing(fspath(checkpoint_id))
+    elif storage_writer is not None or planner is not None:
         warnings.warn("dcp_torch.save: a storage_writer or planner was given: torch plans this save "
                       "(dcp's own planning is not used)", stacklevel=2)
         return tdcp.save(state_dict, checkpoint_id=checkpoint_id, storage_writer=storage_writer,
@@ -217,7 +239,13 @@ def async_save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = No
     training loop's collectives. ``future.result()`` returns None after the
     commit, or raises the save's error. A second async_save while one is in
     flight waits for it first (as dcp's one-save-in-flight rule)."""
-    if storage_writer is not None or planner is not None:
+    own = _own_writer(storage_writer, planner)
+    if own is not None:
+        checkpoint_id = checkpoint_id or own.path
+        sync_files = own.sync_files
+        if not own.overwrite:
+            _refuse_existing(fspath(checkpoint_id))
+    elif storage_writer is not None or planner is not None:
         warnings.warn("dcp_torch.async_save: a storage_writer or planner was given: torch's "
                       "async_save serves it", stacklevel=2)
         return tdcp.async_save(state_dict, checkpoint_id=checkpoint_id, storage_writer=storage_writer,
@@ -259,7 +287,11 @@ def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
     size. A torch ``storage_reader`` or ``planner`` is served by torch's
     load. dcp's extras: ``verify`` (CRCs, True), ``read_once`` (a chunk
     several ranks need read by one and forwarded, True)."""
-    if storage_reader is not None or planner is not None:
+    from .filesystem import FileSystemReader
+    if type(storage_reader) is FileSystemReader and planner is None and not storage_reader.allow_pickle:
+        checkpoint_id = checkpoint_id or storage_reader.path
+        verify = storage_reader.verify
+    elif storage_reader is not None or planner is not None:
         warnings.warn("dcp_torch.load: a storage_reader or planner was given: torch plans this "
                       "load", stacklevel=2)
         return tdcp.load(state_dict, checkpoint_id=checkpoint_id, storage_reader=storage_reader,
@@ -290,7 +322,10 @@ def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
                 copies.append((None, buf))  # keeps buf alive
         else:
             entries.append((1, path_t, v))
-    flags = (0 if verify else _LOAD_NO_VERIFY) | (0 if read_once else _LOAD_PER_RANK_READS)
+    # torch's semantics: a key the checkpoint lacks raises, keys of the
+    # checkpoint that no rank asks for are ignored.
+    flags = (_LOAD_ALLOW_UNEXPECTED | (0 if verify else _LOAD_NO_VERIFY)
+             | (0 if read_once else _LOAD_PER_RANK_READS))
     values = ctx.load(entries, path, flags)
     for target, buf in copies:
         if target is not None:
@@ -303,3 +338,25 @@ def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
     for k in state_dict:
         if k not in statefuls:
             state_dict[k] = resolved[k]
+
+
+def save_state_dict(state_dict: dict, storage_writer, process_group=None, coordinator_rank: int = 0,
+                    no_dist: bool = False, planner=None):
+    """The older name (torch's deprecated ``save_state_dict``): ``save``
+    with this writer."""
+    if coordinator_rank != 0:
+        raise InvalidArgumentError("dcp_torch.save_state_dict: coordinator_rank must be 0 (dcp's "
+                                   "coordinator is rank 0 of the group)", code=-1, name="DCP_EINVAL")
+    return save(state_dict, storage_writer=storage_writer, process_group=process_group,
+                no_dist=no_dist, planner=planner)
+
+
+def load_state_dict(state_dict: dict, storage_reader, process_group=None, coordinator_rank: int = 0,
+                    no_dist: bool = False, planner=None):
+    """The older name (torch's deprecated ``load_state_dict``): ``load``
+    with this reader."""
+    if coordinator_rank != 0:
+        raise InvalidArgumentError("dcp_torch.load_state_dict: coordinator_rank must be 0", code=-1,
+                                   name="DCP_EINVAL")
+    return load(state_dict, storage_reader=storage_reader, process_group=process_group,
+                no_dist=no_dist, planner=planner)

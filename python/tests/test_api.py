@@ -1,0 +1,221 @@
+"""dcp_torch.save / load / async_save (dcp's own planning over
+torch.distributed): 1-4 gloo ranks, both directions with torch, N -> M on
+1-D and 2-D meshes, replicated loads read once, Stateful objects, a rank
+failing in its state_dict, states whose ranks disagree, missing and
+hostile checkpoints, async saves overlapping training steps."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as tdcp
+from torch.distributed.checkpoint.stateful import Stateful
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+
+import dcp_torch
+from conftest import run_ranks
+
+warnings.filterwarnings("ignore")
+
+
+def glob_state():
+    g = torch.Generator().manual_seed(5)
+    return {
+        "rows": torch.randn(11, 5, generator=g),
+        "cols": torch.randn(3, 9, generator=g).to(torch.bfloat16),
+        "grid": torch.randn(10, 6, generator=g),
+        "rep": torch.randn(7, generator=g),
+        "plain": torch.arange(6, dtype=torch.int32),
+        "noncontig": torch.randn(4, 6, generator=g).t(),
+    }
+
+
+class Loop(Stateful):
+    def __init__(self, step=0, w=None):
+        self.step = step
+        self.w = torch.zeros(4) if w is None else w
+
+    def state_dict(self):
+        return {"step": self.step, "w": self.w}
+
+    def load_state_dict(self, sd):
+        self.step = sd["step"]
+        self.w = sd["w"]
+
+
+def state(world, zero=False):
+    g = glob_state()
+    if zero:
+        g = {k: torch.zeros_like(v) for k, v in g.items()}
+    mesh = init_device_mesh("cpu", (world,))
+    sd = {
+        "rows": distribute_tensor(g["rows"], mesh, [Shard(0)]),
+        "cols": distribute_tensor(g["cols"], mesh, [Shard(1)]),
+        "rep": distribute_tensor(g["rep"], mesh, [Replicate()]),
+        "plain": g["plain"].clone(),
+        "noncontig": g["noncontig"],
+        "nested": {"a": [g["plain"].clone() + 1, {"b": 0 if zero else 5}], "lr": 0.0 if zero else 0.01},
+        "loop": Loop(0, torch.zeros(4)) if zero else Loop(9, torch.arange(4.0)),
+    }
+    if world % 2 == 0 and world > 2:
+        mesh2 = init_device_mesh("cpu", (2, world // 2))
+        sd["grid"] = distribute_tensor(g["grid"], mesh2, [Shard(0), Shard(1)])
+    else:
+        sd["grid"] = distribute_tensor(g["grid"], mesh, [Shard(1)])
+    return sd
+
+
+def check(sd):
+    g = glob_state()
+    for k in ("rows", "cols", "grid", "rep"):
+        assert torch.equal(sd[k].full_tensor(), g[k]), k
+    assert torch.equal(sd["plain"], g["plain"])
+    assert torch.equal(sd["noncontig"], g["noncontig"])
+    assert torch.equal(sd["nested"]["a"][0], g["plain"] + 1)
+    assert sd["nested"]["a"][1] == {"b": 5} and sd["nested"]["lr"] == 0.01
+    assert sd["loop"].step == 9 and torch.equal(sd["loop"].w, torch.arange(4.0))
+
+
+def _save(rank, world, path, lib):
+    m = dcp_torch if lib == "dcp" else tdcp
+    m.save(state(world), checkpoint_id=path)
+
+
+def _load(rank, world, path, lib):
+    m = dcp_torch if lib == "dcp" else tdcp
+    sd = state(world, zero=True)
+    m.load(sd, checkpoint_id=path)
+    check(sd)
+
+
+@pytest.mark.parametrize("saver,loader,n,m", [
+    ("dcp", "dcp", 4, 3), ("dcp", "torch", 3, 2), ("torch", "dcp", 2, 4), ("dcp", "dcp", 1, 2)])
+def test_save_load_reshard(tmp_path, saver, loader, n, m):
+    path = str(tmp_path / "ck")
+    run_ranks(n, _save, path, saver)
+    if saver == "dcp":
+        dcp_torch.verify(path)
+    run_ranks(m, _load, path, loader)
+
+
+def test_one_process_no_dist(tmp_path):
+    path = str(tmp_path / "ck")
+    sd = {"w": torch.arange(10.0), "v": {"x": 1}, "loop": Loop(3, torch.ones(4))}
+    dcp_torch.save(sd, checkpoint_id=path, no_dist=True)
+    out = {"w": torch.zeros(10), "v": {"x": 0}, "loop": Loop()}
+    dcp_torch.load(out, checkpoint_id=path, no_dist=True)
+    assert torch.equal(out["w"], sd["w"]) and out["v"] == {"x": 1} and out["loop"].step == 3
+    out2 = {"w": torch.zeros(10), "v": {"x": 0}, "loop": Loop()}
+    tdcp.load(out2, checkpoint_id=path, no_dist=True)
+    assert torch.equal(out2["w"], sd["w"]) and out2["loop"].step == 3
+    with pytest.raises(dcp_torch.KeyMismatchError) as ei:
+        dcp_torch.load({"missing": torch.zeros(2)}, checkpoint_id=path, no_dist=True)
+    assert "missing" in str(ei.value)
+    with pytest.raises(dcp_torch.NotFoundError):
+        dcp_torch.load({"w": torch.zeros(10)}, checkpoint_id=str(tmp_path / "nope"), no_dist=True)
+    with pytest.raises(dcp_torch.ShapeMismatchError):
+        dcp_torch.load({"w": torch.zeros(11)}, checkpoint_id=path, no_dist=True)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / ".metadata").write_bytes(b"cos\nsystem\n(S'echo pwned'\ntR.")
+    with pytest.raises(dcp_torch.UnsafeError):
+        dcp_torch.load({"w": torch.zeros(10)}, checkpoint_id=str(bad), no_dist=True)
+    with pytest.raises(dcp_torch.InvalidArgumentError):
+        dcp_torch.save({1: torch.zeros(1)}, checkpoint_id=path, no_dist=True)
+    with pytest.raises(NotImplementedError):
+        dcp_torch.save({"obj": object()}, checkpoint_id=str(tmp_path / "o"), no_dist=True)
+
+
+def _fail_one(rank, world, path):
+    class Boom(Stateful):
+        def state_dict(self):
+            if rank == 1:
+                raise RuntimeError("rank 1's state_dict failed")
+            return {"x": torch.ones(2)}
+
+        def load_state_dict(self, sd):
+            pass
+
+    dcp_torch.save({"w": torch.ones(3)}, checkpoint_id=path)
+    before = open(os.path.join(path, ".metadata"), "rb").read()
+    # a local exception before the collective: that rank raises it; the
+    # others fail in the save's first agreement, not hang
+    if rank == 1:
+        with pytest.raises(RuntimeError):
+            dcp_torch.save({"w": torch.ones(3), "b": Boom()}, checkpoint_id=path)
+        dist.barrier()
+    else:
+        dist.barrier()
+    # ranks that disagree: a shape differing by rank -> the same error on
+    # every rank, naming the key, nothing written
+    with pytest.raises(dcp_torch.CheckpointError) as ei:
+        dcp_torch.save({"w": torch.ones(3 + rank)}, checkpoint_id=path)
+    assert "'w'" in str(ei.value) or "w" in ei.value.message
+    codes = [None] * world
+    dist.all_gather_object(codes, ei.value.code)
+    assert len(set(codes)) == 1, codes
+    assert open(os.path.join(path, ".metadata"), "rb").read() == before
+
+
+def test_rank_failures(tmp_path):
+    run_ranks(2, _fail_one, str(tmp_path / "ck"))
+
+
+def _async_overlap(rank, world, path):
+    sd = state(world)
+    futs = []
+    for step in range(3):
+        sd["loop"].step = 9
+        fut = dcp_torch.async_save(sd, checkpoint_id=f"{path}/s{step}")
+        # a training step's collectives overlap the background commit
+        t = torch.ones(1000)
+        for _ in range(5):
+            dist.all_reduce(t)
+        futs.append(fut)
+    for f in futs:
+        assert f.result() is None
+    for step in range(3):
+        out = state(world, zero=True)
+        dcp_torch.load(out, checkpoint_id=f"{path}/s{step}")
+        check(out)
+    # an error in the background reaches future.result()
+    bad = f"{path}/file"
+    if rank == 0:
+        open(bad, "w").write("x")
+    dist.barrier()
+    with pytest.raises(BaseException):
+        dcp_torch.async_save(sd, checkpoint_id=bad).result()
+
+
+def test_async_overlapping_training(tmp_path):
+    run_ranks(2, _async_overlap, str(tmp_path / "ck"))
+
+
+def _replicated_read_once(rank, world, path):
+    g = torch.Generator().manual_seed(1)
+    big = torch.randn(256, 1024, generator=g)
+    if world == 2:
+        dcp_torch.save({"big": big}, checkpoint_id=path)
+        return
+
+
+def test_replicated_load_reads_once(tmp_path):
+    path = str(tmp_path / "ck")
+    g = torch.Generator().manual_seed(1)
+    big = torch.randn(256, 1024, generator=g)
+    dcp_torch.save({"big": big}, checkpoint_id=path, no_dist=True)
+    run_ranks(3, _read_all, path, False)
+    run_ranks(3, _read_all, path, True)
+
+
+def _read_all(rank, world, path, per_rank):
+    g = torch.Generator().manual_seed(1)
+    big = torch.randn(256, 1024, generator=g)
+    out = {"big": torch.zeros(256, 1024)}
+    dcp_torch.load(out, checkpoint_id=path, read_once=not per_rank)
+    assert torch.equal(out["big"], big)
