@@ -1047,11 +1047,15 @@ static PyObject *Meta_chunks(PyObject *self, PyObject *arg)
 
 /* An instance of cls without calling __init__, its fields set through the
  * generic setattr (as unpickling does: frozen dataclasses too). */
+static PyObject *empty_args;
+
 static PyObject *bare(PyObject *cls)
 {
-    allocfunc alloc = (allocfunc)PyType_GetSlot((PyTypeObject *)cls,
-                                                 Py_tp_alloc);
-    return alloc((PyTypeObject *)cls, 0);
+    /* The type's own tp_new (object.__new__ for a dataclass): the
+     * instance gets the class's shared-key dict layout, as unpickling's
+     * cls.__new__(cls) gives it, not a dict of its own per object. */
+    newfunc tpnew = (newfunc)PyType_GetSlot((PyTypeObject *)cls, Py_tp_new);
+    return tpnew((PyTypeObject *)cls, empty_args, NULL);
 }
 
 static int put(PyObject *obj, PyObject *name, PyObject *val)
@@ -1144,12 +1148,14 @@ static PyObject *make_props(const struct ttypes *t, const char *dtype)
     return p;
 }
 
-static PyObject *make_sinfo(const struct ttypes *t, const dcp_chunk_info *ci)
+static PyObject *make_sinfo(const struct ttypes *t, const dcp_chunk_info *ci,
+                            PyObject *file)
 {
     PyObject *s = bare(t->SI);
     if (!s)
         return NULL;
-    if (put(s, attr[A_RELATIVE_PATH], PyUnicode_FromString(ci->file)) < 0 ||
+    Py_INCREF(file);
+    if (put(s, attr[A_RELATIVE_PATH], file) < 0 ||
         put(s, attr[A_OFFSET],
             PyLong_FromUnsignedLongLong((unsigned long long)ci->offset)) < 0 ||
         put(s, attr[A_LENGTH],
@@ -1160,7 +1166,7 @@ static PyObject *make_sinfo(const struct ttypes *t, const dcp_chunk_info *ci)
     return s;
 }
 
-static PyObject *make_index(const struct ttypes *t, const char *key,
+static PyObject *make_index(const struct ttypes *t, PyObject *key,
                             PyObject *offset, Py_ssize_t index)
 {
     PyObject *m = bare(t->MI);
@@ -1170,7 +1176,8 @@ static PyObject *make_index(const struct ttypes *t, const char *key,
         Py_INCREF(Py_None);
     else
         Py_INCREF(offset);
-    if (put(m, attr[A_FQN], PyUnicode_FromString(key)) < 0 ||
+    Py_INCREF(key);
+    if (put(m, attr[A_FQN], key) < 0 ||
         put(m, attr[A_OFFSET], offset ? offset : Py_None) < 0 ||
         put(m, attr[A_INDEX],
             index >= 0 ? PyLong_FromSsize_t(index)
@@ -1182,9 +1189,24 @@ static PyObject *make_index(const struct ttypes *t, const char *key,
 }
 
 /* One entry into sdm, storage and (with a path) planner. */
+/* The file name strings, one per file (shared by its chunks). */
+static PyObject *file_str(PyObject *files, const char *name)
+{
+    PyObject *s = PyDict_GetItemString(files, name);
+    if (s)
+        return s; /* borrowed */
+    s = PyUnicode_FromString(name);
+    if (!s || PyDict_SetItemString(files, name, s) < 0) {
+        Py_XDECREF(s);
+        return NULL;
+    }
+    Py_DECREF(s);
+    return s; /* borrowed: the dict holds it */
+}
+
 static int build_entry(const struct ttypes *t, const dcp_metadata *md,
                        size_t k, PyObject *sdm, PyObject *storage,
-                       PyObject *planner)
+                       PyObject *planner, PyObject *files)
 {
     dcp_entry_info e;
     PyObject *key, *sm = NULL;
@@ -1209,8 +1231,10 @@ static int build_entry(const struct ttypes *t, const dcp_metadata *md,
         if (!sm || PyDict_SetItem(sdm, key, sm) < 0)
             goto out;
         (void)dcp_metadata_chunk(md, k, 0, &ci);
-        mi = make_index(t, e.key, NULL, -1);
-        si = mi ? make_sinfo(t, &ci) : NULL;
+        mi = make_index(t, key, NULL, -1);
+        si = mi && file_str(files, ci.file)
+                 ? make_sinfo(t, &ci, file_str(files, ci.file))
+                 : NULL;
         if (!si || PyDict_SetItem(storage, mi, si) < 0) {
             Py_XDECREF(mi);
             Py_XDECREF(si);
@@ -1258,9 +1282,11 @@ static int build_entry(const struct ttypes *t, const dcp_metadata *md,
                 goto out;
             }
             PyList_SetItem(chunks, (Py_ssize_t)j, c);
-            mi = make_index(t, e.key, off, (Py_ssize_t)j);
+            mi = make_index(t, key, off, (Py_ssize_t)j);
             Py_DECREF(off);
-            si = mi ? make_sinfo(t, &ci) : NULL;
+            si = mi && file_str(files, ci.file)
+                     ? make_sinfo(t, &ci, file_str(files, ci.file))
+                     : NULL;
             if (!si || PyDict_SetItem(storage, mi, si) < 0) {
                 Py_XDECREF(mi);
                 Py_XDECREF(si);
@@ -1286,6 +1312,8 @@ static PyObject *Meta_build(PyObject *self, PyObject *args)
 {
     MetaObject *o = (MetaObject *)self;
     PyObject *types, *ckid, *m = NULL, *sdm, *storage, *planner, *smeta;
+    PyObject *files;
+    int gc;
     struct ttypes t;
     size_t k, n = dcp_metadata_count(o->md);
     const char *ver = dcp_metadata_version(o->md);
@@ -1296,11 +1324,23 @@ static PyObject *Meta_build(PyObject *self, PyObject *args)
     sdm = PyDict_New();
     storage = PyDict_New();
     planner = PyDict_New();
-    if (!sdm || !storage || !planner)
+    files = PyDict_New();
+    if (!sdm || !storage || !planner || !files) {
+        Py_XDECREF(files);
         goto fail;
+    }
+    /* Millions of objects, none of them garbage: the cyclic collector
+     * would walk them all again and again while they are made (as it
+     * does for pickle.load). */
+    gc = PyGC_Disable();
     for (k = 0; k < n; k++)
-        if (build_entry(&t, o->md, k, sdm, storage, planner) < 0)
-            goto fail;
+        if (build_entry(&t, o->md, k, sdm, storage, planner, files) < 0)
+            break;
+    if (gc)
+        PyGC_Enable();
+    Py_DECREF(files);
+    if (k < n)
+        goto fail;
     m = bare(t.Metadata);
     smeta = m ? bare(t.SM) : NULL;
     if (!smeta)
@@ -1968,6 +2008,8 @@ PyMODINIT_FUNC PyInit__C(void)
     for (i = 0; i < A_COUNT; i++)
         if (!(attr[i] = PyUnicode_InternFromString(attr_names[i])))
             goto fail;
+    if (!(empty_args = PyTuple_New(0)))
+        goto fail;
     CtxType = (PyTypeObject *)PyType_FromSpec(&Ctx_spec);
     PartSaveType = (PyTypeObject *)PyType_FromSpec(&PartSave_spec);
     MetaType = (PyTypeObject *)PyType_FromSpec(&Meta_spec);
