@@ -151,7 +151,9 @@ DCP_API int dcp_manager_wait(dcp_manager *m);
  * and broadcast, so that every rank sees the same answer. Completes a save
  * in flight first. Collective.
  * Returns DCP_OK with *step set, DCP_ENOENT (no complete checkpoint;
- * *step = -1), DCP_EIO (root unreadable), DCP_ENOMEM.
+ * *step = -1), DCP_EIO (root unreadable), DCP_ENOMEM, or any code of
+ * dcp_manager_list: a listing that fails (a cut-short or malformed answer
+ * of an object store: DCP_EFORMAT) is never DCP_ENOENT.
  */
 DCP_API int dcp_manager_latest(dcp_manager *m, int64_t *step);
 
@@ -192,7 +194,12 @@ typedef struct dcp_manager_entry {
  * error message. *out is an array of *n entries freed with
  * dcp_manager_list_free (NULL when *n is 0).
  * Returns DCP_OK, DCP_ENOENT (no root), DCP_EIO (root unreadable or not a
- * directory), DCP_EINVAL, DCP_ENOMEM; the message names the root.
+ * directory), DCP_EINVAL, DCP_ENOMEM; the message names the root. On an
+ * s3:// root: no DCP_ENOENT (an empty prefix lists no entries; a missing
+ * bucket is DCP_EIO), DCP_EFORMAT for a listing answer that is cut short
+ * or malformed (docs/RELIABILITY.md), and a step whose .metadata cannot be
+ * read (DCP_EIO, DCP_ETIMEOUT, DCP_EINVAL) fails the call with that code
+ * rather than be listed corrupt.
  */
 DCP_API int dcp_manager_list(dcp_ctx *ctx, const char *root,
                              const dcp_manager_options *opts,

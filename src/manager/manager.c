@@ -184,7 +184,12 @@ static int entry_status(dcp_ctx *ctx, int rootfd, const char *root,
         e->status = DCP_MANAGER_COMPLETE;
     } else if (rc == DCP_ENOENT) {
         e->status = DCP_MANAGER_INCOMPLETE;
-    } else if (rc == DCP_ENOMEM) {
+    } else if (rc == DCP_ENOMEM ||
+               (rootfd < 0 && (rc == DCP_EIO || rc == DCP_ETIMEOUT ||
+                               rc == DCP_EINVAL))) {
+        /* An object store that did not answer (or refused) says nothing
+         * about the step: marked corrupt it would make an older step the
+         * latest and be skipped by retention's count. */
         return rc;
     } else {
         e->status = DCP_MANAGER_CORRUPT;
@@ -229,6 +234,11 @@ static int s3_steps(dcp_ctx *ctx, const char *root, const char *prefix,
             cnt++;
     }
     dcp__free(ent);
+    /* No bucket is no listing, not an empty root: DCP_ENOENT stays the
+     * answer of a root without checkpoints only (dcp_manager_latest's
+     * callers start afresh on it). */
+    if (rc == DCP_ENOENT)
+        rc = DCP_EIO;
     if (rc != DCP_OK && rc != DCP_ENOMEM && rc != DCP_ELIMIT)
         (void)dcp__err_prefix(&ctx->err, "cannot list checkpoint root \"%s\"",
                               root);

@@ -90,4 +90,21 @@ mgr_same
 grep -q '^3' "$tmp/s3.latest" || fail "latest after rm: $(cat "$tmp/s3.latest")"
 "$tool" info "$b/mgr/other" >/dev/null || fail "prune touched another name"
 if "$tool" info "$b/mgr/step-1" 2>/dev/null; then fail "pruned step-1 loads"; fi
+# a listing answer cut short before its first entry (200, through the
+# fault proxy): list, latest and prune fail naming the listing -- never "no
+# checkpoints", never an empty list -- and nothing is pruned
+for cmd in list latest prune; do
+    extra=""
+    [ "$cmd" = prune ] && extra="--keep 1"
+    echo "list_cut 100000" >"$DCP_S3_FAULTS"
+    if AWS_ENDPOINT_URL="$DCP_S3_PROXY" "$tool" $cmd "$b/mgr" $extra \
+        >"$tmp/out" 2>"$tmp/err"; then
+        : >"$DCP_S3_FAULTS"
+        fail "$cmd on a cut listing: exit 0, $(cat "$tmp/out")"
+    fi
+    : >"$DCP_S3_FAULTS"
+    grep -q "listing page 1 refused" "$tmp/err" || fail "$cmd: $(cat "$tmp/err")"
+done
+"$tool" list "$b/mgr" | cut -f1 | tr '\n' ' ' | grep -qx "2 3 " ||
+    fail "after the cut listings: $("$tool" list "$b/mgr")"
 echo "dcptool on s3: ok"
