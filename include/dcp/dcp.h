@@ -1290,9 +1290,11 @@ typedef struct dcp_clean_result {
 
 /*
  * Removes the leftovers of interrupted writers from the checkpoint
- * directory dir: the data files (__<r>_<n>[.<tag>].distcp) and temporary
- * metadata files (.metadata.tmp, .metadata.<...>.tmp) that no committed
- * .metadata names, and rank-local metadata (__<r>.metadata) beside a
+ * directory dir: the data files (__<r>_<n>[.<tag>].distcp), their
+ * temporaries (<data file>.<pid>-<n>-<hex>.tmp: a peer replica or restore
+ * copy of a tier stack killed before its rename) and temporary metadata
+ * files (.metadata.tmp, .metadata.<...>.tmp) that no committed .metadata
+ * names, and rank-local metadata (__<r>.metadata) beside a
  * committed .metadata, which readers never use (a rank-local checkpoint
  * that a plain save replaced). Never a file the committed checkpoint names, never a
  * file whose name is not one dcp writes (a user's own files stay), never

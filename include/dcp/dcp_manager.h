@@ -223,7 +223,9 @@ DCP_API int dcp_manager_prune(dcp_ctx *ctx, const char *root,
  * directory synced), then every other file, then the directory (and its
  * parent synced). Refuses (DCP_EUNSAFE, nothing removed) when dir is a
  * symbolic link, not a directory, or holds a subdirectory or a file other
- * than `.metadata`, `.metadata.*`, `*.distcp`, `.lock` and `.lock.*`;
+ * than `.metadata`, `.metadata.*`, `*.distcp`, a data file's temporary
+ * (`__<r>_<n>[.<tag>].distcp.<pid>-<n>-<hex>.tmp`: a killed peer
+ * replication's, dcp_clean), `.lock` and `.lock.*`;
  * DCP_EBUSY (nothing removed, the message naming the writer) when a live
  * save or import holds the directory's lock. Not collective.
  * Returns DCP_OK, DCP_ENOENT, DCP_EUNSAFE, DCP_EBUSY, DCP_EIO, DCP_EINVAL;

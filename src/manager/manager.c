@@ -371,14 +371,17 @@ int dcp_manager_list(dcp_ctx *ctx, const char *root,
 /* ---------------------------------------------------------------------- */
 
 /* A file a checkpoint directory may hold: .metadata, its temporaries
- * (.metadata.*), data files (*.distcp, tagged or not), the one-writer lock
- * (.lock, which the removal holds itself, and .lock.*: lock.h). */
+ * (.metadata.*), data files (*.distcp, tagged or not) and their
+ * temporaries (a killed peer replication's: dcp__leftover_name), the
+ * one-writer lock (.lock, which the removal holds itself, and .lock.*:
+ * lock.h). */
 static int checkpoint_file(const char *name)
 {
     size_t n = strlen(name);
     return !strcmp(name, ".metadata") || !strncmp(name, ".metadata.", 10) ||
            !strcmp(name, DCP__LOCK_NAME) || !strncmp(name, ".lock.", 6) ||
-           (n > 7 && !strcmp(name + n - 7, ".distcp"));
+           (n > 7 && !strcmp(name + n - 7, ".distcp")) ||
+           dcp__leftover_name(name);
 }
 
 /* The test hook: called before each change a removal makes. */

@@ -76,6 +76,7 @@
 #include <dcp/dcp_tier.h>
 
 #include <mpi.h>
+#include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -968,6 +969,26 @@ static void test_rkill(void)
     dcp_tier_free(t);
 }
 
+/* The temporaries ("*.tmp") in the step directories of a node's. */
+static int count_tmp(const char *nodedir)
+{
+    int n = 0;
+    for (int64_t s = 0; s < 8; s++) {
+        char p[1024];
+        DIR *d;
+        struct dirent *de;
+        snprintf(p, sizeof p, "%s/step-%lld", nodedir, (long long)s);
+        if (!(d = opendir(p)))
+            continue;
+        while ((de = readdir(d))) {
+            size_t l = strlen(de->d_name);
+            n += l > 4 && !strcmp(de->d_name + l - 4, ".tmp");
+        }
+        closedir(d);
+    }
+    return n;
+}
+
 static void test_rkillcheck(void)
 {
     int v = (int)kill_victim, w = 1 - v;
@@ -977,11 +998,12 @@ static void test_rkillcheck(void)
     snprintf(vfile, sizeof vfile, "__%d_0.distcp", v);
     rm_node(lost);
     nrep = 1;
+    keep0 = 1; /* step 3's drain then removes steps 1 and 2 from tier 0 */
     dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
     dcp_state *st = make_state(0, 0);
     int64_t s = -1;
     int tier = -1;
-    int have = exists(surv, 2, vfile);
+    int have = exists(surv, 2, vfile), ntmp = count_tmp(surv);
     CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
     CHECK(tier == 0 && mt_same((int)s));
     CHECK(s == (have ? 2 : 1));
@@ -990,6 +1012,17 @@ static void test_rkillcheck(void)
     st = make_state(3, 1);
     CHECK_OK(ctx, dcp_tier_save(t, st, 3, NULL));
     dcp_state_free(st);
+    /* A killed replication's temporaries are leftovers: the drain and
+     * the tier-0 retention after it succeed, and remove them with their
+     * steps. */
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 3);
+    if (node == w) {
+        CHECK(count_tmp(surv) == 0);
+        CHECK(!exists(surv, 2, ".metadata") && !exists(surv, 1, ".metadata"));
+    }
+    if (node == w)
+        printf("temporaries before: %d\n", ntmp);
     st = make_state(0, 0);
     CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
     CHECK(s == 3 && tier == 0);
