@@ -90,10 +90,14 @@ static int match_keys(dcp_ctx *ctx, const dcp_state *st,
     int rc = DCP_OK;
     for (i = 0; rc == DCP_OK && i < st->n; i++) {
         long ei = dcp__meta_find(md, st->e[i].key);
+        /* A key of a dtype dcp cannot read is refused, never missing
+         * (not even for a partial load). */
         if (ei < 0)
+            rc = dcp__meta_unsup_err(md, st->e[i].key, &ctx->err);
+        if (ei < 0 && rc == DCP_OK)
             rc = dcp__ctx_report_add(ctx, DCP__REPORT_MISSING,
                                      st->e[i].key);
-        else
+        else if (ei >= 0)
             rc = check_entry(ctx, &st->e[i], &md->e[ei], flags);
     }
     if (rc == DCP_ENOMEM)
