@@ -153,10 +153,28 @@ static int agree(dcp_tier *t, int rc)
 
 /* A failure on c (dcp_save, dcp_load, the manager's removal) onto the
  * user's context. */
+/* c's failure as t's, the virtual tier-0 root of its paths ("@tier0/")
+ * replaced by this node's tier-0 directory, which the user knows. */
 static int from_ctx(dcp_tier *t, dcp_ctx *c, int rc)
 {
-    if (rc != DCP_OK && c != t->ctx)
+    char msg[DCP_ERRMSG_MAX];
+    const char *m, *v;
+    size_t o = 0, vl = strlen(VROOT "/");
+    if (rc == DCP_OK || c == t->ctx)
+        return rc;
+    if (!t->fs.roots || !t->fs.roots[0]) {
         dcp__err(&t->ctx->err, rc, "%s", dcp_errmsg(c));
+        return rc;
+    }
+    for (m = dcp_errmsg(c); (v = strstr(m, VROOT "/")) && o < sizeof msg;
+         m = v + vl) {
+        int k = snprintf(msg + o, sizeof msg - o, "%.*s%s/", (int)(v - m), m,
+                         t->fs.roots[0]);
+        o += k > 0 ? (size_t)k : 0;
+    }
+    if (o < sizeof msg)
+        (void)snprintf(msg + o, sizeof msg - o, "%s", m);
+    dcp__err(&t->ctx->err, rc, "%s", msg);
     return rc;
 }
 

@@ -77,6 +77,7 @@
 
 #include <mpi.h>
 #include <dirent.h>
+#include <errno.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -258,6 +259,27 @@ static void test_errors(void)
     int64_t ds = 7;
     CHECK_OK(ctx, dcp_tier_drain_wait(t, &ds));
     CHECK(ds == -1);
+    /* A tier-0 failure names the node's directory, not the virtual root
+     * the tier-0 context saves to ("@tier0/step-9"). */
+    {
+        char blk[800];
+        snprintf(blk, sizeof blk, "%s/step-9/__0_0.distcp", e0);
+        if (mt_rank == 0)
+            CHECK(mkdir(e0, 0755) == 0 || errno == EEXIST);
+        snprintf(blk, sizeof blk, "%s/step-9", e0);
+        if (mt_rank == 0)
+            CHECK(mkdir(blk, 0755) == 0);
+        snprintf(blk, sizeof blk, "%s/step-9/__0_0.distcp", e0);
+        if (mt_rank == 0)
+            CHECK(mkdir(blk, 0755) == 0);
+        rc = dcp_tier_save(t, st, 9, &oc);
+        CHECK(rc != DCP_OK && mt_same(rc));
+        if (mt_rank == 0) {
+            snprintf(blk, sizeof blk, "%s/step-9", e0);
+            CHECK_MSG(ctx, blk);
+            CHECK(strstr(dcp_errmsg(ctx), "@tier0") == NULL);
+        }
+    }
     dcp_state_free(st);
     dcp_tier_free(t);
     CHECK(dcp_tier_create(NULL, ctx, &o) == DCP_EINVAL);
