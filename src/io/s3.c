@@ -1186,8 +1186,11 @@ static int fail_msg(struct dcp__s3 *s3, struct req *r, int code,
                         "and the bucket's policy (%s)",
                         s3->bucket, r->key ? r->key : "", why);
     }
-    return dcp__err(err, code, "s3://%s/%s: %s %s after %d attempt%s",
-                    s3->bucket, r->key ? r->key : "", r->method, why,
+    /* A request of the bucket (a listing) is named by its query. */
+    return dcp__err(err, code, "s3://%s/%s%s%.200s: %s %s after %d attempt%s",
+                    s3->bucket, r->key ? r->key : "",
+                    !r->key && r->query && r->query[0] ? "?" : "",
+                    !r->key && r->query ? r->query : "", r->method, why,
                     r->attempts, r->attempts == 1 ? "" : "s");
 }
 

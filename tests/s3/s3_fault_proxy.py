@@ -10,6 +10,8 @@ Modes:
   stall         every request: no answer for 4 s, then the connection closes
   truncate      GETs with a body: the full Content-Length, half the body, close
   badlen        GETs with a body: one byte short, with a matching Content-Length
+  trickle       GETs with a body: the full Content-Length, then the body at
+                about 20 bytes a second (above any stall limit)
   badetag       PUTs: the server's answer with a wrong ETag (32 zeros)
   oddetag       PUTs: the server's answer with an ETag that is not hex
   badetag_kms   PUTs: a wrong ETag, the answer naming SSE-KMS encryption
@@ -72,6 +74,7 @@ def _take(path, method, has_body, cond=False, target=""):
                    "lostanswer": method == "PUT",
                    "notimpl_cond": method == "PUT" and cond,
                    "truncate": method == "GET", "badlen": method == "GET",
+                   "trickle": method == "GET",
                    "complete_cut": method == "POST" and "uploadId=" in target,
                    **{m: _is_list(method, target) for m in _LIST_MODES}}.get(mode, False)
         if not applies:
@@ -160,7 +163,7 @@ def start(host, port, up_host, up_port, fault_path):
             data = r.read() if self.command != "HEAD" else b""
             rh = r.getheaders()
             c.close()
-            if mode in ("truncate", "badlen") and len(data) < 2:
+            if mode in ("truncate", "badlen", "trickle") and len(data) < 2:
                 mode = None
             if mode == "lostanswer":
                 self._reset()
@@ -194,6 +197,12 @@ def start(host, port, up_host, up_port, fault_path):
                 data = data[:-1]
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
+            if mode == "trickle":
+                for i in range(0, len(data), 4):
+                    self.wfile.write(data[i:i + 4])
+                    self.wfile.flush()
+                    time.sleep(0.2)
+                return
             if mode == "truncate":
                 self.wfile.write(data[: len(data) // 2])
                 self.wfile.flush()

@@ -438,6 +438,40 @@ TEST(faults_fatal)
         ASSERT(strstr(err.msg, "fatal/obj") && strstr(err.msg, "budget"));
         ASSERT(time(NULL) - t0 < 10);
     }
+    /* a body trickling at 20 bytes/s, above the stall limit: the budget
+     * ends it, DCP_ETIMEOUT naming the object, never a truncated object;
+     * a listing timing out is named by its query */
+    {
+        struct dcp__s3_config c = {0};
+        c.endpoint = getenv("DCP_S3_PROXY");
+        c.max_attempts = 3;
+        c.retry_budget_ms = 1500;
+        c.stall_timeout_ms = 1000;
+        c.backoff_base_ms = 10;
+        c.backoff_cap_ms = 100;
+        struct dcp__s3 *q = NULL;
+        void *whole = NULL;
+        size_t wl = 0, nk = 0;
+        ASSERT_EQ(dcp__s3_create(&c, bucket, &q, &err), 0);
+        faults("trickle", 100000);
+        time_t t0 = time(NULL);
+        int rc = dcp__s3_get_range(q, "fatal/obj", 0, buf, 100, &err);
+        fprintf(stderr, "  trickle: %s\n", err.msg);
+        ASSERT_EQ(rc, DCP_ETIMEOUT);
+        ASSERT(strstr(err.msg, "s3://dcp-test/fatal/obj: GET") &&
+               strstr(err.msg, "timed out"));
+        rc = dcp__s3_get(q, "fatal/obj", 1000, &whole, &wl, &err);
+        ASSERT_EQ(rc, DCP_ETIMEOUT);
+        ASSERT(strstr(err.msg, "fatal/obj") && strstr(err.msg, "timed out"));
+        rc = dcp__s3_list(q, "fatal/", 100, count_any, &nk, &err);
+        faults(NULL, 0);
+        fprintf(stderr, "  trickle, listing: %s\n", err.msg);
+        ASSERT_EQ(rc, DCP_ETIMEOUT);
+        ASSERT(strstr(err.msg, "?list-type=2&") &&
+               strstr(err.msg, "prefix=fatal%2F"));
+        ASSERT(time(NULL) - t0 < 15);
+        dcp__s3_free(q);
+    }
     /* a multipart upload whose parts keep failing is aborted */
     uint8_t *big = pattern(11u << 20, 3);
     faults("slowdown_put", 1000);
