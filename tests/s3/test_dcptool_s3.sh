@@ -101,6 +101,21 @@ for cmd in list latest prune; do
 done
 "$tool" list "$b/mgr" | cut -f1 | tr '\n' ' ' | grep -qx "3 12 " ||
     fail "after the cut listings: $("$tool" list "$b/mgr")"
+# a body trickling above the stall limit, with the retry budget from the
+# environment: cat fails within the budget, "timed out", naming the object
+echo "trickle 100000 2" >"$DCP_S3_FAULTS"
+start=$(date +%s)
+if AWS_ENDPOINT_URL="$DCP_S3_PROXY" DCP_S3_RETRY_BUDGET_MS=1500 \
+    DCP_S3_MAX_ATTEMPTS=2 DCP_S3_STALL_TIMEOUT_MS=1000 \
+    timeout 60 "$tool" cat "$b/mgr/step-3" w >/dev/null 2>"$tmp/err"; then
+    : >"$DCP_S3_FAULTS"
+    fail "cat of a trickling body succeeded"
+fi
+: >"$DCP_S3_FAULTS"
+took=$(($(date +%s) - start))
+grep -q "timed out" "$tmp/err" && grep -q "step-3/" "$tmp/err" ||
+    fail "trickle: $(cat "$tmp/err")"
+[ "$took" -lt 15 ] || fail "trickle: $took s with a budget of 1.5 s"
 "$tool" rm "$b/mgr/step-12" >/dev/null
 "$tool" rm "$tmp/mgr/step-12" >/dev/null
 mgr_same
