@@ -1092,7 +1092,17 @@ enum dcp_load_flags {
      * anything is read (DCP_EINVAL together with DCP_LOAD_PER_RANK_READS).
      * What is read once is the same as without it. (A library older than
      * this flag ignores the bit.) */
-    DCP_LOAD_READ_ONCE = 1 << 6
+    DCP_LOAD_READ_ONCE = 1 << 6,
+    /* A restart on more ranks than the save had, with per-rank keys
+     * (dcp_state_push_rank): a key under this rank's own prefix
+     * "rank<r>." that the checkpoint lacks (a rank the save did not have)
+     * is reported missing by dcp_load_report, its buffer or template left
+     * as it was, instead of failing the load; every other missing key
+     * still fails it (DCP_EKEY). Each rank then starts its own per-rank
+     * state afresh where dcp_load_report lists it. (On fewer ranks the
+     * dropped ranks' keys are unexpected: DCP_LOAD_ALLOW_UNEXPECTED.) (A
+     * library older than this flag ignores the bit and stays strict.) */
+    DCP_LOAD_MISSING_RANK_KEYS = 1 << 7
 };
 
 /* Options for dcp_load. Zero-initialise and set struct_size. */
