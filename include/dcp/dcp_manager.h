@@ -119,6 +119,13 @@ DCP_API void dcp_manager_request_save(dcp_manager *m);
  * dcp_manager_save's. Collective: every rank passes the same step
  * (DCP_EINVAL otherwise, on every rank). Returns the codes of
  * dcp_manager_save.
+ *
+ * Step semantics: call it after step N's work, so that checkpoint N holds
+ * the state after step N; a resumed loop then goes on from N + 1 (the
+ * step dcp_manager_load_latest returns, plus one; 0 on DCP_ENOENT), and
+ * no step runs twice. (The manager stores whatever state is passed under
+ * the step given; this is the reading the README's loop and torchtitan
+ * use.)
  */
 DCP_API int dcp_manager_step(dcp_manager *m, const dcp_state *state,
                              int64_t step, int *did_save);
@@ -156,6 +163,15 @@ DCP_API int dcp_manager_wait(dcp_manager *m);
  * of an object store: DCP_EFORMAT) is never DCP_ENOENT.
  */
 DCP_API int dcp_manager_latest(dcp_manager *m, int64_t *step);
+
+/*
+ * The path of step's checkpoint: root/<prefix><step><suffix> (what
+ * dcp_manager_save writes and dcp_manager_load_latest loads), in *out, a
+ * string the caller frees with dcp_free(). The step need not exist. Not
+ * collective; touches no storage. Returns DCP_OK, DCP_EINVAL (NULL m or
+ * out, step < 0; *out NULL), DCP_ENOMEM.
+ */
+DCP_API int dcp_manager_path(const dcp_manager *m, int64_t step, char **out);
 
 /*
  * dcp_manager_latest, then dcp_load of that checkpoint into state (opts as

@@ -966,6 +966,16 @@ static int find_latest(dcp_manager *m, int64_t *step)
     return rc;
 }
 
+int dcp_manager_path(const dcp_manager *m, int64_t step, char **out)
+{
+    if (out)
+        *out = NULL;
+    if (!m || !out || step < 0)
+        return DCP_EINVAL;
+    *out = step_path(m->root, m->prefix, m->suffix, step);
+    return *out ? DCP_OK : DCP_ENOMEM;
+}
+
 int dcp_manager_latest(dcp_manager *m, int64_t *step)
 {
     if (!m)

@@ -496,6 +496,50 @@ TEST(remove_refusals)
     dcp_ctx_free(ctx);
 }
 
+/* dcp_manager_path: the step's checkpoint path, as saves write it, and
+ * the resume idiom of the README (step N holds the state after step N). */
+TEST(step_path)
+{
+    dcp_ctx *ctx = NULL;
+    dcp_manager *m = NULL;
+    char *p = NULL, want[600];
+    const char *root = mkroot("paths");
+    dcp_manager_options o = mopts(1, 0, 0, 0);
+    int64_t step = -1, next;
+    int rc;
+    o.prefix = "ck_";
+    o.suffix = ".dcp";
+    ASSERT_OK(dcp_ctx_create(&ctx, NULL, NULL));
+    ASSERT_OK(dcp_manager_create(&m, ctx, root, &o));
+    ASSERT_OK(dcp_manager_path(m, 12, &p));
+    snprintf(want, sizeof want, "%s/ck_12.dcp", root);
+    ASSERT_STR_EQ(p, want);
+    dcp_free(p);
+    ASSERT_RC(dcp_manager_path(m, -1, &p), DCP_EINVAL);
+    ASSERT(p == NULL);
+    ASSERT_RC(dcp_manager_path(NULL, 1, &p), DCP_EINVAL);
+    /* The README's loop: a fresh start runs steps 0..2, a resume 3..4. */
+    dcp_state *st = make_state(0);
+    rc = dcp_manager_load_latest(m, st, &step, NULL);
+    ASSERT_RC(rc, DCP_ENOENT);
+    for (next = 0; next < 3; next++) {
+        buf[0] = (float)next; /* "train_one_step" */
+        ASSERT_OK(dcp_manager_step(m, st, next, NULL));
+    }
+    buf[0] = -1;
+    ASSERT_OK(dcp_manager_load_latest(m, st, &step, NULL));
+    ASSERT_EQ(step, 2);
+    ASSERT(buf[0] == 2.0f); /* the state after step 2 */
+    ASSERT_OK(dcp_manager_path(m, step, &p));
+    snprintf(want, sizeof want, "%s/ck_2.dcp", root);
+    ASSERT_STR_EQ(p, want);
+    ASSERT(exists(root, "ck_2.dcp/.metadata"));
+    dcp_free(p);
+    dcp_state_free(st);
+    dcp_manager_free(m);
+    dcp_ctx_free(ctx);
+}
+
 /*
  * A peer replica's temporary that a killed replication left
  * (<data file>.<pid>-<n>-<hex>.tmp, tiers/replica.c) is a leftover:
@@ -566,6 +610,7 @@ int main(void)
     RUN(one_in_flight);
     RUN(remove_refusals);
     RUN(replica_temporaries);
+    RUN(step_path);
     if (base[0]) {
         char cmd[600];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
