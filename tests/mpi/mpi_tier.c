@@ -1020,7 +1020,6 @@ static void test_rkillcheck(void)
     snprintf(vfile, sizeof vfile, "__%d_0.distcp", v);
     rm_node(lost);
     nrep = 1;
-    keep0 = 1; /* step 3's drain then removes steps 1 and 2 from tier 0 */
     dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
     dcp_state *st = make_state(0, 0);
     int64_t s = -1;
@@ -1031,24 +1030,34 @@ static void test_rkillcheck(void)
     CHECK(s == (have ? 2 : 1));
     CHECK(holds(st, s));
     dcp_state_free(st);
+    /* A killed replication's temporaries are leftovers: the next save
+     * removes them (retention keeps 3 here, step 2 stays), the drain
+     * succeeds. */
     st = make_state(3, 1);
     CHECK_OK(ctx, dcp_tier_save(t, st, 3, NULL));
     dcp_state_free(st);
-    /* A killed replication's temporaries are leftovers: the drain and
-     * the tier-0 retention after it succeed, and remove them with their
-     * steps. */
     CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
     CHECK(s == 3);
     if (node == w) {
         CHECK(count_tmp(surv) == 0);
-        CHECK(!exists(surv, 2, ".metadata") && !exists(surv, 1, ".metadata"));
-    }
-    if (node == w)
+        CHECK(exists(surv, 2, ".metadata"));
         printf("temporaries before: %d\n", ntmp);
+    }
+    dcp_tier_free(t);
+    /* Retention keeping 1 removes the older steps, none refused. */
+    keep0 = 1;
+    t = mk(ctx, DCP_TIER_WAIT, 0);
+    st = make_state(4, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 4, NULL));
+    dcp_state_free(st);
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 4);
+    if (node == w)
+        CHECK(!exists(surv, 2, ".metadata") && !exists(surv, 3, ".metadata"));
     st = make_state(0, 0);
     CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
-    CHECK(s == 3 && tier == 0);
-    CHECK(holds(st, 3));
+    CHECK(s == 4 && tier == 0);
+    CHECK(holds(st, 4));
     dcp_state_free(st);
     dcp_tier_free(t);
 }

@@ -6,10 +6,11 @@
 # follows the agreement); mpiexec ends the job. After each kill, node V is
 # lost too and `mpi_tier rkillcheck` checks that the restore loads step 2
 # from tier 0 when the survivor holds V's file of step 2 under its name,
-# else step 1 — whole, never a mix — and that a new step saves and drains
-# with tier-0 retention keeping 1: the killed replication's temporaries in
-# the survivor's step 2 are leftovers, removed with it (at least one point
-# must have left some).
+# else step 1 — whole, never a mix — and that new steps save and drain:
+# the killed replication's temporaries in the survivor's step 2 are
+# leftovers, removed by the next save (step 2 kept), and retention keeping
+# 1 then removes the older steps (at least one point must have left
+# temporaries).
 # Environment: MPIEXEC (the launcher and its -n flag), MPI_TIER.
 set -u
 export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-0}
