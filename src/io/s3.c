@@ -1791,8 +1791,12 @@ static int list_doc_root(const char *x, size_t xl, const char *root)
     (void)snprintf(close, sizeof(close), "</%s>", root);
     ol = strlen(open);
     cl = strlen(close);
-    if (xl >= 5 && !memcmp(x, "<?xml", 5)) {
-        const char *e = find_mem(x, xl, "?>", 2);
+    /* (S3 may send spaces before a completion's answer to keep the
+     * connection alive.) */
+    while (a < b && isspace((unsigned char)x[a]))
+        a++;
+    if (b - a >= 5 && !memcmp(x + a, "<?xml", 5)) {
+        const char *e = find_mem(x + a, b - a, "?>", 2);
         if (!e)
             return -1;
         a = (size_t)(e - x) + 2;
