@@ -36,7 +36,7 @@ static void *weights U;
 static float *params U, *exp_avg U, *exp_avg_sq U, *momentum_buffer U;
 static int64_t lo U, hi U, lo2 U, hi2 U, numel U, nsteps U, step U;
 static int tier U;
-static void train_one_step(void) {}
+static U void train_one_step(void) {}
 """
 
 
