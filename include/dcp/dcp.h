@@ -1092,7 +1092,17 @@ enum dcp_load_flags {
      * anything is read (DCP_EINVAL together with DCP_LOAD_PER_RANK_READS).
      * What is read once is the same as without it. (A library older than
      * this flag ignores the bit.) */
-    DCP_LOAD_READ_ONCE = 1 << 6
+    DCP_LOAD_READ_ONCE = 1 << 6,
+    /* A restart on more ranks than the save had, with per-rank keys
+     * (dcp_state_push_rank): a key under this rank's own prefix
+     * "rank<r>." that the checkpoint lacks (a rank the save did not have)
+     * is reported missing by dcp_load_report, its buffer or template left
+     * as it was, instead of failing the load; every other missing key
+     * still fails it (DCP_EKEY). Each rank then starts its own per-rank
+     * state afresh where dcp_load_report lists it. (On fewer ranks the
+     * dropped ranks' keys are unexpected: DCP_LOAD_ALLOW_UNEXPECTED.) (A
+     * library older than this flag ignores the bit and stays strict.) */
+    DCP_LOAD_MISSING_RANK_KEYS = 1 << 7
 };
 
 /* Options for dcp_load. Zero-initialise and set struct_size. */
@@ -1228,6 +1238,31 @@ DCP_API int dcp_metadata_entry(const dcp_metadata *md, size_t index,
 /* Index of key, or -1. */
 DCP_API long dcp_metadata_find(const dcp_metadata *md, const char *key);
 
+/*
+ * Tensor entries whose dtype dcp cannot read (torch's quantized qint8,
+ * quint8, qint32, quint4x2, quint2x4; docs/FORMAT.md): refused per key, so
+ * that the checkpoint's other keys stay readable. They are not among the
+ * dcp_metadata_count entries (dcp_metadata_find gives -1, a strict load
+ * does not call them unexpected); a load naming one fails with
+ * DCP_ENOTSUP naming the key and its dtype, a partial one too. Listed
+ * here, sorted by key: entry index (< dcp_metadata_unsupported_count) as
+ * dcp_metadata_entry gives it, with dtype 0 and nbytes 0, and
+ * *dtype_name (may be NULL) torch's name of its dtype ("qint8"); pointers
+ * belong to md. Returns DCP_OK, DCP_EINVAL.
+ */
+DCP_API size_t dcp_metadata_unsupported_count(const dcp_metadata *md);
+DCP_API int dcp_metadata_unsupported(const dcp_metadata *md, size_t index,
+                                     dcp_entry_info *out,
+                                     const char **dtype_name);
+
+/*
+ * Whether key can be read from md, with the reason in ctx's message when
+ * not: DCP_OK (an entry), DCP_ENOTSUP (a dtype dcp cannot read, named),
+ * DCP_EKEY (no such key), DCP_EINVAL. Not collective.
+ */
+DCP_API int dcp_metadata_check_key(dcp_ctx *ctx, const dcp_metadata *md,
+                                   const char *key);
+
 /* One stored box of a tensor entry (chunk < nchunks). offsets and sizes
  * belong to md. file is the data file name relative to the checkpoint. */
 typedef struct dcp_chunk_info {
@@ -1269,7 +1304,9 @@ DCP_API int dcp_metadata_read_value(dcp_ctx *ctx, const dcp_metadata *md,
  * Checks a checkpoint completely: every tensor tiled by its chunks (no gap,
  * no overlap, inside the shape), every record's byte range inside its file,
  * every record parsed and every CRC right. Returns DCP_OK or the first
- * problem's code with dcp_errmsg naming the key and file.
+ * problem's code with dcp_errmsg naming the key and file; DCP_ENOTSUP
+ * naming the first key of a dtype dcp cannot read
+ * (dcp_metadata_unsupported) when everything else verified.
  */
 DCP_API int dcp_verify(dcp_ctx *ctx, const char *path);
 
@@ -1290,9 +1327,11 @@ typedef struct dcp_clean_result {
 
 /*
  * Removes the leftovers of interrupted writers from the checkpoint
- * directory dir: the data files (__<r>_<n>[.<tag>].distcp) and temporary
- * metadata files (.metadata.tmp, .metadata.<...>.tmp) that no committed
- * .metadata names, and rank-local metadata (__<r>.metadata) beside a
+ * directory dir: the data files (__<r>_<n>[.<tag>].distcp), their
+ * temporaries (<data file>.<pid>-<n>-<hex>.tmp: a peer replica or restore
+ * copy of a tier stack killed before its rename) and temporary metadata
+ * files (.metadata.tmp, .metadata.<...>.tmp) that no committed .metadata
+ * names, and rank-local metadata (__<r>.metadata) beside a
  * committed .metadata, which readers never use (a rank-local checkpoint
  * that a plain save replaced). Never a file the committed checkpoint names, never a
  * file whose name is not one dcp writes (a user's own files stay), never

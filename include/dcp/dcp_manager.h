@@ -119,6 +119,13 @@ DCP_API void dcp_manager_request_save(dcp_manager *m);
  * dcp_manager_save's. Collective: every rank passes the same step
  * (DCP_EINVAL otherwise, on every rank). Returns the codes of
  * dcp_manager_save.
+ *
+ * Step semantics: call it after step N's work, so that checkpoint N holds
+ * the state after step N; a resumed loop then goes on from N + 1 (the
+ * step dcp_manager_load_latest returns, plus one; 0 on DCP_ENOENT), and
+ * no step runs twice. (The manager stores whatever state is passed under
+ * the step given; this is the reading the README's loop and torchtitan
+ * use.)
  */
 DCP_API int dcp_manager_step(dcp_manager *m, const dcp_state *state,
                              int64_t step, int *did_save);
@@ -151,9 +158,20 @@ DCP_API int dcp_manager_wait(dcp_manager *m);
  * and broadcast, so that every rank sees the same answer. Completes a save
  * in flight first. Collective.
  * Returns DCP_OK with *step set, DCP_ENOENT (no complete checkpoint;
- * *step = -1), DCP_EIO (root unreadable), DCP_ENOMEM.
+ * *step = -1), DCP_EIO (root unreadable), DCP_ENOMEM, or any code of
+ * dcp_manager_list: a listing that fails (a cut-short or malformed answer
+ * of an object store: DCP_EFORMAT) is never DCP_ENOENT.
  */
 DCP_API int dcp_manager_latest(dcp_manager *m, int64_t *step);
+
+/*
+ * The path of step's checkpoint: root/<prefix><step><suffix> (what
+ * dcp_manager_save writes and dcp_manager_load_latest loads), in *out, a
+ * string the caller frees with dcp_free(). The step need not exist. Not
+ * collective; touches no storage. Returns DCP_OK, DCP_EINVAL (NULL m or
+ * out, step < 0; *out NULL), DCP_ENOMEM.
+ */
+DCP_API int dcp_manager_path(const dcp_manager *m, int64_t step, char **out);
 
 /*
  * dcp_manager_latest, then dcp_load of that checkpoint into state (opts as
@@ -192,7 +210,12 @@ typedef struct dcp_manager_entry {
  * error message. *out is an array of *n entries freed with
  * dcp_manager_list_free (NULL when *n is 0).
  * Returns DCP_OK, DCP_ENOENT (no root), DCP_EIO (root unreadable or not a
- * directory), DCP_EINVAL, DCP_ENOMEM; the message names the root.
+ * directory), DCP_EINVAL, DCP_ENOMEM; the message names the root. On an
+ * s3:// root: no DCP_ENOENT (an empty prefix lists no entries; a missing
+ * bucket is DCP_EIO), DCP_EFORMAT for a listing answer that is cut short
+ * or malformed (docs/RELIABILITY.md), and a step whose .metadata cannot be
+ * read (DCP_EIO, DCP_ETIMEOUT, DCP_EINVAL) fails the call with that code
+ * rather than be listed corrupt.
  */
 DCP_API int dcp_manager_list(dcp_ctx *ctx, const char *root,
                              const dcp_manager_options *opts,
@@ -216,7 +239,9 @@ DCP_API int dcp_manager_prune(dcp_ctx *ctx, const char *root,
  * directory synced), then every other file, then the directory (and its
  * parent synced). Refuses (DCP_EUNSAFE, nothing removed) when dir is a
  * symbolic link, not a directory, or holds a subdirectory or a file other
- * than `.metadata`, `.metadata.*`, `*.distcp`, `.lock` and `.lock.*`;
+ * than `.metadata`, `.metadata.*`, `*.distcp`, a data file's temporary
+ * (`__<r>_<n>[.<tag>].distcp.<pid>-<n>-<hex>.tmp`: a killed peer
+ * replication's, dcp_clean), `.lock` and `.lock.*`;
  * DCP_EBUSY (nothing removed, the message naming the writer) when a live
  * save or import holds the directory's lock. Not collective.
  * Returns DCP_OK, DCP_ENOENT, DCP_EUNSAFE, DCP_EBUSY, DCP_EIO, DCP_EINVAL;

@@ -89,6 +89,46 @@ int dcp_metadata_entry(const dcp_metadata *md, size_t index,
     return DCP_OK;
 }
 
+size_t dcp_metadata_unsupported_count(const dcp_metadata *md)
+{
+    return md ? md->nunsup : 0;
+}
+
+int dcp_metadata_unsupported(const dcp_metadata *md, size_t index,
+                             dcp_entry_info *out, const char **dtype_name)
+{
+    const struct md_entry *e;
+    if (!md || !out || index >= md->nunsup)
+        return DCP_EINVAL;
+    e = &md->unsup[index];
+    memset(out, 0, sizeof(*out));
+    out->key = e->key;
+    out->is_tensor = 1;
+    out->ndim = e->ndim;
+    out->shape = e->shape;
+    out->nchunks = e->nchunks;
+    out->npath = e->npath;
+    if (dtype_name)
+        *dtype_name = e->unsup;
+    return DCP_OK;
+}
+
+int dcp_metadata_check_key(dcp_ctx *ctx, const dcp_metadata *md,
+                           const char *key)
+{
+    if (!ctx)
+        return DCP_EINVAL;
+    dcp__ctx_begin(ctx);
+    if (!md || !key)
+        return dcp__err(&ctx->err, DCP_EINVAL,
+                        "dcp_metadata_check_key: NULL argument");
+    if (dcp__meta_find(md, key) >= 0)
+        return DCP_OK;
+    DCP_RETURN_IF(dcp__meta_unsup_err(md, key, &ctx->err));
+    return dcp__err(&ctx->err, DCP_EKEY, "no key '%s' in the checkpoint",
+                    key);
+}
+
 int dcp_metadata_chunk(const dcp_metadata *md, size_t index, size_t chunk,
                        dcp_chunk_info *out)
 {
@@ -234,6 +274,13 @@ int dcp_verify(dcp_ctx *ctx, const char *path)
         }
     }
     dcp__ph_end(&ph, DCP_PHASE_VERIFY, t, rc == DCP_OK ? done : 0);
+    /* Everything readable is intact; a key dcp cannot read is not
+     * verified, which the answer must say. */
+    if (rc == DCP_OK && md->nunsup)
+        rc = dcp__err(&ctx->err, DCP_ENOTSUP,
+                      "'%s': key '%s' not verified: dtype torch.%s is not "
+                      "supported (%zu such keys; the other keys verified)",
+                      path, md->unsup[0].key, md->unsup[0].unsup, md->nunsup);
     dcp__rd_close(&f);
     dcp_metadata_free(md);
     return rc;

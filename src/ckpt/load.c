@@ -86,24 +86,39 @@ static int check_entry(dcp_ctx *ctx, const struct st_entry *se,
 static int match_keys(dcp_ctx *ctx, const dcp_state *st,
                       const struct dcp_metadata *md, unsigned flags)
 {
-    size_t i;
+    size_t i, rank_keys = 0, pl;
+    const char *strict = NULL; /* the first missing key that fails */
+    char pfx[32];
     int rc = DCP_OK;
+    /* This rank's dcp_state_push_rank prefix, "rank<r>." */
+    pl = (size_t)snprintf(pfx, sizeof pfx, "rank%d.", ctx->rank);
     for (i = 0; rc == DCP_OK && i < st->n; i++) {
         long ei = dcp__meta_find(md, st->e[i].key);
+        /* A key of a dtype dcp cannot read is refused, never missing
+         * (not even for a partial load). */
         if (ei < 0)
+            rc = dcp__meta_unsup_err(md, st->e[i].key, &ctx->err);
+        if (ei < 0 && rc == DCP_OK) {
             rc = dcp__ctx_report_add(ctx, DCP__REPORT_MISSING,
                                      st->e[i].key);
-        else
+            if ((flags & DCP_LOAD_MISSING_RANK_KEYS) &&
+                !strncmp(st->e[i].key, pfx, pl))
+                rank_keys++;
+            else if (!strict)
+                strict = st->e[i].key;
+        } else if (ei >= 0) {
             rc = check_entry(ctx, &st->e[i], &md->e[ei], flags);
+        }
     }
     if (rc == DCP_ENOMEM)
         return dcp__err(&ctx->err, rc, "out of memory");
-    if (rc != DCP_OK || (flags & DCP_LOAD_PARTIAL) || !ctx->nmissing)
+    if (rc != DCP_OK || (flags & DCP_LOAD_PARTIAL) || !strict)
         return rc;
     return dcp__err(&ctx->err, DCP_EKEY,
-                    "missing key '%s' in checkpoint (%zu missing; "
+                    "missing key '%s' in checkpoint (%zu missing%s; "
                     "DCP_LOAD_PARTIAL allows it)",
-                    ctx->missing[0], ctx->nmissing);
+                    strict, ctx->nmissing - rank_keys,
+                    rank_keys ? " beside this rank's own" : "");
 }
 
 /* Checkpoint keys that no rank asked for: the same list on every rank,

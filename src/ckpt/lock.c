@@ -362,10 +362,36 @@ static int all_hex(const char *s, size_t n)
     return 1;
 }
 
+/* Whether name[0..n) is "<pid>-<n>-<8 hex>", the tail dcp__unique_tmp
+ * puts between a file's name and ".tmp". */
+static int unique_tail(const char *s, size_t n)
+{
+    const char *d1 = memchr(s, '-', n), *d2;
+    if (!d1 || !all_digits(s, (size_t)(d1 - s)))
+        return 0;
+    d2 = memchr(d1 + 1, '-', n - (size_t)(d1 + 1 - s));
+    return d2 && all_digits(d1 + 1, (size_t)(d2 - d1 - 1)) &&
+           s + n - (d2 + 1) == 8 && all_hex(d2 + 1, 8);
+}
+
 int dcp__leftover_name(const char *name)
 {
     size_t n = strlen(name);
     const char *u, *dot;
+    /* A data file's temporary "<data file>.<pid>-<n>-<hex>.tmp": a peer
+     * replica or restore copy (tiers/replica.c) not yet renamed. */
+    if (n > 11 && !strcmp(name + n - 4, ".tmp") && !strncmp(name, "__", 2) &&
+        (u = strstr(name, ".distcp.")) != NULL && u + 8 < name + n - 4 &&
+        unique_tail(u + 8, (size_t)(name + n - 4 - (u + 8)))) {
+        char data[DCP_STORAGE_NAME_MAX + 1];
+        size_t dl = (size_t)(u + 7 - name);
+        if (dl < sizeof(data)) {
+            memcpy(data, name, dl);
+            data[dl] = '\0';
+            if (dcp__leftover_name(data))
+                return 1;
+        }
+    }
     if (n > 9 && !strcmp(name + n - 4, ".tmp") &&
         !strncmp(name, ".metadata.", 10))
         return 1; /* .metadata.tmp, .metadata.<pid>-<n>...tmp */

@@ -74,8 +74,10 @@ void dcp__lock_release(struct dcp__lock *lk);
 /*
  * Whether name looks like a file dcp writes into a checkpoint directory
  * and may remove as a leftover: a data file (__<r>_<n>.distcp or
- * __<r>_<n>.<tag>.distcp) or a temporary of a publication
- * (.metadata.tmp, .metadata.<...>.tmp). Never ".metadata" or the lock.
+ * __<r>_<n>.<tag>.distcp), a data file's temporary (a peer replica not
+ * yet renamed: <data file>.<pid>-<n>-<hex>.tmp) or a temporary of a
+ * publication (.metadata.tmp, .metadata.<...>.tmp). Never ".metadata" or
+ * the lock.
  */
 int dcp__leftover_name(const char *name);
 

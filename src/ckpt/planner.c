@@ -467,10 +467,23 @@ int dcp__planner_plan_global(const dcp_save_planner *p, const uint8_t *blobs,
 
 /* ----------------------------------------------------------------- load */
 
-static int add_load(struct pn_load *pl, size_t i, const struct st_entry *e,
+/* The key of the first entry of use before i that reads x's entry o
+ * (o's own key is the stored key, not the state's). */
+static const char *first_reader(const struct pn_load *pl, const dcp_state *use,
+                                size_t i, const struct st_entry *o)
+{
+    size_t j, xi = (size_t)(o - pl->x->e);
+    for (j = 0; j < i; j++)
+        if (pl->map[j] == xi)
+            return use->e[j].key;
+    return o->key;
+}
+
+static int add_load(struct pn_load *pl, const dcp_state *use, size_t i,
                     const char *key, struct dcp_err *err)
 {
     dcp_state *x = pl->x;
+    const struct st_entry *e = &use->e[i];
     const char *k = key ? key : e->key;
     struct st_entry *o = dcp__state_find(x, k);
     const char *name;
@@ -485,7 +498,7 @@ static int add_load(struct pn_load *pl, size_t i, const struct st_entry *e,
                             "load planner: keys '%s' and '%s' both read "
                             "stored key '%s' but differ in kind, dtype, "
                             "shape or memory",
-                            o->key, e->key, k);
+                            first_reader(pl, use, i, o), e->key, k);
         if (!e->is_tensor) {
             pl->map[i] = (size_t)(o - x->e);
             return DCP_OK;
@@ -528,7 +541,7 @@ int dcp__planner_load(const dcp_load_planner *p, int rank, int world,
         for (i = 0; rc == DCP_OK && i < use->n; i++) {
             pl->map[i] = SIZE_MAX;
             if (!d[i].skip)
-                rc = add_load(pl, i, &use->e[i], d[i].key, err);
+                rc = add_load(pl, use, i, d[i].key, err);
         }
         if (rc == DCP_OK)
             *out = pl->x;

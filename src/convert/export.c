@@ -591,6 +591,7 @@ static int export_safetensors(struct xp *xp, const char *out)
 {
     size_t i, nshards = 1, start;
     uint64_t cur = 0;
+    int rc;
     DCP_RETURN_IF(select_entries(xp, 0));
     for (i = 0; i < xp->nx; i++)
         if (!dcp__sf_dtype_name(xp->x[i].odt))
@@ -621,8 +622,10 @@ static int export_safetensors(struct xp *xp, const char *out)
         if (nshards > 1 && shard_name(out, i, nshards, &name) != DCP_OK)
             return dcp__err(xp->err, DCP_ENOMEM, "out of memory");
         xp->nout = i + 1;
-        DCP_RETURN_IF(ofile_create(xp, &xp->out[i], name ? name : out));
-        dcp__free(name);
+        rc = ofile_create(xp, &xp->out[i], name ? name : out);
+        dcp__free(name); /* copied (ofile_create), or the export failed */
+        if (rc != DCP_OK)
+            return rc;
         DCP_RETURN_IF(write_shard(xp, &xp->out[i], start, end));
         start = end;
     }

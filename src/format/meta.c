@@ -114,6 +114,7 @@ void dcp__meta_entry_release(const struct dcp_metadata *md,
             dcp__free(e->chunks);
     }
     dcp__free(e->bad);
+    dcp__free(e->unsup);
     for (j = 0; j < e->npath; j++)
         dcp__free(e->path[j].s);
     dcp__free(e->path);
@@ -130,6 +131,9 @@ void dcp__meta_free(struct dcp_metadata *md)
     for (i = 0; i < md->n; i++)
         dcp__meta_entry_release(md, &md->e[i]);
     dcp__free(md->e);
+    for (i = 0; i < md->nunsup; i++)
+        dcp__meta_entry_release(md, &md->unsup[i]);
+    dcp__free(md->unsup);
     for (i = 0; i < md->nfiles; i++)
         dcp__free(md->files[i]);
     dcp__free(md->files);
@@ -140,6 +144,34 @@ void dcp__meta_free(struct dcp_metadata *md)
     dcp__free(md->chunk_block);
     dcp__free(md->dir);
     dcp__free(md);
+}
+
+long dcp__meta_find_unsup(const struct dcp_metadata *md, const char *key)
+{
+    size_t lo = 0, hi = md ? md->nunsup : 0;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(md->unsup[mid].key, key);
+        if (c == 0)
+            return (long)mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -1;
+}
+
+int dcp__meta_unsup_err(const struct dcp_metadata *md, const char *key,
+                        struct dcp_err *err)
+{
+    long i = dcp__meta_find_unsup(md, key);
+    if (i < 0)
+        return DCP_OK;
+    return dcp__err(err, DCP_ENOTSUP,
+                    "key '%s': dtype torch.%s is not supported (the "
+                    "checkpoint's other keys load)",
+                    key, md->unsup[i].unsup);
 }
 
 /* ------------------------------------------------------- load planning */

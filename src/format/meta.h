@@ -70,6 +70,9 @@ struct md_entry {
      * error a read of it returns (owned), or NULL. */
     char *bad;
     int badrc;
+    /* A tensor of a dtype dcp cannot read (qint8, ...): torch's name of
+     * it (owned), dtype 0. Such entries live in md->unsup, never md->e. */
+    char *unsup;
 };
 
 struct dcp_metadata {
@@ -85,7 +88,21 @@ struct dcp_metadata {
      * plan's), freed with it instead of one by one. */
     struct md_chunk *chunk_block;
     char *dir;           /* set by dcp_metadata_open: where it was read */
+    /* Tensor entries of dtypes dcp cannot read (their unsup set), sorted
+     * by key, apart from e so that every reader of e sees a checkpoint
+     * without them; a load or read naming one is refused with
+     * DCP_ENOTSUP (dcp__meta_unsup_err). Their files stay in files. */
+    struct md_entry *unsup;
+    size_t nunsup;
 };
+
+/* The index in md->unsup of key, or -1. */
+long dcp__meta_find_unsup(const struct dcp_metadata *md, const char *key);
+
+/* DCP_ENOTSUP naming key and its dtype when key is one of md->unsup; else
+ * DCP_OK (err untouched). */
+int dcp__meta_unsup_err(const struct dcp_metadata *md, const char *key,
+                        struct dcp_err *err);
 
 /*
  * Decodes .metadata bytes. Validates: known classes only (allow-list),

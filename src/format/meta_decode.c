@@ -159,10 +159,13 @@ static int walk_props(struct walk *w, const char *key,
     if (!dt || dt->kind != PK_GLOBAL || strcmp(dt->u.g.module, "torch") != 0)
         return dcp__err(w->err, DCP_EFORMAT,
                         "metadata: '%s': missing or bad dtype", key);
-    if (dcp_dtype_from_name(dt->u.g.name, &e->dtype) != DCP_OK)
-        return dcp__err(w->err, DCP_ENOTSUP,
-                        "metadata: '%s': dtype torch.%s is not supported",
-                        key, dt->u.g.name);
+    /* A dtype dcp cannot read is refused for its key only (walk_root
+     * sets the entry apart): the checkpoint's other keys stay readable. */
+    if (dcp_dtype_from_name(dt->u.g.name, &e->dtype) != DCP_OK) {
+        e->dtype = (dcp_dtype)0;
+        if (!(e->unsup = dcp__strdup(dt->u.g.name)))
+            return DCP_ENOMEM;
+    }
     e->requires_grad = rg && rg->kind == PK_BOOL && rg->u.b;
     return DCP_OK;
 }
@@ -425,6 +428,28 @@ static int walk_path(struct walk *w, const struct pk_node *pd)
     return DCP_OK;
 }
 
+/* Moves the entries of unsupported dtypes from md->e to md->unsup, both
+ * staying sorted. */
+static int set_apart_unsup(struct dcp_metadata *md)
+{
+    size_t i, k = 0, nu = 0;
+    for (i = 0; i < md->n; i++)
+        nu += md->e[i].unsup != NULL;
+    if (!nu)
+        return DCP_OK;
+    md->unsup = dcp__calloc(nu, sizeof(*md->unsup));
+    if (!md->unsup)
+        return DCP_ENOMEM;
+    for (i = 0; i < md->n; i++) {
+        if (md->e[i].unsup)
+            md->unsup[md->nunsup++] = md->e[i];
+        else
+            md->e[k++] = md->e[i];
+    }
+    md->n = k;
+    return DCP_OK;
+}
+
 static int walk_root(struct walk *w, const struct pk_node *root)
 {
     const struct pk_node *sdm, *sd, *ver, *sm;
@@ -478,6 +503,9 @@ static int walk_root(struct walk *w, const struct pk_node *root)
                                 "entry",
                                 md->e[i].key, j);
     rc = walk_path(w, dcp__pk_obj_attr(root, "planner_data"));
+    if (rc != DCP_OK)
+        return rc;
+    rc = set_apart_unsup(md);
     if (rc != DCP_OK)
         return rc;
     ver = dcp__pk_obj_attr(root, "version");

@@ -1186,8 +1186,11 @@ static int fail_msg(struct dcp__s3 *s3, struct req *r, int code,
                         "and the bucket's policy (%s)",
                         s3->bucket, r->key ? r->key : "", why);
     }
-    return dcp__err(err, code, "s3://%s/%s: %s %s after %d attempt%s",
-                    s3->bucket, r->key ? r->key : "", r->method, why,
+    /* A request of the bucket (a listing) is named by its query. */
+    return dcp__err(err, code, "s3://%s/%s%s%.200s: %s %s after %d attempt%s",
+                    s3->bucket, r->key ? r->key : "",
+                    !r->key && r->query && r->query[0] ? "?" : "",
+                    !r->key && r->query ? r->query : "", r->method, why,
                     r->attempts, r->attempts == 1 ? "" : "s");
 }
 
@@ -1772,13 +1775,137 @@ int dcp__s3_list(struct dcp__s3 *s3, const char *prefix, size_t max_keys,
     return dcp__s3_list_delim(s3, prefix, 0, max_keys, fn, ud, err);
 }
 
+/*
+ * The answers of the listings are hostile input like any other: a body cut
+ * short (before its first entry too) must not read as fewer keys, a page
+ * served again must not loop. An answer x[0..xl) must be one whole
+ * document of its root element ("<root" first, "</root>" last, an XML
+ * declaration and whitespace around only); a listing page must also say
+ * IsTruncated, "true" or "false" (list_doc: *trunc 1 or 0).
+ */
+static int list_doc_root(const char *x, size_t xl, const char *root)
+{
+    char open[48], close[48];
+    size_t a = 0, b = xl, ol, cl;
+    (void)snprintf(open, sizeof(open), "<%s", root);
+    (void)snprintf(close, sizeof(close), "</%s>", root);
+    ol = strlen(open);
+    cl = strlen(close);
+    /* (S3 may send spaces before a completion's answer to keep the
+     * connection alive.) */
+    while (a < b && isspace((unsigned char)x[a]))
+        a++;
+    if (b - a >= 5 && !memcmp(x + a, "<?xml", 5)) {
+        const char *e = find_mem(x + a, b - a, "?>", 2);
+        if (!e)
+            return -1;
+        a = (size_t)(e - x) + 2;
+    }
+    while (a < b && isspace((unsigned char)x[a]))
+        a++;
+    while (b > a && isspace((unsigned char)x[b - 1]))
+        b--;
+    if (b - a < ol + cl || memcmp(x + a, open, ol) != 0 ||
+        (x[a + ol] != '>' && x[a + ol] != ' ') ||
+        memcmp(x + b - cl, close, cl) != 0)
+        return -1;
+    return 0;
+}
+
+static int list_doc(const char *x, size_t xl, const char *root, int *trunc)
+{
+    char t[8];
+    size_t p = 0;
+    if (list_doc_root(x, xl, root) != 0)
+        return -1;
+    if (xml_next(x, xl, &p, "IsTruncated", t, sizeof(t)) != 1)
+        return -1;
+    if (strcmp(t, "true") && strcmp(t, "false"))
+        return -1;
+    *trunc = t[0] == 't';
+    return 0;
+}
+
+/* One listing in progress (dcp__s3_list_delim, dcp__s3_list_uploads). */
+struct lst {
+    struct dcp__s3 *s3;
+    const char *prefix; /* as asked, not encoded */
+    size_t plen, max, n;
+    int delim, page;
+    char *key;  /* the entry being read */
+    char *last; /* the previous key (Contents, Upload) */
+    char *lastp; /* the previous common prefix */
+    char *tok;   /* the continuation token (or key marker) sent, decoded */
+};
+
+#define LST_KEY 4200 /* a key's decoded bytes, with its NUL */
+
+static int lst_init(struct lst *l, struct dcp__s3 *s3, const char *prefix,
+                    int delim, size_t max)
+{
+    memset(l, 0, sizeof(*l));
+    l->s3 = s3;
+    l->prefix = prefix ? prefix : "";
+    l->plen = strlen(l->prefix);
+    l->delim = delim;
+    l->max = max;
+    l->key = dcp__malloc(4 * LST_KEY);
+    if (!l->key)
+        return DCP_ENOMEM;
+    l->last = l->key + LST_KEY;
+    l->lastp = l->last + LST_KEY;
+    l->tok = l->lastp + LST_KEY;
+    l->last[0] = l->lastp[0] = l->tok[0] = '\0';
+    return DCP_OK;
+}
+
+/*
+ * Whether l->key may be the next entry of its kind (pfx: a common prefix):
+ * under the prefix asked for; delimited, a key with no '/' after it, a
+ * common prefix ending at its first '/'; after the previous entry (S3
+ * lists in UTF-8 binary order, which strcmp is: an entry again or out of
+ * order is a page served twice). Uploads (ordered 0) are not checked for
+ * order: S3 sorts them, moto does not; their markers must change instead.
+ */
+static int lst_entry_ok(struct lst *l, int pfx, int ordered)
+{
+    size_t kl = strlen(l->key);
+    char *last = pfx ? l->lastp : l->last;
+    const char *slash;
+    int c;
+    if (kl < l->plen || memcmp(l->key, l->prefix, l->plen) != 0)
+        return 0;
+    slash = memchr(l->key + l->plen, '/', kl - l->plen);
+    if (l->delim && (pfx ? slash != l->key + kl - 1 : slash != NULL))
+        return 0;
+    c = last[0] ? strcmp(l->key, last) : 1;
+    if (ordered && c <= 0)
+        return 0;
+    memcpy(last, l->key, kl + 1);
+    return 1;
+}
+
+static int lst_bad(struct lst *l, struct dcp_err *err, const char *what)
+{
+    return dcp__err(err, DCP_EFORMAT,
+                    "s3://%s/%s: listing page %d refused: %s", l->s3->bucket,
+                    l->prefix, l->page + 1, what);
+}
+
+static int lst_count(struct lst *l, struct dcp_err *err)
+{
+    if (++l->n > l->max)
+        return dcp__err(err, DCP_ELIMIT,
+                        "s3://%s/%s: more than %zu keys under the prefix",
+                        l->s3->bucket, l->prefix, l->max);
+    return DCP_OK;
+}
+
 /* The <CommonPrefixes><Prefix>p</Prefix></CommonPrefixes> of a delimited
- * listing page x[0..xl), each through fn(p, -1, ud); *n counts them
- * against max_keys, *got the page's. */
-static int list_prefixes(struct dcp__s3 *s3, const char *x, size_t xl,
-                         const char *prefix, size_t max_keys, size_t *n,
-                         size_t *got, dcp__s3_list_fn fn, void *ud,
-                         char *key, struct dcp_err *err)
+ * listing page x[0..xl), each through fn(p, -1, ud); *got counts the
+ * page's entries. */
+static int list_prefixes(struct lst *l, const char *x, size_t xl, size_t *got,
+                         dcp__s3_list_fn fn, void *ud, struct dcp_err *err)
 {
     size_t pos = 0;
     for (;;) {
@@ -1791,40 +1918,106 @@ static int list_prefixes(struct dcp__s3 *s3, const char *x, size_t xl,
         cpos = (size_t)(c - x);
         e = find_mem(c, xl - cpos, "</CommonPrefixes>", 17);
         p2 = cpos;
-        if (!e || xml_next(x, (size_t)(e - x), &p2, "Prefix", key, 4200) != 1)
-            return dcp__err(err, DCP_EFORMAT,
-                            "s3://%s: malformed common prefix in a listing",
-                            s3->bucket);
-        if (++*n > max_keys)
-            return dcp__err(err, DCP_ELIMIT,
-                            "s3://%s/%s: more than %zu keys under the prefix",
-                            s3->bucket, prefix ? prefix : "", max_keys);
+        if (!e ||
+            xml_next(x, (size_t)(e - x), &p2, "Prefix", l->key, LST_KEY) != 1)
+            return lst_bad(l, err, "malformed common prefix");
+        if (!lst_entry_ok(l, 1, 1))
+            return lst_bad(l, err, "common prefix outside the prefix, "
+                                   "repeated or out of order");
+        DCP_RETURN_IF(lst_count(l, err));
         ++*got;
-        if ((u = fn(key, -1, ud)) != 0)
+        if ((u = fn(l->key, -1, ud)) != 0)
             return u;
         pos = (size_t)(e - x) + 17;
     }
+}
+
+/* The <Contents> entries of a listing page x[0..xl), each through
+ * fn(key, size, ud); *got counts them. */
+static int list_contents(struct lst *l, const char *x, size_t xl, size_t *got,
+                         dcp__s3_list_fn fn, void *ud, struct dcp_err *err)
+{
+    size_t pos = 0;
+    for (;;) {
+        const char *c = find_mem(x + pos, xl - pos, "<Contents>", 10), *e;
+        size_t cpos, cend, p2;
+        char sz[32], *ep;
+        long long size = -1;
+        int u;
+        if (!c)
+            return DCP_OK;
+        cpos = (size_t)(c - x);
+        e = find_mem(c, xl - cpos, "</Contents>", 11);
+        if (!e)
+            return lst_bad(l, err, "malformed entry");
+        cend = (size_t)(e - x);
+        p2 = cpos;
+        if (xml_next(x, cend, &p2, "Key", l->key, LST_KEY) != 1)
+            return lst_bad(l, err, "entry without a valid Key");
+        p2 = cpos;
+        if (xml_next(x, cend, &p2, "Size", sz, sizeof(sz)) == 1) {
+            errno = 0;
+            size = strtoll(sz, &ep, 10);
+            if (*ep || errno || !sz[0] || size < 0)
+                size = -1;
+        }
+        if (size < 0)
+            return dcp__err(err, DCP_EFORMAT,
+                            "s3://%s/%s: listing entry with a bad Size",
+                            l->s3->bucket, l->key);
+        if (!lst_entry_ok(l, 0, 1))
+            return lst_bad(l, err, "key outside the prefix, repeated or out "
+                                   "of order");
+        DCP_RETURN_IF(lst_count(l, err));
+        ++*got;
+        if ((u = fn(l->key, (int64_t)size, ud)) != 0)
+            return u;
+        pos = cend + 11;
+    }
+}
+
+/*
+ * The continuation of a page that said IsTruncated true: a token (tag)
+ * that is there, is not the one just sent, after a page that had entries,
+ * within a million pages -- else the listing could go round for ever.
+ * The token goes into l->tok and, encoded, *enc.
+ */
+static int lst_next(struct lst *l, const char *x, size_t xl, const char *tag,
+                    size_t got, char **enc, struct dcp_err *err)
+{
+    char next[2048];
+    size_t p = 0;
+    if (xml_next(x, xl, &p, tag, next, sizeof(next)) != 1 || !next[0])
+        return lst_bad(l, err, "truncated without a valid continuation");
+    if (!strcmp(next, l->tok))
+        return lst_bad(l, err, "the continuation sent came back");
+    if (got == 0 || l->page >= 1000000)
+        return lst_bad(l, err, "truncated without entries");
+    memcpy(l->tok, next, strlen(next) + 1);
+    if (!(*enc = enc_dup(next)))
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    return DCP_OK;
 }
 
 int dcp__s3_list_delim(struct dcp__s3 *s3, const char *prefix, int delim,
                        size_t max_keys, dcp__s3_list_fn fn, void *ud,
                        struct dcp_err *err)
 {
-    size_t nk = 0;
+    struct lst l;
     char *token = NULL, *pfx = enc_dup(prefix ? prefix : "");
-    if (!pfx)
+    int rc = pfx ? lst_init(&l, s3, prefix, delim, max_keys) : DCP_ENOMEM;
+    if (rc != DCP_OK) {
+        dcp__free(pfx);
         return dcp__err(err, DCP_ENOMEM, "out of memory");
-    int rc = DCP_OK;
-    char *key = dcp__malloc(4200);
-    if (!key)
-        rc = dcp__err(err, DCP_ENOMEM, "out of memory");
-    for (int page = 0; rc == DCP_OK; page++) {
+    }
+    for (; rc == DCP_OK; l.page++) {
         struct req r = {.method = "GET", .kind = RQ_PLAIN};
         /* Query parameters in byte order (SigV4's canonical query). */
         const char *dl = delim ? "delimiter=%2F&" : "";
         /* No more keys than could still be taken, and one beyond (the
          * DCP_ELIMIT check): a bucket check lists 2, not 1000. */
-        size_t rem = max_keys - nk, pg = rem >= 999 ? 1000 : rem + 1;
+        size_t rem = max_keys - l.n, pg = rem >= 999 ? 1000 : rem + 1, got = 0;
+        int trunc = 0;
         if (token)
             rc = set_query(&r,
                            "continuation-token=%s&%slist-type=2&max-keys=%zu"
@@ -1833,123 +2026,117 @@ int dcp__s3_list_delim(struct dcp__s3 *s3, const char *prefix, int delim,
         else
             rc = set_query(&r, "%slist-type=2&max-keys=%zu&prefix=%s", dl, pg,
                            pfx);
-        if (rc) {
-            rc = dcp__err(err, rc, "s3://%s/%s: list query too long",
-                          s3->bucket, prefix ? prefix : "");
-            req_release(&r);
-            break;
-        }
-        rc = one(s3, &r, err);
-        if (rc != DCP_OK) {
-            req_release(&r);
-            break;
-        }
-        const char *x = (const char *)r.resp.p;
-        size_t xl = r.resp.len, pos = 0, got = 0;
-        for (;;) {
-            size_t cpos = pos, cend;
-            char dummy[2];
-            (void)dummy;
-            /* one <Contents> ... </Contents> at a time */
-            const char *c = NULL;
-            for (size_t i = pos; i + 10 <= xl; i++)
-                if (!memcmp(x + i, "<Contents>", 10)) {
-                    c = x + i;
-                    break;
-                }
-            if (!c)
-                break;
-            cpos = (size_t)(c - x);
-            const char *e = find_mem(c, xl - cpos, "</Contents>", 11);
-            if (!e) {
-                rc = dcp__err(err, DCP_EFORMAT, "s3://%s: malformed listing",
-                              s3->bucket);
-                break;
-            }
-            cend = (size_t)(e - x);
-            size_t p2 = cpos;
-            char sz[32];
-            if (xml_next(x, cend, &p2, "Key", key, 4200) != 1) {
-                rc = dcp__err(err, DCP_EFORMAT,
-                              "s3://%s: listing entry without a valid Key",
-                              s3->bucket);
-                break;
-            }
-            p2 = cpos;
-            char *ep;
-            long long size = -1;
-            if (xml_next(x, cend, &p2, "Size", sz, sizeof(sz)) == 1) {
-                errno = 0;
-                size = strtoll(sz, &ep, 10);
-                if (*ep || errno || size < 0)
-                    size = -1;
-            }
-            if (size < 0) {
-                rc = dcp__err(err, DCP_EFORMAT,
-                              "s3://%s/%s: listing entry with a bad Size",
-                              s3->bucket, key);
-                break;
-            }
-            if (++nk > max_keys) {
-                rc = dcp__err(err, DCP_ELIMIT,
-                              "s3://%s/%s: more than %zu keys under the "
-                              "prefix",
-                              s3->bucket, prefix ? prefix : "", max_keys);
-                break;
-            }
-            got++;
-            int u = fn(key, (int64_t)size, ud);
-            if (u != 0) {
-                rc = u;
-                break;
-            }
-            pos = cend + 11;
-        }
-        char trunc[8] = "", next[2048];
-        size_t p3 = 0;
-        if (rc == DCP_OK && delim)
-            rc = list_prefixes(s3, x, xl, prefix, max_keys, &nk, &got, fn, ud,
-                               key, err);
-        if (rc == DCP_OK)
-            xml_next(x, xl, &p3, "IsTruncated", trunc, sizeof(trunc));
         dcp__free(token);
         token = NULL;
-        if (rc == DCP_OK && strcmp(trunc, "true") == 0) {
-            p3 = 0;
-            if (xml_next(x, xl, &p3, "NextContinuationToken", next,
-                         sizeof(next)) != 1 ||
-                got == 0 || page > 1000000) {
-                rc = dcp__err(err, DCP_EFORMAT,
-                              "s3://%s: truncated listing without a valid "
-                              "continuation token",
-                              s3->bucket);
-            } else if (!(token = enc_dup(next))) {
-                rc = dcp__err(err, DCP_ENOMEM, "out of memory");
-            }
-        }
+        if (rc)
+            rc = dcp__err(err, rc, "s3://%s/%s: list query too long",
+                          s3->bucket, l.prefix);
+        if (rc == DCP_OK)
+            rc = one(s3, &r, err);
+        if (rc == DCP_OK &&
+            list_doc((const char *)r.resp.p, r.resp.len, "ListBucketResult",
+                     &trunc) != 0)
+            rc = lst_bad(&l, err, "not one whole ListBucketResult with "
+                                  "IsTruncated true or false");
+        if (rc == DCP_OK)
+            rc = list_contents(&l, (const char *)r.resp.p, r.resp.len, &got,
+                               fn, ud, err);
+        if (rc == DCP_OK && delim)
+            rc = list_prefixes(&l, (const char *)r.resp.p, r.resp.len, &got,
+                               fn, ud, err);
+        if (rc == DCP_OK && trunc)
+            rc = lst_next(&l, (const char *)r.resp.p, r.resp.len,
+                          "NextContinuationToken", got, &token, err);
         req_release(&r);
         if (!token)
             break;
     }
     dcp__free(token);
     dcp__free(pfx);
-    dcp__free(key);
+    dcp__free(l.key);
     return rc;
+}
+
+/* The <Upload> entries of an upload listing page x[0..xl), each through
+ * fn(key, upid, ud); *got counts them. */
+static int upload_entries(struct lst *l, const char *x, size_t xl,
+                          size_t *got, dcp__s3_upload_fn fn, void *ud,
+                          struct dcp_err *err)
+{
+    size_t pos = 0;
+    for (;;) {
+        const char *c = find_mem(x + pos, xl - pos, "<Upload>", 8), *e;
+        size_t cpos, cend, p2;
+        char upid[DCP__S3_UPID_MAX];
+        int u;
+        if (!c)
+            return DCP_OK;
+        cpos = (size_t)(c - x);
+        e = find_mem(c, xl - cpos, "</Upload>", 9);
+        if (!e)
+            return lst_bad(l, err, "malformed upload entry");
+        cend = (size_t)(e - x);
+        p2 = cpos;
+        if (xml_next(x, cend, &p2, "Key", l->key, LST_KEY) != 1 ||
+            (p2 = cpos, xml_next(x, cend, &p2, "UploadId", upid,
+                                 sizeof(upid)) != 1) ||
+            !upid[0])
+            return lst_bad(l, err,
+                           "upload entry without a valid Key or UploadId");
+        if (!lst_entry_ok(l, 0, 0))
+            return lst_bad(l, err, "upload of a key outside the prefix");
+        if (++l->n > l->max)
+            return dcp__err(err, DCP_ELIMIT,
+                            "s3://%s/%s: more than %zu uploads under the "
+                            "prefix",
+                            l->s3->bucket, l->prefix, l->max);
+        ++*got;
+        if ((u = fn(l->key, upid, ud)) != 0)
+            return u;
+        pos = cend + 9;
+    }
+}
+
+/* The markers of a truncated upload listing page: both there, not the
+ * pair just sent (l->tok holds "key\nupid"), encoded in *km and *um. */
+static int upload_next(struct lst *l, const char *x, size_t xl, size_t got,
+                       char **km, char **um, struct dcp_err *err)
+{
+    char nk[2048], nu[DCP__S3_UPID_MAX], both[sizeof(nk) + sizeof(nu)];
+    size_t p3 = 0, p4 = 0;
+    if (xml_next(x, xl, &p3, "NextKeyMarker", nk, sizeof(nk)) != 1 ||
+        xml_next(x, xl, &p4, "NextUploadIdMarker", nu, sizeof(nu)) != 1 ||
+        !nk[0])
+        return lst_bad(l, err, "truncated upload listing without valid "
+                               "markers");
+    (void)snprintf(both, sizeof(both), "%s\n%s", nk, nu);
+    if (!strcmp(both, l->tok))
+        return lst_bad(l, err, "the markers sent came back");
+    if (got == 0 || l->page >= 100000)
+        return lst_bad(l, err, "truncated without entries");
+    if (strlen(both) >= LST_KEY)
+        return lst_bad(l, err, "markers too long");
+    memcpy(l->tok, both, strlen(both) + 1);
+    if (!(*km = enc_dup(nk)) || !(*um = enc_dup(nu)))
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    return DCP_OK;
 }
 
 int dcp__s3_list_uploads(struct dcp__s3 *s3, const char *prefix,
                          size_t max, dcp__s3_upload_fn fn, void *ud,
                          struct dcp_err *err)
 {
+    struct lst l;
     char *pfx = enc_dup(prefix ? prefix : ""), *kmark = NULL, *umark = NULL;
-    char *key = dcp__malloc(4200);
-    size_t n = 0;
-    int rc = pfx && key ? DCP_OK : dcp__err(err, DCP_ENOMEM, "out of memory");
-    for (int page = 0; rc == DCP_OK; page++) {
+    int rc = pfx ? lst_init(&l, s3, prefix, 0, max) : DCP_ENOMEM;
+    if (rc != DCP_OK) {
+        dcp__free(pfx);
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    }
+    for (; rc == DCP_OK; l.page++) {
         struct req r = {.method = "GET", .kind = RQ_PLAIN};
-        const char *x;
-        size_t xl, pos = 0, got = 0;
-        char trunc[8] = "", nk[2048], nu[DCP__S3_UPID_MAX];
+        size_t got = 0;
+        int trunc = 0;
         if (kmark)
             rc = set_query(&r,
                            "key-marker=%s&prefix=%s&upload-id-marker=%s"
@@ -1960,67 +2147,21 @@ int dcp__s3_list_uploads(struct dcp__s3 *s3, const char *prefix,
         dcp__free(kmark);
         dcp__free(umark);
         kmark = umark = NULL;
-        if (rc) {
+        if (rc)
             rc = dcp__err(err, rc, "s3://%s: prefix too long", s3->bucket);
-            req_release(&r);
-            break;
-        }
-        rc = one(s3, &r, err);
-        x = (const char *)r.resp.p;
-        xl = r.resp.len;
-        while (rc == DCP_OK) {
-            const char *c = find_mem(x + pos, xl - pos, "<Upload>", 8), *e;
-            size_t cpos, cend, p2;
-            char upid[DCP__S3_UPID_MAX];
-            if (!c)
-                break;
-            cpos = (size_t)(c - x);
-            e = find_mem(c, xl - cpos, "</Upload>", 9);
-            if (!e) {
-                rc = dcp__err(err, DCP_EFORMAT,
-                              "s3://%s: malformed upload listing",
-                              s3->bucket);
-                break;
-            }
-            cend = (size_t)(e - x);
-            p2 = cpos;
-            if (xml_next(x, cend, &p2, "Key", key, 4200) != 1 ||
-                (p2 = cpos, xml_next(x, cend, &p2, "UploadId", upid,
-                                     sizeof(upid)) != 1)) {
-                rc = dcp__err(err, DCP_EFORMAT,
-                              "s3://%s: upload listing entry without a "
-                              "valid Key or UploadId",
-                              s3->bucket);
-                break;
-            }
-            if (++n > max) {
-                rc = dcp__err(err, DCP_ELIMIT,
-                              "s3://%s/%s: more than %zu uploads under the "
-                              "prefix",
-                              s3->bucket, prefix ? prefix : "", max);
-                break;
-            }
-            got++;
-            rc = fn(key, upid, ud);
-            pos = cend + 9;
-        }
-        if (rc == DCP_OK) {
-            size_t p3 = 0;
-            xml_next(x, xl, &p3, "IsTruncated", trunc, sizeof(trunc));
-        }
-        if (rc == DCP_OK && !strcmp(trunc, "true")) {
-            size_t p3 = 0, p4 = 0;
-            if (xml_next(x, xl, &p3, "NextKeyMarker", nk, sizeof(nk)) != 1 ||
-                xml_next(x, xl, &p4, "NextUploadIdMarker", nu, sizeof(nu)) !=
-                    1 ||
-                got == 0 || page > 100000)
-                rc = dcp__err(err, DCP_EFORMAT,
-                              "s3://%s: truncated upload listing without "
-                              "valid markers",
-                              s3->bucket);
-            else if (!(kmark = enc_dup(nk)) || !(umark = enc_dup(nu)))
-                rc = dcp__err(err, DCP_ENOMEM, "out of memory");
-        }
+        if (rc == DCP_OK)
+            rc = one(s3, &r, err);
+        if (rc == DCP_OK &&
+            list_doc((const char *)r.resp.p, r.resp.len,
+                     "ListMultipartUploadsResult", &trunc) != 0)
+            rc = lst_bad(&l, err, "not one whole ListMultipartUploadsResult "
+                                  "with IsTruncated true or false");
+        if (rc == DCP_OK)
+            rc = upload_entries(&l, (const char *)r.resp.p, r.resp.len, &got,
+                                fn, ud, err);
+        if (rc == DCP_OK && trunc)
+            rc = upload_next(&l, (const char *)r.resp.p, r.resp.len, got,
+                             &kmark, &umark, err);
         req_release(&r);
         if (!kmark)
             break;
@@ -2028,7 +2169,7 @@ int dcp__s3_list_uploads(struct dcp__s3 *s3, const char *prefix,
     dcp__free(kmark);
     dcp__free(umark);
     dcp__free(pfx);
-    dcp__free(key);
+    dcp__free(l.key);
     return rc;
 }
 
@@ -2173,6 +2314,16 @@ int dcp__s3_mpu_complete(struct dcp__s3 *s3, const char *key, const char *upid,
     else
         rc = dcp__err(err, rc, "s3://%s/%s: cannot complete upload", s3->bucket,
                       key);
+    /* A 200 whose body is neither an <Error> (judge) nor the whole result
+     * (a body cut short, a proxy's page): the object's state is unknown,
+     * which the caller must not take for a completed upload. */
+    if (rc == DCP_OK &&
+        list_doc_root((const char *)f.resp.p, f.resp.len,
+                      "CompleteMultipartUploadResult") != 0)
+        rc = dcp__err(err, DCP_EFORMAT,
+                      "s3://%s/%s: CompleteMultipartUpload answered 200 "
+                      "without a whole CompleteMultipartUploadResult",
+                      s3->bucket, key);
     req_release(&f);
     dcp__buf_free(&xml);
     return rc;

@@ -184,7 +184,12 @@ static int entry_status(dcp_ctx *ctx, int rootfd, const char *root,
         e->status = DCP_MANAGER_COMPLETE;
     } else if (rc == DCP_ENOENT) {
         e->status = DCP_MANAGER_INCOMPLETE;
-    } else if (rc == DCP_ENOMEM) {
+    } else if (rc == DCP_ENOMEM ||
+               (rootfd < 0 && (rc == DCP_EIO || rc == DCP_ETIMEOUT ||
+                               rc == DCP_EINVAL))) {
+        /* An object store that did not answer (or refused) says nothing
+         * about the step: marked corrupt it would make an older step the
+         * latest and be skipped by retention's count. */
         return rc;
     } else {
         e->status = DCP_MANAGER_CORRUPT;
@@ -229,6 +234,11 @@ static int s3_steps(dcp_ctx *ctx, const char *root, const char *prefix,
             cnt++;
     }
     dcp__free(ent);
+    /* No bucket is no listing, not an empty root: DCP_ENOENT stays the
+     * answer of a root without checkpoints only (dcp_manager_latest's
+     * callers start afresh on it). */
+    if (rc == DCP_ENOENT)
+        rc = DCP_EIO;
     if (rc != DCP_OK && rc != DCP_ENOMEM && rc != DCP_ELIMIT)
         (void)dcp__err_prefix(&ctx->err, "cannot list checkpoint root \"%s\"",
                               root);
@@ -361,14 +371,17 @@ int dcp_manager_list(dcp_ctx *ctx, const char *root,
 /* ---------------------------------------------------------------------- */
 
 /* A file a checkpoint directory may hold: .metadata, its temporaries
- * (.metadata.*), data files (*.distcp, tagged or not), the one-writer lock
- * (.lock, which the removal holds itself, and .lock.*: lock.h). */
+ * (.metadata.*), data files (*.distcp, tagged or not) and their
+ * temporaries (a killed peer replication's: dcp__leftover_name), the
+ * one-writer lock (.lock, which the removal holds itself, and .lock.*:
+ * lock.h). */
 static int checkpoint_file(const char *name)
 {
     size_t n = strlen(name);
     return !strcmp(name, ".metadata") || !strncmp(name, ".metadata.", 10) ||
            !strcmp(name, DCP__LOCK_NAME) || !strncmp(name, ".lock.", 6) ||
-           (n > 7 && !strcmp(name + n - 7, ".distcp"));
+           (n > 7 && !strcmp(name + n - 7, ".distcp")) ||
+           dcp__leftover_name(name);
 }
 
 /* The test hook: called before each change a removal makes. */
@@ -951,6 +964,16 @@ static int find_latest(dcp_manager *m, int64_t *step)
         rc = dcp__comm_bcast(ctx->comm, &best, sizeof best, 0, &ctx->err);
     *step = best;
     return rc;
+}
+
+int dcp_manager_path(const dcp_manager *m, int64_t step, char **out)
+{
+    if (out)
+        *out = NULL;
+    if (!m || !out || step < 0)
+        return DCP_EINVAL;
+    *out = step_path(m->root, m->prefix, m->suffix, step);
+    return *out ? DCP_OK : DCP_ENOMEM;
 }
 
 int dcp_manager_latest(dcp_manager *m, int64_t *step)

@@ -383,7 +383,20 @@ static int remember(struct chk *c, const char *key)
 
 static int missing(struct chk *c, const char *key)
 {
-    int rc = dcp__buf_put(c->miss, key, strlen(key) + 1);
+    /* A key of a dtype dcp cannot read is refused, never missing. */
+    size_t i, nu = dcp_metadata_unsupported_count(c->md);
+    int rc;
+    for (i = 0; i < nu; i++) {
+        dcp_entry_info e;
+        const char *dt = "?";
+        if (dcp_metadata_unsupported(c->md, i, &e, &dt) == DCP_OK &&
+            !strcmp(e.key, key))
+            return dcp__err(&c->ctx->err, DCP_ENOTSUP,
+                            "key '%s': dtype torch.%s is not supported (the "
+                            "checkpoint's other keys load)",
+                            key, dt);
+    }
+    rc = dcp__buf_put(c->miss, key, strlen(key) + 1);
     (*c->nmiss)++;
     return rc;
 }

@@ -29,6 +29,7 @@
  */
 #include "tier.h"
 
+#include <dirent.h> /* opendir, fdopendir: the node's step directories */
 #include <errno.h>
 #include <fcntl.h> /* open, O_NOFOLLOW */
 #include <inttypes.h>
@@ -153,10 +154,28 @@ static int agree(dcp_tier *t, int rc)
 
 /* A failure on c (dcp_save, dcp_load, the manager's removal) onto the
  * user's context. */
+/* c's failure as t's, the virtual tier-0 root of its paths ("@tier0/")
+ * replaced by this node's tier-0 directory, which the user knows. */
 static int from_ctx(dcp_tier *t, dcp_ctx *c, int rc)
 {
-    if (rc != DCP_OK && c != t->ctx)
+    char msg[DCP_ERRMSG_MAX];
+    const char *m, *v;
+    size_t o = 0, vl = strlen(VROOT "/");
+    if (rc == DCP_OK || c == t->ctx)
+        return rc;
+    if (!t->fs.roots || !t->fs.roots[0]) {
         dcp__err(&t->ctx->err, rc, "%s", dcp_errmsg(c));
+        return rc;
+    }
+    for (m = dcp_errmsg(c); (v = strstr(m, VROOT "/")) && o < sizeof msg;
+         m = v + vl) {
+        int k = snprintf(msg + o, sizeof msg - o, "%.*s%s/", (int)(v - m), m,
+                         t->fs.roots[0]);
+        o += k > 0 ? (size_t)k : 0;
+    }
+    if (o < sizeof msg)
+        (void)snprintf(msg + o, sizeof msg - o, "%s", m);
+    dcp__err(&t->ctx->err, rc, "%s", msg);
     return rc;
 }
 
@@ -870,11 +889,55 @@ static int post0(dcp_tier *t, int64_t step)
     return rc;
 }
 
+/*
+ * The temporaries a killed peer replication or restore copy left in this
+ * node's step directories ("<data file>.<pid>-<n>-<hex>.tmp",
+ * dcp__leftover_name), removed by the node's leader before a save. None of
+ * this stack's is being written then: replication and restore copies run
+ * on the caller's thread inside a collective call, and the drain thread
+ * only reads data files and removes whole steps. Best effort: what stays
+ * goes with its step (retention) or with dcp_clean.
+ */
+static void sweep_tmp(const dcp_tier *t)
+{
+    DIR *d = opendir(t->fs.roots[0]);
+    struct dirent *de;
+    if (!d)
+        return;
+    while ((de = readdir(d)) != NULL) {
+        int fd;
+        DIR *s;
+        struct dirent *fe;
+        if (strncmp(de->d_name, PREFIX, strlen(PREFIX)) != 0)
+            continue;
+        fd = openat(dirfd(d), de->d_name,
+                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        s = fdopendir(fd);
+        if (!s) {
+            close(fd);
+            continue;
+        }
+        while ((fe = readdir(s)) != NULL) {
+            size_t n = strlen(fe->d_name);
+            if (n > 4 && !strcmp(fe->d_name + n - 4, ".tmp") &&
+                strstr(fe->d_name, ".distcp.") &&
+                dcp__leftover_name(fe->d_name))
+                (void)unlinkat(dirfd(s), fe->d_name, 0);
+        }
+        closedir(s);
+    }
+    closedir(d);
+}
+
 /* One step into tier 0: synchronous (committed, post0 done) or, with
  * tier0_async, staged (t->req pending). */
 static int save0(dcp_tier *t, const dcp_state *st, int64_t step)
 {
     char name[40], vpath[64];
+    if (t->leader)
+        sweep_tmp(t);
     step_name(name, sizeof name, step);
     snprintf(vpath, sizeof vpath, VROOT "/%s", name);
     struct dcp_err *err = &t->ctx->err;

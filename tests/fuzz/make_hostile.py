@@ -369,7 +369,8 @@ def metadata_cases():
     md = copy.deepcopy(MD)
     md.state_dict_metadata["w"].properties.dtype = torch.qint8
     add("md-unsupported-dtype", "DCP_ENOTSUP",
-        "dtype qint8 (not supported: named, not guessed)", md)
+        "dtype qint8 (not supported: named, not guessed; refused for its key "
+        "only)", md)
 
     md = copy.deepcopy(MD)
     del md.storage_data[index(md, "w")]

@@ -31,7 +31,9 @@
  *   interop_state loadbox DIR KEY OFFS SIZES OUTFILE
  *       dcp_load with DCP_LOAD_PARTIAL of one box of one tensor (the
  *       checkpoint may hold other keys; the load report must list no missing
- *       key and every other key as unexpected); writes the raw bytes.
+ *       key and every other key as unexpected); writes the raw bytes. A KEY
+ *       of a dtype dcp cannot read (dcp_metadata_unsupported) is asked for
+ *       as int8 (dcp_load refuses it).
  *   interop_state readbox DIR KEY OFFS SIZES OUTFILE
  *       The same box through dcp_metadata_read_box (CRC verified).
  *   OFFS and SIZES are comma-separated integers ("2,0"), "-" for a 0-d
@@ -1869,11 +1871,24 @@ static int cmd_box(int use_load, const char *dir, const char *key,
         goto out;
     }
     idx = dcp_metadata_find(md, key);
-    if (idx < 0) {
+    if (idx < 0 && use_load) {
+        /* A key of a dtype dcp cannot read (dcp_metadata_unsupported):
+         * asked for as int8 bytes, which dcp_load must refuse by name. */
+        size_t i, nu = dcp_metadata_unsupported_count(md);
+        for (i = 0; i < nu; i++)
+            if (dcp_metadata_unsupported(md, i, &info, NULL) == DCP_OK &&
+                !strcmp(info.key, key))
+                break;
+        if (i < nu)
+            info.dtype = DCP_I8;
+        else
+            idx = -2;
+    }
+    if (idx == -2 || (idx < 0 && !use_load)) {
         fail("no key '%s' in %s", key, dir);
         goto out;
     }
-    rc = dcp_metadata_entry(md, (size_t)idx, &info);
+    rc = idx >= 0 ? dcp_metadata_entry(md, (size_t)idx, &info) : DCP_OK;
     if (rc != DCP_OK) {
         fail_ctx(ctx, "dcp_metadata_entry", rc);
         goto out;

@@ -76,6 +76,8 @@
 #include <dcp/dcp_tier.h>
 
 #include <mpi.h>
+#include <dirent.h>
+#include <errno.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -257,6 +259,27 @@ static void test_errors(void)
     int64_t ds = 7;
     CHECK_OK(ctx, dcp_tier_drain_wait(t, &ds));
     CHECK(ds == -1);
+    /* A tier-0 failure names the node's directory, not the virtual root
+     * the tier-0 context saves to ("@tier0/step-9"). */
+    {
+        char blk[800];
+        snprintf(blk, sizeof blk, "%s/step-9/__0_0.distcp", e0);
+        if (mt_rank == 0)
+            CHECK(mkdir(e0, 0755) == 0 || errno == EEXIST);
+        snprintf(blk, sizeof blk, "%s/step-9", e0);
+        if (mt_rank == 0)
+            CHECK(mkdir(blk, 0755) == 0);
+        snprintf(blk, sizeof blk, "%s/step-9/__0_0.distcp", e0);
+        if (mt_rank == 0)
+            CHECK(mkdir(blk, 0755) == 0);
+        rc = dcp_tier_save(t, st, 9, &oc);
+        CHECK(rc != DCP_OK && mt_same(rc));
+        if (mt_rank == 0) {
+            snprintf(blk, sizeof blk, "%s/step-9", e0);
+            CHECK_MSG(ctx, blk);
+            CHECK(strstr(dcp_errmsg(ctx), "@tier0") == NULL);
+        }
+    }
     dcp_state_free(st);
     dcp_tier_free(t);
     CHECK(dcp_tier_create(NULL, ctx, &o) == DCP_EINVAL);
@@ -968,6 +991,26 @@ static void test_rkill(void)
     dcp_tier_free(t);
 }
 
+/* The temporaries ("*.tmp") in the step directories of a node's. */
+static int count_tmp(const char *nodedir)
+{
+    int n = 0;
+    for (int64_t s = 0; s < 8; s++) {
+        char p[1024];
+        DIR *d;
+        struct dirent *de;
+        snprintf(p, sizeof p, "%s/step-%lld", nodedir, (long long)s);
+        if (!(d = opendir(p)))
+            continue;
+        while ((de = readdir(d))) {
+            size_t l = strlen(de->d_name);
+            n += l > 4 && !strcmp(de->d_name + l - 4, ".tmp");
+        }
+        closedir(d);
+    }
+    return n;
+}
+
 static void test_rkillcheck(void)
 {
     int v = (int)kill_victim, w = 1 - v;
@@ -981,19 +1024,40 @@ static void test_rkillcheck(void)
     dcp_state *st = make_state(0, 0);
     int64_t s = -1;
     int tier = -1;
-    int have = exists(surv, 2, vfile);
+    int have = exists(surv, 2, vfile), ntmp = count_tmp(surv);
     CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
     CHECK(tier == 0 && mt_same((int)s));
     CHECK(s == (have ? 2 : 1));
     CHECK(holds(st, s));
     dcp_state_free(st);
+    /* A killed replication's temporaries are leftovers: the next save
+     * removes them (retention keeps 3 here, step 2 stays), the drain
+     * succeeds. */
     st = make_state(3, 1);
     CHECK_OK(ctx, dcp_tier_save(t, st, 3, NULL));
     dcp_state_free(st);
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 3);
+    if (node == w) {
+        CHECK(count_tmp(surv) == 0);
+        CHECK(exists(surv, 2, ".metadata"));
+        printf("temporaries before: %d\n", ntmp);
+    }
+    dcp_tier_free(t);
+    /* Retention keeping 1 removes the older steps, none refused. */
+    keep0 = 1;
+    t = mk(ctx, DCP_TIER_WAIT, 0);
+    st = make_state(4, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 4, NULL));
+    dcp_state_free(st);
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 4);
+    if (node == w)
+        CHECK(!exists(surv, 2, ".metadata") && !exists(surv, 3, ".metadata"));
     st = make_state(0, 0);
     CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
-    CHECK(s == 3 && tier == 0);
-    CHECK(holds(st, 3));
+    CHECK(s == 4 && tier == 0);
+    CHECK(holds(st, 4));
     dcp_state_free(st);
     dcp_tier_free(t);
 }

@@ -10,6 +10,8 @@ Modes:
   stall         every request: no answer for 4 s, then the connection closes
   truncate      GETs with a body: the full Content-Length, half the body, close
   badlen        GETs with a body: one byte short, with a matching Content-Length
+  trickle       GETs with a body: the full Content-Length, then the body at
+                about 20 bytes a second (above any stall limit)
   badetag       PUTs: the server's answer with a wrong ETag (32 zeros)
   oddetag       PUTs: the server's answer with an ETag that is not hex
   badetag_kms   PUTs: a wrong ETag, the answer naming SSE-KMS encryption
@@ -21,7 +23,18 @@ Modes:
                 reset: the answer is lost
   notimpl_cond  PUTs with If-Match or If-None-Match: 501 NotImplemented (a
                 store without conditional writes), not forwarded
+Listings (GET ?list-type=2 and ?uploads), answered 200 with a matching
+Content-Length but a hostile body:
+  list_cut      the body cut before its first entry (half of it without one)
+  list_notrunc  the IsTruncated element left out
+  list_foreign  the first Key outside the prefix asked for ("zz-elsewhere/")
+  list_loop     ListObjectsV2: the page said truncated, its next token
+                "dcp-loop"; a request sending that token gets the same page
+                again (from the proxy, not forwarded)
+  complete_cut  CompleteMultipartUpload (POST ?uploadId=): forwarded (the
+                object is made), its answer cut to half
 """
+import re
 import http.client
 import http.server
 import socket
@@ -32,7 +45,16 @@ import time
 _lock = threading.Lock()
 
 
-def _take(path, method, has_body, cond=False):
+_LIST_MODES = ("list_cut", "list_notrunc", "list_foreign", "list_loop")
+_loop_page = {}  # list_loop: the page served again
+
+
+def _is_list(method, target):
+    q = target.partition("?")[2]
+    return method == "GET" and ("list-type=2" in q or re.search(r"(^|&)uploads=", q) is not None)
+
+
+def _take(path, method, has_body, cond=False, target=""):
     with _lock:
         try:
             with open(path) as f:
@@ -51,7 +73,10 @@ def _take(path, method, has_body, cond=False):
                    "baddigest": method == "PUT",
                    "lostanswer": method == "PUT",
                    "notimpl_cond": method == "PUT" and cond,
-                   "truncate": method == "GET", "badlen": method == "GET"}.get(mode, False)
+                   "truncate": method == "GET", "badlen": method == "GET",
+                   "trickle": method == "GET",
+                   "complete_cut": method == "POST" and "uploadId=" in target,
+                   **{m: _is_list(method, target) for m in _LIST_MODES}}.get(mode, False)
         if not applies:
             return None
         if skip > 0:
@@ -61,6 +86,28 @@ def _take(path, method, has_body, cond=False):
         with open(path, "w") as f:
             f.write(f"{mode} {n - 1}\n")
         return mode
+
+
+def _hostile_body(mode, data):
+    """A listing's (or completion's) body made hostile, as the mode says."""
+    if mode == "complete_cut":
+        return data[: len(data) // 2]
+    if mode == "list_cut":
+        m = re.search(rb"<(Contents|CommonPrefixes|Upload)>", data)
+        return data[: m.start()] if m else data[: len(data) // 2]
+    if mode == "list_notrunc":
+        return re.sub(rb"<IsTruncated>[^<]*</IsTruncated>", b"", data)
+    if mode == "list_foreign":
+        return re.sub(rb"<Key>", b"<Key>zz-elsewhere/", data, count=1)
+    # list_loop: truncated, its token dcp-loop, kept to be served again
+    data = re.sub(rb"<IsTruncated>[^<]*</IsTruncated>",
+                  b"<IsTruncated>true</IsTruncated>", data)
+    data = re.sub(rb"<NextContinuationToken>[^<]*</NextContinuationToken>", b"", data)
+    data = data.replace(b"</ListBucketResult>",
+                        b"<NextContinuationToken>dcp-loop</NextContinuationToken>"
+                        b"</ListBucketResult>")
+    _loop_page["page"] = data
+    return data
 
 
 def start(host, port, up_host, up_port, fault_path):
@@ -81,7 +128,12 @@ def start(host, port, up_host, up_port, fault_path):
             n = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(n) if n else b""
             mode = _take(fault_path, self.command, True,
-                         "If-Match" in self.headers or "If-None-Match" in self.headers)
+                         "If-Match" in self.headers or "If-None-Match" in self.headers,
+                         self.path)
+            if mode == "list_loop" and "continuation-token=dcp-loop" in self.path \
+                    and "page" in _loop_page:
+                self._answer(200, _loop_page["page"])
+                return
             errors = {  # answered here, not forwarded
                 "notimpl_cond": (501, "NotImplemented", "A header you provided "
                                  "implies functionality that is not implemented"),
@@ -111,11 +163,13 @@ def start(host, port, up_host, up_port, fault_path):
             data = r.read() if self.command != "HEAD" else b""
             rh = r.getheaders()
             c.close()
-            if mode in ("truncate", "badlen") and len(data) < 2:
+            if mode in ("truncate", "badlen", "trickle") and len(data) < 2:
                 mode = None
             if mode == "lostanswer":
                 self._reset()
                 return
+            if mode in _LIST_MODES or mode == "complete_cut":
+                data = _hostile_body(mode, data)
             self.send_response(r.status)
             for k, v in rh:
                 kl = k.lower()
@@ -143,12 +197,25 @@ def start(host, port, up_host, up_port, fault_path):
                 data = data[:-1]
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
+            if mode == "trickle":
+                for i in range(0, len(data), 4):
+                    self.wfile.write(data[i:i + 4])
+                    self.wfile.flush()
+                    time.sleep(0.2)
+                return
             if mode == "truncate":
                 self.wfile.write(data[: len(data) // 2])
                 self.wfile.flush()
                 self.close_connection = True
                 return
             self.wfile.write(data)
+
+        def _answer(self, status, body):
+            self.send_response(status)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
         def _safe(self):
             try:

@@ -84,6 +84,38 @@ grep -q '"step": 12' "$tmp/s3.latest" || grep -q '^12' "$tmp/s3.latest" ||
 cmp "$tmp/s3.prune" "$tmp/l.prune" || fail "prune differs"
 grep -q '"removed": 2' "$tmp/s3.prune" || fail "prune: $(cat "$tmp/s3.prune")"
 mgr_same
+# a listing answer cut short before its first entry (200, through the
+# fault proxy): list, latest and prune fail naming the listing -- never "no
+# checkpoints", never an empty list -- and nothing is pruned
+for cmd in list latest prune; do
+    extra=""
+    [ "$cmd" = prune ] && extra="--keep 1"
+    echo "list_cut 100000" >"$DCP_S3_FAULTS"
+    if AWS_ENDPOINT_URL="$DCP_S3_PROXY" "$tool" $cmd "$b/mgr" $extra \
+        >"$tmp/out" 2>"$tmp/err"; then
+        : >"$DCP_S3_FAULTS"
+        fail "$cmd on a cut listing: exit 0, $(cat "$tmp/out")"
+    fi
+    : >"$DCP_S3_FAULTS"
+    grep -q "listing page 1 refused" "$tmp/err" || fail "$cmd: $(cat "$tmp/err")"
+done
+"$tool" list "$b/mgr" | cut -f1 | tr '\n' ' ' | grep -qx "3 12 " ||
+    fail "after the cut listings: $("$tool" list "$b/mgr")"
+# a body trickling above the stall limit, with the retry budget from the
+# environment: cat fails within the budget, "timed out", naming the object
+echo "trickle 100000 2" >"$DCP_S3_FAULTS"
+start=$(date +%s)
+if AWS_ENDPOINT_URL="$DCP_S3_PROXY" DCP_S3_RETRY_BUDGET_MS=1500 \
+    DCP_S3_MAX_ATTEMPTS=2 DCP_S3_STALL_TIMEOUT_MS=1000 \
+    timeout 60 "$tool" cat "$b/mgr/step-3" w >/dev/null 2>"$tmp/err"; then
+    : >"$DCP_S3_FAULTS"
+    fail "cat of a trickling body succeeded"
+fi
+: >"$DCP_S3_FAULTS"
+took=$(($(date +%s) - start))
+grep -q "timed out" "$tmp/err" && grep -q "step-3/" "$tmp/err" ||
+    fail "trickle: $(cat "$tmp/err")"
+[ "$took" -lt 15 ] || fail "trickle: $took s with a budget of 1.5 s"
 "$tool" rm "$b/mgr/step-12" >/dev/null
 "$tool" rm "$tmp/mgr/step-12" >/dev/null
 mgr_same

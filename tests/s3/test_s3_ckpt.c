@@ -1261,6 +1261,62 @@ TEST(manager)
     dcp_ctx_free(ctx);
 }
 
+/*
+ * A listing answer cut short (200, a matching length, the body ending
+ * before its first entry) or a missing bucket: latest, load_latest, list
+ * and prune fail -- never DCP_ENOENT, the "start afresh" answer -- and
+ * prune removes nothing.
+ */
+TEST(manager_hostile_listing)
+{
+    dcp_ctx *ctx;
+    dcp_manager *m;
+    dcp_manager_options o;
+    dcp_manager_entry *e = NULL;
+    struct st s;
+    size_t n = 0, removed = 9;
+    int64_t step = 7;
+    char root[512];
+    (void)snprintf(root, sizeof(root), "%s", at("mgr_hostile"));
+    cfg(1, 2, 30000);
+    ASSERT_EQ(dcp_ctx_create(&ctx, NULL, NULL), DCP_OK);
+    memset(&o, 0, sizeof(o));
+    o.struct_size = sizeof(o);
+    ASSERT_EQ(dcp_manager_create(&m, ctx, root, &o), DCP_OK);
+    for (unsigned k = 1; k <= 2; k++) {
+        ASSERT_EQ(mgr_state(&s, 20 + k, 0), 0);
+        ASSERT_EQ(dcp_manager_save(m, s.st, (int64_t)k), DCP_OK);
+        st_free(&s);
+    }
+    faults("list_cut", 100000);
+    ASSERT_EQ(dcp_manager_latest(m, &step), DCP_EFORMAT);
+    ASSERT(strstr(dcp_errmsg(ctx), "mgr_hostile"));
+    ASSERT_EQ(mgr_state(&s, 0, 1), 0);
+    ASSERT_EQ(dcp_manager_load_latest(m, s.st, &step, NULL), DCP_EFORMAT);
+    ASSERT_EQ(step, -1);
+    st_free(&s);
+    ASSERT_EQ(dcp_manager_list(ctx, root, &o, &e, &n), DCP_EFORMAT);
+    ASSERT(e == NULL && n == 0);
+    o.keep_last = 1;
+    ASSERT_EQ(dcp_manager_prune(ctx, root, &o, &removed), DCP_EFORMAT);
+    ASSERT_EQ(removed, 0);
+    faults(NULL, 0);
+    ASSERT_EQ(nkeys("mgr_hostile/step-1/"), 2);
+    ASSERT_EQ(dcp_manager_latest(m, &step), DCP_OK);
+    ASSERT_EQ(step, 2);
+    dcp_manager_free(m);
+    /* A missing bucket: no listing, not an empty root. */
+    ASSERT_EQ(dcp_manager_list(ctx, "s3://dcp-no-such-bucket/r", NULL, &e,
+                               &n),
+              DCP_EIO);
+    ASSERT(strstr(dcp_errmsg(ctx), "dcp-no-such-bucket"));
+    ASSERT_EQ(dcp_manager_prune(ctx, "s3://dcp-no-such-bucket/r", &o,
+                                &removed),
+              DCP_EIO);
+    cfg(0, 4, 30000);
+    dcp_ctx_free(ctx);
+}
+
 TEST(manager_async)
 {
     dcp_ctx *ctx;
@@ -1460,6 +1516,7 @@ int main(int argc, char **argv)
     RUN(killed_save);
     RUN(two_writers);
     RUN(manager);
+    RUN(manager_hostile_listing);
     RUN(manager_async);
     RUN(killed_remove);
     if (getenv("DCP_S3_SIGCHECK")) /* radosgw checks every signature */

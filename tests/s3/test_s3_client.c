@@ -438,6 +438,40 @@ TEST(faults_fatal)
         ASSERT(strstr(err.msg, "fatal/obj") && strstr(err.msg, "budget"));
         ASSERT(time(NULL) - t0 < 10);
     }
+    /* a body trickling at 20 bytes/s, above the stall limit: the budget
+     * ends it, DCP_ETIMEOUT naming the object, never a truncated object;
+     * a listing timing out is named by its query */
+    {
+        struct dcp__s3_config c = {0};
+        c.endpoint = getenv("DCP_S3_PROXY");
+        c.max_attempts = 3;
+        c.retry_budget_ms = 1500;
+        c.stall_timeout_ms = 1000;
+        c.backoff_base_ms = 10;
+        c.backoff_cap_ms = 100;
+        struct dcp__s3 *q = NULL;
+        void *whole = NULL;
+        size_t wl = 0, nk = 0;
+        ASSERT_EQ(dcp__s3_create(&c, bucket, &q, &err), 0);
+        faults("trickle", 100000);
+        time_t t0 = time(NULL);
+        int rc = dcp__s3_get_range(q, "fatal/obj", 0, buf, 100, &err);
+        fprintf(stderr, "  trickle: %s\n", err.msg);
+        ASSERT_EQ(rc, DCP_ETIMEOUT);
+        ASSERT(strstr(err.msg, "s3://dcp-test/fatal/obj: GET") &&
+               strstr(err.msg, "timed out"));
+        rc = dcp__s3_get(q, "fatal/obj", 1000, &whole, &wl, &err);
+        ASSERT_EQ(rc, DCP_ETIMEOUT);
+        ASSERT(strstr(err.msg, "fatal/obj") && strstr(err.msg, "timed out"));
+        rc = dcp__s3_list(q, "fatal/", 100, count_any, &nk, &err);
+        faults(NULL, 0);
+        fprintf(stderr, "  trickle, listing: %s\n", err.msg);
+        ASSERT_EQ(rc, DCP_ETIMEOUT);
+        ASSERT(strstr(err.msg, "?list-type=2&") &&
+               strstr(err.msg, "prefix=fatal%2F"));
+        ASSERT(time(NULL) - t0 < 15);
+        dcp__s3_free(q);
+    }
     /* a multipart upload whose parts keep failing is aborted */
     uint8_t *big = pattern(11u << 20, 3);
     faults("slowdown_put", 1000);
@@ -553,6 +587,65 @@ TEST(auth)
     dcp__s3_free(s3);
 }
 
+/* Hostile listing answers through the proxy (200, a matching length): a
+ * body cut before its first entry, no IsTruncated, a key outside the
+ * prefix, a page served again under the same token -- each refused with
+ * DCP_EFORMAT naming the listing, never read as fewer (or no) keys; a
+ * CompleteMultipartUpload answer cut short likewise. */
+TEST(list_hostile)
+{
+    struct dcp__s3 *s3 = client(1, 2, NULL);
+    struct dcp_err err = {0};
+    char upid[DCP__S3_UPID_MAX];
+    size_t n = 0;
+    static const char *ks[] = {"hl/a", "hl/b", "hl/c/x"};
+    static const char *modes[] = {"list_cut", "list_notrunc", "list_foreign",
+                                  "list_loop"};
+    ASSERT(s3);
+    for (size_t i = 0; i < DCP_ARRAY_LEN(ks); i++)
+        ASSERT_EQ(dcp__s3_put(s3, ks[i], "abc", 3, 0, &err), 0);
+    ASSERT_EQ(dcp__s3_list(s3, "hl/", 5000, count_fn, &n, &err), 0);
+    ASSERT_EQ(n, 3);
+    for (size_t i = 0; i < DCP_ARRAY_LEN(modes); i++) {
+        for (int delim = 0; delim < 2; delim++) {
+            faults(modes[i], 100000);
+            n = 0;
+            int rc = dcp__s3_list_delim(s3, "hl/", delim, 5000, count_any, &n,
+                                        &err);
+            faults(NULL, 0);
+            fprintf(stderr, "  %s: %s\n", modes[i], err.msg);
+            ASSERT_EQ(rc, DCP_EFORMAT);
+            ASSERT(strstr(err.msg, "s3://") && strstr(err.msg, "hl/") &&
+                   strstr(err.msg, "listing page"));
+        }
+    }
+    ASSERT_EQ(dcp__s3_mpu_create(s3, "hl/up", upid, sizeof(upid), &err), 0);
+    for (size_t i = 0; i < 3; i++) { /* list_loop is ListObjectsV2's */
+        faults(modes[i], 100000);
+        n = 0;
+        int rc = dcp__s3_count_uploads(s3, "hl/", &n, &err);
+        faults(NULL, 0);
+        fprintf(stderr, "  uploads, %s: %s\n", modes[i], err.msg);
+        ASSERT_EQ(rc, DCP_EFORMAT);
+        ASSERT(strstr(err.msg, "hl/") && strstr(err.msg, "listing page"));
+    }
+    ASSERT_EQ(dcp__s3_mpu_abort(s3, "hl/up", upid, &err), 0);
+    {
+        uint8_t *src = pattern(6u << 20, 3);
+        faults("complete_cut", 1);
+        int rc = dcp__s3_put_multipart(s3, "hl/mpu", src, 6u << 20, 0, &err);
+        faults(NULL, 0);
+        fprintf(stderr, "  complete_cut: %s\n", err.msg);
+        ASSERT_EQ(rc, DCP_EFORMAT);
+        ASSERT(strstr(err.msg, "hl/mpu") &&
+               strstr(err.msg, "CompleteMultipartUploadResult"));
+        free(src);
+    }
+    ASSERT_EQ(dcp__s3_delete_many(s3, ks, DCP_ARRAY_LEN(ks), &err), 0);
+    (void)dcp__s3_delete(s3, "hl/mpu", &err);
+    dcp__s3_free(s3);
+}
+
 int main(void)
 {
     bucket = getenv("DCP_S3_BUCKET");
@@ -571,6 +664,7 @@ int main(void)
     RUN(upload_listing);
     RUN(list_delimited);
     RUN(exclusive_and_errors);
+    RUN(list_hostile);
     RUN(faults_retried);
     RUN(faults_fatal);
     if (getenv("DCP_S3_SIGCHECK"))

@@ -496,6 +496,111 @@ TEST(remove_refusals)
     dcp_ctx_free(ctx);
 }
 
+/* dcp_manager_path: the step's checkpoint path, as saves write it, and
+ * the resume idiom of the README (step N holds the state after step N). */
+TEST(step_path)
+{
+    dcp_ctx *ctx = NULL;
+    dcp_manager *m = NULL;
+    char *p = NULL, want[600];
+    const char *root = mkroot("paths");
+    dcp_manager_options o = mopts(1, 0, 0, 0);
+    int64_t step = -1, next;
+    int rc;
+    o.prefix = "ck_";
+    o.suffix = ".dcp";
+    ASSERT_OK(dcp_ctx_create(&ctx, NULL, NULL));
+    ASSERT_OK(dcp_manager_create(&m, ctx, root, &o));
+    ASSERT_OK(dcp_manager_path(m, 12, &p));
+    snprintf(want, sizeof want, "%s/ck_12.dcp", root);
+    ASSERT_STR_EQ(p, want);
+    dcp_free(p);
+    ASSERT_RC(dcp_manager_path(m, -1, &p), DCP_EINVAL);
+    ASSERT(p == NULL);
+    ASSERT_RC(dcp_manager_path(NULL, 1, &p), DCP_EINVAL);
+    /* The README's loop: a fresh start runs steps 0..2, a resume 3..4. */
+    dcp_state *st = make_state(0);
+    rc = dcp_manager_load_latest(m, st, &step, NULL);
+    ASSERT_RC(rc, DCP_ENOENT);
+    for (next = 0; next < 3; next++) {
+        buf[0] = (float)next; /* "train_one_step" */
+        ASSERT_OK(dcp_manager_step(m, st, next, NULL));
+    }
+    buf[0] = -1;
+    ASSERT_OK(dcp_manager_load_latest(m, st, &step, NULL));
+    ASSERT_EQ(step, 2);
+    ASSERT(buf[0] == 2.0f); /* the state after step 2 */
+    ASSERT_OK(dcp_manager_path(m, step, &p));
+    snprintf(want, sizeof want, "%s/ck_2.dcp", root);
+    ASSERT_STR_EQ(p, want);
+    ASSERT(exists(root, "ck_2.dcp/.metadata"));
+    dcp_free(p);
+    dcp_state_free(st);
+    dcp_manager_free(m);
+    dcp_ctx_free(ctx);
+}
+
+/*
+ * A peer replica's temporary that a killed replication left
+ * (<data file>.<pid>-<n>-<hex>.tmp, tiers/replica.c) is a leftover:
+ * dcp_clean removes it, retention and dcp_manager_remove remove the step
+ * holding it (never DCP_EUNSAFE); a name that only looks like one stays
+ * and keeps its step.
+ */
+TEST(replica_temporaries)
+{
+    dcp_ctx *ctx = NULL;
+    char p[1024];
+    const char *root = mkroot("reptmp");
+    static const char *const tmp = "__2_0.distcp.4242-0-0badcafe.tmp";
+    static const char *const tagged =
+        "__3_0.0123abcd.distcp.17-3-deadbeef.tmp";
+    dcp_clean_result res;
+    ASSERT_OK(dcp_ctx_create(&ctx, NULL, NULL));
+    ASSERT_EQ(mkdir(root, 0755), 0);
+    ASSERT_OK(save_plain(ctx, root, "step-1", 1));
+    ASSERT_OK(save_plain(ctx, root, "step-2", 2));
+    ASSERT_OK(save_plain(ctx, root, "step-3", 3));
+    snprintf(p, sizeof p, "%s/step-1/%s", root, tmp);
+    write_file(p, "replica");
+    snprintf(p, sizeof p, "%s/step-3/%s", root, tagged);
+    write_file(p, "replica");
+    snprintf(p, sizeof p, "%s/step-3/__2_0.distcp.x-0-0badcafe.tmp", root);
+    write_file(p, "not ours");
+    /* dcp_clean: the temporary goes, the look-alike stays. */
+    memset(&res, 0, sizeof res);
+    res.struct_size = sizeof res;
+    snprintf(p, sizeof p, "%s/step-3", root);
+    ASSERT_OK(dcp_clean(ctx, p, 0, &res));
+    ASSERT_EQ(res.files, 1);
+    ASSERT_EQ(res.bytes, 7);
+    ASSERT(!exists(root, "step-3/__3_0.0123abcd.distcp.17-3-deadbeef.tmp"));
+    ASSERT(exists(root, "step-3/__2_0.distcp.x-0-0badcafe.tmp"));
+    /* Retention (keep 1): step-1 with its temporary removed, step-2 too. */
+    dcp_manager_options o = mopts(0, 1, 0, 0);
+    size_t removed = 0;
+    snprintf(p, sizeof p, "%s/step-3/__2_0.distcp.x-0-0badcafe.tmp", root);
+    ASSERT_EQ(unlink(p), 0);
+    ASSERT_OK(dcp_manager_prune(ctx, root, &o, &removed));
+    ASSERT_EQ(removed, 2);
+    ASSERT(!exists(root, "step-1") && !exists(root, "step-2"));
+    /* By hand, and a look-alike refused. */
+    ASSERT_OK(save_plain(ctx, root, "step-4", 4));
+    snprintf(p, sizeof p, "%s/step-4/__0_0.distcp.12-0-0badcafeX.tmp", root);
+    write_file(p, "x");
+    snprintf(p, sizeof p, "%s/step-4", root);
+    ASSERT_RC(dcp_manager_remove(ctx, p), DCP_EUNSAFE);
+    ASSERT(strstr(dcp_errmsg(ctx), "0badcafeX") != NULL);
+    snprintf(p, sizeof p, "%s/step-4/__0_0.distcp.12-0-0badcafeX.tmp", root);
+    ASSERT_EQ(unlink(p), 0);
+    snprintf(p, sizeof p, "%s/step-4/%s", root, tmp);
+    write_file(p, "x");
+    snprintf(p, sizeof p, "%s/step-4", root);
+    ASSERT_OK(dcp_manager_remove(ctx, p));
+    ASSERT(!exists(root, "step-4"));
+    dcp_ctx_free(ctx);
+}
+
 int main(void)
 {
     RUN(naming);
@@ -504,6 +609,8 @@ int main(void)
     RUN(save_now);
     RUN(one_in_flight);
     RUN(remove_refusals);
+    RUN(replica_temporaries);
+    RUN(step_path);
     if (base[0]) {
         char cmd[600];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);

@@ -488,6 +488,13 @@ static int load_conflict(void *ud, const dcp_plan_item *it,
     return strcmp(it->key, "model.b") ? 0 : dcp_plan_rename(d, "model.w");
 }
 
+static int load_conflict_first(void *ud, const dcp_plan_item *it,
+                               dcp_plan_decision *d)
+{
+    (void)ud;
+    return strcmp(it->key, "model.w") ? 0 : dcp_plan_rename(d, "model.b");
+}
+
 static int load_fails(void *ud, const dcp_plan_item *it, dcp_plan_decision *d)
 {
     (void)ud;
@@ -517,6 +524,13 @@ TEST(load_rename_conflict)
     ASSERT_EQ(dcp_load(ctx, st, sub("c-src"), &lo), DCP_EINVAL);
     ASSERT(strstr(dcp_errmsg(ctx), "stored key 'model.w'"));
     ASSERT(!memcmp(keep, b2, sizeof b2));
+    /* The first reader renamed (model.w read from model.b): the message
+     * names the two state keys, not the stored key twice. */
+    p.item = load_conflict_first;
+    ASSERT_EQ(dcp_load(ctx, st, sub("c-src"), &lo), DCP_EINVAL);
+    ASSERT(strstr(dcp_errmsg(ctx), "keys 'model.w' and 'model.b' both read "
+                                   "stored key 'model.b'"));
+    p.item = load_conflict;
     /* A failing load item hook, and a cast asked of a load decision:
      * refused before anything is read, every buffer as it was. */
     {

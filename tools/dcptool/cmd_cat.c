@@ -112,7 +112,9 @@ int cmd_cat(int argc, char **argv)
     if (rc)
         return rc;
     idx = dcp_metadata_find(md, argv[2]);
-    if (idx < 0) {
+    if (idx < 0 && dcp_metadata_check_key(ctx, md, argv[2]) == DCP_ENOTSUP) {
+        rc = tool_fail(ctx, DCP_ENOTSUP); /* a dtype dcp cannot read */
+    } else if (idx < 0) {
         fputs("dcptool: no key '", stderr);
         tool_text(stderr, argv[2]);
         fprintf(stderr, "' in '%s'\n", argv[1]);

@@ -180,8 +180,8 @@ static int prune_opts(int argc, char **argv, int *a, struct margs *m)
 {
     int64_t v;
     if (strcmp(argv[*a], "--keep") == 0) {
-        if (*a + 1 >= argc || parse_count(argv[*a + 1], UINT32_MAX, &v) ||
-            v == 0)
+        /* 0 keeps them all, as keep_last = 0 in dcp_manager_options */
+        if (*a + 1 >= argc || parse_count(argv[*a + 1], UINT32_MAX, &v))
             return -1;
         m->o.keep_last = (uint32_t)v;
         have_keep = 1;

@@ -2,8 +2,12 @@
  * dcptool: inspect, verify and read checkpoints in PyTorch DCP format.
  * A client of the public API only.
  */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <dcp/dcp_s3.h>
 
 #include "dcptool.h"
 
@@ -121,9 +125,61 @@ void tool_json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
+/* The S3 limits from the environment (docs/dcptool.md "ENVIRONMENT"): a
+ * decimal >= 1, else a usage error. 0: none set, 1: set, -1: bad. */
+static int s3_limit(const char *name, long long max, long long *out)
+{
+    const char *v = getenv(name);
+    char *end;
+    if (!v)
+        return 0;
+    errno = 0;
+    *out = strtoll(v, &end, 10);
+    if (!*v || *end || errno || *out < 1 || *out > max) {
+        fprintf(stderr,
+                "dcptool: %s='%s' is not a whole number from 1 to %lld\n",
+                name, v, max);
+        return -1;
+    }
+    return 1;
+}
+
+static int s3_limits(void)
+{
+    static const struct {
+        const char *env;
+        long long max;
+    } lim[] = {{"DCP_S3_MAX_ATTEMPTS", 1000},
+               {"DCP_S3_RETRY_BUDGET_MS", 86400000},
+               {"DCP_S3_CONNECT_TIMEOUT_MS", 3600000},
+               {"DCP_S3_STALL_TIMEOUT_MS", 3600000}};
+    long long v[4] = {0, 0, 0, 0};
+    dcp_s3_config c;
+    int any = 0, r;
+    for (size_t i = 0; i < 4; i++) {
+        r = s3_limit(lim[i].env, lim[i].max, &v[i]);
+        if (r < 0)
+            return EXIT_USAGE;
+        any |= r;
+    }
+    if (!any)
+        return 0;
+    memset(&c, 0, sizeof(c));
+    c.struct_size = sizeof(c);
+    c.max_attempts = (uint32_t)v[0];
+    c.retry_budget_ms = v[1];
+    c.connect_timeout_ms = v[2];
+    c.stall_timeout_ms = v[3];
+    r = dcp_s3_configure(&c);
+    if (r != DCP_OK && r != DCP_ENOTSUP)
+        return tool_fail(NULL, r);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     size_t i;
+    int rc;
     if (argc < 2 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "--help") == 0) {
         usage(argc < 2 ? stderr : stdout);
@@ -134,6 +190,9 @@ int main(int argc, char **argv)
                dcp_version_string());
         return 0;
     }
+    rc = s3_limits();
+    if (rc != 0)
+        return rc;
     for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         if (strcmp(argv[1], commands[i].name) == 0)
             return commands[i].fn(argc - 1, argv + 1);
