@@ -1,7 +1,10 @@
 # Thin wrapper over CMake. The build system is CMake (CMakeLists.txt,
 # CMakePresets.json); this file only strings the usual steps together.
 #
-#   make demo           build, save a checkpoint with dcp, inspect it with
+#   make demo           build; PyTorch first: the getting-started tutorial
+#                       with `import dcp_torch as dcp` (FSDP, 2 ranks saving,
+#                       3 loading) and the drop-in writer/reader; then save
+#                       a checkpoint with dcp, inspect it with
 #                       dcptool, load it with PyTorch; a C trainer
 #                       (examples/train_mlp.c) resumed bit-identically on 2
 #                       and on 3 MPI ranks; then a GPT-2-small state saved on
@@ -58,7 +61,7 @@ CONFIGURE_COMMON = -DDCP_PYTHON=$(PYTHON) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
 all: build
 
 help:
-	@sed -n '4,28p' Makefile
+	@sed -n '4,34p' Makefile
 
 deps:
 	bash scripts/deps.sh
@@ -73,13 +76,15 @@ demo: build
 	@test -x build/dcp_demo || { \
 	  echo "make demo: build/dcp_demo was not built (examples/dcp_demo.c)" >&2; \
 	  exit 1; }
+	rm -rf build/demo-python build/demo-tutorial build/demo-tutorial.ref.pt
+	PYTHONPATH=$(CURDIR)/build/python $(PYTHON) examples/python/tutorials/getting_started.py \
+	  build/demo-tutorial --save-ranks 2 --load-ranks 3
+	PYTHONPATH=$(CURDIR)/build/python $(PYTHON) examples/python/dropin.py build/demo-python
 	rm -rf $(DEMO_DIR)
 	build/dcp_demo $(DEMO_DIR)
 	build/dcptool info $(DEMO_DIR)
 	build/dcptool ls $(DEMO_DIR)
 	$(PYTHON) scripts/demo_torch_load.py $(DEMO_DIR)
-	rm -rf build/demo-python
-	PYTHONPATH=$(CURDIR)/build/python $(PYTHON) examples/python/dropin.py build/demo-python
 	bash scripts/demo_train.sh build $(TRAIN_DIR)
 	bash scripts/demo_gpt2.sh build $(GPT2_DIR)
 
@@ -113,12 +118,16 @@ BENCH_ARGS ?=
 # PY_BENCH_ARGS: e.g. '--smoke --out /tmp/x' for a quick check.
 PY_BENCH_RUNS ?= 3
 PY_BENCH_ARGS ?=
+# PY_API_BENCH_ARGS: the same for bench/py_api_bench.py (issue 31 item 6).
+PY_API_BENCH_ARGS ?=
 
 bench: build
 	$(PYTHON) bench/run_bench.py --build build $(BENCH_ARGS)
 	$(MAKE) bench-s3
 	PYTHONPATH=$(CURDIR)/build/python $(PYTHON) bench/py_dropin_bench.py --build build \
 	  --runs $(PY_BENCH_RUNS) $(PY_BENCH_ARGS)
+	PYTHONPATH=$(CURDIR)/build/python $(PYTHON) bench/py_api_bench.py --build build \
+	  --runs $(PY_BENCH_RUNS) $(PY_API_BENCH_ARGS)
 
 # The S3 benchmark alone (bench/s3_bench.py against a server on loopback:
 # radosgw, S3_SERVER=moto for moto); S3_BENCH_ARGS: e.g. '--runs 3' or
