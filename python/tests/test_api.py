@@ -143,14 +143,15 @@ def _fail_one(rank, world, path):
 
     dcp_torch.save({"w": torch.ones(3)}, checkpoint_id=path)
     before = open(os.path.join(path, ".metadata"), "rb").read()
-    # a local exception before the collective: that rank raises it; the
-    # others fail in the save's first agreement, not hang
-    if rank == 1:
-        with pytest.raises(RuntimeError):
-            dcp_torch.save({"w": torch.ones(3), "b": Boom()}, checkpoint_id=path)
-        dist.barrier()
-    else:
-        dist.barrier()
+    # a rank whose Stateful raises: every rank raises the same exception,
+    # naming the failing rank, nothing written
+    with pytest.raises(dcp_torch.CheckpointError) as ei:
+        dcp_torch.save({"w": torch.ones(3), "b": Boom()}, checkpoint_id=path)
+    assert "rank 1 failed" in str(ei.value) and "state_dict failed" in str(ei.value)
+    # an unsupported value on one rank: the same
+    with pytest.raises(dcp_torch.NotSupportedError) as ei:
+        dcp_torch.save({"w": torch.ones(3), "o": object() if rank == 0 else 1}, checkpoint_id=path)
+    assert "rank 0 failed" in str(ei.value) and "'o'" in str(ei.value)
     # ranks that disagree: a shape differing by rank -> the same error on
     # every rank, naming the key, nothing written
     with pytest.raises(dcp_torch.CheckpointError) as ei:

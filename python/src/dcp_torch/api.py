@@ -170,10 +170,74 @@ def _flatten(state_dict: dict):
     return flat, mappings
 
 
+_PLAIN = (type(None), bool, int, float, str, bytes)
+
+
+def _check_value(v, key: str, depth: int = 0) -> None:
+    """What dcp can store as a value (the extension's py_to_value rules),
+    checked before the collective so that every rank can agree."""
+    if depth > 100:
+        raise InvalidArgumentError(f"'{key}': value nested too deeply", code=-1, name="DCP_EINVAL")
+    if isinstance(v, _PLAIN):
+        if isinstance(v, int) and not isinstance(v, bool) and not -(1 << 63) <= v < (1 << 63):
+            raise NotSupportedError(f"'{key}': int {v} does not fit in 64 bits", code=-12,
+                                    name="DCP_ENOTSUP")
+        return
+    if isinstance(v, (list, tuple)):
+        for x in v:
+            _check_value(x, key, depth + 1)
+        return
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if not isinstance(k, str):
+                raise NotSupportedError(f"'{key}': dict keys other than str cannot be saved by dcp",
+                                        code=-12, name="DCP_ENOTSUP")
+            _check_value(x, key, depth + 1)
+        return
+    raise NotSupportedError(f"'{key}': a {type(v).__name__} value cannot be saved by dcp (None, "
+                            "bool, int, float, str, bytes, lists, tuples and dicts of them)",
+                            code=-12, name="DCP_ENOTSUP")
+
+
+def _agree(group_ctx_args, error: BaseException | None):
+    """Every rank learns whether any rank failed before the collective save
+    or load (one all_gather_object); then each raises the same exception:
+    the failing (lowest) rank's class and message."""
+    process_group, no_dist = group_ctx_args
+    if not _use_dist(process_group, no_dist):
+        if error is not None:
+            raise error
+        return
+    mine = None
+    if error is not None:
+        from ._errors import CheckpointError
+        cls = type(error).__name__ if isinstance(error, CheckpointError) else None
+        mine = (cls, f"{type(error).__name__}: {error}")
+    everyone = [None] * dist.get_world_size(process_group)
+    dist.all_gather_object(everyone, mine, group=process_group)
+    bad = [(r, e) for r, e in enumerate(everyone) if e is not None]
+    if not bad:
+        return
+    r, (cls, msg) = bad[0]
+    from . import _errors
+    exc_cls = getattr(_errors, cls, None) if cls else None
+    if exc_cls is None:
+        exc_cls = _errors.InvalidArgumentError
+    exc = exc_cls(f"rank {r} failed: {msg}", code=exc_cls.code or -1, name=exc_cls.name or "DCP_EINVAL")
+    if error is not None:
+        raise exc from error
+    raise exc
+
+
 def _entries_save(state_dict: dict):
     flat, mappings = _flatten(_resolve_stateful(state_dict))
     entries, keep = [], []
+    seen = set()
     for key, v in flat.items():
+        if key in seen:
+            raise InvalidArgumentError(f"'{key}': two entries flatten to this key", code=-1,
+                                       name="DCP_EINVAL")
+        seen.add(key)
         path = tuple(mappings.get(key, (key,)))
         if isinstance(v, torch.Tensor):
             shape, boxes = _boxes(v, key)
@@ -182,7 +246,18 @@ def _entries_save(state_dict: dict):
                 keep.append(t)
                 entries.append((0, path, _code(t, key), shape, off, size, t.data_ptr()))
         else:
+            _check_value(v, key)
             entries.append((1, path, v))
+    return entries, keep
+
+
+def _entries_agreed(state_dict, process_group, no_dist):
+    err, entries, keep = None, [], []
+    try:
+        entries, keep = _entries_save(state_dict)
+    except Exception as e:  # noqa: BLE001 - agreed with every rank, re-raised
+        err = e
+    _agree((process_group, no_dist), err)
     return entries, keep
 
 
@@ -215,7 +290,7 @@ def save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
                                    name="DCP_EINVAL")
     path = fspath(checkpoint_id)
     ctx = _context(process_group, no_dist, io_depth=io_depth, direct=direct)
-    entries, keep = _entries_save(state_dict)
+    entries, keep = _entries_agreed(state_dict, process_group, no_dist)
     ctx.save(entries, path, _SAVE_ZSTD if zstd else 0, not sync_files, False)
     del keep
     from ._metadata import read_metadata
@@ -257,8 +332,8 @@ def async_save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = No
     prev = _AsyncState.thread
     if prev is not None:
         prev.join()
-    ctx = _context(process_group, no_dist, "async")
-    entries, keep = _entries_save(state_dict)
+    ctx = _context(process_group, no_dist, "async", staging_budget=staging_budget)
+    entries, keep = _entries_agreed(state_dict, process_group, no_dist)
     req = ctx.save(entries, path, _SAVE_ZSTD if zstd else 0, not sync_files, True)
     del keep  # staged: the caller may change its tensors now
     fut: Future = Future()
@@ -302,26 +377,32 @@ def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
     path = fspath(checkpoint_id)
     ctx = _context(process_group, no_dist)
     statefuls = {k: v for k, v in state_dict.items() if isinstance(v, Stateful)}
-    resolved = _resolve_stateful(state_dict)
-    flat, mappings = _flatten(resolved)
-    entries, copies = [], []
-    for key, v in flat.items():
-        path_t = tuple(mappings.get(key, (key,)))
-        if isinstance(v, torch.Tensor):
-            shape, boxes = _boxes(v, key)
-            for off, size, local in boxes:
-                target = local.detach()
-                if (target.device.type == "cpu" and target.is_contiguous()
-                        and target.layout == torch.strided and not target.is_conj()
-                        and not target.is_neg()):
-                    buf = target
-                else:
-                    buf = torch.empty(size, dtype=target.dtype)
-                    copies.append((target, buf))
-                entries.append((0, path_t, _code(buf, key), shape, off, size, buf.data_ptr()))
-                copies.append((None, buf))  # keeps buf alive
-        else:
-            entries.append((1, path_t, v))
+    err, entries, copies, resolved, mappings = None, [], [], {}, {}
+    try:
+        resolved = _resolve_stateful(state_dict)
+        flat, mappings = _flatten(resolved)
+        for key, v in flat.items():
+            path_t = tuple(mappings.get(key, (key,)))
+            if isinstance(v, torch.Tensor):
+                shape, boxes = _boxes(v, key)
+                for off, size, local in boxes:
+                    target = local.detach()
+                    if (target.device.type == "cpu" and target.is_contiguous()
+                            and target.layout == torch.strided and not target.is_conj()
+                            and not target.is_neg()):
+                        buf = target
+                    else:
+                        buf = torch.empty(size, dtype=target.dtype)
+                        copies.append((target, buf))
+                    entries.append((0, path_t, _code(buf, key), shape, off, size, buf.data_ptr()))
+                    copies.append((None, buf))  # keeps buf alive
+            else:
+                # the value is replaced by what was saved: its template is
+                # None (any object may stand there)
+                entries.append((1, path_t, None))
+    except Exception as e:  # noqa: BLE001 - agreed with every rank, re-raised
+        err = e
+    _agree((process_group, no_dist), err)
     # torch's semantics: a key the checkpoint lacks raises, keys of the
     # checkpoint that no rank asks for are ignored.
     flags = (_LOAD_ALLOW_UNEXPECTED | (0 if verify else _LOAD_NO_VERIFY)
