@@ -220,3 +220,25 @@ def _read_all(rank, world, path, per_rank):
     out = {"big": torch.zeros(256, 1024)}
     dcp_torch.load(out, checkpoint_id=path, read_once=not per_rank)
     assert torch.equal(out["big"], big)
+
+
+def _manager(rank, world, root):
+    sd = state(world)
+    with dcp_torch.CheckpointManager(root, interval=2, keep_last=2, async_save=True) as m:
+        assert m.latest() is None
+        saved = [s for s in range(1, 8) if m.step(sd, s)]
+        assert saved == [2, 4, 6]
+        m.request_save()
+        assert m.step(sd, 7)
+        m.wait()
+        assert m.latest() == 7
+        names = sorted(os.listdir(root))
+        assert names == ["step-6", "step-7"], names
+        out = state(world, zero=True)
+        assert m.load_latest(out) == 7
+        check(out)
+        assert m.path(7) == os.path.join(root, "step-7")
+
+
+def test_checkpoint_manager(tmp_path):
+    run_ranks(2, _manager, str(tmp_path / "root"))

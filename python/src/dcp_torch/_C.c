@@ -28,6 +28,7 @@
 #include "dcp/dcp.h"
 #include "dcp/dcp_comm.h"
 #include "dcp/dcp_convert.h"
+#include "dcp/dcp_manager.h"
 #include "dcp/dcp_parts.h"
 
 static PyObject *err_factory; /* callable(code, name, message) */
@@ -1944,6 +1945,230 @@ static PyObject *Ctx_load(PyObject *self, PyObject *args)
     return out;
 }
 
+
+/* ------------------------------------------------------------- Manager */
+
+typedef struct {
+    PyObject_HEAD
+    CtxObject *c;
+    dcp_manager *m;
+} MgrObject;
+
+static PyTypeObject *MgrType;
+
+/* manager(root, prefix, suffix, interval, keep_last, keep_every, async,
+ *         no_fsync) -> Manager (collective) */
+static PyObject *Ctx_manager(PyObject *self, PyObject *args)
+{
+    CtxObject *c = (CtxObject *)self;
+    PyObject *po, *p;
+    const char *prefix, *suffix;
+    long long interval, keep_every;
+    unsigned int keep_last;
+    int as, nofsync, rc;
+    dcp_manager_options o;
+    dcp_save_options so;
+    dcp_manager *m = NULL;
+    MgrObject *r;
+    if (!PyArg_ParseTuple(args, "OzzLILpp", &po, &prefix, &suffix, &interval,
+                          &keep_last, &keep_every, &as, &nofsync) ||
+        !get_path(po, &p))
+        return NULL;
+    memset(&so, 0, sizeof(so));
+    so.struct_size = sizeof(so);
+    so.no_fsync = nofsync;
+    memset(&o, 0, sizeof(o));
+    o.struct_size = sizeof(o);
+    o.prefix = prefix;
+    o.suffix = suffix;
+    o.interval = interval;
+    o.keep_last = keep_last;
+    o.keep_every = keep_every;
+    o.async = as;
+    o.save_opts = &so;
+    ctx_enter(c);
+    Py_BEGIN_ALLOW_THREADS
+    rc = dcp_manager_create(&m, c->ctx, PyBytes_AsString(p), &o);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(p);
+    if (rc != DCP_OK) {
+        ctx_raise(c, rc);
+        ctx_leave(c);
+        return NULL;
+    }
+    ctx_leave(c);
+    r = (MgrObject *)PyType_GenericAlloc(MgrType, 0);
+    if (!r) {
+        dcp_manager_free(m);
+        return NULL;
+    }
+    Py_INCREF(c);
+    r->c = c;
+    r->m = m;
+    return (PyObject *)r;
+}
+
+static MgrObject *mgr_open(PyObject *self)
+{
+    MgrObject *r = (MgrObject *)self;
+    if (!r->m) {
+        PyErr_SetString(PyExc_ValueError, "manager closed");
+        return NULL;
+    }
+    return r;
+}
+
+/* save(entries, step, at_boundary) -> did_save */
+static PyObject *Mgr_save(PyObject *self, PyObject *args)
+{
+    MgrObject *r = mgr_open(self);
+    PyObject *entries;
+    long long step;
+    int boundary, did = 1, rc;
+    size_t nv;
+    dcp_state *st;
+    if (!r || !PyArg_ParseTuple(args, "O!Lp", &PyList_Type, &entries, &step,
+                                &boundary))
+        return NULL;
+    st = build_state(entries, &nv);
+    if (!st)
+        return NULL;
+    ctx_enter(r->c);
+    Py_BEGIN_ALLOW_THREADS
+    if (boundary)
+        rc = dcp_manager_step(r->m, st, step, &did);
+    else
+        rc = dcp_manager_save(r->m, st, step);
+    Py_END_ALLOW_THREADS
+    dcp_state_free(st);
+    if (rc != DCP_OK) {
+        ctx_raise(r->c, rc);
+        ctx_leave(r->c);
+        return NULL;
+    }
+    ctx_leave(r->c);
+    return PyBool_FromLong(did);
+}
+
+static PyObject *Mgr_wait(PyObject *self, PyObject *unused)
+{
+    MgrObject *r = mgr_open(self);
+    int rc;
+    (void)unused;
+    if (!r)
+        return NULL;
+    ctx_enter(r->c);
+    Py_BEGIN_ALLOW_THREADS
+    rc = dcp_manager_wait(r->m);
+    Py_END_ALLOW_THREADS
+    if (rc != DCP_OK) {
+        ctx_raise(r->c, rc);
+        ctx_leave(r->c);
+        return NULL;
+    }
+    ctx_leave(r->c);
+    Py_RETURN_NONE;
+}
+
+/* latest() -> step, or -1 when there is none (DCP_ENOENT) */
+static PyObject *Mgr_latest(PyObject *self, PyObject *unused)
+{
+    MgrObject *r = mgr_open(self);
+    int64_t step = -1;
+    int rc;
+    (void)unused;
+    if (!r)
+        return NULL;
+    ctx_enter(r->c);
+    Py_BEGIN_ALLOW_THREADS
+    rc = dcp_manager_latest(r->m, &step);
+    Py_END_ALLOW_THREADS
+    if (rc != DCP_OK && rc != DCP_ENOENT) {
+        ctx_raise(r->c, rc);
+        ctx_leave(r->c);
+        return NULL;
+    }
+    ctx_leave(r->c);
+    return PyLong_FromLongLong(rc == DCP_ENOENT ? -1 : (long long)step);
+}
+
+static PyObject *Mgr_path(PyObject *self, PyObject *arg)
+{
+    MgrObject *r = mgr_open(self);
+    long long step;
+    char *out = NULL;
+    PyObject *s;
+    int rc;
+    if (!r)
+        return NULL;
+    step = PyLong_AsLongLong(arg);
+    if (step == -1 && PyErr_Occurred())
+        return NULL;
+    rc = dcp_manager_path(r->m, step, &out);
+    if (rc != DCP_OK)
+        return raise_code(rc, "bad step");
+    s = PyUnicode_DecodeFSDefault(out);
+    dcp_free(out);
+    return s;
+}
+
+static PyObject *Mgr_request_save(PyObject *self, PyObject *unused)
+{
+    MgrObject *r = mgr_open(self);
+    (void)unused;
+    if (!r)
+        return NULL;
+    dcp_manager_request_save(r->m);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Mgr_close(PyObject *self, PyObject *unused)
+{
+    MgrObject *r = (MgrObject *)self;
+    (void)unused;
+    if (r->m) {
+        ctx_enter(r->c);
+        Py_BEGIN_ALLOW_THREADS
+        dcp_manager_free(r->m); /* completes a save in flight */
+        Py_END_ALLOW_THREADS
+        ctx_leave(r->c);
+        r->m = NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static void Mgr_dealloc(PyObject *self)
+{
+    MgrObject *r = (MgrObject *)self;
+    PyTypeObject *tp = Py_TYPE(self);
+    if (r->m) {
+        ctx_enter(r->c);
+        dcp_manager_free(r->m);
+        ctx_leave(r->c);
+    }
+    Py_XDECREF(r->c);
+    ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef Mgr_methods[] = {
+    {"save", Mgr_save, METH_VARARGS, "dcp_manager_step / dcp_manager_save"},
+    {"wait", Mgr_wait, METH_NOARGS, "dcp_manager_wait"},
+    {"latest", Mgr_latest, METH_NOARGS, "dcp_manager_latest (-1: none)"},
+    {"path", Mgr_path, METH_O, "dcp_manager_path"},
+    {"request_save", Mgr_request_save, METH_NOARGS, "save at the next step"},
+    {"close", Mgr_close, METH_NOARGS, "dcp_manager_free (collective)"},
+    {NULL, NULL, 0, NULL}};
+
+static PyType_Slot Mgr_slots[] = {
+    {Py_tp_dealloc, (void *)Mgr_dealloc},
+    {Py_tp_methods, Mgr_methods},
+    {Py_tp_doc, (void *)"A checkpoint manager (dcp_manager)."},
+    {0, NULL}};
+
+static PyType_Spec Mgr_spec = {"dcp_torch._C.Manager", sizeof(MgrObject), 0,
+                               Py_TPFLAGS_DEFAULT, Mgr_slots};
+
 static PyMethodDef Ctx_methods[] = {
     {"verify", Ctx_verify, METH_O, "dcp_verify(path)"},
     {"clean", Ctx_clean, METH_VARARGS, "dcp_clean(path, force)"},
@@ -1954,6 +2179,7 @@ static PyMethodDef Ctx_methods[] = {
     {"metadata_open", Ctx_metadata_open, METH_O, "dcp_metadata_open(path)"},
     {"save", Ctx_save, METH_VARARGS, "dcp_save / dcp_save_async"},
     {"load", Ctx_load, METH_VARARGS, "dcp_load"},
+    {"manager", Ctx_manager, METH_VARARGS, "dcp_manager_create"},
     {NULL, NULL, 0, NULL}};
 
 static PyType_Slot Ctx_slots[] = {
@@ -2014,7 +2240,8 @@ PyMODINIT_FUNC PyInit__C(void)
     PartSaveType = (PyTypeObject *)PyType_FromSpec(&PartSave_spec);
     MetaType = (PyTypeObject *)PyType_FromSpec(&Meta_spec);
     ReqType = (PyTypeObject *)PyType_FromSpec(&Req_spec);
-    if (!CtxType || !PartSaveType || !MetaType || !ReqType)
+    MgrType = (PyTypeObject *)PyType_FromSpec(&Mgr_spec);
+    if (!CtxType || !PartSaveType || !MetaType || !ReqType || !MgrType)
         goto fail;
     Py_INCREF(CtxType);
     if (PyModule_AddObject(m, "Context", (PyObject *)CtxType) < 0)

@@ -36,6 +36,7 @@ from ._engine import _C
 from ._metadata import read_metadata
 from .filesystem import FileSystemReader, FileSystemWriter
 from .api import async_save, load, load_state_dict, save, save_state_dict
+from .manager import CheckpointManager
 from . import format_utils, optimizer  # noqa: E402  (torch's submodule names)
 # The names programs reach through `dcp.` (import dcp_torch as dcp): torch's
 # own planners, metadata and protocols, unchanged.
@@ -76,6 +77,7 @@ __all__ = [
     "save_state_dict",
     "load_state_dict",
     "Stateful",
+    "CheckpointManager",
     "FileSystemWriter",
     "FileSystemReader",
     "read_metadata",
