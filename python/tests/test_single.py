@@ -379,3 +379,29 @@ def test_utilities(ckpt, tmp_path):
     dcp_torch.verify(ckpt)
     with pytest.raises(dcp_torch.NotFoundError):
         dcp_torch.verify(str(tmp_path / "missing"))
+
+
+def test_values_torch_stores(ckpt):
+    """Values torch's planner stores that dcp's value decoder does not hold
+    (a BytesIO, a set, torch.Size, a dtype, a tensor inside a tuple): read
+    through torch's weights_only loader, nothing executed."""
+    sd = {"w": torch.ones(2), "losses": io.BytesIO(b"\x00\x01loss-log"), "s": {1, 2},
+          "size": torch.Size([3, 4]), "dt": torch.float16, "tt": (torch.arange(3), 2)}
+    tdcp.save(sd, storage_writer=dcp_torch.FileSystemWriter(ckpt), no_dist=True)
+    out = {"w": torch.zeros(2), "losses": None, "s": None, "size": None, "dt": None, "tt": None}
+    tdcp.load(out, storage_reader=dcp_torch.FileSystemReader(ckpt), no_dist=True)
+    assert out["losses"].getvalue() == b"\x00\x01loss-log"
+    assert out["s"] == {1, 2} and out["size"] == torch.Size([3, 4]) and out["dt"] == torch.float16
+    assert torch.equal(out["tt"][0], torch.arange(3)) and out["tt"][1] == 2
+
+
+def test_checkpoint_id_detection_and_save_id(ckpt):
+    from torch.distributed.checkpoint.metadata import StorageMeta
+    assert not dcp_torch.FileSystemWriter.validate_checkpoint_id("abc://abc.abc")
+    assert not dcp_torch.FileSystemReader.validate_checkpoint_id("abc://abc.abc")
+    assert dcp_torch.FileSystemWriter.validate_checkpoint_id("s3://bucket/prefix")
+    assert dcp_torch.FileSystemWriter.validate_checkpoint_id(ckpt)
+    w = dcp_torch.FileSystemWriter(ckpt)
+    tdcp.save({"a": torch.ones(1)}, storage_writer=w, no_dist=True)
+    md = dcp_torch.read_metadata(ckpt)
+    assert md.storage_meta.save_id == w.save_id == w.storage_meta().save_id

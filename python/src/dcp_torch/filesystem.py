@@ -49,7 +49,9 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, W
 
 from . import _C
 from ._engine import TORCH_TYPES, dtype_code, fspath, make_context
-from ._errors import InvalidArgumentError, NotSupportedError, UnsafeError
+from ._errors import InvalidArgumentError, LimitError, NotSupportedError, UnsafeError
+
+_REFUSED = object()
 
 __all__ = ["FileSystemWriter", "FileSystemReader"]
 
@@ -64,6 +66,19 @@ class _DcpStoragePrefix:
     prefix: str
     tag: str = ""
     save_id: str = ""
+
+
+def _valid_checkpoint_id(checkpoint_id) -> bool:
+    """Whether these classes serve checkpoint_id (torch's _storage_setup
+    asks): a Path, an s3:// URL, or what torch's FileSystem takes (a path
+    whose parent exists); another scheme ("abc://...") is not ours."""
+    from pathlib import Path
+    if isinstance(checkpoint_id, Path):
+        return True
+    if isinstance(checkpoint_id, str) and "://" in checkpoint_id:
+        return checkpoint_id.startswith("s3://")
+    from torch.distributed.checkpoint.filesystem import FileSystem
+    return FileSystem.validate_checkpoint_id(checkpoint_id)
 
 
 def _is_s3(path: str) -> bool:
@@ -277,6 +292,7 @@ class FileSystemWriter(StorageWriter, BlockingAsyncStager):
         self._part = self._context().part_save_begin(self.path, flags)
         sid, tag, _ = self._part.info()
         self._sid = sid
+        self.save_id = sid  # the id the committed metadata will name
         out = []
         for i, plan in enumerate(plans):
             sd = plan.storage_data
@@ -291,6 +307,7 @@ class FileSystemWriter(StorageWriter, BlockingAsyncStager):
                 "dcp_torch.FileSystemWriter: the plan carries no dcp storage prefix (was "
                 "prepare_global_plan skipped?)", code=-1, name="EINVAL")
         suffix = f".{sp.tag}.distcp" if sp.tag else ".distcp"
+        self.save_id = sp.save_id
         if self.single_file_per_rank:
             groups = _split_by_size_and_type(self.thread_count, list(plan.items))
         else:
@@ -359,7 +376,7 @@ class FileSystemWriter(StorageWriter, BlockingAsyncStager):
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike) -> bool:
-        return isinstance(checkpoint_id, (str, os.PathLike))
+        return _valid_checkpoint_id(checkpoint_id)
 
 
 class FileSystemReader(StorageReader):
@@ -469,11 +486,28 @@ class FileSystemReader(StorageReader):
             return io.BytesIO(md.read_record(k, 0))
         try:
             obj = md.read_value(k)
-        except UnsafeError as e:
+        except (UnsafeError, NotSupportedError, LimitError) as e:
+            # Outside dcp's value decoder: torch's own restricted loader
+            # (weights_only: an allow-list, nothing executed) also admits
+            # tensors inside values, torch.Size, dtypes, devices, sets,
+            # complex and io.BytesIO (torch's planner stores BytesIO values
+            # as a torch.save of one).
+            try:
+                with torch.serialization.safe_globals([io.BytesIO]):
+                    obj = torch.load(io.BytesIO(md.read_record(k, 0)), map_location="cpu",
+                                     weights_only=True)
+            except Exception:
+                obj = _REFUSED
+            if obj is not _REFUSED:
+                buf = io.BytesIO()
+                torch.save(obj, buf)
+                buf.seek(0)
+                return buf
             raise UnsafeError(
-                f"{e.message}; the value '{fqn}' holds objects dcp's restricted decoder refuses: "
+                f"{e.message}; the value '{fqn}' holds objects dcp's restricted decoder and "
+                "torch's weights_only loader refuse: "
                 "pass allow_pickle=True to FileSystemReader to unpickle it as torch does (only "
-                "for a checkpoint you trust)", code=e.code, name=e.name) from None
+                "for a checkpoint you trust)", code=-6, name="DCP_EUNSAFE") from None
         buf = io.BytesIO()
         torch.save(obj, buf)
         buf.seek(0)
@@ -535,4 +569,4 @@ class FileSystemReader(StorageReader):
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike) -> bool:
-        return isinstance(checkpoint_id, (str, os.PathLike))
+        return _valid_checkpoint_id(checkpoint_id)
