@@ -32,6 +32,10 @@ kept) and this benchmark's section of bench/RESULTS.md.
     PYTHONPATH=build/python .venv/bin/python bench/py_dropin_bench.py \
         [--build build] [--runs 3] [--meta-ranks 1024] [--meta-tensors 2000]
     ... bench/py_dropin_bench.py --smoke      # 2 ranks, tiny state, 1 run
+    ... bench/py_dropin_bench.py --only-meta --meta-ranks 4096   # the metadata alone
+
+--only-meta merges only the py_metadata_* keys and replaces only the
+metadata paragraph (between its own markers) and row of the section.
 
 --smoke writes nothing unless --out is given; it exits non-zero when a load
 reads a wrong element or a step fails.
@@ -58,6 +62,8 @@ ROOT = os.path.dirname(HERE)
 IMPLS = ("torch", "dcp_torch")
 BEGIN = "<!-- py-dropin-bench: begin (bench/py_dropin_bench.py writes this section) -->"
 END = "<!-- py-dropin-bench: end -->"
+META_BEGIN = "<!-- py-metadata: begin -->"
+META_END = "<!-- py-metadata: end -->"
 
 
 def log(msg):
@@ -407,6 +413,35 @@ def fs_of(path):
     return what
 
 
+def meta_block(res, meta_info):
+    """The metadata paragraph and table of the section, between their own
+    markers (--only-meta replaces just these)."""
+    L = [META_BEGIN]
+    L.append(
+        (f"Measured {meta_info['when']}. " if meta_info.get("when") else "") +
+        f"Metadata: `build/plan_sim {meta_info['ranks']} {meta_info['tensors']}` with "
+        f"`PLAN_SIM_DUMP` ({meta_info['ranks']} ranks x {meta_info['tensors']} tensors, "
+        f"FSDP-style row shards: {meta_info['chunks']:,} chunks, "
+        f"{meta_info['storage_items']:,} storage items, {meta_info['size'] / 2**20:.1f} MiB "
+        f"of `.metadata`, on tmpfs). {meta_info['why']} Each decode in a fresh process "
+        "(the interpreter, torch and dcp_torch imported first, not timed), alternating, "
+        f"{meta_info['runs']} runs each; peak RSS is that process's VmHWM (after import: "
+        f"{meta_info['base']:.0f} MiB). The Python garbage collector as a program has it "
+        "(on); the `_gc_off` ratio is the same with `gc.disable()` around the call, "
+        f"{meta_info['gc_off_runs']} run(s) each, to show where the time goes.")
+    L.append("")
+    L.append("| key | median | min | max | unit |")
+    L.append("|---|---|---|---|---|")
+    for key in ("py_metadata_read_seconds", "py_metadata_pickle_seconds",
+                "py_metadata_read_peak_rss_mib", "py_metadata_pickle_peak_rss_mib",
+                "py_metadata_read_vs_pickle", "py_metadata_read_vs_pickle_gc_off"):
+        if key in res:
+            f = res[key]
+            L.append(f"| `{key}` | {f['value']} | {f['min']} | {f['max']} | {f['unit']} |")
+    L.append(META_END)
+    return "\n".join(L)
+
+
 def section(res, recs, meta_info, cond):
     """This benchmark's section of RESULTS.md."""
     def v(key, nd=3):
@@ -495,32 +530,45 @@ def section(res, recs, meta_info, cond):
                      f"{tc} | {dc} |")
     L.append("")
     if meta_info:
-        L.append(
-            f"Metadata: `build/plan_sim {meta_info['ranks']} {meta_info['tensors']}` with "
-            f"`PLAN_SIM_DUMP` ({meta_info['ranks']} ranks x {meta_info['tensors']} tensors, "
-            f"FSDP-style row shards: {meta_info['chunks']:,} chunks, "
-            f"{meta_info['storage_items']:,} storage items, {meta_info['size'] / 2**20:.1f} MiB "
-            f"of `.metadata`, on tmpfs). {meta_info['why']} Each decode in a fresh process "
-            "(the interpreter, torch and dcp_torch imported first, not timed), alternating, "
-            f"{meta_info['runs']} runs each; peak RSS is that process's VmHWM (after import: "
-            f"{meta_info['base']:.0f} MiB). The Python garbage collector as a program has it "
-            "(on); the `_gc_off` ratio is the same with `gc.disable()` around the call, "
-            f"{meta_info['gc_off_runs']} run(s) each, to show where the time goes.")
-        L.append("")
-        L.append("| key | median | min | max | unit |")
-        L.append("|---|---|---|---|---|")
-        for key in ("py_metadata_read_seconds", "py_metadata_pickle_seconds",
-                    "py_metadata_read_peak_rss_mib", "py_metadata_pickle_peak_rss_mib",
-                    "py_metadata_read_vs_pickle", "py_metadata_read_vs_pickle_gc_off"):
-            if key in res:
-                f = res[key]
-                L.append(f"| `{key}` | {f['value']} | {f['min']} | {f['max']} | {f['unit']} |")
+        L.append(meta_block(res, meta_info))
         L.append("")
     L.append("Reproduce: `make bench` (this step: `PYTHONPATH=build/python .venv/bin/python "
              "bench/py_dropin_bench.py --build build --runs $(PY_BENCH_RUNS)`); "
              "`--smoke` for a seconds-long check (2 ranks, tiny state, 1 run).")
     L.append(END)
     return "\n".join(L) + "\n"
+
+
+def replace_meta(path, block, ratio_fig):
+    """The metadata paragraph and table of the section replaced by block
+    (between META_BEGIN/META_END, or, in a section written before those
+    markers, from its "Metadata:" paragraph to "Reproduce:"), and the
+    section's py_metadata_read_vs_pickle row brought up to date."""
+    text = open(path).read() if os.path.exists(path) else ""
+    if BEGIN not in text or END not in text:
+        log(f"{path}: no section of this benchmark; RESULTS.md not changed")
+        return
+    head, rest = text.split(BEGIN, 1)
+    sec, tail = rest.split(END, 1)
+    if META_BEGIN in sec and META_END in sec:
+        a, b = sec.split(META_BEGIN, 1)
+        sec = a + block + b.split(META_END, 1)[1]
+    else:
+        i = sec.index("\nMetadata: `build/plan_sim")
+        j = sec.index("\nReproduce: `make bench`")
+        sec = sec[:i + 1] + block + "\n\n" + sec[j + 1:]
+    if ratio_fig:
+        out = []
+        for line in sec.split("\n"):
+            cells = line.split(" | ")
+            if line.startswith("| `py_metadata_read_vs_pickle` |") and len(cells) == 6:
+                cells[2:5] = [f"{ratio_fig[x]:.2f}" for x in ("value", "min", "max")]
+                cells[5] = ">= 1.0: " + ("met" if ratio_fig["value"] >= 1.0 else "missed") + " |"
+                line = " | ".join(cells)
+            out.append(line)
+        sec = "\n".join(out)
+    with open(path, "w") as f:
+        f.write(head + BEGIN + sec + END + tail)
 
 
 def write_section(path, text):
@@ -570,6 +618,9 @@ def main():
     ap.add_argument("--meta-gc-off-runs", type=int, default=1)
     ap.add_argument("--no-disk", action="store_true")
     ap.add_argument("--no-meta", action="store_true")
+    ap.add_argument("--only-meta", action="store_true",
+                    help="only the metadata decode: its keys merged into results.json, its "
+                         "paragraph and row of the section replaced in RESULTS.md")
     ap.add_argument("--out", default=None,
                     help="folder of results.json and RESULTS.md (default: bench/; "
                          "--smoke: none)")
@@ -600,7 +651,7 @@ def main():
     tag = f"py_dropin_bench.{os.getpid()}"
     tmpfs = os.path.join(a.tmpfs_dir, tag)
     disk = os.path.join(disk_root, tag)
-    dirs = [("tmpfs", tmpfs)] + ([] if a.no_disk else [("disk", disk)])
+    dirs = [("tmpfs", tmpfs)] + ([] if a.no_disk or a.only_meta else [("disk", disk)])
     for _, d in dirs:
         os.makedirs(d, exist_ok=True)
     t_start = time.perf_counter()
@@ -609,7 +660,7 @@ def main():
     log(f"{a.world} ranks, {a.runs} runs, dirs {[d for _, d in dirs]}, nice {nice}")
     meta, meta_nogc, meta_info = [], [], None
     try:
-        recs = run_ranks(a.world, a.runs, dirs, gpt2, tmpfs)
+        recs = [] if a.only_meta else run_ranks(a.world, a.runs, dirs, gpt2, tmpfs)
         for _, d in dirs:
             shutil.rmtree(d, ignore_errors=True)
         if not a.no_meta:
@@ -619,14 +670,16 @@ def main():
             if a.meta_gc_off_runs:
                 meta_nogc = run_meta(md, a.meta_gc_off_runs, gc_off=True)
             r0 = meta[0]
-            why = ("(The plan_sim section's 4096 x 2000 case is larger than this machine "
-                   "decodes in a minute per run: see the notes below this section.)"
-                   if a.meta_ranks < 4096 and not a.smoke else "")
+            why = ("(The plan_sim section's 4096 x 2000 case: see the notes below this "
+                   "section.)" if a.meta_ranks < 4096 and not a.smoke else "")
             meta_info = {"ranks": a.meta_ranks, "tensors": a.meta_tensors, "size": size,
                          "chunks": r0["chunks"], "storage_items": r0["storage_items"],
                          "base": statistics.median(r["base_rss_mib"] for r in meta),
                          "why": why, "gc_off_runs": a.meta_gc_off_runs,
-                         "runs": a.meta_runs}
+                         "runs": a.meta_runs,
+                         "when": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} "
+                                 f"UTC, load average {load_before} before, {loadavg()} after, "
+                                 f"dcp_torch built from {source}"}
     finally:
         for _, d in dirs:
             shutil.rmtree(d, ignore_errors=True)
@@ -636,6 +689,16 @@ def main():
             except OSError:
                 pass
     res = figures(recs, meta, meta_nogc)
+    if a.only_meta:
+        for k, f in res.items():
+            print(f"{k}: {f['value']} {f['unit']} ({f['min']}..{f['max']})")
+        if out and meta_info:
+            os.makedirs(out, exist_ok=True)
+            merge_results(os.path.join(out, "results.json"), res)
+            replace_meta(os.path.join(out, "RESULTS.md"), meta_block(res, meta_info),
+                         res.get("py_metadata_read_vs_pickle"))
+            log(f"wrote {out}/results.json and the metadata part of RESULTS.md")
+        return 0
     bad = sum(r["bad_elements"] for r in recs)
     caches = sorted({r["cache"] for r in recs if r["cache"]})
     cache = {"drop_caches": "dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`, as root)",
