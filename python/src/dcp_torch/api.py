@@ -201,23 +201,32 @@ def _check_value(v, key: str, depth: int = 0) -> None:
 
 def _agree(group_ctx_args, error: BaseException | None):
     """Every rank learns whether any rank failed before the collective save
-    or load (one all_gather_object); then each raises the same exception:
-    the failing (lowest) rank's class and message."""
+    or load (one allreduce; the failing rank's exception broadcast only
+    then); each raises the same exception: the lowest failing rank's class
+    and message."""
     process_group, no_dist = group_ctx_args
     if not _use_dist(process_group, no_dist):
         if error is not None:
             raise error
+        return
+    world = dist.get_world_size(process_group)
+    # one small allreduce in the common case: the lowest failing rank (or
+    # world when none); its exception is sent only when there is one
+    flag = torch.tensor([dist.get_rank(process_group) if error is not None else world],
+                        dtype=torch.int64)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=process_group)
+    r = int(flag.item())
+    if r == world:
         return
     mine = None
     if error is not None:
         from ._errors import CheckpointError
         cls = type(error).__name__ if isinstance(error, CheckpointError) else None
         mine = (cls, f"{type(error).__name__}: {error}")
-    everyone = [None] * dist.get_world_size(process_group)
-    dist.all_gather_object(everyone, mine, group=process_group)
-    bad = [(r, e) for r, e in enumerate(everyone) if e is not None]
-    if not bad:
-        return
+    box = [mine]
+    src = r if process_group is None else dist.get_global_rank(process_group, r)
+    dist.broadcast_object_list(box, src=src, group=process_group)
+    bad = [(r, box[0])]
     r, (cls, msg) = bad[0]
     from . import _errors
     exc_cls = getattr(_errors, cls, None) if cls else None
