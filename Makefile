@@ -123,9 +123,10 @@ bench-s3: build
 
 # Read once, tier restore from peers, save and load against the capped
 # store link, on 4 nodes (tests/cluster/run.sh --bench; docs/CLUSTER.md):
-# the cluster_* keys of bench/results.json.
+# the cluster_* keys of bench/results.json and bench/cluster.png.
 bench-cluster: build
 	bash tests/cluster/run.sh --bench build/tests/cluster/cluster_ckpt bench/results.json
+	$(PYTHON) bench/cluster_plot.py bench/results.json bench/cluster.png
 
 test:
 	$(CTEST) --test-dir build --output-on-failure --no-tests=error -j$(CTEST_J) $(CTEST_ARGS)

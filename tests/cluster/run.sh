@@ -8,9 +8,11 @@
 #                                  merged into OUT (bench/results.json)
 #
 # PROG is tests/cluster/cluster_ckpt. Every case brings its own cluster up
-# (name dcpt, dcpu for the second one of the address test) and down, and
-# checks that nothing is left (cluster.sh check); a trap tears down on any
-# exit. Exit 0: passed; 1: failed (the first failure's line says why); 77:
+# and down, and checks that nothing is left (cluster.sh check); a trap
+# tears down on any exit. Its name and /24 come from PROG's path (t<hash>,
+# 198.19.<hash>.0/24; u<hash> for the second cluster of the address test),
+# so that build trees run side by side while a run killed in one tree is
+# cleaned up by the next run there. Exit 0: passed; 1: failed (the first failure's line says why); 77:
 # skipped (no root, iproute2, Open MPI or radosgw: cluster.sh says which).
 set -u
 set -o pipefail
@@ -23,13 +25,18 @@ PROG=${2:-}
 [ -n "$mode" ] && [ -x "$PROG" ] || { echo "usage: run.sh --smoke|--full|--bench PROG ..." >&2; exit 2; }
 shift 2
 LOG=$(mktemp -d /tmp/dcp-cluster-test-XXXXXX)
-T0=/run/dcp-cluster/dcpt/t0
+h=$(readlink -f "$PROG" | cksum | awk '{print $1}')
+NM=t$(printf %x $((h % 0xfffffff)))
+NM2=u${NM#t}
+NET=198.19.$((h % 250 + 1))
+export DCP_CLUSTER_NET=$NET
+T0=/run/dcp-cluster/$NM/t0
 S3=s3://dcp-cluster
 failed=0
 
 cleanup() {
-    "$C" --name dcpu down >/dev/null 2>&1
-    "$C" --name dcpt down >/dev/null 2>&1
+    "$C" --name "$NM2" down >/dev/null 2>&1
+    "$C" --name "$NM" down >/dev/null 2>&1
     rm -rf "$LOG"
 }
 trap cleanup EXIT
@@ -48,11 +55,11 @@ must() {
     return 1
 }
 # mpi [cluster.sh mpirun options --] PROG ARGS: bounded, output in $LOG/out.
-mpi() { timeout -k 5 "${MPI_TIMEOUT:-180}" "$C" --name dcpt mpirun "$@"; }
+mpi() { timeout -k 5 "${MPI_TIMEOUT:-180}" "$C" --name "$NM" mpirun "$@"; }
 
 up() {
     local rc
-    "$C" --name dcpt up "$@" > "$LOG/up" 2>&1
+    "$C" --name "$NM" up "$@" > "$LOG/up" 2>&1
     rc=$?
     if [ $rc = 77 ]; then
         cat "$LOG/up" >&2
@@ -62,8 +69,8 @@ up() {
 }
 
 down_checked() {
-    "$C" --name dcpt down > "$LOG/down" 2>&1 || fail "down: $(cat "$LOG/down" | tr '\n' ' ')"
-    "$C" --name dcpt check > "$LOG/check" 2>&1 || fail "left behind: $(cat "$LOG/check" | tr '\n' ' ')"
+    "$C" --name "$NM" down > "$LOG/down" 2>&1 || fail "down: $(cat "$LOG/down" | tr '\n' ' ')"
+    "$C" --name "$NM" check > "$LOG/check" 2>&1 || fail "left behind: $(cat "$LOG/check" | tr '\n' ' ')"
 }
 
 secs() { awk '{for (i = 1; i <= NF; i++) if ($i ~ /^s=/) print substr($i, 3)}' "$1" | tail -1; }
@@ -72,44 +79,44 @@ secs() { awk '{for (i = 1; i <= NF; i++) if ($i ~ /^s=/) print substr($i, 3)}' "
 
 case_badinput() {
     local t rc pid
-    "$C" --name dcpt up 1 > "$LOG/b" 2>&1
+    "$C" --name "$NM" up 1 > "$LOG/b" 2>&1
     rc=$?
     [ $rc = 77 ] && { cat "$LOG/b" >&2; exit 77; }
     [ $rc = 2 ] || fail "up 1: exit $rc, wants 2 (usage)"
-    "$C" --name dcpt up 2 --net 8.8.8 > "$LOG/b" 2>&1
+    "$C" --name "$NM" up 2 --net 8.8.8 > "$LOG/b" 2>&1
     [ $? = 2 ] && grep -q 'private or test range' "$LOG/b" || fail "a public --net not refused"
-    "$C" --name dcpt up 2 --node-rate fast > "$LOG/b" 2>&1
+    "$C" --name "$NM" up 2 --node-rate fast > "$LOG/b" 2>&1
     [ $? = 2 ] || fail "a bad rate not refused"
     # a node that never comes up: error naming it, everything removed
     t=$SECONDS
-    DCP_CLUSTER_FAULT=hang:n1 "$C" --name dcpt up 3 --no-store --node-timeout 2 > "$LOG/b" 2>&1
+    DCP_CLUSTER_FAULT=hang:n1 "$C" --name "$NM" up 3 --no-store --node-timeout 2 > "$LOG/b" 2>&1
     rc=$?
     [ $rc = 1 ] && grep -q 'node n1 did not come up within 2 s' "$LOG/b" ||
         fail "a node that never comes up: exit $rc, $(cat "$LOG/b" | tr '\n' ' ')"
     [ $((SECONDS - t)) -le 20 ] || fail "a node that never comes up took $((SECONDS - t)) s"
-    "$C" --name dcpt check > "$LOG/c" 2>&1 || fail "after a failed bring-up: $(cat "$LOG/c" | tr '\n' ' ')"
+    "$C" --name "$NM" check > "$LOG/c" 2>&1 || fail "after a failed bring-up: $(cat "$LOG/c" | tr '\n' ' ')"
     ok "bad input: N out of range, a public range, a bad rate, a node that never comes up ($((SECONDS - t)) s, nothing left)"
     # leftovers of a killed run: kill -9 a bring-up half way, then up again
-    DCP_CLUSTER_FAULT=hang:n1 "$C" --name dcpt up 3 --no-store --node-timeout 60 > "$LOG/b" 2>&1 &
+    DCP_CLUSTER_FAULT=hang:n1 "$C" --name "$NM" up 3 --no-store --node-timeout 60 > "$LOG/b" 2>&1 &
     pid=$!
-    for _ in $(seq 1 100); do [ -f /run/dcp-cluster/dcpt/n0.pid ] && break; sleep 0.1; done
+    for _ in $(seq 1 100); do [ -f /run/dcp-cluster/$NM/n0.pid ] && break; sleep 0.1; done
     sleep 0.3
     kill -KILL $pid
     wait $pid 2>/dev/null
-    "$C" --name dcpt check > "$LOG/c" 2>&1 && fail "a killed bring-up left nothing (the test did not kill it half way)"
-    DCP_CLUSTER_QUIET= "$C" --name dcpt up 2 --no-store > "$LOG/b" 2>&1 ||
+    "$C" --name "$NM" check > "$LOG/c" 2>&1 && fail "a killed bring-up left nothing (the test did not kill it half way)"
+    DCP_CLUSTER_QUIET= "$C" --name "$NM" up 2 --no-store > "$LOG/b" 2>&1 ||
         fail "up after a killed run: $(cat "$LOG/b" | tr '\n' ' ')"
-    grep -q 'removing what an earlier run of dcpt left' "$LOG/b" ||
+    grep -q "removing what an earlier run of $NM left" "$LOG/b" ||
         fail "up after a killed run did not say it removed leftovers"
-    [ "$("$C" --name dcpt nodes)" = "n0 n1" ] || fail "after leftovers: nodes '$("$C" --name dcpt nodes)'"
+    [ "$("$C" --name "$NM" nodes)" = "n0 n1" ] || fail "after leftovers: nodes '$("$C" --name "$NM" nodes)'"
     # addresses taken: a second cluster on the same range is refused, the
     # first one untouched
-    "$C" --name dcpu up 2 --no-store > "$LOG/b" 2>&1
+    "$C" --name "$NM2" up 2 --no-store > "$LOG/b" 2>&1
     rc=$?
-    [ $rc = 1 ] && grep -q 'addresses of 198.18.30.0/24 already taken' "$LOG/b" ||
+    [ $rc = 1 ] && grep -q "addresses of $NET.0/24 already taken" "$LOG/b" ||
         fail "addresses taken: exit $rc, $(cat "$LOG/b" | tr '\n' ' ')"
-    "$C" --name dcpu check > "$LOG/c" 2>&1 || fail "refused cluster left: $(cat "$LOG/c" | tr '\n' ' ')"
-    [ "$("$C" --name dcpt nodes)" = "n0 n1" ] || fail "the first cluster was disturbed"
+    "$C" --name "$NM2" check > "$LOG/c" 2>&1 || fail "refused cluster left: $(cat "$LOG/c" | tr '\n' ' ')"
+    [ "$("$C" --name "$NM" nodes)" = "n0 n1" ] || fail "the first cluster was disturbed"
     # a launch agent failing: mpirun fails, bounded
     t=$SECONDS
     DCP_CLUSTER_FAULT=agent:n1 MPI_TIMEOUT=60 mpi -- "$PROG" save /tmp/none 1 1 > "$LOG/b" 2>&1
@@ -124,12 +131,12 @@ case_badinput() {
 case_smoke() {
     up 2 --node-rate 1gbit --store-rate 500mbit || return 1
     # isolation: each node its own network namespace, hostname and tmpfs
-    "$C" --name dcpt exec n0 sh -c "echo x > $T0/only-n0" || fail "write into n0's tier 0"
+    "$C" --name "$NM" exec n0 sh -c "echo x > $T0/only-n0" || fail "write into n0's tier 0"
     [ ! -e "$T0/only-n0" ] || fail "n0's tier 0 is visible on the host"
-    "$C" --name dcpt exec n1 test ! -e "$T0/only-n0" || fail "n0's tier 0 is visible on n1"
+    "$C" --name "$NM" exec n1 test ! -e "$T0/only-n0" || fail "n0's tier 0 is visible on n1"
     local a b
-    a=$("$C" --name dcpt exec n0 sh -c 'echo $(hostname) $(readlink /proc/self/ns/net)')
-    b=$("$C" --name dcpt exec n1 sh -c 'echo $(hostname) $(readlink /proc/self/ns/net)')
+    a=$("$C" --name "$NM" exec n0 sh -c 'echo $(hostname) $(readlink /proc/self/ns/net)')
+    b=$("$C" --name "$NM" exec n1 sh -c 'echo $(hostname) $(readlink /proc/self/ns/net)')
     [ "${a%% *}" = n0 ] && [ "${b%% *}" = n1 ] && [ "${a#* }" != "${b#* }" ] &&
         [ "${a#* }" != "$(readlink /proc/self/ns/net)" ] || fail "namespaces: '$a' '$b'"
     ok "nodes isolated (hostnames, network namespaces, tier 0 private)"
@@ -141,7 +148,7 @@ case_smoke() {
         ok "$(cat "$LOG/out")"
     must "tier-0 save, replicas 1" mpi -- "$PROG" tier-save $T0 $S3/smoke-t1 16 3 1 &&
         ok "$(cat "$LOG/out")"
-    "$C" --name dcpt kill n1 > /dev/null 2>&1 || fail "kill n1"
+    "$C" --name "$NM" kill n1 > /dev/null 2>&1 || fail "kill n1"
     must "tier-0 restore on n0 after n1 destroyed" mpi -- "$PROG" tier-restore $T0 $S3/smoke-t1 16 3 0 &&
         ok "$(cat "$LOG/out")"
     down_checked
@@ -181,14 +188,14 @@ case_tier() {
     must "tier save step 2" mpi -- "$PROG" tier-save $T0 $S3/tier 64 2 1 || return 1
     local n f
     for n in n0 n1 n2 n3; do
-        f=$("$C" --name dcpt exec $n sh -c "ls $T0/$n/step-2 | grep -c distcp")
+        f=$("$C" --name "$NM" exec $n sh -c "ls $T0/$n/step-2 | grep -c distcp")
         [ "$f" = 2 ] || fail "$n holds $f data files of step 2, wants 2 (own + a partner's)"
     done
-    "$C" --name dcpt kill n2 > /dev/null 2>&1 || fail "kill n2"
+    "$C" --name "$NM" kill n2 > /dev/null 2>&1 || fail "kill n2"
     must "restore on n0, n1, n3 (3 ranks) from tier 0" mpi --nodes n0,n1,n3 -- \
         "$PROG" tier-restore $T0 $S3/tier 64 2 0 && ok "node n2 destroyed, $(cat "$LOG/out")"
     # n2's file came to the nodes that read it, over the network
-    f=$("$C" --name dcpt exec n1 sh -c "ls $T0/n1/step-2 | grep -c distcp")
+    f=$("$C" --name "$NM" exec n1 sh -c "ls $T0/n1/step-2 | grep -c distcp")
     [ "${f:-0}" -ge 3 ] && ok "n1 received the lost node's file ($f data files now)" ||
         fail "n1 holds $f data files after the restore"
     must "restore on 2 ranks (n1, n3)" mpi --nodes n1,n3 -- "$PROG" tier-restore $T0 $S3/tier 64 2 0 &&
@@ -211,11 +218,11 @@ cut_case() {
     else
         set -- "$PROG" save $S3/cut $mib 2 $tmo
     fi
-    timeout -k 5 120 "$C" --name dcpt mpirun -- --mca orte_abort_on_non_zero_status 0 "$@" \
+    timeout -k 5 120 "$C" --name "$NM" mpirun -- --mca orte_abort_on_non_zero_status 0 "$@" \
         > "$LOG/cut" 2>&1 &
     local pid=$!
     sleep 1.5
-    "$C" --name dcpt cut n1 > /dev/null 2>&1 || fail "cut n1"
+    "$C" --name "$NM" cut n1 > /dev/null 2>&1 || fail "cut n1"
     tcut=$SECONDS
     while [ "$(grep -c ': FAIL ' "$LOG/cut")" -lt 3 ] && [ $((SECONDS - tcut)) -lt $((tmo + 30)) ]; do
         grep -q '^ok ' "$LOG/cut" && break
@@ -223,7 +230,7 @@ cut_case() {
     done
     t=$((SECONDS - tcut))
     kill -TERM $pid 2>/dev/null
-    "$C" --name dcpt kill n1 > /dev/null 2>&1
+    "$C" --name "$NM" kill n1 > /dev/null 2>&1
     wait $pid 2>/dev/null
     n=$(grep -c ': FAIL ' "$LOG/cut")
     local errs msgs
@@ -249,36 +256,34 @@ case_cutload() { cut_case load; }
 
 # ---- bench -----------------------------------------------------------------
 
-# med3 DESC MODE ARGS...: the median of 3 runs' seconds (4 nodes x 1).
-med3() {
-    local d=$1 i v=()
+# warm DESC MODE ARGS...: 4 runs in one process (4 nodes x 1): the median
+# seconds of runs 2..4 (the first pays the process's cold start).
+warm() {
+    local d=$1
     shift
-    for i in 1 2 3; do
-        must "$d" mpi -- "$PROG" "$@" 120 || return 1
-        v+=("$(secs "$LOG/out")")
-    done
-    printf '%s\n' "${v[@]}" | sort -g | sed -n 2p
-    echo "$d: ${v[*]} s" >&2
+    CLUSTER_CKPT_RUNS=4 must "$d" mpi -- -x CLUSTER_CKPT_RUNS "$PROG" "$@" 120 || return 1
+    secs "$LOG/out"
+    echo "$d: $(cat "$LOG/out")" >&2
 }
 
 bench() {
-    # save/load: 256 MiB on 4 nodes x 1 rank (each save and load also pays
-    # a fixed cost, ~0.3-0.5 s here: planning, the S3 uploads' creation and
-    # completion, .metadata); read once: 64 MiB replicated; tier restore:
-    # 128 MiB, replicas 1, one of 4 nodes destroyed.
+    # save/load: 256 MiB on 4 nodes x 1 rank, 4 times in one process, the
+    # median of runs 2..4 (the first pays connections and the plan); read
+    # once: 64 MiB replicated, likewise; tier restore: 128 MiB, replicas 1,
+    # one of 4 nodes destroyed, one run each way.
     local out=$1 nrate=1gbit srate=400mbit mib=256 ro=64 tmib=128
     local sb
     sb=$(awk -v r="${srate%mbit}" 'BEGIN{print r * 1e6 / 8}')
     up 4 --node-rate $nrate --store-rate $srate || return 1
     local s l r p t0r t1r
     must "bench save" mpi -- "$PROG" save $S3/b 16 0 120 || return 1   # warm-up
-    s=$(med3 "bench save" save $S3/b $mib 1) || return 1
-    l=$(med3 "bench load" load $S3/b $mib 1 shard) || return 1
+    s=$(warm "bench save" save $S3/b $mib 1) || return 1
+    l=$(warm "bench load" load $S3/b $mib 1 shard) || return 1
     must "bench save ro" mpi -- "$PROG" save $S3/ro $ro 1 120 || return 1
-    r=$(med3 "bench readonce" load $S3/ro $ro 1 readonce) || return 1
-    p=$(med3 "bench perrank" load $S3/ro $ro 1 perrank) || return 1
+    r=$(warm "bench readonce" load $S3/ro $ro 1 readonce) || return 1
+    p=$(warm "bench perrank" load $S3/ro $ro 1 perrank) || return 1
     must "bench tier save" mpi -- "$PROG" tier-save $T0 $S3/bt $tmib 1 1 || return 1
-    "$C" --name dcpt kill n3 > /dev/null 2>&1 || fail "kill n3"
+    "$C" --name "$NM" kill n3 > /dev/null 2>&1 || fail "kill n3"
     must "bench tier restore" mpi --nodes n0,n1,n2 -- "$PROG" tier-restore $T0 $S3/bt $tmib 1 0 || return 1
     t0r=$(secs "$LOG/out")
     must "bench s3 restore" mpi --nodes n0,n1,n2 -- "$PROG" load $S3/bt/step-1 $tmib 1 shard 120 || return 1
