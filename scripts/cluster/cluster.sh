@@ -27,8 +27,9 @@
 # serving the bucket dcp-cluster. Rates R are tc rates (1gbit, 200mbit, ...,
 # or none): a tbf on both ends of each node's link (egress of the node's
 # eth0 and of its switch port); --node-rate for the compute nodes,
-# --store-rate for the storage node. A.B.C defaults to 198.18.30 (RFC 2544's
-# benchmarking range, 198.18.0.0/15); no namespace has a route beyond its
+# --store-rate for the storage node. A.B.C defaults to $DCP_CLUSTER_NET, else
+# 198.18.30 (RFC 2544's benchmarking range, 198.18.0.0/15); no namespace has
+# a route beyond its
 # /24, and nothing is ever addressed in the host's own namespace.
 #
 # State: /run/dcp-cluster/NAME/ (pids, env, store), and a ledger
@@ -209,7 +210,7 @@ do_down() {
 # ---- up ------------------------------------------------------------------
 
 do_up() {
-    local n="" node_rate=none store_rate=none net=198.18.30 size=512m store=1
+    local n="" node_rate=none store_rate=none net=${DCP_CLUSTER_NET:-198.18.30} size=512m store=1
     local node_to=10 store_to=150 memstore=$((2 << 30))
     while [ $# -gt 0 ]; do
         case "$1" in
