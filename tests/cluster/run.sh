@@ -6,6 +6,7 @@
 #                                  tier cutsave cutload (default: all)
 #   run.sh --bench PROG OUT        make bench-cluster: the cluster_* figures
 #                                  merged into OUT (bench/results.json)
+#   run.sh --points PROG OUT N...  docs/SCALING.md's measured points (N nodes)
 #
 # PROG is tests/cluster/cluster_ckpt. Every case brings its own cluster up
 # and down, and checks that nothing is left (cluster.sh check); a trap
@@ -312,6 +313,42 @@ os.replace(tmp, out)
 PY
 }
 
+# ---- points: the measured points of docs/SCALING.md ---------------------
+
+# points OUT N...: for each N, N nodes x 1 rank (node links 1gbit, store
+# 400mbit): save and load of 128 MiB and of 8 MiB (the fixed costs), the
+# replicated load of 32 MiB read once and per rank (warm: median of runs
+# 2..4), tier-0 saves of 64 and 8 MiB with replicas 1, node n<N-1>
+# destroyed and the restores on the N-1 others. One JSON object a line into OUT.
+points() {
+    local out=$1 n
+    shift
+    : > "$out"
+    for n in "$@"; do
+        local sv ld ss ls ro pr tr
+        up $n --node-rate 1gbit --store-rate 400mbit || return 1
+        must "points save warm-up" mpi -- "$PROG" save $S3/p 8 0 120 || return 1
+        sv=$(warm "save 128, $n nodes" save $S3/p 128 1) || return 1
+        ld=$(warm "load 128, $n nodes" load $S3/p 128 1 shard) || return 1
+        ss=$(warm "save 8, $n nodes" save $S3/q 8 1) || return 1
+        ls=$(warm "load 8, $n nodes" load $S3/q 8 1 shard) || return 1
+        must "save 32" mpi -- "$PROG" save $S3/r 32 1 120 || return 1
+        ro=$(warm "read once 32, $n nodes" load $S3/r 32 1 readonce) || return 1
+        pr=$(warm "per rank 32, $n nodes" load $S3/r 32 1 perrank) || return 1
+        must "tier save" mpi -- "$PROG" tier-save $T0 $S3/pt 64 1 1 || return 1
+        must "tier save 8" mpi -- "$PROG" tier-save $T0/s $S3/pts 8 1 1 || return 1
+        "$C" --name "$NM" kill n$((n - 1)) > /dev/null 2>&1 || fail "kill n$((n - 1))"
+        local live ts
+        live=$(seq -s, -f 'n%g' 0 $((n - 2)))
+        must "tier restore 8" mpi --nodes "$live" -- "$PROG" tier-restore $T0/s $S3/pts 8 1 0 || return 1
+        ts=$(secs "$LOG/out")
+        must "tier restore" mpi --nodes "$live" -- "$PROG" tier-restore $T0 $S3/pt 64 1 0 || return 1
+        tr=$(secs "$LOG/out")
+        down_checked
+        echo "{\"nodes\": $n, \"save_128_s\": $sv, \"load_128_s\": $ld, \"save_8_s\": $ss, \"load_8_s\": $ls, \"readonce_32_s\": $ro, \"perrank_32_s\": $pr, \"tier_restore_64_s\": $tr, \"tier_restore_8_s\": $ts, \"node_rate\": \"1gbit\", \"store_rate\": \"400mbit\"}" | tee -a "$out"
+    done
+}
+
 case "$mode" in
 --smoke)
     t=$SECONDS
@@ -330,6 +367,7 @@ case "$mode" in
         [ $failed = 0 ] && failed=$before
     done ;;
 --bench) bench "${1:?run.sh --bench PROG OUT}" ;;
+--points) points "${1:?run.sh --points PROG OUT N...}" "${@:2}" ;;
 *) echo "run.sh: unknown mode $mode" >&2; exit 2 ;;
 esac
 [ $failed = 0 ]
