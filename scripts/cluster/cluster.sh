@@ -300,6 +300,7 @@ do_up() {
                    echo $$ > "$3/$1.pid.tmp"; mv "$3/$1.pid.tmp" "$3/$1.pid"
                    exec sleep 1000000000' holder "$node" "$size" "$STATE" "$NAME" "$hang" \
             </dev/null >"$STATE/$node.log" 2>&1 &
+        disown $!     # no job notice when down kills it
         local t0=$SECONDS p=""
         while :; do
             p=$(cat "$STATE/$node.pid" 2>/dev/null) && [ -n "$p" ] && break
@@ -329,6 +330,7 @@ do_up() {
             "$py" "$HERE/store.py" "$STATE" "$net.2" "$memstore" \
             </dev/null >"$STATE/store.log" 2>&1 &
         echo $! > "$STATE/store.pid"
+        disown $!
         local t0=$SECONDS
         while [ ! -f "$STATE/store.url" ]; do
             if ! kill -0 "$(cat "$STATE/store.pid")" 2>/dev/null; then

@@ -96,7 +96,14 @@ case_badinput() {
         fail "a node that never comes up: exit $rc, $(cat "$LOG/b" | tr '\n' ' ')"
     [ $((SECONDS - t)) -le 20 ] || fail "a node that never comes up took $((SECONDS - t)) s"
     "$C" --name "$NM" check > "$LOG/c" 2>&1 || fail "after a failed bring-up: $(cat "$LOG/c" | tr '\n' ' ')"
-    ok "bad input: N out of range, a public range, a bad rate, a node that never comes up ($((SECONDS - t)) s, nothing left)"
+    # a storage node that does not come up in time
+    "$C" --name "$NM" up 2 --store-timeout 1 > "$LOG/b" 2>&1
+    rc=$?
+    [ $rc = 77 ] && { cat "$LOG/b" >&2; exit 77; }
+    [ $rc = 1 ] && grep -q 'radosgw did not come up within 1 s' "$LOG/b" ||
+        fail "a store that never comes up: exit $rc, $(cat "$LOG/b" | tr '\n' ' ')"
+    "$C" --name "$NM" check > "$LOG/c" 2>&1 || fail "after a failed store: $(cat "$LOG/c" | tr '\n' ' ')"
+    ok "bad input: N out of range, a public range, a bad rate, a node and a store that never come up ($((SECONDS - t)) s, nothing left)"
     # leftovers of a killed run: kill -9 a bring-up half way, then up again
     DCP_CLUSTER_FAULT=hang:n1 "$C" --name "$NM" up 3 --no-store --node-timeout 60 > "$LOG/b" 2>&1 &
     pid=$!
