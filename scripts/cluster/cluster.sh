@@ -401,7 +401,7 @@ do_mpirun() {
         --mca plm_rsh_agent "$HERE/agent.sh" --mca plm_rsh_no_tree_spawn 1 \
         --mca pml ob1 --mca btl tcp,self --mca osc pt2pt \
         --mca btl_tcp_if_include "$net.0/24" --mca oob_tcp_if_include "$net.0/24" \
-        --mca odls_base_sigkill_timeout 0 "$@"
+        --mca odls_base_sigkill_timeout 0 --mca mpi_yield_when_idle 1 "$@"
 }
 
 do_kill() {

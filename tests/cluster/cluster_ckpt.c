@@ -232,7 +232,7 @@ int main(int argc, char **argv)
     }
     double t = 0, ts[16];
     const char *re = getenv("CLUSTER_CKPT_RUNS");
-    int runs = re && !tier_mode ? atoi(re) : 1;
+    int runs = re && strcmp(mode, "tier-save") ? atoi(re) : 1;
     if (runs < 1 || runs > 16)
         runs = 1;
     if (!strcmp(mode, "save") || !strcmp(mode, "tier-save"))
