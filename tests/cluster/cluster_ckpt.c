@@ -22,9 +22,11 @@
  *    waited for;
  *  - tier-restore: dcp_tier_restore at this world size, resharded; the
  *    step must be STEP, the tier WANT_TIER (-1: any), every element checked.
- * With CLUSTER_CKPT_RUNS=n (2..16; save and load), the operation runs n
- * times in the process (a save overwriting PATH) and s= is the median of
- * runs 2..n (the first pays the cold start: connections, the plan).
+ * With CLUSTER_CKPT_RUNS=n (2..16; save, load, tier-restore), the
+ * operation runs n times in the process (a save's runs after the first
+ * into PATH.run1, PATH.run2, ...: fresh paths, as a trainer's steps) and
+ * s= is the median of runs 2..n (the first pays the cold start:
+ * connections, the plan); min= their minimum.
  * TIMEOUT (seconds, 0: none) bounds each communication step
  * (dcp_comm_mpi_set_timeout). Rank 0 prints one line
  *   ok MODE s=SECONDS mib=MIB ranks=W [tier=T step=S]
@@ -230,7 +232,7 @@ int main(int argc, char **argv)
         if (rc != DCP_OK)
             fail(ctx, mode, rc);
     }
-    double t = 0, ts[16];
+    double t = 0, ts[16], tmin = -1;
     const char *re = getenv("CLUSTER_CKPT_RUNS");
     int runs = re && strcmp(mode, "tier-save") ? atoi(re) : 1;
     if (runs < 1 || runs > 16)
@@ -243,7 +245,10 @@ int main(int argc, char **argv)
         MPI_Barrier(MPI_COMM_WORLD);
         double a = now();
         if (!strcmp(mode, "save")) {
-            rc = dcp_save(ctx, st, argv[2], NULL);
+            /* runs after the first: fresh paths, as a trainer's steps */
+            char p[1200];
+            snprintf(p, sizeof p, "%s%s%d", argv[2], run ? ".run" : "", run);
+            rc = dcp_save(ctx, st, run ? p : argv[2], NULL);
         } else if (!strcmp(mode, "load")) {
             dcp_load_options lo;
             memset(&lo, 0, sizeof lo);
@@ -293,13 +298,14 @@ int main(int argc, char **argv)
                 v[j - 1] = x;
             }
         t = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+        tmin = v[0];
     }
     if (rank == 0) {
         printf("ok %s%s%s s=%.3f mib=%zu ranks=%d", mode,
                strcmp(mode, "load") ? "" : " ", strcmp(mode, "load") ? "" : how,
                t, mib, world);
         if (runs > 1) {
-            printf(" runs=");
+            printf(" min=%.3f runs=", tmin);
             for (int i = 0; i < runs; i++)
                 printf("%s%.3f", i ? "," : "", ts[i]);
         }
