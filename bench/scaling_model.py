@@ -68,6 +68,20 @@ def tier_bytes(n, b):
     return max(send), max(recv)
 
 
+def tier_total(n, b):
+    """Bytes of every copy of that restore together (all copies one after
+    another: the serial bound)."""
+    rows = 960
+    old = [(i * rows // n, (i + 1) * rows // n) for i in range(n)]
+    new = [(j * rows // (n - 1), (j + 1) * rows // (n - 1)) for j in range(n - 1)]
+    tot = 0.0
+    for j, (a, z) in enumerate(new):
+        held = {j, (j - 1) % n}
+        tot += sum(b / n for i, (oa, oz) in enumerate(old)
+                   if oa < z and a < oz and i not in held)
+    return tot
+
+
 R_LOCAL = None  # a rank's restore rate from its node's tier 0, bytes/s (calibrated)
 
 
@@ -84,23 +98,38 @@ def calibrate(pts):
         R_LOCAL = 1e9
 
 
+def m(p, key):
+    """The least disturbed warm run (min of runs 2..4) where recorded, else
+    the median: the machine is shared, the model predicts an undisturbed
+    run."""
+    return p.get(key + "_min", p[key + "_s"])
+
+
 def model_point(p):
     n = p["nodes"]
     b128, b8, b32, b64 = 128 * MIB, 8 * MIB, 32 * MIB, 64 * MIB
-    c_save = p["save_8_s"] - xfer(n, b8, RS_TEST, RN_TEST)
-    c_load = p["load_8_s"] - xfer(n, b8, RS_TEST, RN_TEST)
+    c_save = m(p, "save_8") - xfer(n, b8, RS_TEST, RN_TEST)
+    c_load = m(p, "load_8") - xfer(n, b8, RS_TEST, RN_TEST)
     s8, r8 = tier_bytes(n, b8)
     c_tier = (p["tier_restore_8_s"] - max(s8, r8) / (ETA * RN_TEST)
               - b8 / (n - 1) / R_LOCAL)
     s64, r64 = tier_bytes(n, b64)
     return {
-        "save 128 MiB": (c_save + xfer(n, b128, RS_TEST, RN_TEST), p["save_128_s"]),
-        "load 128 MiB": (c_load + xfer(n, b128, RS_TEST, RN_TEST), p["load_128_s"]),
+        "save 128 MiB": (c_save + xfer(n, b128, RS_TEST, RN_TEST), m(p, "save_128"),
+                         p["save_128_s"]),
+        "load 128 MiB": (c_load + xfer(n, b128, RS_TEST, RN_TEST), m(p, "load_128"),
+                         p["load_128_s"]),
         "read once 32 MiB": (c_load + xfer(n, b32, RS_TEST, RN_TEST)
-                             + b32 * (n - 1) / n / (ETA * RN_TEST), p["readonce_32_s"]),
-        "per rank 32 MiB": (c_load + xfer(n, n * b32, RS_TEST, RN_TEST), p["perrank_32_s"]),
-        "tier restore 64 MiB": (c_tier + max(s64, r64) / (ETA * RN_TEST)
-                                + b64 / (n - 1) / R_LOCAL, p["tier_restore_64_s"]),
+                             + b32 * (n - 1) / n / (ETA * RN_TEST), m(p, "readonce_32"),
+                             p["readonce_32_s"]),
+        "per rank 32 MiB": (c_load + xfer(n, n * b32, RS_TEST, RN_TEST), m(p, "perrank_32"),
+                            p["perrank_32_s"]),
+        "tier restore 64 MiB, copies in parallel": (
+            c_tier + max(s64, r64) / (ETA * RN_TEST) + b64 / (n - 1) / R_LOCAL,
+            p["tier_restore_64_s"], p["tier_restore_64_s"]),
+        "tier restore 64 MiB, copies one by one": (
+            c_tier + tier_total(n, b64) / (ETA * RN_TEST) + b64 / (n - 1) / R_LOCAL,
+            p["tier_restore_64_s"], p["tier_restore_64_s"]),
     }, (c_save, c_load, c_tier)
 
 
@@ -110,19 +139,27 @@ def main():
     res = json.load(open(sys.argv[2])) if len(sys.argv) > 2 else {}
     png = sys.argv[3] if len(sys.argv) > 3 else None
     print("### The model against the measured points\n")
-    print("| nodes | operation | model s | measured s | model / measured |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| nodes | operation | model s | measured s (best warm run) | model / measured "
+          "| median of warm runs s |")
+    print("| --- | --- | --- | --- | --- | --- |")
     worst = 0.0
+    worst_med = 0.0
     fixed = []
     for p in pts:
         rows, c = model_point(p)
         fixed.append(c)
-        for name, (m, meas) in rows.items():
+        for name, (mod, meas, med) in rows.items():
             if p["nodes"] == 2 and name.startswith("tier"):
                 continue  # the calibration point of R_LOCAL
-            worst = max(worst, abs(m / meas - 1))
-            print(f"| {p['nodes']} | {name} | {m:.2f} | {meas:.2f} | {m / meas:.2f} |")
-    print(f"\nLargest deviation: {worst * 100:.0f} % (the 2-node tier restore is the "
+            if not name.startswith("tier"):  # the tier rows are two bounds
+                worst = max(worst, abs(mod / meas - 1))
+                worst_med = max(worst_med, abs(mod / med - 1))
+            print(f"| {p['nodes']} | {name} | {mod:.2f} | {meas:.2f} | {mod / meas:.2f} "
+                  f"| {med:.2f} |")
+    print(f"\nLargest deviation of save, load and the replicated loads from the best "
+          f"warm runs: {worst * 100:.0f} %; from the medians: {worst_med * 100:.0f} %. "
+          "The tier restore is given as two bounds, its copies all at once or one "
+          "after another (the 2-node tier restore is the "
           f"calibration of the tier-0 read rate, {R_LOCAL / 1e9:.2f} GB/s per rank, "
           "not a check). Fixed costs from the 8 MiB runs "
           "(c_save, c_load, c_tier, s): " +
@@ -169,8 +206,8 @@ def main():
           "on 2 shared cores, so part of it is CPU contention). The last column "
           "extrapolates the tier restore's growth linearly, per node.\n")
     print("| nodes | save s | load s | weights per rank s | weights read once s "
-          "| tier restore (1 node lost) s | store-bound? | tier restore, c_tier "
-          "growing s |")
+          "| tier restore (1 node lost), copies parallel – serial s | store-bound? "
+          "| tier restore parallel, c_tier growing s |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     pred = []
     for n in (64, 128, 256, 512, 1024, 2048, 4096):
@@ -186,11 +223,16 @@ def main():
         s_, r_ = tier_bytes(min(n, 64), state)  # the pattern repeats; bytes per node
         per_node = max(s_, r_) * min(n, 64) / n
         tr = c_tier + dec + per_node / (ETA * rn) + state / (n - 1) / (g * R_LOCAL)
+        # serial: every copy one after another; the copies' bytes per lost
+        # node scale as in the 64-node pattern
+        m64 = min(n, 64)
+        tr_ser = (c_tier + dec + tier_total(m64, state) * m64 / n / (ETA * rn)
+                  * (n / m64) + state / (n - 1) / (g * R_LOCAL))
         bound = "store" if rs < n * rn else "nodes"
         pred.append((n, sv, ld, pr, ro, tr))
         trg = tr + k_tier * (n - max(p["nodes"] for p in pts))
-        print(f"| {n} | {sv:.1f} | {ld:.1f} | {pr:.1f} | {ro:.1f} | {tr:.1f} | {bound} "
-              f"| {trg:.0f} |")
+        print(f"| {n} | {sv:.1f} | {ld:.1f} | {pr:.1f} | {ro:.1f} | {tr:.1f} – {tr_ser:.1f} "
+              f"| {bound} | {trg:.1f} |")
     if png:
         import matplotlib
         matplotlib.use("Agg")
@@ -198,13 +240,14 @@ def main():
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
         for p in pts:
             rows, _ = model_point(p)
-            for k, (name, (m, meas)) in enumerate(rows.items()):
-                a1.scatter(meas, m, color=f"C{k}", label=name if p is pts[0] else None)
-        lim = max(max(m, meas) for p in pts for m, meas in model_point(p)[0].values()) * 1.1
+            for k, (name, (mod, meas, _)) in enumerate(rows.items()):
+                a1.scatter(meas, mod, color=f"C{k}", label=name if p is pts[0] else None)
+        lim = max(max(mod, meas) for p in pts
+                  for mod, meas, _ in model_point(p)[0].values()) * 1.1
         a1.plot([0, lim], [0, lim], "k--", lw=0.8)
         a1.plot([0, lim], [0, lim * 1.2], "k:", lw=0.6)
         a1.plot([0, lim], [0, lim * 0.8], "k:", lw=0.6)
-        a1.set_xlabel("measured s (2, 4, 8 nodes)")
+        a1.set_xlabel("measured s, best warm run (2, 4, 8 nodes)")
         a1.set_ylabel("model s")
         a1.set_title("model vs measured (dotted: ±20 %)")
         a1.legend(fontsize=7)

@@ -211,7 +211,7 @@ do_down() {
 
 do_up() {
     local n="" node_rate=none store_rate=none net=${DCP_CLUSTER_NET:-198.18.30} size=512m store=1
-    local node_to=10 store_to=150 memstore=$((2 << 30))
+    local node_to=10 store_to=150 memstore=$((6 << 30))
     while [ $# -gt 0 ]; do
         case "$1" in
         --node-rate) node_rate=$2; shift 2 ;;
