@@ -21,6 +21,8 @@
 #                       and PyTorch DCP's fsspec S3 path, on radosgw
 #                       (loopback; S3_SERVER=moto for moto): the s3_* keys
 #                       of bench/results.json
+#   make bench-cluster  the cluster_* figures on a cluster on one machine
+#                       (scripts/cluster/, needs root; about 2 minutes)
 #   make fuzz           libFuzzer targets (build-fuzz/, clang-14, ASan+UBSan),
 #                       FUZZ_TIME seconds each (tests/fuzz/run_fuzz.sh)
 #   make reliability    every reliability suite in its full version, with
@@ -56,12 +58,12 @@ CONFIGURE_COMMON = -DDCP_PYTHON=$(PYTHON) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
 
 .PHONY: all deps build configure demo check test asan asan-build tsan \
         tsan-build install install-test uninstall clean format format-check \
-        help bench bench-s3 fuzz fuzz-build reliability
+        help bench bench-s3 bench-cluster fuzz fuzz-build reliability
 
 all: build
 
 help:
-	@sed -n '4,34p' Makefile
+	@sed -n '4,36p' Makefile
 
 deps:
 	bash scripts/deps.sh
@@ -137,6 +139,13 @@ S3_BENCH_ARGS ?=
 bench-s3: build
 	DCP_S3_ENV_TIMEOUT=3600 $(PYTHON) tests/s3/s3_env.py --server $(S3_SERVER) \
 	  $(PYTHON) bench/s3_bench.py --build build $(S3_BENCH_ARGS)
+
+# Read once, tier restore from peers, save and load against the capped
+# store link, on 4 nodes (tests/cluster/run.sh --bench; docs/CLUSTER.md):
+# the cluster_* keys of bench/results.json and bench/cluster.png.
+bench-cluster: build
+	bash tests/cluster/run.sh --bench build/tests/cluster/cluster_ckpt bench/results.json
+	$(PYTHON) bench/cluster_plot.py bench/results.json bench/cluster.png
 
 test:
 	$(CTEST) --test-dir build --output-on-failure --no-tests=error -j$(CTEST_J) $(CTEST_ARGS)

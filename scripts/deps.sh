@@ -35,9 +35,11 @@ step() { printf 'deps: %s\n' "$*"; }
 # ceph-mon, ceph-osd, radosgw: a one-node Ceph cluster with radosgw, the
 # S3 server of the s3.rgw.* tests and of make bench-s3
 # (tests/s3/rgw_server.py; about 60 MB).
+# iproute2 (ip, tc), util-linux (unshare, nsenter): the cluster on one
+# machine (scripts/cluster/cluster.sh, ctest label cluster).
 PKGS=(cmake make gcc pkg-config libopenmpi-dev openmpi-bin liburing-dev
     clang-14 libclang-rt-14-dev fio strace libcurl4-openssl-dev libssl-dev
-    libzstd-dev ceph-mon ceph-osd radosgw)
+    libzstd-dev ceph-mon ceph-osd radosgw iproute2 util-linux)
 [ "$WANT_FORMAT" = 1 ] && PKGS+=(clang-format-14)
 
 # python3 itself, and python3-venv only where python3's venv cannot bootstrap

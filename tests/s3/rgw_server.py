@@ -47,9 +47,9 @@ def missing():
     return [b for b in BINARIES if shutil.which(b) is None]
 
 
-def _free_port():
+def _free_port(host="127.0.0.1"):
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -105,12 +105,12 @@ err to stderr = false
 keyring = {d}/keyring
 crash dir = {d}/crash
 rgw data = {d}/rgw
-rgw frontends = beast endpoint=127.0.0.1:{rgw_port} tcp_nodelay=1
+rgw frontends = beast endpoint={rgw_host}:{rgw_port} tcp_nodelay=1
 rgw thread pool size = 128
 rgw gc obj min wait = 0
 rgw gc processor period = 2
 rgw gc processor max time = 2
-rgw dns name = 127.0.0.1
+rgw dns name = {rgw_host}
 """
 
 
@@ -164,32 +164,35 @@ class RgwServer:
 
 
 def start(workdir, access_key, secret_key, memstore_bytes=16 << 30, start_timeout=120,
-          tries=3):
+          tries=3, host="127.0.0.1"):
     """Brings a cluster up in workdir (made empty) and returns it, serving S3
-    at .url with an S3 user of access_key/secret_key. Up to tries times, on
+    at .url with an S3 user of access_key/secret_key. radosgw listens on
+    host (127.0.0.1; scripts/cluster/ gives the storage node's address, the
+    monitor and OSD stay on 127.0.0.1 of its namespace). Up to tries times, on
     fresh ports (a port taken between choosing it and a daemon binding it
     fails a try). Raises RuntimeError (the daemons stopped, the last try's
     logs in the message) when it cannot."""
     for t in range(tries):
         try:
-            return _start(workdir, access_key, secret_key, memstore_bytes, start_timeout)
+            return _start(workdir, access_key, secret_key, memstore_bytes, start_timeout,
+                          host)
         except RuntimeError:
             if t + 1 == tries:
                 raise
 
 
-def _start(workdir, access_key, secret_key, memstore_bytes, start_timeout):
+def _start(workdir, access_key, secret_key, memstore_bytes, start_timeout, host):
     d = workdir
     if os.path.exists(d):
         shutil.rmtree(d)
     for sub in ("mon.a", "osd.0", "run", "log", "rgw"):
         os.makedirs(os.path.join(d, sub))
     srv = RgwServer(d)
-    mon_port, rgw_port = _free_port(), _free_port()
+    mon_port, rgw_port = _free_port(), _free_port(host)
     fsid, osd_uuid = str(uuid.uuid4()), str(uuid.uuid4())
     with open(srv.conf, "w") as f:
         f.write(CONF.format(fsid=fsid, mon_port=mon_port, rgw_port=rgw_port, d=d,
-                            memstore_bytes=memstore_bytes))
+                            memstore_bytes=memstore_bytes, rgw_host=host))
     deadline = time.monotonic() + start_timeout
 
     def left():
@@ -220,7 +223,7 @@ def _start(workdir, access_key, secret_key, memstore_bytes, start_timeout):
                                           f"--access-key={access_key}",
                                           f"--secret-key={secret_key}"], left())
         srv._daemon(["radosgw", "-n", "client.rgw"])
-        url = f"http://127.0.0.1:{rgw_port}"
+        url = f"http://{host}:{rgw_port}"
         while True:
             left()
             srv._alive()
