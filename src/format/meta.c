@@ -28,12 +28,13 @@ int dcp__meta_sort(struct dcp_metadata *md, struct dcp_err *err)
     return DCP_OK;
 }
 
-long dcp__meta_find(const struct dcp_metadata *md, const char *key)
+/* Index of key in e[0..n), sorted by key (strcmp), or -1. */
+static long find_key(const struct md_entry *e, size_t n, const char *key)
 {
-    size_t lo = 0, hi = md->n;
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(md->e[mid].key, key);
+        int c = strcmp(e[mid].key, key);
         if (c == 0)
             return (long)mid;
         if (c < 0)
@@ -42,6 +43,11 @@ long dcp__meta_find(const struct dcp_metadata *md, const char *key)
             hi = mid;
     }
     return -1;
+}
+
+long dcp__meta_find(const struct dcp_metadata *md, const char *key)
+{
+    return find_key(md->e, md->n, key);
 }
 
 int dcp__safe_name(const char *name)
@@ -148,18 +154,7 @@ void dcp__meta_free(struct dcp_metadata *md)
 
 long dcp__meta_find_unsup(const struct dcp_metadata *md, const char *key)
 {
-    size_t lo = 0, hi = md ? md->nunsup : 0;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(md->unsup[mid].key, key);
-        if (c == 0)
-            return (long)mid;
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return -1;
+    return md ? find_key(md->unsup, md->nunsup, key) : -1;
 }
 
 int dcp__meta_unsup_err(const struct dcp_metadata *md, const char *key,

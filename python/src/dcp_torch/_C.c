@@ -415,6 +415,17 @@ static PyObject *ctx_raise(CtxObject *c, int code)
     return raise_code(code, dcp_errmsg(c->ctx));
 }
 
+/* After a call into libdcp under the context's lock: releases the lock,
+ * raising the context's error first when rc is not DCP_OK (its message is
+ * read under the lock). Returns 0, or -1 with the exception set. */
+static int ctx_done(CtxObject *c, int rc)
+{
+    if (rc != DCP_OK)
+        ctx_raise(c, rc);
+    ctx_leave(c);
+    return rc == DCP_OK ? 0 : -1;
+}
+
 static PyObject *Ctx_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"io_depth",     "io_block_bytes", "direct",
@@ -509,12 +520,8 @@ static PyObject *Ctx_verify(PyObject *self, PyObject *arg)
     rc = dcp_verify(c->ctx, PyBytes_AsString(p));
     Py_END_ALLOW_THREADS
     Py_DECREF(p);
-    if (rc != DCP_OK) {
-        ctx_raise(c, rc);
-        ctx_leave(c);
+    if (ctx_done(c, rc) < 0)
         return NULL;
-    }
-    ctx_leave(c);
     Py_RETURN_NONE;
 }
 
@@ -535,12 +542,8 @@ static PyObject *Ctx_clean(PyObject *self, PyObject *args)
                    &res);
     Py_END_ALLOW_THREADS
     Py_DECREF(p);
-    if (rc != DCP_OK) {
-        ctx_raise(c, rc);
-        ctx_leave(c);
+    if (ctx_done(c, rc) < 0)
         return NULL;
-    }
-    ctx_leave(c);
     return Py_BuildValue("(KK)", (unsigned long long)res.files,
                          (unsigned long long)res.bytes);
 }
@@ -601,9 +604,7 @@ static PyObject *Ctx_convert(PyObject *self, PyObject *args)
         rc = dcp_import(c->ctx, PyBytes_AsString(s), PyBytes_AsString(d), &o,
                         &res);
     Py_END_ALLOW_THREADS
-    if (rc != DCP_OK)
-        ctx_raise(c, rc);
-    else
+    if (ctx_done(c, rc) == 0)
         out = Py_BuildValue("{s:n,s:n,s:n,s:n,s:n,s:n,s:K}", "tensors",
                             (Py_ssize_t)res.tensors, "values",
                             (Py_ssize_t)res.values, "skipped",
@@ -612,7 +613,6 @@ static PyObject *Ctx_convert(PyObject *self, PyObject *args)
                             (Py_ssize_t)res.kept, "files",
                             (Py_ssize_t)res.files, "bytes",
                             (unsigned long long)res.bytes);
-    ctx_leave(c);
 done:
     PyMem_Free(kv);
     Py_XDECREF(s);
@@ -730,12 +730,8 @@ static PyObject *Ctx_write_file(PyObject *self, PyObject *args)
             rc = crc;
     }
     Py_END_ALLOW_THREADS
-    if (rc != DCP_OK) {
-        ctx_raise(c, rc);
-        ctx_leave(c);
+    if (ctx_done(c, rc) < 0)
         goto done;
-    }
-    ctx_leave(c);
     out = PyList_New(n);
     for (i = 0; out && i < n; i++) {
         PyObject *t = Py_BuildValue("(KK)", (unsigned long long)w[i].off,
@@ -776,12 +772,8 @@ static PyObject *Ctx_part_save_begin(PyObject *self, PyObject *args)
     rc = dcp_part_save_begin(c->ctx, PyBytes_AsString(p), flags, &s);
     Py_END_ALLOW_THREADS
     Py_DECREF(p);
-    if (rc != DCP_OK) {
-        ctx_raise(c, rc);
-        ctx_leave(c);
+    if (ctx_done(c, rc) < 0)
         return NULL;
-    }
-    ctx_leave(c);
     o = (PartSaveObject *)PyType_GenericAlloc(PartSaveType, 0);
     if (!o) {
         dcp_part_save_free(s);
@@ -842,12 +834,8 @@ static PyObject *PartSave_commit(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     rc = dcp_part_save_commit(o->s, name, b, (size_t)blen, sync);
     Py_END_ALLOW_THREADS
-    if (rc != DCP_OK) {
-        ctx_raise(o->c, rc);
-        ctx_leave(o->c);
+    if (ctx_done(o->c, rc) < 0)
         return NULL;
-    }
-    ctx_leave(o->c);
     Py_RETURN_NONE;
 }
 
@@ -905,12 +893,8 @@ static PyObject *Ctx_metadata_open(PyObject *self, PyObject *arg)
     rc = dcp_metadata_open(c->ctx, PyBytes_AsString(p), &md);
     Py_END_ALLOW_THREADS
     Py_DECREF(p);
-    if (rc != DCP_OK) {
-        ctx_raise(c, rc);
-        ctx_leave(c);
+    if (ctx_done(c, rc) < 0)
         return NULL;
-    }
-    ctx_leave(c);
     o = (MetaObject *)PyType_GenericAlloc(MetaType, 0);
     if (!o) {
         dcp_metadata_free(md);
@@ -1421,12 +1405,8 @@ static PyObject *Meta_read_boxes(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     rc = dcp_metadata_read_boxes(o->c->ctx, o->md, r, (size_t)n, verify);
     Py_END_ALLOW_THREADS
-    if (rc != DCP_OK) {
-        ctx_raise(o->c, rc);
-        ctx_leave(o->c);
+    if (ctx_done(o->c, rc) < 0)
         goto fail;
-    }
-    ctx_leave(o->c);
     PyMem_Free(r);
     PyMem_Free(ints);
     Py_RETURN_NONE;
@@ -1456,12 +1436,8 @@ static PyObject *Meta_read_record(PyObject *self, PyObject *args)
     rc = dcp_metadata_read_record(o->c->ctx, o->md, (size_t)k, (size_t)j,
                                   &buf, &len);
     Py_END_ALLOW_THREADS
-    if (rc != DCP_OK) {
-        ctx_raise(o->c, rc);
-        ctx_leave(o->c);
+    if (ctx_done(o->c, rc) < 0)
         return NULL;
-    }
-    ctx_leave(o->c);
     out = PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)len);
     dcp_free(buf);
     return out;
@@ -1548,12 +1524,8 @@ static PyObject *Meta_read_value(PyObject *self, PyObject *arg)
     Py_BEGIN_ALLOW_THREADS
     rc = dcp_metadata_read_value(o->c->ctx, o->md, (size_t)k, &v);
     Py_END_ALLOW_THREADS
-    if (rc != DCP_OK) {
-        ctx_raise(o->c, rc);
-        ctx_leave(o->c);
+    if (ctx_done(o->c, rc) < 0)
         return NULL;
-    }
-    ctx_leave(o->c);
     out = value_to_py(v, 0);
     dcp_value_free(v);
     return out;
@@ -1811,12 +1783,8 @@ static PyObject *Ctx_save(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     dcp_state_free(st);
     Py_DECREF(p);
-    if (rc != DCP_OK) {
-        ctx_raise(c, rc);
-        ctx_leave(c);
+    if (ctx_done(c, rc) < 0)
         return NULL;
-    }
-    ctx_leave(c);
     if (!as)
         Py_RETURN_NONE;
     r = (ReqObject *)PyType_GenericAlloc(ReqType, 0);
@@ -1915,13 +1883,10 @@ static PyObject *Ctx_load(PyObject *self, PyObject *args)
     rc = dcp_load(c->ctx, st, PyBytes_AsString(p), &o);
     Py_END_ALLOW_THREADS
     Py_DECREF(p);
-    if (rc != DCP_OK) {
-        ctx_raise(c, rc);
-        ctx_leave(c);
+    if (ctx_done(c, rc) < 0) {
         dcp_state_free(st);
         return NULL;
     }
-    ctx_leave(c);
     /* the loaded values by key (dcp flattens as torch does) */
     n = dcp_state_count(st);
     out = PyDict_New();
@@ -1991,12 +1956,8 @@ static PyObject *Ctx_manager(PyObject *self, PyObject *args)
     rc = dcp_manager_create(&m, c->ctx, PyBytes_AsString(p), &o);
     Py_END_ALLOW_THREADS
     Py_DECREF(p);
-    if (rc != DCP_OK) {
-        ctx_raise(c, rc);
-        ctx_leave(c);
+    if (ctx_done(c, rc) < 0)
         return NULL;
-    }
-    ctx_leave(c);
     r = (MgrObject *)PyType_GenericAlloc(MgrType, 0);
     if (!r) {
         dcp_manager_free(m);
@@ -2041,12 +2002,8 @@ static PyObject *Mgr_save(PyObject *self, PyObject *args)
         rc = dcp_manager_save(r->m, st, step);
     Py_END_ALLOW_THREADS
     dcp_state_free(st);
-    if (rc != DCP_OK) {
-        ctx_raise(r->c, rc);
-        ctx_leave(r->c);
+    if (ctx_done(r->c, rc) < 0)
         return NULL;
-    }
-    ctx_leave(r->c);
     return PyBool_FromLong(did);
 }
 
@@ -2061,12 +2018,8 @@ static PyObject *Mgr_wait(PyObject *self, PyObject *unused)
     Py_BEGIN_ALLOW_THREADS
     rc = dcp_manager_wait(r->m);
     Py_END_ALLOW_THREADS
-    if (rc != DCP_OK) {
-        ctx_raise(r->c, rc);
-        ctx_leave(r->c);
+    if (ctx_done(r->c, rc) < 0)
         return NULL;
-    }
-    ctx_leave(r->c);
     Py_RETURN_NONE;
 }
 
@@ -2083,12 +2036,8 @@ static PyObject *Mgr_latest(PyObject *self, PyObject *unused)
     Py_BEGIN_ALLOW_THREADS
     rc = dcp_manager_latest(r->m, &step);
     Py_END_ALLOW_THREADS
-    if (rc != DCP_OK && rc != DCP_ENOENT) {
-        ctx_raise(r->c, rc);
-        ctx_leave(r->c);
+    if (ctx_done(r->c, rc == DCP_ENOENT ? DCP_OK : rc) < 0)
         return NULL;
-    }
-    ctx_leave(r->c);
     return PyLong_FromLongLong(rc == DCP_ENOENT ? -1 : (long long)step);
 }
 

@@ -56,6 +56,39 @@ def dtype_code(dtype: torch.dtype) -> int:
     return code
 
 
+def host_tensor(t: Any, key: str) -> torch.Tensor:
+    """A CPU, C-contiguous, dense tensor holding t's elements (t itself when
+    it already is one: written without a copy); what dcp cannot store is
+    refused naming the key."""
+    from ._errors import InvalidArgumentError, NotSupportedError
+    if not isinstance(t, torch.Tensor):
+        raise InvalidArgumentError(f"'{key}': a {type(t).__name__}, not a tensor")
+    if t.is_sparse or t.layout != torch.strided:
+        raise NotSupportedError(f"'{key}': a {t.layout} tensor cannot be saved by dcp (dense tensors only)")
+    if getattr(t, "is_nested", False):
+        raise NotSupportedError(f"'{key}': nested tensors cannot be saved by dcp")
+    if t.device.type == "meta":
+        raise NotSupportedError(f"'{key}': a tensor on the meta device has no data to save")
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.to("cpu")
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    return t.contiguous()
+
+
+def tensor_code(t: torch.Tensor, key: str) -> int:
+    """dcp's dtype code of t, NotSupportedError naming the key when dcp does
+    not hold its dtype."""
+    code = dtype_code(t.dtype)
+    if code == 0:
+        from ._errors import NotSupportedError
+        raise NotSupportedError(f"'{key}': dtype {t.dtype} cannot be saved by dcp")
+    return code
+
+
 def fspath(path: Any) -> str:
     """A checkpoint path as a str (os.PathLike accepted; s3:// kept)."""
     if isinstance(path, (str, os.PathLike)):

@@ -29,7 +29,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from . import _C
 from ._comm import TorchComm
-from ._engine import dtype_code, fspath, make_context
+from ._engine import fspath, host_tensor, make_context, tensor_code
 from ._errors import InvalidArgumentError, NotSupportedError
 
 __all__ = ["save", "load", "async_save", "save_state_dict", "load_state_dict"]
@@ -54,11 +54,28 @@ def _own_writer(storage_writer, planner):
     return None
 
 
+def _writer_route(what: str, storage_writer, planner, checkpoint_id, sync_files):
+    """Who serves a save given these arguments: (True, checkpoint_id,
+    sync_files) for dcp's engine (none given, or dcp_torch's own writer,
+    whose path and options then apply); (False, ...) for torch's path with
+    a torch writer or planner (a warning says so)."""
+    own = _own_writer(storage_writer, planner)
+    if own is not None:
+        checkpoint_id = checkpoint_id or own.path
+        if not own.overwrite:
+            _refuse_existing(fspath(checkpoint_id))
+        return True, checkpoint_id, own.sync_files
+    if storage_writer is not None or planner is not None:
+        warnings.warn(f"dcp_torch.{what}: a storage_writer or planner was given: torch plans "
+                      "this save (dcp's own planning is not used)", stacklevel=3)
+        return False, checkpoint_id, sync_files
+    return True, checkpoint_id, sync_files
+
+
 def _refuse_existing(path: str) -> None:
     if not path.startswith("s3://") and os.path.exists(os.path.join(path, ".metadata")):
         from ._errors import ExistsError
-        raise ExistsError(f"Checkpoint already exists and overwrite=False: '{path}'", code=-14,
-                          name="DCP_EEXIST")
+        raise ExistsError(f"Checkpoint already exists and overwrite=False: '{path}'")
 
 
 def _use_dist(process_group, no_dist: bool) -> bool:
@@ -105,31 +122,6 @@ def _context(process_group, no_dist: bool, kind: str = "sync", **opts):
     return ctx
 
 
-def _host(t: torch.Tensor, key: str) -> torch.Tensor:
-    if t.is_sparse or t.layout != torch.strided or getattr(t, "is_nested", False):
-        raise NotSupportedError(f"'{key}': a {t.layout} tensor cannot be saved by dcp (dense tensors only)",
-                                code=-12, name="DCP_ENOTSUP")
-    if t.device.type == "meta":
-        raise NotSupportedError(f"'{key}': a tensor on the meta device has no data", code=-12,
-                                name="DCP_ENOTSUP")
-    t = t.detach()
-    if t.device.type != "cpu":
-        t = t.to("cpu")
-    if t.is_conj():
-        t = t.resolve_conj()
-    if t.is_neg():
-        t = t.resolve_neg()
-    return t.contiguous()
-
-
-def _code(t: torch.Tensor, key: str) -> int:
-    c = dtype_code(t.dtype)
-    if c == 0:
-        raise NotSupportedError(f"'{key}': dtype {t.dtype} cannot be saved by dcp", code=-12,
-                                name="DCP_ENOTSUP")
-    return c
-
-
 def _boxes(v, key: str):
     """(global shape, [(offsets, sizes, local tensor)]) of a tensor leaf."""
     from torch.distributed.tensor import DTensor
@@ -137,8 +129,7 @@ def _boxes(v, key: str):
         chunks = v.__create_chunk_list__()
         local = v.to_local()
         if len(chunks) != 1:
-            raise NotSupportedError(f"'{key}': a DTensor whose local part is {len(chunks)} chunks",
-                                    code=-12, name="DCP_ENOTSUP")
+            raise NotSupportedError(f"'{key}': a DTensor whose local part is {len(chunks)} chunks")
         c = chunks[0]
         if tuple(local.shape) != tuple(c.sizes):
             local = local.reshape(tuple(c.sizes))
@@ -159,8 +150,7 @@ def _resolve_stateful(state_dict: dict) -> dict:
     out = {}
     for k, v in state_dict.items():
         if not isinstance(k, str):
-            raise InvalidArgumentError(f"state_dict keys must be str, not {type(k).__name__} ({k!r})",
-                                       code=-1, name="DCP_EINVAL")
+            raise InvalidArgumentError(f"state_dict keys must be str, not {type(k).__name__} ({k!r})")
         out[k] = v.state_dict() if isinstance(v, Stateful) else v
     return out
 
@@ -177,11 +167,10 @@ def _check_value(v, key: str, depth: int = 0) -> None:
     """What dcp can store as a value (the extension's py_to_value rules),
     checked before the collective so that every rank can agree."""
     if depth > 100:
-        raise InvalidArgumentError(f"'{key}': value nested too deeply", code=-1, name="DCP_EINVAL")
+        raise InvalidArgumentError(f"'{key}': value nested too deeply")
     if isinstance(v, _PLAIN):
         if isinstance(v, int) and not isinstance(v, bool) and not -(1 << 63) <= v < (1 << 63):
-            raise NotSupportedError(f"'{key}': int {v} does not fit in 64 bits", code=-12,
-                                    name="DCP_ENOTSUP")
+            raise NotSupportedError(f"'{key}': int {v} does not fit in 64 bits")
         return
     if isinstance(v, (list, tuple)):
         for x in v:
@@ -190,13 +179,11 @@ def _check_value(v, key: str, depth: int = 0) -> None:
     if isinstance(v, dict):
         for k, x in v.items():
             if not isinstance(k, str):
-                raise NotSupportedError(f"'{key}': dict keys other than str cannot be saved by dcp",
-                                        code=-12, name="DCP_ENOTSUP")
+                raise NotSupportedError(f"'{key}': dict keys other than str cannot be saved by dcp")
             _check_value(x, key, depth + 1)
         return
     raise NotSupportedError(f"'{key}': a {type(v).__name__} value cannot be saved by dcp (None, "
-                            "bool, int, float, str, bytes, lists, tuples and dicts of them)",
-                            code=-12, name="DCP_ENOTSUP")
+                            "bool, int, float, str, bytes, lists, tuples and dicts of them)")
 
 
 def _agree(group_ctx_args, error: BaseException | None):
@@ -244,16 +231,15 @@ def _entries_save(state_dict: dict):
     seen = set()
     for key, v in flat.items():
         if key in seen:
-            raise InvalidArgumentError(f"'{key}': two entries flatten to this key", code=-1,
-                                       name="DCP_EINVAL")
+            raise InvalidArgumentError(f"'{key}': two entries flatten to this key")
         seen.add(key)
         path = tuple(mappings.get(key, (key,)))
         if isinstance(v, torch.Tensor):
             shape, boxes = _boxes(v, key)
             for off, size, local in boxes:
-                t = _host(local, key)
+                t = host_tensor(local, key)
                 keep.append(t)
-                entries.append((0, path, _code(t, key), shape, off, size, t.data_ptr()))
+                entries.append((0, path, tensor_code(t, key), shape, off, size, t.data_ptr()))
         else:
             _check_value(v, key)
             entries.append((1, path, v))
@@ -283,20 +269,13 @@ def save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
     records), ``io_depth``, ``direct``. Returns the checkpoint's Metadata.
     Every rank raises the same ``CheckpointError`` on failure; nothing is
     committed then."""
-    own = _own_writer(storage_writer, planner)
-    if own is not None:
-        checkpoint_id = checkpoint_id or own.path
-        sync_files = own.sync_files
-        if not own.overwrite:
-            _refuse_existing(fspath(checkpoint_id))
-    elif storage_writer is not None or planner is not None:
-        warnings.warn("dcp_torch.save: a storage_writer or planner was given: torch plans this save "
-                      "(dcp's own planning is not used)", stacklevel=2)
+    served, checkpoint_id, sync_files = _writer_route("save", storage_writer, planner,
+                                                      checkpoint_id, sync_files)
+    if not served:
         return tdcp.save(state_dict, checkpoint_id=checkpoint_id, storage_writer=storage_writer,
                          planner=planner, process_group=process_group, no_dist=no_dist)
     if checkpoint_id is None:
-        raise InvalidArgumentError("dcp_torch.save: checkpoint_id is required", code=-1,
-                                   name="DCP_EINVAL")
+        raise InvalidArgumentError("dcp_torch.save: checkpoint_id is required")
     path = fspath(checkpoint_id)
     ctx = _context(process_group, no_dist, io_depth=io_depth, direct=direct)
     entries, keep = _entries_agreed(state_dict, process_group, no_dist)
@@ -323,20 +302,13 @@ def async_save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = No
     training loop's collectives. ``future.result()`` returns None after the
     commit, or raises the save's error. A second async_save while one is in
     flight waits for it first (as dcp's one-save-in-flight rule)."""
-    own = _own_writer(storage_writer, planner)
-    if own is not None:
-        checkpoint_id = checkpoint_id or own.path
-        sync_files = own.sync_files
-        if not own.overwrite:
-            _refuse_existing(fspath(checkpoint_id))
-    elif storage_writer is not None or planner is not None:
-        warnings.warn("dcp_torch.async_save: a storage_writer or planner was given: torch's "
-                      "async_save serves it", stacklevel=2)
+    served, checkpoint_id, sync_files = _writer_route("async_save", storage_writer, planner,
+                                                      checkpoint_id, sync_files)
+    if not served:
         return tdcp.async_save(state_dict, checkpoint_id=checkpoint_id, storage_writer=storage_writer,
                                planner=planner, process_group=process_group)
     if checkpoint_id is None:
-        raise InvalidArgumentError("dcp_torch.async_save: checkpoint_id is required", code=-1,
-                                   name="DCP_EINVAL")
+        raise InvalidArgumentError("dcp_torch.async_save: checkpoint_id is required")
     path = fspath(checkpoint_id)
     prev = _AsyncState.thread
     if prev is not None:
@@ -381,8 +353,7 @@ def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
         return tdcp.load(state_dict, checkpoint_id=checkpoint_id, storage_reader=storage_reader,
                          planner=planner, process_group=process_group, no_dist=no_dist)
     if checkpoint_id is None:
-        raise InvalidArgumentError("dcp_torch.load: checkpoint_id is required", code=-1,
-                                   name="DCP_EINVAL")
+        raise InvalidArgumentError("dcp_torch.load: checkpoint_id is required")
     path = fspath(checkpoint_id)
     ctx = _context(process_group, no_dist)
     statefuls = {k: v for k, v in state_dict.items() if isinstance(v, Stateful)}
@@ -403,7 +374,7 @@ def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
                     else:
                         buf = torch.empty(size, dtype=target.dtype)
                         copies.append((target, buf))
-                    entries.append((0, path_t, _code(buf, key), shape, off, size, buf.data_ptr()))
+                    entries.append((0, path_t, tensor_code(buf, key), shape, off, size, buf.data_ptr()))
                     copies.append((None, buf))  # keeps buf alive
             else:
                 # the value is replaced by what was saved: its template is
@@ -436,7 +407,7 @@ def save_state_dict(state_dict: dict, storage_writer, process_group=None, coordi
     with this writer."""
     if coordinator_rank != 0:
         raise InvalidArgumentError("dcp_torch.save_state_dict: coordinator_rank must be 0 (dcp's "
-                                   "coordinator is rank 0 of the group)", code=-1, name="DCP_EINVAL")
+                                   "coordinator is rank 0 of the group)")
     return save(state_dict, storage_writer=storage_writer, process_group=process_group,
                 no_dist=no_dist, planner=planner)
 
@@ -446,7 +417,6 @@ def load_state_dict(state_dict: dict, storage_reader, process_group=None, coordi
     """The older name (torch's deprecated ``load_state_dict``): ``load``
     with this reader."""
     if coordinator_rank != 0:
-        raise InvalidArgumentError("dcp_torch.load_state_dict: coordinator_rank must be 0", code=-1,
-                                   name="DCP_EINVAL")
+        raise InvalidArgumentError("dcp_torch.load_state_dict: coordinator_rank must be 0")
     return load(state_dict, storage_reader=storage_reader, process_group=process_group,
                 no_dist=no_dist, planner=planner)

@@ -48,7 +48,7 @@ from torch.distributed.checkpoint.staging import BlockingAsyncStager
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 
 from . import _C
-from ._engine import TORCH_TYPES, dtype_code, fspath, make_context
+from ._engine import _DTYPES, TORCH_TYPES, fspath, host_tensor, make_context, tensor_code
 from ._errors import InvalidArgumentError, LimitError, NotSupportedError, UnsafeError
 
 _REFUSED = object()
@@ -118,33 +118,26 @@ def _split_by_size_and_type(bins: int, items: list[WriteItem]) -> list[list[Writ
     return [b for b in buckets if b] or [[]]
 
 
-def _tensor_for_write(t: torch.Tensor, key: str) -> torch.Tensor:
-    """A CPU, C-contiguous, dense tensor holding t's elements (t itself when
-    it already is one: written without a copy)."""
-    if not isinstance(t, torch.Tensor):
-        raise InvalidArgumentError(f"'{key}': the planner resolved a {type(t).__name__}, not a tensor",
-                                   code=-1, name="EINVAL")
-    if t.is_sparse or t.layout != torch.strided:
-        raise NotSupportedError(f"'{key}': a {t.layout} tensor cannot be saved by dcp (dense tensors only)",
-                                code=-12, name="ENOTSUP")
-    if getattr(t, "is_nested", False):
-        raise NotSupportedError(f"'{key}': nested tensors cannot be saved by dcp", code=-12, name="ENOTSUP")
-    if t.device.type == "meta":
-        raise NotSupportedError(f"'{key}': a tensor on the meta device has no data to save",
-                                code=-12, name="ENOTSUP")
-    t = t.detach()
-    if t.device.type != "cpu":
-        t = t.to("cpu")
-    if t.is_conj():
-        t = t.resolve_conj()
-    if t.is_neg():
-        t = t.resolve_neg()
-    if not t.is_contiguous():
-        t = t.contiguous()
-    return t
+class _Engine:
+    """The C engine's handles of a writer or reader: a context made on
+    first use; none of them pickled (async_save's process executor pickles
+    the writer: they are made again where it runs)."""
+
+    _HANDLES: dict = {"_ctx": None}
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.update({k: (v.copy() if isinstance(v, (dict, list)) else v)
+                      for k, v in self._HANDLES.items()})
+        return state
+
+    def _context(self):
+        if self._ctx is None:
+            self._ctx = make_context(**self._ctx_args)
+        return self._ctx
 
 
-class FileSystemWriter(StorageWriter, BlockingAsyncStager):
+class FileSystemWriter(_Engine, StorageWriter, BlockingAsyncStager):
     """torch's ``FileSystemWriter``, written by dcp.
 
     Arguments as torch 2.13's ``FileSystemWriter``:
@@ -178,6 +171,8 @@ class FileSystemWriter(StorageWriter, BlockingAsyncStager):
     Not thread safe: one save at a time per writer (as torch's).
     """
 
+    _HANDLES = {"_ctx": None, "_part": None}
+
     def __init__(
         self,
         path: str | os.PathLike,
@@ -200,16 +195,13 @@ class FileSystemWriter(StorageWriter, BlockingAsyncStager):
         if _extensions:
             raise NotSupportedError(
                 "dcp_torch.FileSystemWriter: _extensions (stream transforms) are not supported; "
-                "save without them (dcp checks every record's CRC-32 instead)",
-                code=-12, name="ENOTSUP")
+                "save without them (dcp checks every record's CRC-32 instead)")
         if serialization_format != SerializationFormat.TORCH_SAVE:
             raise NotSupportedError(
                 f"dcp_torch.FileSystemWriter: serialization_format={serialization_format} is not "
-                "supported (dcp writes torch.save records; it reads SAFETENSORS checkpoints)",
-                code=-12, name="ENOTSUP")
+                "supported (dcp writes torch.save records; it reads SAFETENSORS checkpoints)")
         if int(thread_count) < 1:
-            raise InvalidArgumentError(f"thread_count must be >= 1, not {thread_count}",
-                                       code=-1, name="EINVAL")
+            raise InvalidArgumentError(f"thread_count must be >= 1, not {thread_count}")
         self.path = fspath(path)
         self.single_file_per_rank = bool(single_file_per_rank)
         self.sync_files = bool(sync_files)
@@ -227,18 +219,6 @@ class FileSystemWriter(StorageWriter, BlockingAsyncStager):
         self._part = None  # the coordinator's dcp_part_save
         self._sid = ""
 
-    # Picklable for async_save's process executor: the engine's handles
-    # are made again where it runs.
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_ctx"] = None
-        state["_part"] = None
-        return state
-
-    def _context(self):
-        if self._ctx is None:
-            self._ctx = make_context(**self._ctx_args)
-        return self._ctx
 
     def _drop_part(self) -> None:
         part, self._part = self._part, None
@@ -269,8 +249,7 @@ class FileSystemWriter(StorageWriter, BlockingAsyncStager):
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
         name = f"__{self.rank}.metadata" if self._rank_local() else ".metadata"
         if os.path.isfile(self.path):
-            raise InvalidArgumentError(f"'{self.path}' is a file, not a checkpoint directory",
-                                       code=-1, name="EINVAL")
+            raise InvalidArgumentError(f"'{self.path}' is a file, not a checkpoint directory")
         if _metadata_exists(self.path, name):
             if self.overwrite:
                 warnings.warn(f"Detected an existing checkpoint in {self.path}, overwriting since "
@@ -279,7 +258,7 @@ class FileSystemWriter(StorageWriter, BlockingAsyncStager):
             else:
                 from ._errors import ExistsError
                 raise ExistsError(f"Checkpoint already exists and overwrite={self.overwrite}: "
-                                  f"'{self.path}'", code=-14, name="EEXIST")
+                                  f"'{self.path}'")
         if self._rank_local():
             plan = dataclasses.replace(plan, storage_data=_DcpStoragePrefix(f"__{self.rank}_"))
         return plan
@@ -305,7 +284,7 @@ class FileSystemWriter(StorageWriter, BlockingAsyncStager):
         if not isinstance(sp, _DcpStoragePrefix):
             raise InvalidArgumentError(
                 "dcp_torch.FileSystemWriter: the plan carries no dcp storage prefix (was "
-                "prepare_global_plan skipped?)", code=-1, name="EINVAL")
+                "prepare_global_plan skipped?)")
         suffix = f".{sp.tag}.distcp" if sp.tag else ".distcp"
         self.save_id = sp.save_id
         if self.single_file_per_rank:
@@ -325,16 +304,11 @@ class FileSystemWriter(StorageWriter, BlockingAsyncStager):
                 if wi.type == WriteItemType.BYTE_IO:
                     if not isinstance(data, io.BytesIO):
                         raise InvalidArgumentError(
-                            f"'{wi.index.fqn}': a byte item must resolve to io.BytesIO",
-                            code=-1, name="EINVAL")
+                            f"'{wi.index.fqn}': a byte item must resolve to io.BytesIO")
                     items.append((1, bytes(data.getbuffer())))
                     continue
-                t = _tensor_for_write(data, wi.index.fqn)
-                code = dtype_code(t.dtype)
-                if code == 0:
-                    raise NotSupportedError(
-                        f"'{wi.index.fqn}': dtype {t.dtype} cannot be saved by dcp", code=-12,
-                        name="ENOTSUP")
+                t = host_tensor(data, wi.index.fqn)
+                code = tensor_code(t, wi.index.fqn)
                 keep.append(t)
                 items.append((0, code, tuple(t.shape), t.data_ptr(),
                               t.numel() * t.element_size()))
@@ -351,7 +325,7 @@ class FileSystemWriter(StorageWriter, BlockingAsyncStager):
         if self._part is None:
             raise InvalidArgumentError(
                 "dcp_torch.FileSystemWriter.finish: no save in progress (prepare_global_plan "
-                "did not run on this rank)", code=-1, name="EINVAL")
+                "did not run on this rank)")
         metadata.version = _CURRENT_DCP_VERSION
         storage_md = {}
         for wr_list in results:
@@ -379,7 +353,7 @@ class FileSystemWriter(StorageWriter, BlockingAsyncStager):
         return _valid_checkpoint_id(checkpoint_id)
 
 
-class FileSystemReader(StorageReader):
+class FileSystemReader(_Engine, StorageReader):
     """torch's ``FileSystemReader``, read by dcp.
 
     * ``path``: the checkpoint directory or ``s3://bucket/prefix``; any
@@ -392,11 +366,15 @@ class FileSystemReader(StorageReader):
     ``io_block_bytes``, ``direct``, ``uring``, ``allow_pickle`` (False):
     byte items (non-tensor values) are decoded by dcp's restricted decoder
     and handed to the planner as a fresh ``torch.save`` of the decoded
-    object; a value that decoder refuses (a class outside its allow-list)
-    raises ``UnsafeError`` naming the key, unless ``allow_pickle=True``,
+    object; a value that decoder does not hold is read by torch's
+    ``weights_only`` loader (also an allow-list: io.BytesIO, sets,
+    torch.Size, dtypes, tensors inside values); one both refuse raises
+    ``UnsafeError`` naming the key, unless ``allow_pickle=True``,
     which hands the stored bytes to the planner as torch does (torch's
     planner then unpickles them: only for checkpoints you trust).
     """
+
+    _HANDLES = {"_ctx": None, "_md": None, "_index": {}, "_dtypes": []}
 
     def __init__(
         self,
@@ -423,23 +401,17 @@ class FileSystemReader(StorageReader):
         self._ctx = None
         self._md = None
         self._index: dict[str, int] = {}
+        self._dtypes: list = []
 
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_ctx"] = None
-        state["_md"] = None
-        state["_index"] = {}
-        return state
-
-    def _context(self):
-        if self._ctx is None:
-            self._ctx = make_context(**self._ctx_args)
-        return self._ctx
 
     def _meta(self):
+        """dcp's metadata of the checkpoint, opened once per load, with each
+        entry's index by key and torch dtype."""
         if self._md is None:
             self._md = self._context().metadata_open(self.path)
-            self._index = {e[0]: i for i, e in enumerate(self._md.entries())}
+            entries = self._md.entries()
+            self._index = {e[0]: i for i, e in enumerate(entries)}
+            self._dtypes = [_DTYPES.get(e[2]) if e[1] else None for e in entries]
         return self._md
 
     def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
@@ -462,8 +434,7 @@ class FileSystemReader(StorageReader):
         self.rank = kwargs.get("rank")
         self.use_collectives = kwargs.get("use_collectives", True)
         if self.storage_data is None:
-            raise InvalidArgumentError("storage_data must not be None in metadata", code=-1,
-                                       name="EINVAL")
+            raise InvalidArgumentError("storage_data must not be None in metadata")
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
         return plan
@@ -476,8 +447,7 @@ class FileSystemReader(StorageReader):
         k = self._index.get(fqn)
         if k is None:
             from ._errors import KeyMismatchError
-            raise KeyMismatchError(f"'{fqn}' is not in the checkpoint '{self.path}'", code=-8,
-                                   name="EKEY")
+            raise KeyMismatchError(f"'{fqn}' is not in the checkpoint '{self.path}'")
         return k
 
     def _load_value(self, k: int, fqn: str) -> io.BytesIO:
@@ -507,7 +477,7 @@ class FileSystemReader(StorageReader):
                 f"{e.message}; the value '{fqn}' holds objects dcp's restricted decoder and "
                 "torch's weights_only loader refuse: "
                 "pass allow_pickle=True to FileSystemReader to unpickle it as torch does (only "
-                "for a checkpoint you trust)", code=-6, name="DCP_EUNSAFE") from None
+                "for a checkpoint you trust)") from None
         buf = io.BytesIO()
         torch.save(obj, buf)
         buf.seek(0)
@@ -530,8 +500,7 @@ class FileSystemReader(StorageReader):
             target = planner.resolve_tensor(req).detach()
             if tuple(target.shape) != sizes:
                 raise InvalidArgumentError(
-                    f"req {req.storage_index} mismatch sizes {tuple(target.shape)} vs {sizes}",
-                    code=-1, name="EINVAL")
+                    f"req {req.storage_index} mismatch sizes {tuple(target.shape)} vs {sizes}")
             stored = self._dtype(k)
             if (target.device.type == "cpu" and target.dtype == stored
                     and target.is_contiguous() and target.layout == torch.strided
@@ -553,14 +522,9 @@ class FileSystemReader(StorageReader):
         return fut
 
     def _dtype(self, k: int) -> torch.dtype:
-        if not hasattr(self, "_dtypes") or self._dtypes_for is not self._md:
-            from ._engine import _DTYPES
-            self._dtypes = [(_DTYPES.get(e[2]) if e[1] else None) for e in self._md.entries()]
-            self._dtypes_for = self._md
         dt = self._dtypes[k]
         if dt is None:
-            raise NotSupportedError(f"entry {k}: a dtype torch does not name", code=-12,
-                                    name="ENOTSUP")
+            raise NotSupportedError(f"entry {k}: a dtype torch does not name")
         return dt
 
     @property
