@@ -405,3 +405,38 @@ def test_checkpoint_id_detection_and_save_id(ckpt):
     tdcp.save({"a": torch.ones(1)}, storage_writer=w, no_dist=True)
     md = dcp_torch.read_metadata(ckpt)
     assert md.storage_meta.save_id == w.save_id == w.storage_meta().save_id
+
+
+def test_exit_grace_sees_gloo_workers(tmp_path):
+    """The exit grace (dcp_torch/_exit.py) waits only while gloo's workers
+    live: none before a process group, some while one lives, none after
+    destroy_process_group; and the process exits cleanly with one alive."""
+    import subprocess
+    import sys
+    prog = tmp_path / "p.py"
+    prog.write_text(
+        "import os, torch, torch.distributed as dist\n"
+        "from dcp_torch import _exit\n"
+        "os.environ['MASTER_ADDR'] = '127.0.0.1'; os.environ['MASTER_PORT'] = os.environ['PORT']\n"
+        "print(_exit.gloo_workers())\n"
+        "dist.init_process_group('gloo', rank=0, world_size=1)\n"
+        "dist.all_reduce(torch.ones(1))\n"
+        "print(_exit.gloo_workers())\n"
+        "pg = dist.group.WORLD\n"
+        "dist.destroy_process_group()\n"
+        "del pg\n"
+        "print(_exit.gloo_workers())\n"
+        "dist.init_process_group('gloo', rank=0, world_size=1, init_method='tcp://127.0.0.1:' + os.environ['PORT2'])\n"
+        "dist.all_gather(list(torch.empty(2).chunk(1)), torch.ones(2))\n"
+        "keep = dist.group.WORLD\n")
+    import socket
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(str(s.getsockname()[1]))
+    env = dict(os.environ, PORT=ports[0], PORT2=ports[1])
+    out = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    counts = [int(x) for x in out.stdout.split()]
+    assert counts[0] == 0 and counts[1] >= 1 and counts[2] == 0, counts

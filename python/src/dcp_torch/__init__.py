@@ -33,6 +33,7 @@ from ._errors import (
     UnsafeError,
 )
 from ._engine import _C
+from . import _exit  # noqa: F401  (the exit grace for gloo workers)
 from ._metadata import read_metadata
 from .filesystem import FileSystemReader, FileSystemWriter
 from .api import async_save, load, load_state_dict, save, save_state_dict
