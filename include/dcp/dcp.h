@@ -1102,8 +1102,19 @@ enum dcp_load_flags {
      * state afresh where dcp_load_report lists it. (On fewer ranks the
      * dropped ranks' keys are unexpected: DCP_LOAD_ALLOW_UNEXPECTED.) (A
      * library older than this flag ignores the bit and stays strict.) */
-    DCP_LOAD_MISSING_RANK_KEYS = 1 << 7
+    DCP_LOAD_MISSING_RANK_KEYS = 1 << 7,
+    /* Read once, small chunks excepted: a shared stored chunk of fewer
+     * than DCP_READ_ONCE_SMALL bytes is read by every rank that needs it
+     * instead of forwarded (forwarding costs a header and a data message,
+     * more than reading a few bytes where messages are slow: a Python
+     * communicator, a network). Set on any rank, it applies to all. (A
+     * library older than this flag ignores the bit and forwards them.) */
+    DCP_LOAD_SMALL_PER_RANK = 1 << 8
 };
+
+/* The size under which DCP_LOAD_SMALL_PER_RANK reads a shared chunk on
+ * every rank that needs it. */
+#define DCP_READ_ONCE_SMALL ((uint64_t)64 << 10)
 
 /* Options for dcp_load. Zero-initialise and set struct_size. */
 typedef struct dcp_load_options {
@@ -1161,7 +1172,8 @@ typedef struct dcp_load_options {
  * and forwarded to the others over the communicator in pieces of 4 MiB,
  * nonblocking, while the reader goes on with its next reads; so a load
  * where every rank asks for everything reads each stored byte once, not
- * once per rank. This needs a communicator with the point-to-point
+ * once per rank (with DCP_LOAD_SMALL_PER_RANK, chunks under 64 KiB
+ * excepted). This needs a communicator with the point-to-point
  * operations of dcp_comm.h version 2 (the MPI one has them; with a user
  * communicator without them, or DCP_LOAD_PER_RANK_READS, every rank reads
  * its own chunks; DCP_LOAD_READ_ONCE makes a communicator without them an

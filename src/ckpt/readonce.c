@@ -100,7 +100,8 @@ static int cmp_cand(const void *pa, const void *pb)
 }
 
 /* The plan from the marks: the same on every rank (readonce.h). */
-static int assign(const struct dcp_metadata *md, struct ro_plan *p, int n)
+static int assign(const struct dcp_metadata *md, struct ro_plan *p, int n,
+                  uint64_t min_bytes)
 {
     uint64_t *load = dcp__calloc((size_t)n, sizeof(*load));
     struct cand *cs = dcp__malloc((p->nchunks ? p->nchunks : 1) * sizeof(*cs));
@@ -125,7 +126,7 @@ static int assign(const struct dcp_metadata *md, struct ro_plan *p, int n)
                 needers += m != 0;
                 veto |= m == 2;
             }
-            if (needers >= 2 && !veto && nb > 0) {
+            if (needers >= 2 && !veto && nb > 0 && nb >= min_bytes) {
                 cs[nc].bytes = nb;
                 cs[nc].off = e->chunks[ci].offset;
                 cs[nc].g = g;
@@ -183,7 +184,7 @@ int dcp__ro_plan(dcp_ctx *ctx, const dcp_state *st,
     for (ei = 0; ei < md->n; ei++)
         if (md->e[ei].is_tensor)
             k += md->e[ei].nchunks;
-    w = k + 1;
+    w = k + 2; /* marks, then the per-rank and small-per-rank flags */
     if (k == 0 || (uint64_t)w * (uint64_t)n > RO_MARKS_MAX)
         return DCP_OK; /* md is the same on every rank */
     p->nchunks = k;
@@ -201,6 +202,8 @@ int dcp__ro_plan(dcp_ctx *ctx, const dcp_state *st,
     }
     if (rc == DCP_OK)
         rc = mark_row(st, md, p, flags, row);
+    if (rc == DCP_OK)
+        row[k + 1] = (flags & DCP_LOAD_SMALL_PER_RANK) ? 1 : 0;
     if (rc == DCP_ENOMEM)
         rc = dcp__err(&ctx->err, rc, "out of memory planning the reads");
     rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
@@ -210,13 +213,16 @@ int dcp__ro_plan(dcp_ctx *ctx, const dcp_state *st,
         rc = dcp__comm_bcast(ctx->comm, all, w * (size_t)n, 0, &ctx->err);
     if (rc == DCP_OK) {
         int off = 0;
+        uint64_t min = 0;
         for (r = 0; r < n; r++) {
-            memcpy(p->need + (size_t)r * p->nchunks, all + (size_t)r * w,
-                   p->nchunks);
-            off |= all[(size_t)r * w + p->nchunks] != 0;
+            const uint8_t *rr = all + (size_t)r * w;
+            memcpy(p->need + (size_t)r * p->nchunks, rr, p->nchunks);
+            off |= rr[p->nchunks] != 0;
+            if (rr[p->nchunks + 1])
+                min = DCP_READ_ONCE_SMALL;
         }
         /* Allocation only: the same outcome on every rank, agreed. */
-        if (!off && assign(md, p, n) != DCP_OK)
+        if (!off && assign(md, p, n, min) != DCP_OK)
             rc = dcp__err(&ctx->err, DCP_ENOMEM,
                           "out of memory planning the reads");
         rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);

@@ -54,7 +54,9 @@ struct ro_plan {
  * Collective. With DCP_LOAD_PER_RANK_READS on any rank, a communicator
  * without point-to-point operations, one rank, or more than 256 MiB of
  * marks (ranks x chunks), p->on is 0 and every rank reads its own
- * chunks. Every rank returns the same code.
+ * chunks. With DCP_LOAD_SMALL_PER_RANK on any rank (gathered with the
+ * marks), a chunk under DCP_READ_ONCE_SMALL bytes is not shared: every
+ * rank that needs it reads it. Every rank returns the same code.
  */
 int dcp__ro_plan(dcp_ctx *ctx, const dcp_state *st,
                  const struct dcp_metadata *md, unsigned flags,

@@ -12,6 +12,8 @@
  *    CRC mismatch; with DCP_LOAD_PER_RANK_READS every rank finds it
  *    ("ranks 0 to 2 failed"), again the same message everywhere.
  *  - ok: after the byte is restored, a bit-exact load.
+ *  - small: DCP_LOAD_SMALL_PER_RANK (on every rank, on one rank only):
+ *    bit-exact, fewer bytes exchanged.
  *  - cast: model.mat (saved F32) asked for as F64 on every rank, whole
  *    and in two row boxes on odd ranks (DCP_LOAD_CAST, DCP_LOAD_PARTIAL):
  *    forwarded chunks land through a buffer and are cast on copy.
@@ -205,6 +207,46 @@ static void test_ok(void)
     dcp_comm_free(c);
 }
 
+/* The exchange bytes of a whole load with flags (set on rank `on`, or on
+ * every rank when on < 0), checked bit-exact. */
+static uint64_t exchanged(dcp_ctx *x, unsigned flags, int on)
+{
+    struct refstate r, want;
+    dcp_phase_report pr;
+    if (rs_build_part(&want, RS_SEED_OLD, 0, 1))
+        MPI_Abort(MPI_COMM_WORLD, 4);
+    CHECK_OK(x, load_whole(&r, on < 0 || on == mt_rank ? flags : 0, x));
+    CHECK(rs_equal(&r, &want));
+    memset(&pr, 0, sizeof(pr));
+    pr.struct_size = sizeof(pr);
+    CHECK(dcp_ctx_phase_report(x, DCP_IO_LOAD, &pr) == DCP_OK);
+    rs_free(&r);
+    rs_free(&want);
+    return pr.bytes[DCP_PHASE_EXCHANGE];
+}
+
+/* DCP_LOAD_SMALL_PER_RANK: chunks under 64 KiB read by every rank that
+ * needs them, so fewer bytes arrive by message (none when every chunk is
+ * small); set on one rank only, it applies to all (no rank waits for a
+ * message another does not send). */
+static void test_small(void)
+{
+    dcp_comm *c = NULL;
+    dcp_ctx *x = make_ctx(&c);
+    uint64_t all = exchanged(x, 0, -1);
+    uint64_t small = exchanged(x, DCP_LOAD_SMALL_PER_RANK, -1);
+    uint64_t one = exchanged(x, DCP_LOAD_SMALL_PER_RANK, 2);
+    uint64_t tot_all = 0, tot_small = 0;
+    MPI_Allreduce(&all, &tot_all, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&small, &tot_small, 1, MPI_UINT64_T, MPI_SUM,
+                  MPI_COMM_WORLD);
+    CHECK(tot_all > 0);
+    CHECK(tot_small < tot_all);
+    CHECK(one == small);
+    dcp_ctx_free(x);
+    dcp_comm_free(c);
+}
+
 static void test_cast(void)
 {
     struct refstate want;
@@ -272,6 +314,7 @@ int main(int argc, char **argv)
     RUN(read_error);
     RUN(crc);
     RUN(ok);
+    RUN(small);
     RUN(cast);
     ff_release(&ff);
     return mt_finish();
