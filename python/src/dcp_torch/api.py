@@ -39,6 +39,7 @@ _LOAD_PARTIAL = 1 << 0       # DCP_LOAD_PARTIAL
 _LOAD_NO_VERIFY = 1 << 2     # DCP_LOAD_NO_VERIFY
 _LOAD_ALLOW_UNEXPECTED = 1 << 3
 _LOAD_PER_RANK_READS = 1 << 5
+_LOAD_SMALL_PER_RANK = 1 << 8  # DCP_LOAD_SMALL_PER_RANK
 
 _lock = threading.Lock()
 _contexts: dict[Any, Any] = {}
@@ -122,18 +123,48 @@ def _context(process_group, no_dist: bool, kind: str = "sync", **opts):
     return ctx
 
 
+# A DTensor's chunk geometry by its spec (mesh, placements, shard order,
+# global shape, stride, dtype: what torch's own sharding cache keys on; this
+# process's coordinate on the mesh is fixed): the same parameters are saved
+# every step, and torch's __create_chunk_list__ costs ~0.1 ms a tensor. A
+# dict lookup of the same spec object is its cached hash and an identity
+# test. Bounded: cleared when it grows past _CHUNKS_MAX specs.
+_chunks_by_spec: dict = {}
+_CHUNKS_MAX = 1 << 16
+
+
+def _dtensor_chunk(v, key: str):
+    spec = getattr(v, "_spec", None)
+    try:
+        hit = _chunks_by_spec.get(spec) if spec is not None else None
+    except TypeError:  # an unhashable spec: no cache
+        spec, hit = None, None
+    if hit is None:
+        chunks = v.__create_chunk_list__()
+        if len(chunks) != 1:
+            raise NotSupportedError(f"'{key}': a DTensor whose local part is {len(chunks)} chunks")
+        hit = (tuple(chunks[0].offsets), tuple(chunks[0].sizes))
+        if spec is not None:
+            if len(_chunks_by_spec) >= _CHUNKS_MAX:
+                _chunks_by_spec.clear()
+            _chunks_by_spec[spec] = hit
+    return hit
+
+
 def _boxes(v, key: str):
     """(global shape, [(offsets, sizes, local tensor)]) of a tensor leaf."""
     from torch.distributed.tensor import DTensor
     if isinstance(v, DTensor):
-        chunks = v.__create_chunk_list__()
-        local = v.to_local()
-        if len(chunks) != 1:
-            raise NotSupportedError(f"'{key}': a DTensor whose local part is {len(chunks)} chunks")
-        c = chunks[0]
-        if tuple(local.shape) != tuple(c.sizes):
-            local = local.reshape(tuple(c.sizes))
-        return tuple(v.shape), [(tuple(c.offsets), tuple(c.sizes), local)]
+        offsets, sizes = _dtensor_chunk(v, key)
+        # the local shard itself (to_local() is an autograd Function call
+        # returning a view of it; the boxes are read or filled, never
+        # part of a graph)
+        local = getattr(v, "_local_tensor", None)
+        if local is None:
+            local = v.to_local()
+        if tuple(local.shape) != sizes:
+            local = local.reshape(sizes)
+        return tuple(v.shape), [(offsets, sizes, local)]
     try:
         from torch.distributed._shard.sharded_tensor import ShardedTensor
     except Exception:  # pragma: no cover
@@ -342,7 +373,9 @@ def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
     it, on every rank, before any tensor changes), resharded from any world
     size. A torch ``storage_reader`` or ``planner`` is served by torch's
     load. dcp's extras: ``verify`` (CRCs, True), ``read_once`` (a chunk
-    several ranks need read by one and forwarded, True)."""
+    several ranks need read by one and forwarded, True; chunks under 64 KiB
+    are read by each rank that needs them: the two messages through
+    torch.distributed cost more than such a read)."""
     from .filesystem import FileSystemReader
     if type(storage_reader) is FileSystemReader and planner is None and not storage_reader.allow_pickle:
         checkpoint_id = checkpoint_id or storage_reader.path
@@ -386,7 +419,7 @@ def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
     # torch's semantics: a key the checkpoint lacks raises, keys of the
     # checkpoint that no rank asks for are ignored.
     flags = (_LOAD_ALLOW_UNEXPECTED | (0 if verify else _LOAD_NO_VERIFY)
-             | (0 if read_once else _LOAD_PER_RANK_READS))
+             | (_LOAD_SMALL_PER_RANK if read_once else _LOAD_PER_RANK_READS))
     values = ctx.load(entries, path, flags)
     for target, buf in copies:
         if target is not None:
