@@ -256,6 +256,7 @@ def rank_main(rank, cfg):
     del entries, keep
     # The load's engine call alone (diagnostic): entries as dcp_torch.load
     # makes them (the state's own tensors), built once.
+    from dcp_torch._engine import tensor_code
     lctx = dapi._context(None, False)
     lentries, lkeep = [], []
     flat, mappings = dapi._flatten(dapi._resolve_stateful(sd))
@@ -266,7 +267,7 @@ def rank_main(rank, cfg):
             for off, size, loc in boxes:
                 t = loc.detach()
                 lkeep.append(t)
-                lentries.append((0, path_t, dapi._code(t, key), shape, off, size, t.data_ptr()))
+                lentries.append((0, path_t, tensor_code(t, key), shape, off, size, t.data_ptr()))
         else:
             lentries.append((1, path_t, v))
     del flat, mappings
@@ -299,7 +300,8 @@ def rank_main(rank, cfg):
                                                 read_once=False)
                 else:
                     fn = lambda: lctx.load(lentries, path,  # noqa: E731
-                                           dapi._LOAD_ALLOW_UNEXPECTED)
+                                           dapi._LOAD_ALLOW_UNEXPECTED
+                                           | dapi._LOAD_SMALL_PER_RANK)
                 sec, own, peaks, phases, _ = timed(fn)
                 bad = 0
                 if run == 0:
