@@ -934,34 +934,55 @@ static int prepare_rl(dcp_ctx *ctx, struct sv_job *job, const dcp_state *st)
 }
 
 /*
- * Whether this save reuses the cached plan, on every rank alike: one
- * allreduce of (this rank's cache matches its local plan, the hash of its
+ * Whether this save reuses the cached plan, on every rank alike (reduced
+ * by begin_agree): (this rank's cache matches its local plan, the hash of its
  * values' contents and the cache's generation, each with its negation for
  * a maximum). The contents must be equal everywhere, since a new global
  * plan would check that values held by several ranks are equal: ranks
  * holding different values (or a changed one on some rank) plan afresh.
  */
-static int cache_agree(dcp_ctx *ctx, struct sv_job *job, int *hit)
+static void cache_vals(const dcp_ctx *ctx, const struct sv_job *job, int ok,
+                       int64_t v[7])
 {
-    const struct sv_cache *c = job->cache;
-    int64_t v[7];
-    int rc;
-    *hit = 0;
+    const struct sv_cache *c = ok ? job->cache : NULL;
     v[0] = c && !job->nocache && c->gen == ctx->saves &&
            dcp__plan_local_same(&job->lp, &c->sblob);
-    v[1] = (int64_t)(job->lp.vhash >> 1);
+    v[1] = ok ? (int64_t)(job->lp.vhash >> 1) : 0;
     v[2] = -v[1];
     v[3] = (int64_t)(ctx->saves & INT64_MAX);
     v[4] = -v[3];
-    v[5] = job->ranklocal; /* the same on every rank, or refused */
+    v[5] = ok ? job->ranklocal : 0; /* the same on every rank, or refused */
     v[6] = -v[5];
-    rc = dcp__comm_allreduce_min(ctx->comm, v, 7, &ctx->err);
-    if (rc == DCP_OK && v[5] != -v[6])
+}
+
+/*
+ * Steps 1 and 1b agreed in one allreduce (each costs milliseconds through
+ * a Python communicator): every rank's outcome so far (as
+ * dcp__comm_agree_err), the same path on every rank (as
+ * dcp__comm_same_string) and whether the cached plan serves (cache_vals),
+ * checked in that order. Collective; every rank returns the same code.
+ */
+static int begin_agree(dcp_ctx *ctx, struct sv_job *job, const char *path,
+                       int rc, int *hit)
+{
+    int64_t v[9];
+    uint64_t h = dcp__fnv1a64(path ? path : "", path ? strlen(path) : 0);
+    *hit = 0;
+    v[0] = (int64_t)(h >> 1);
+    v[1] = -v[0];
+    cache_vals(ctx, job, rc == DCP_OK, v + 2);
+    rc = dcp__comm_agree_err_vals(ctx->comm, rc, &ctx->err, v, 9);
+    if (rc != DCP_OK)
+        return rc;
+    if (v[0] != -v[1])
+        return dcp__err(&ctx->err, DCP_EINVAL,
+                        "not every rank passed the same checkpoint path");
+    if (v[7] != -v[8])
         return dcp__err(&ctx->err, DCP_EINVAL,
                         "DCP_SAVE_RANK_LOCAL is set on some ranks only (pass "
                         "the same flags on every rank)");
-    *hit = rc == DCP_OK && v[0] == 1 && v[1] == -v[2] && v[3] == -v[4];
-    return rc;
+    *hit = v[2] == 1 && v[3] == -v[4] && v[5] == -v[6];
+    return DCP_OK;
 }
 
 static int hex_tag(const uint8_t *p, size_t n, char *out, size_t cap)
@@ -1003,6 +1024,62 @@ static int share_sid(dcp_ctx *ctx, struct sv_job *job)
         &ctx->err);
 }
 
+/* What rank 0 sends every rank at the start of a cached save. */
+struct begin_msg {
+    int64_t code;
+    char tag[24];
+    char sid[24];
+    char msg[DCP_ERRMSG_MAX];
+};
+
+/*
+ * Rank 0's rc (with its message on failure: every rank returns rank 0's
+ * code and message, as dcp__comm_share_err), its files' tag and its save
+ * id, in one broadcast. A tag or save id that is not a hex string sets
+ * *bad on that rank (begin_cached fails the job). Collective; every rank
+ * returns the same code.
+ */
+static int share_begin(dcp_ctx *ctx, struct sv_job *job, int rc, int *bad)
+{
+    struct begin_msg m;
+    int trc;
+    *bad = 0;
+    if (ctx->size == 1) {
+        if (rc == DCP_OK)
+            (void)snprintf(job->sid, sizeof(job->sid), "%s", job->co.sid);
+        return rc;
+    }
+    memset(&m, 0, sizeof(m));
+    if (ctx->rank == 0) {
+        m.code = rc;
+        if (rc != DCP_OK)
+            memcpy(m.msg, ctx->err.msg, sizeof(m.msg));
+        (void)snprintf(m.tag, sizeof(m.tag), "%s", job->co.tag);
+        (void)snprintf(m.sid, sizeof(m.sid), "%s", job->co.sid);
+    }
+    trc = dcp__comm_bcast(ctx->comm, &m, sizeof(m), 0, &ctx->err);
+    if (trc != DCP_OK)
+        return trc;
+    if (ctx->rank == 0) {
+        if (rc == DCP_OK)
+            (void)snprintf(job->sid, sizeof(job->sid), "%s", job->co.sid);
+        return rc;
+    }
+    m.msg[sizeof(m.msg) - 1] = '\0';
+    if (m.code != DCP_OK)
+        return dcp__err(&ctx->err,
+                        m.code > 0 || m.code < INT32_MIN ? DCP_EIO
+                                                         : (int)m.code,
+                        "%s", m.msg);
+    if (!hex_tag((const uint8_t *)m.tag, strnlen(m.tag, sizeof(m.tag)),
+                 job->co.tag, sizeof(job->co.tag)) ||
+        !m.sid[0] ||
+        !hex_tag((const uint8_t *)m.sid, strnlen(m.sid, sizeof(m.sid)),
+                 job->sid, sizeof(job->sid)))
+        *bad = 1;
+    return DCP_OK;
+}
+
 /*
  * Step 2 with the cached plan: rank 0 redoes what depends on the path
  * (directory, committed checkpoint, file names) and broadcasts the files'
@@ -1012,10 +1089,8 @@ static int begin_cached(dcp_ctx *ctx, struct sv_job *job, const dcp_state *st)
 {
     struct sv_cache *c = job->cache;
     struct pl_assign a;
-    uint8_t *tag = NULL;
-    size_t taglen = 0;
     char name[96];
-    int rc = DCP_OK;
+    int rc = DCP_OK, bad = 0;
     if (ctx->rank == 0) {
         job->co.g = c->g;
         memset(&c->g, 0, sizeof(c->g));
@@ -1026,23 +1101,16 @@ static int begin_cached(dcp_ctx *ctx, struct sv_job *job, const dcp_state *st)
             (void)dcp__err_prefix(&ctx->err, "rank 0 failed");
         job->dirfd = job->co.dirfd;
     }
-    rc = dcp__comm_share_err(ctx->comm, rc, &ctx->err, 0);
-    if (rc == DCP_OK)
-        rc = dcp__comm_bcast_blob(ctx->comm, job->co.tag, strlen(job->co.tag),
-                                  0, &tag, &taglen, &ctx->err);
-    if (rc == DCP_OK)
-        rc = share_sid(ctx, job);
-    if (rc != DCP_OK) {
-        dcp__free(tag);
+    /* Rank 0's outcome, the files' tag and the save id in one broadcast
+     * (as dcp__comm_share_err, then the two strings). */
+    rc = share_begin(ctx, job, rc, &bad);
+    if (rc != DCP_OK)
         return rc;
-    }
     /* Local from here: a failure is the job's, agreed on at the finish. */
     memset(&a, 0, sizeof(a));
-    if (ctx->rank != 0 &&
-        !hex_tag(tag, taglen, job->co.tag, sizeof(job->co.tag)))
+    if (bad)
         rc = dcp__err(&ctx->err, DCP_EFORMAT,
-                      "corrupt data file tag from rank 0");
-    dcp__free(tag);
+                      "corrupt data file tag or save id from rank 0");
     a.recs = c->recs;
     a.n = c->n;
     c->recs = NULL;
@@ -1179,12 +1247,9 @@ int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
     /* 1. Local plans. */
     if (rc == DCP_OK)
         rc = dcp__plan_local(st, &job->lp, &ctx->err);
-    rc = dcp__comm_agree_err(c, rc, &ctx->err);
-    if (rc == DCP_OK)
-        rc = dcp__comm_same_string(c, path, "checkpoint path", &ctx->err);
-    /* 1b. The plan of the last save, when every rank's still fits. */
-    if (rc == DCP_OK)
-        rc = cache_agree(ctx, job, &hit);
+    /* 1b. The plan of the last save, when every rank's still fits: agreed
+     * with step 1's outcome and the path. */
+    rc = begin_agree(ctx, job, path, rc, &hit);
     if (rc == DCP_OK && hit) {
         rc = begin_cached(ctx, job, st);
         if (rc != DCP_OK)

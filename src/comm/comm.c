@@ -171,17 +171,30 @@ struct verdict {
 
 int dcp__comm_agree_err(const dcp_comm *c, int rc, struct dcp_err *err)
 {
+    return dcp__comm_agree_err_vals(c, rc, err, NULL, 0);
+}
+
+int dcp__comm_agree_err_vals(const dcp_comm *c, int rc, struct dcp_err *err,
+                             int64_t *vals, size_t n)
+{
     struct verdict v;
-    int64_t r[2];
+    int64_t r[2 + DCP_AGREE_VALS_MAX];
     int lo, hi, trc;
+    if (n > DCP_AGREE_VALS_MAX)
+        return dcp__err(err, DCP_EINVAL, "internal: %zu values to agree", n);
     if (dcp__comm_size(c) == 1)
         return rc;
-    /* Lowest failing rank in r[0], highest (negated) in r[1]. */
+    /* Lowest failing rank in r[0], highest (negated) in r[1], then the
+     * caller's values, in one allreduce. */
     r[0] = rc == DCP_OK ? INT64_MAX : c->rank;
     r[1] = rc == DCP_OK ? INT64_MAX : -(int64_t)c->rank;
-    trc = dcp__comm_allreduce_min(c, r, 2, err);
+    if (n)
+        memcpy(r + 2, vals, n * sizeof(*vals));
+    trc = dcp__comm_allreduce_min(c, r, 2 + n, err);
     if (trc != DCP_OK)
         return trc;
+    if (n)
+        memcpy(vals, r + 2, n * sizeof(*vals));
     if (r[0] == INT64_MAX)
         return DCP_OK;
     lo = (int)r[0];

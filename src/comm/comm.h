@@ -79,6 +79,16 @@ void dcp__comm_cancel(const dcp_comm *c, void *req);
 int dcp__comm_agree_err(const dcp_comm *c, int rc, struct dcp_err *err);
 
 /*
+ * dcp__comm_agree_err with n (at most DCP_AGREE_VALS_MAX) more values
+ * reduced by their minimum in the same allreduce: vals in, the minima out
+ * (on every rank, also when some rank failed; with one rank unchanged).
+ * Collective.
+ */
+#define DCP_AGREE_VALS_MAX 16
+int dcp__comm_agree_err_vals(const dcp_comm *c, int rc, struct dcp_err *err,
+                             int64_t *vals, size_t n);
+
+/*
  * A verdict reached on root only (a plan check, the commit): root passes
  * its rc and err; every rank returns root's code, with root's message
  * (unchanged) in err on failure. Other ranks' rc is ignored. Collective.
