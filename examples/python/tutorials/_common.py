@@ -9,6 +9,14 @@ import socket
 import torch
 import torch.distributed as dist
 
+# The runs that use torch's DCP alone (--save-lib/--load-lib torch) import
+# dcp_torch too, for its exit grace only: torch's gloo workers can still be
+# freeing the last collective's tensors when a rank returns, and a worker
+# that waits for the GIL while the interpreter finalizes aborts the process
+# (SIGABRT after the work is done; dcp_torch/_exit.py). Runs on dcp_torch
+# have it anyway; these would fail now and then for torch's own reason.
+import dcp_torch._exit  # noqa: E402,F401
+
 
 def free_port() -> int:
     with socket.socket() as s:
