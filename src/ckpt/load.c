@@ -429,7 +429,8 @@ static int read_metadata_bytes(dcp_ctx *ctx, const char *path, uint8_t **p,
  * it: no broadcast of the bytes, no decode, no key checks (their outcome
  * depends on nothing else). One allreduce decides on every rank alike:
  * (this rank matches; its cached identity as min and max; rank 0's
- * current identity). A changed .metadata (every save writes a new
+ * current identity), with rank 0's outcome reading the bytes agreed in
+ * the same allreduce (ld_cache_agree's rc). A changed .metadata (every save writes a new
  * save_id) or any difference on any rank makes every rank decode and
  * check afresh, as does DCP_LOAD_NO_PLAN_CACHE (which keeps nothing). The
  * cache is taken off the context at the start and given back on success
@@ -459,13 +460,13 @@ static uint64_t bytes_id(const uint8_t *p, size_t n)
 
 static int ld_cache_agree(dcp_ctx *ctx, const struct ld_cache *lc,
                           const dcp_state *st, const char *path, unsigned flags,
-                          const uint8_t *bytes, size_t len, struct pl_local *lp,
-                          int64_t id[2], int *hit)
+                          int rc, const uint8_t *bytes, size_t len,
+                          struct pl_local *lp, int64_t id[2], int *hit)
 {
     struct dcp_err ignore;
     int64_t v[7];
-    int rc, match = lc && !strcmp(lc->path, path) && lc->flags == flags &&
-                    !(flags & DCP_LOAD_NO_PLAN_CACHE);
+    int match = rc == DCP_OK && lc && !strcmp(lc->path, path) &&
+                lc->flags == flags && !(flags & DCP_LOAD_NO_PLAN_CACHE);
     *hit = 0;
     dcp__err_clear(&ignore);
     /* The structure is wanted for the next load too; failing to encode it
@@ -482,12 +483,12 @@ static int ld_cache_agree(dcp_ctx *ctx, const struct ld_cache *lc,
     v[3] = lc ? lc->id[1] : -1;
     v[4] = -v[3];
     v[5] = v[6] = INT64_MAX;
-    if (ctx->rank == 0) {
+    if (ctx->rank == 0 && rc == DCP_OK) {
         uint64_t h = bytes_id(bytes, len);
         v[5] = (int64_t)(h >> 1);
         v[6] = (int64_t)((((uint64_t)len << 1) | (h & 1)) & INT64_MAX);
     }
-    rc = dcp__comm_allreduce_min(ctx->comm, v, 7, &ctx->err);
+    rc = dcp__comm_agree_err_vals(ctx->comm, rc, &ctx->err, v, 7);
     id[0] = v[5];
     id[1] = v[6];
     *hit = rc == DCP_OK && v[0] == 1 && v[1] == -v[2] && v[3] == -v[4] &&
@@ -570,17 +571,26 @@ int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
         rc = dcp__err(&ctx->err, DCP_ENOTSUP,
                       "load: DCP_LOAD_READ_ONCE needs a communicator with "
                       "point-to-point operations (dcp_comm.h version 2)");
-    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+    {
+        /* The checks above and the same path on every rank (as
+         * dcp__comm_same_string), in one allreduce. */
+        uint64_t h = dcp__fnv1a64(path ? path : "", path ? strlen(path) : 0);
+        int64_t pv[2];
+        pv[0] = (int64_t)(h >> 1);
+        pv[1] = -pv[0];
+        rc = dcp__comm_agree_err_vals(ctx->comm, rc, &ctx->err, pv, 2);
+        if (rc == DCP_OK && pv[0] != -pv[1])
+            rc = dcp__err(&ctx->err, DCP_EINVAL,
+                          "not every rank passed the same checkpoint path");
+    }
     t = dcp__ph_start(ph, DCP_PHASE_METADATA);
-    if (rc == DCP_OK)
-        rc = dcp__comm_same_string(ctx->comm, path, "checkpoint path",
-                                   &ctx->err);
-    if (rc == DCP_OK && ctx->rank == 0)
-        rc = read_metadata_bytes(ctx, path, &bytes, &len);
-    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
-    if (rc == DCP_OK)
-        rc =
-            ld_cache_agree(ctx, lc, st, path, flags, bytes, len, &lp, id, &hit);
+    if (rc == DCP_OK) {
+        /* Rank 0's read agreed together with the plan-cache check. */
+        if (ctx->rank == 0)
+            rc = read_metadata_bytes(ctx, path, &bytes, &len);
+        rc = ld_cache_agree(ctx, lc, st, path, flags, rc, bytes, len, &lp, id,
+                            &hit);
+    }
     if (rc == DCP_OK && hit) {
         /* The cached plan: no broadcast, no decode, no key checks. */
         md = lc->md;
