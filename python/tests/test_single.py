@@ -440,3 +440,49 @@ def test_exit_grace_sees_gloo_workers(tmp_path):
     assert out.returncode == 0, out.stderr
     counts = [int(x) for x in out.stdout.split()]
     assert counts[0] == 0 and counts[1] >= 1 and counts[2] == 0, counts
+
+
+def test_rename_skip_cast_planners(tmp_path):
+    """dcp's rename, skip and cast planners as keyword arguments of
+    dcp_torch.save/load: keys saved under other names and left out, loaded
+    back from the stored names (bit-exact), skipped entries untouched, a
+    stored float32 cast into a float64 state only when asked."""
+    path = str(tmp_path / "ck")
+    w, b, tmp = rand((8, 5), torch.float32, 1), rand((5,), torch.float32, 2), rand((3,), torch.int64, 3)
+    sd = {"model": {"w": w, "b": b}, "tmp": tmp, "epoch": 7}
+    dcp_torch.save(sd, checkpoint_id=path, no_dist=True,
+                   rename={"model.w": "weights"}, skip=lambda k: k == "tmp")
+    md = dcp_torch.read_metadata(path)
+    assert set(md.state_dict_metadata) == {"weights", "model.b", "epoch"}
+    # torch reads the stored names
+    got = {"weights": torch.zeros(8, 5), "model.b": torch.zeros(5), "epoch": 0}
+    tdcp.load(got, checkpoint_id=path, no_dist=True)
+    assert torch.equal(got["weights"], w) and torch.equal(got["model.b"], b) and got["epoch"] == 7
+    # loaded back through the rename; a skipped entry is left as it is
+    out = {"model": {"w": torch.zeros(8, 5), "b": torch.zeros(5)}, "tmp": torch.full((3,), -1), "epoch": 0}
+    dcp_torch.load(out, checkpoint_id=path, no_dist=True, rename=lambda k: "weights" if k == "model.w" else k,
+                   skip=["tmp"])
+    assert torch.equal(out["model"]["w"], w) and torch.equal(out["model"]["b"], b)
+    assert torch.equal(out["tmp"], torch.full((3,), -1)) and out["epoch"] == 7
+    # without the rename the stored key is missing
+    with pytest.raises(dcp_torch.KeyMismatchError, match="model.w"):
+        dcp_torch.load({"model": {"w": torch.zeros(8, 5)}}, checkpoint_id=path, no_dist=True)
+    # cast: float32 into float64 only with cast=True
+    wide = {"weights": torch.zeros(8, 5, dtype=torch.float64)}
+    with pytest.raises(dcp_torch.CheckpointError, match="weights"):
+        dcp_torch.load(wide, checkpoint_id=path, no_dist=True)
+    assert torch.equal(wide["weights"], torch.zeros(8, 5, dtype=torch.float64))
+    dcp_torch.load(wide, checkpoint_id=path, no_dist=True, cast=True)
+    assert torch.equal(wide["weights"], w.double())
+    # two keys onto one stored key: refused before anything is written or read
+    with pytest.raises(dcp_torch.InvalidArgumentError, match="weights"):
+        dcp_torch.save(sd, checkpoint_id=str(tmp_path / "ck2"), no_dist=True,
+                       rename={"model.w": "weights", "model.b": "weights"})
+    assert not os.path.exists(str(tmp_path / "ck2" / ".metadata"))
+    with pytest.raises(dcp_torch.InvalidArgumentError, match="both load 'weights'"):
+        dcp_torch.load({"a": torch.zeros(8, 5), "weights": torch.zeros(8, 5)}, checkpoint_id=path,
+                       no_dist=True, rename={"a": "weights"})
+    with pytest.raises(dcp_torch.InvalidArgumentError, match="not a non-empty str"):
+        dcp_torch.save(sd, checkpoint_id=str(tmp_path / "ck3"), no_dist=True, rename=lambda k: None)
+    with pytest.raises(dcp_torch.InvalidArgumentError, match="skip"):
+        dcp_torch.save(sd, checkpoint_id=str(tmp_path / "ck4"), no_dist=True, skip="tmp")

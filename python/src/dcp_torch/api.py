@@ -36,6 +36,7 @@ __all__ = ["save", "load", "async_save", "save_state_dict", "load_state_dict"]
 
 _SAVE_ZSTD = 1 << 1          # DCP_SAVE_ZSTD
 _LOAD_PARTIAL = 1 << 0       # DCP_LOAD_PARTIAL
+_LOAD_CAST = 1 << 1          # DCP_LOAD_CAST
 _LOAD_NO_VERIFY = 1 << 2     # DCP_LOAD_NO_VERIFY
 _LOAD_ALLOW_UNEXPECTED = 1 << 3
 _LOAD_PER_RANK_READS = 1 << 5
@@ -256,15 +257,63 @@ def _agree(group_ctx_args, error: BaseException | None):
     raise exc
 
 
-def _entries_save(state_dict: dict):
+class _KeyMap:
+    """dcp's rename and skip planners as keyword arguments: the stored key
+    a state key is saved under or loaded from (``rename``: a mapping of
+    state keys to stored keys, or a callable taking a key and returning its
+    stored key), and the keys left out (``skip``: an iterable of keys, or a
+    callable returning True for a key to leave out; on load a skipped entry
+    is left as it is). Keys are torch's flattened keys (the levels joined
+    with dots: ``"app.model.net1.weight"``)."""
+
+    def __init__(self, rename=None, skip=None):
+        if rename is not None and not callable(rename) and not hasattr(rename, "get"):
+            raise InvalidArgumentError("rename: a mapping of keys to stored keys, or a callable")
+        if skip is not None and not callable(skip):
+            if isinstance(skip, (str, bytes)):
+                raise InvalidArgumentError("skip: an iterable of keys (not one str), or a callable")
+            skip = frozenset(skip)
+        self.rename, self.skip = rename, skip
+        self.on = rename is not None or skip is not None
+
+    def stored(self, key: str):
+        """The stored key of key, or None when it is skipped."""
+        sk = self.skip
+        if sk is not None and (sk(key) if callable(sk) else key in sk):
+            return None
+        rn = self.rename
+        if rn is None:
+            return key
+        new = rn(key) if callable(rn) else rn.get(key, key)
+        if not isinstance(new, str) or not new:
+            raise InvalidArgumentError(f"rename: '{key}' renamed to {new!r}, not a non-empty str")
+        return new
+
+
+_NO_KEYMAP = _KeyMap()
+
+
+def _entries_save(state_dict: dict, keymap: _KeyMap = _NO_KEYMAP):
     flat, mappings = _flatten(_resolve_stateful(state_dict))
     entries, keep = [], []
-    seen = set()
+    seen = {}
     for key, v in flat.items():
+        path = None
+        orig = key
+        if keymap.on:
+            stored = keymap.stored(key)
+            if stored is None:
+                continue
+            if stored != key:
+                path, key = (stored,), stored
         if key in seen:
+            if seen[key] != orig or orig != key:
+                raise InvalidArgumentError(f"'{key}': both '{seen[key]}' and '{orig}' would be saved "
+                                           "under this key (rename)")
             raise InvalidArgumentError(f"'{key}': two entries flatten to this key")
-        seen.add(key)
-        path = tuple(mappings.get(key, (key,)))
+        seen[key] = orig
+        if path is None:
+            path = tuple(mappings.get(key, (key,)))
         if isinstance(v, torch.Tensor):
             shape, boxes = _boxes(v, key)
             for off, size, local in boxes:
@@ -277,10 +326,10 @@ def _entries_save(state_dict: dict):
     return entries, keep
 
 
-def _entries_agreed(state_dict, process_group, no_dist):
+def _entries_agreed(state_dict, process_group, no_dist, rename=None, skip=None):
     err, entries, keep = None, [], []
     try:
-        entries, keep = _entries_save(state_dict)
+        entries, keep = _entries_save(state_dict, _KeyMap(rename, skip))
     except Exception as e:  # noqa: BLE001 - agreed with every rank, re-raised
         err = e
     _agree((process_group, no_dist), err)
@@ -290,14 +339,18 @@ def _entries_agreed(state_dict, process_group, no_dist):
 def save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
          storage_writer=None, planner=None, process_group=None, no_dist: bool = False,
          sync_files: bool = True, zstd: bool = False, io_depth: int = 0,
-         direct: bool = True):
+         direct: bool = True, rename=None, skip=None):
     """torch.distributed.checkpoint.save, by dcp: collective over
     ``process_group`` (the default group; none initialised or
     ``no_dist=True``: one process). ``checkpoint_id``: a directory or
     ``s3://bucket/prefix``. A torch ``storage_writer`` or ``planner`` is
     served through torch's own save with it (torch plans; a warning says
     so). dcp's extras: ``sync_files`` (fsync, True), ``zstd`` (compressed
-    records), ``io_depth``, ``direct``. Returns the checkpoint's Metadata.
+    records), ``io_depth``, ``direct``, and the rename and skip planners:
+    ``rename`` (a mapping of flattened keys to the keys they are saved
+    under, or a callable key -> stored key) and ``skip`` (keys to leave
+    out: an iterable, or a callable key -> bool). Returns the checkpoint's
+    Metadata.
     Every rank raises the same ``CheckpointError`` on failure; nothing is
     committed then."""
     served, checkpoint_id, sync_files = _writer_route("save", storage_writer, planner,
@@ -309,7 +362,7 @@ def save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
         raise InvalidArgumentError("dcp_torch.save: checkpoint_id is required")
     path = fspath(checkpoint_id)
     ctx = _context(process_group, no_dist, io_depth=io_depth, direct=direct)
-    entries, keep = _entries_agreed(state_dict, process_group, no_dist)
+    entries, keep = _entries_agreed(state_dict, process_group, no_dist, rename, skip)
     ctx.save(entries, path, _SAVE_ZSTD if zstd else 0, not sync_files, False)
     del keep
     from ._metadata import read_metadata
@@ -323,7 +376,8 @@ class _AsyncState:
 
 def async_save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
                storage_writer=None, planner=None, process_group=None, no_dist: bool = False,
-               sync_files: bool = True, zstd: bool = False, staging_budget: int = 0):
+               sync_files: bool = True, zstd: bool = False, staging_budget: int = 0,
+               rename=None, skip=None):
     """torch.distributed.checkpoint.async_save, by dcp: returns a
     ``concurrent.futures.Future`` once the state is staged (copied into
     dcp's cached staging buffers; the call blocks only for that copy and the
@@ -332,7 +386,9 @@ def async_save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = No
     dedicated gloo group made once per process group, so it never meets the
     training loop's collectives. ``future.result()`` returns None after the
     commit, or raises the save's error. A second async_save while one is in
-    flight waits for it first (as dcp's one-save-in-flight rule)."""
+    flight waits for it first (as dcp's one-save-in-flight rule).
+    ``staging_budget``: bytes of staging memory at most (0: the whole
+    state); ``rename``, ``skip`` as for ``save``."""
     served, checkpoint_id, sync_files = _writer_route("async_save", storage_writer, planner,
                                                       checkpoint_id, sync_files)
     if not served:
@@ -345,7 +401,7 @@ def async_save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = No
     if prev is not None:
         prev.join()
     ctx = _context(process_group, no_dist, "async", staging_budget=staging_budget)
-    entries, keep = _entries_agreed(state_dict, process_group, no_dist)
+    entries, keep = _entries_agreed(state_dict, process_group, no_dist, rename, skip)
     req = ctx.save(entries, path, _SAVE_ZSTD if zstd else 0, not sync_files, True)
     del keep  # staged: the caller may change its tensors now
     fut: Future = Future()
@@ -366,7 +422,8 @@ def async_save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = No
 
 def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
          storage_reader=None, planner=None, process_group=None, no_dist: bool = False,
-         verify: bool = True, read_once: bool = True):
+         verify: bool = True, read_once: bool = True, cast: bool = False, rename=None,
+         skip=None):
     """torch.distributed.checkpoint.load, by dcp: in place (tensors filled,
     values replaced, Stateful objects given their state), strict as torch's
     default (a key the checkpoint lacks raises ``KeyMismatchError`` naming
@@ -375,7 +432,12 @@ def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
     load. dcp's extras: ``verify`` (CRCs, True), ``read_once`` (a chunk
     several ranks need read by one and forwarded, True; chunks under 64 KiB
     are read by each rank that needs them: the two messages through
-    torch.distributed cost more than such a read)."""
+    torch.distributed cost more than such a read), ``cast`` (a tensor
+    stored in another dtype converted to the state's, instead of a
+    ShapeMismatchError), and the rename and skip planners: ``rename`` (a
+    mapping of the state's flattened keys to the stored keys they load
+    from, or a callable key -> stored key), ``skip`` (keys left as they
+    are: an iterable, or a callable key -> bool)."""
     from .filesystem import FileSystemReader
     if type(storage_reader) is FileSystemReader and planner is None and not storage_reader.allow_pickle:
         checkpoint_id = checkpoint_id or storage_reader.path
@@ -390,12 +452,25 @@ def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
     path = fspath(checkpoint_id)
     ctx = _context(process_group, no_dist)
     statefuls = {k: v for k, v in state_dict.items() if isinstance(v, Stateful)}
-    err, entries, copies, resolved, mappings = None, [], [], {}, {}
+    err, entries, copies, resolved, mappings, back, used = None, [], [], {}, {}, {}, {}
     try:
+        keymap = _KeyMap(rename, skip)
         resolved = _resolve_stateful(state_dict)
         flat, mappings = _flatten(resolved)
         for key, v in flat.items():
-            path_t = tuple(mappings.get(key, (key,)))
+            path_t = None
+            if keymap.on:
+                stored = keymap.stored(key)
+                if stored is None:
+                    continue
+                if stored in used:
+                    raise InvalidArgumentError(f"rename: '{used[stored]}' and '{key}' both load "
+                                               f"'{stored}'")
+                used[stored] = key
+                if stored != key:
+                    path_t, back[stored] = (stored,), key
+            if path_t is None:
+                path_t = tuple(mappings.get(key, (key,)))
             if isinstance(v, torch.Tensor):
                 shape, boxes = _boxes(v, key)
                 for off, size, local in boxes:
@@ -418,13 +493,14 @@ def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
     _agree((process_group, no_dist), err)
     # torch's semantics: a key the checkpoint lacks raises, keys of the
     # checkpoint that no rank asks for are ignored.
-    flags = (_LOAD_ALLOW_UNEXPECTED | (0 if verify else _LOAD_NO_VERIFY)
+    flags = (_LOAD_ALLOW_UNEXPECTED | (0 if verify else _LOAD_NO_VERIFY) | (_LOAD_CAST if cast else 0)
              | (_LOAD_SMALL_PER_RANK if read_once else _LOAD_PER_RANK_READS))
     values = ctx.load(entries, path, flags)
     for target, buf in copies:
         if target is not None:
             target.copy_(buf.reshape(target.shape))
     for key, val in values.items():
+        key = back.get(key, key)
         if key in mappings:
             set_element(resolved, mappings[key], val)
     for k, obj in statefuls.items():
