@@ -486,3 +486,32 @@ def test_rename_skip_cast_planners(tmp_path):
         dcp_torch.save(sd, checkpoint_id=str(tmp_path / "ck3"), no_dist=True, rename=lambda k: None)
     with pytest.raises(dcp_torch.InvalidArgumentError, match="skip"):
         dcp_torch.save(sd, checkpoint_id=str(tmp_path / "ck4"), no_dist=True, skip="tmp")
+
+
+class _Opaque:
+    """A value class no restricted loader admits."""
+
+    def __init__(self, x=1):
+        self.x = x
+
+
+def test_load_values_torch_stores(tmp_path):
+    """dcp_torch.load of a checkpoint torch saved with values dcp's value
+    decoder does not hold (io.BytesIO, torch.Size, a set, a tensor in a
+    tuple): read through torch's weights_only loader, equal to torch's own
+    load; a value both refuse: UnsafeError naming it, tensors untouched."""
+    path = str(tmp_path / "ck")
+    sd = {"w": torch.arange(10.0), "blob": io.BytesIO(b"hello"), "size": torch.Size([2, 3]),
+          "set": {1, 2}, "pair": (torch.ones(2), 3), "n": 5}
+    tdcp.save(sd, checkpoint_id=path, no_dist=True)
+    out = {"w": torch.zeros(10), "blob": None, "size": None, "set": None, "pair": None, "n": 0}
+    dcp_torch.load(out, checkpoint_id=path, no_dist=True)
+    assert torch.equal(out["w"], sd["w"]) and out["n"] == 5
+    assert out["blob"].getvalue() == b"hello" and out["size"] == torch.Size([2, 3])
+    assert out["set"] == {1, 2} and torch.equal(out["pair"][0], torch.ones(2)) and out["pair"][1] == 3
+    bad = str(tmp_path / "bad")
+    tdcp.save({"w": torch.arange(4.0), "obj": _Opaque(3)}, checkpoint_id=bad, no_dist=True)
+    out = {"w": torch.zeros(4), "obj": None}
+    with pytest.raises(dcp_torch.UnsafeError, match="'obj'"):
+        dcp_torch.load(out, checkpoint_id=bad, no_dist=True)
+    assert torch.equal(out["w"], torch.zeros(4)) and out["obj"] is None

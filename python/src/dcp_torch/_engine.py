@@ -119,3 +119,25 @@ def default_context() -> "_C.Context":
     if ctx is None:
         ctx = _local.ctx = make_context()
     return ctx
+
+
+def weights_only_value(md: Any, k: int, fqn: str, cause: Exception) -> Any:
+    """The value of entry k of md (an opened checkpoint's metadata) that
+    dcp's value decoder refused (``cause``), through torch's own restricted
+    loader (weights_only: an allow-list, nothing executed), which also
+    admits tensors inside values, torch.Size, dtypes, devices, sets,
+    complex and io.BytesIO (torch's planner stores BytesIO values as a
+    torch.save of one). UnsafeError naming the key when it refuses too."""
+    import io
+    from ._errors import UnsafeError
+    try:
+        with torch.serialization.safe_globals([io.BytesIO]):
+            return torch.load(io.BytesIO(md.read_record(k, 0)), map_location="cpu",
+                              weights_only=True)
+    except Exception:  # noqa: BLE001 - refused: reported below
+        pass
+    msg = getattr(cause, "message", str(cause))
+    raise UnsafeError(
+        f"{msg}; the value '{fqn}' holds objects dcp's restricted decoder and torch's "
+        "weights_only loader refuse (unpickle it yourself, as torch's FileSystemReader "
+        "does, only for a checkpoint you trust)") from None

@@ -29,8 +29,8 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from . import _C
 from ._comm import TorchComm
-from ._engine import fspath, host_tensor, make_context, tensor_code
-from ._errors import InvalidArgumentError, NotSupportedError
+from ._engine import fspath, host_tensor, make_context, tensor_code, weights_only_value
+from ._errors import InvalidArgumentError, LimitError, NotSupportedError, UnsafeError
 
 __all__ = ["save", "load", "async_save", "save_state_dict", "load_state_dict"]
 
@@ -495,7 +495,16 @@ def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
     # checkpoint that no rank asks for are ignored.
     flags = (_LOAD_ALLOW_UNEXPECTED | (0 if verify else _LOAD_NO_VERIFY) | (_LOAD_CAST if cast else 0)
              | (_LOAD_SMALL_PER_RANK if read_once else _LOAD_PER_RANK_READS))
-    values = ctx.load(entries, path, flags)
+    try:
+        values = ctx.load(entries, path, flags)
+    except (UnsafeError, NotSupportedError, LimitError) as e:
+        # A value dcp's decoder refuses (torch's planner stores io.BytesIO,
+        # sets, torch.Size, tensors in tuples...): nothing was changed;
+        # such values are read through torch's weights_only loader and the
+        # rest loaded again (every rank got this error: all come here).
+        if not any(ent[0] == 1 for ent in entries):
+            raise
+        values = _load_refused_values(ctx, entries, path, flags, e, (process_group, no_dist))
     for target, buf in copies:
         if target is not None:
             target.copy_(buf.reshape(target.shape))
@@ -508,6 +517,41 @@ def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
     for k in state_dict:
         if k not in statefuls:
             state_dict[k] = resolved[k]
+
+
+def _ckey(path_t: tuple) -> str:
+    """dcp's key of an entry's path (the extension joins it with dots)."""
+    return ".".join(str(p) for p in path_t)
+
+
+def _load_refused_values(ctx, entries, path, flags, cause, group_args):
+    """load's second try after dcp's value decoder refused a value: every
+    value entry whose record the decoder refuses is read through torch's
+    weights_only loader (agreed: UnsafeError on every rank when that
+    refuses too), the others loaded by the engine as before."""
+    err, fallback = None, {}
+    try:
+        md = ctx.metadata_open(path)
+        for ent in entries:
+            if ent[0] != 1:
+                continue
+            key = _ckey(ent[1])
+            k = md.find(key)
+            if k < 0:
+                continue  # missing: the engine names it
+            try:
+                md.read_value(k)
+            except (UnsafeError, NotSupportedError, LimitError) as e:
+                fallback[key] = weights_only_value(md, k, key, e)
+        if not fallback:
+            raise cause
+    except Exception as e:  # noqa: BLE001 - agreed with every rank, re-raised
+        err = e
+    _agree(group_args, err)
+    rest = [ent for ent in entries if ent[0] != 1 or _ckey(ent[1]) not in fallback]
+    values = ctx.load(rest, path, flags)
+    values.update(fallback)
+    return values
 
 
 def save_state_dict(state_dict: dict, storage_writer, process_group=None, coordinator_rank: int = 0,

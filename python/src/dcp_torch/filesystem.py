@@ -48,10 +48,10 @@ from torch.distributed.checkpoint.staging import BlockingAsyncStager
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 
 from . import _C
-from ._engine import _DTYPES, TORCH_TYPES, fspath, host_tensor, make_context, tensor_code
+from ._engine import (_DTYPES, TORCH_TYPES, fspath, host_tensor, make_context, tensor_code,
+                      weights_only_value)
 from ._errors import InvalidArgumentError, LimitError, NotSupportedError, UnsafeError
 
-_REFUSED = object()
 
 __all__ = ["FileSystemWriter", "FileSystemReader"]
 
@@ -457,27 +457,13 @@ class FileSystemReader(_Engine, StorageReader):
         try:
             obj = md.read_value(k)
         except (UnsafeError, NotSupportedError, LimitError) as e:
-            # Outside dcp's value decoder: torch's own restricted loader
-            # (weights_only: an allow-list, nothing executed) also admits
-            # tensors inside values, torch.Size, dtypes, devices, sets,
-            # complex and io.BytesIO (torch's planner stores BytesIO values
-            # as a torch.save of one).
+            # Outside dcp's value decoder: torch's weights_only loader.
             try:
-                with torch.serialization.safe_globals([io.BytesIO]):
-                    obj = torch.load(io.BytesIO(md.read_record(k, 0)), map_location="cpu",
-                                     weights_only=True)
-            except Exception:
-                obj = _REFUSED
-            if obj is not _REFUSED:
-                buf = io.BytesIO()
-                torch.save(obj, buf)
-                buf.seek(0)
-                return buf
-            raise UnsafeError(
-                f"{e.message}; the value '{fqn}' holds objects dcp's restricted decoder and "
-                "torch's weights_only loader refuse: "
-                "pass allow_pickle=True to FileSystemReader to unpickle it as torch does (only "
-                "for a checkpoint you trust)") from None
+                obj = weights_only_value(md, k, fqn, e)
+            except UnsafeError as u:
+                raise UnsafeError(f"{u.message}: pass allow_pickle=True to FileSystemReader to "
+                                  "unpickle it as torch does (only for a checkpoint you trust)"
+                                  ) from None
         buf = io.BytesIO()
         torch.save(obj, buf)
         buf.seek(0)
