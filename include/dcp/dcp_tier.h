@@ -218,8 +218,27 @@ DCP_API int dcp_tier_create(dcp_tier **out, dcp_ctx *ctx,
                             const dcp_tier_options *opts);
 
 /*
+ * The newest step whose replicas (option replicas > 0) all landed on the
+ * partner nodes, renamed under their files' names, as every rank agreed
+ * at a collective call of this stack (the call that ended that step's
+ * replication: see dcp_tier_save); -1 while none has (always, with no
+ * partners). *step is the same on every rank. A step newer than it may
+ * be committed in tier 0 with its replication still in flight or failed:
+ * it is not counted as replicated (dcp_tier_restore counts a tier-0 step
+ * complete only by the files the nodes hold under their names, and an
+ * unfinished replica never has one). Not collective; no communication;
+ * what this process learnt from its own calls (a new stack over the same
+ * directories starts at -1).
+ * Returns DCP_OK, DCP_EINVAL (NULL argument).
+ */
+DCP_API int dcp_tier_replicated(const dcp_tier *t, int64_t *step);
+
+/*
  * Completes what is in flight, if anything (as dcp_tier_drain_wait; its
- * result is lost), and frees t. Collective when something is in flight.
+ * result is lost: a drain's, a replication's), and frees t. A
+ * replication in flight is run to its end (not cancelled: its partners
+ * are in the same call), so the step is replicated when it returns
+ * unless that fails. Collective when something is in flight.
  * NULL: no-op.
  */
 DCP_API void dcp_tier_free(dcp_tier *t);
