@@ -1142,7 +1142,11 @@ int dcp_tier_drain_test(dcp_tier *t, int *done)
         return DCP_EINVAL;
     dcp__ctx_begin(t->ctx);
     *done = 1;
-    DCP_RETURN_IF(repl_end(t));
+    int rc = repl_end(t);
+    if (rc != DCP_OK) {
+        *done = !t->d.active && !t->pending;
+        return rc;
+    }
     if (t->d.active) {
         int busy = 0;
         DCP_RETURN_IF(drain_busy(t, &busy));
