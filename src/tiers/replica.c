@@ -689,15 +689,17 @@ int dcp__repl_begin(struct dcp__repl **out, const dcp_comm *c,
     struct dcp__xjob *all = NULL;
     size_t n = 0;
     rc = plan_jobs(&r->x, nd, &all, &n);
-    if (rc == DCP_OK) {
+    if (rc == DCP_OK)
         run_begin(r, all, n);
-    } else {
-        /* The plan failed alike everywhere (its allreduce agreed): the
-         * end reports it without a message more. */
-        r->rc = rc;
-        r->perr = *err;
-    }
     dcp__free(all);
+    if (rc != DCP_OK) {
+        /* The plan failed alike everywhere (agreed), nothing posted. */
+        dcp__fs_release(r->x.dirfd);
+        dcp__meta_free(md);
+        dcp__free(dir);
+        dcp__free(r);
+        return rc;
+    }
     *out = r;
     return DCP_OK;
 }
@@ -707,15 +709,7 @@ int dcp__repl_end(struct dcp__repl *r, struct dcp_err *err)
     if (!r)
         return DCP_OK;
     r->x.err = err;
-    int rc;
-    if (!r->jobs && r->rc != DCP_OK) {
-        /* The plan's failure, agreed in dcp__repl_begin. */
-        dcp__fs_release(r->x.dirfd);
-        rc = r->rc;
-        *err = r->perr;
-    } else {
-        rc = run_end(r);
-    }
+    int rc = run_end(r);
     dcp__meta_free(r->md);
     dcp__free(r->stepdir);
     dcp__free(r);

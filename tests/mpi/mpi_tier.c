@@ -88,6 +88,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -147,7 +148,10 @@ static int holds(dcp_state *st, int64_t step)
 
 /* The drain hook: a slow first chunk of each file, or a failure on one
  * rank. */
-static int slow_ms, fail_rank = -1, victim = -1, kill_at, calls;
+/* slow_ms and fail_rank are read on the drain thread while the test's
+ * thread may set them (ThreadSanitizer). */
+static _Atomic int slow_ms, fail_rank = -1;
+static int victim = -1, kill_at, calls;
 static int hook(int rank, const char *file, uint64_t off, void *arg)
 {
     (void)arg;
