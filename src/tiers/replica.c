@@ -672,9 +672,9 @@ int dcp__repl_begin(struct dcp__repl **out, const dcp_comm *c,
 {
     struct dcp__repl *r = dcp__calloc(1, sizeof *r);
     char *dir = dcp__strdup(stepdir);
-    int rc = r && dir ? DCP_OK
-                      : dcp__err(err, DCP_ENOMEM, "out of memory (rank %d)",
-                                 rank);
+    int rc = r && dir
+                 ? DCP_OK
+                 : dcp__err(err, DCP_ENOMEM, "out of memory (rank %d)", rank);
     rc = dcp__comm_agree_err(c, rc, err);
     *out = NULL;
     if (rc != DCP_OK) {

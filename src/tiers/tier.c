@@ -580,8 +580,7 @@ static void *drain_main(void *arg)
     dcp__storage_use(NULL);
     if (rc == DCP_OK && d->keep0) {
         phase(d->rank, ".prune0");
-        rc = prune0(d->pctx, d->root, d->keep0, d->step, d->keep_repl,
-                    &d->err);
+        rc = prune0(d->pctx, d->root, d->keep0, d->step, d->keep_repl, &d->err);
     }
     if (rc == DCP_OK && d->prune1) {
         phase(d->rank, ".prune1");

@@ -1409,10 +1409,10 @@ static void test_dcheck(void)
                  strcmp(dk_phase, "start") == 0;
     /* Killed on the drain thread while the caller's thread may be ending
      * step 2's replication: the survivor renamed its replica, or not. */
-    int racing = dk_rep > 0 && one &&
-                 (strcmp(dk_phase, "data0") == 0 ||
-                  strcmp(dk_phase, "data1") == 0 ||
-                  strcmp(dk_phase, "prune0") == 0);
+    int racing =
+        dk_rep > 0 && one &&
+        (strcmp(dk_phase, "data0") == 0 || strcmp(dk_phase, "data1") == 0 ||
+         strcmp(dk_phase, "prune0") == 0);
     int from0 = !one && !all ? 1 : one && dk_rep > 0;
     /* Killed in the save: a lost node's files of step 2 are on no other
      * node, step 1 (replicated, drained; tier-0 retention keeps the newest
@@ -1478,13 +1478,14 @@ int main(int argc, char **argv)
         (strcmp(argv[1], "dkill") == 0 && argc != 6) ||
         (strcmp(argv[1], "dcheck") == 0 && argc != 7)) {
         if (mt_rank == 0)
-            fprintf(stderr, "usage: mpi_tier save|restart|lost|killcheck|"
-                            "interop|peers|peers2|peerslost|bgrepl DIR | kill|rkill "
-                            "DIR VICTIM K | "
-                            "rkillcheck DIR VICTIM | "
-                            "dkill DIR REPLICAS PHASE VICTIM | "
-                            "dcheck DIR REPLICAS PHASE VICTIM none|one|all | "
-                            "s3 DIR S3URL\n");
+            fprintf(stderr,
+                    "usage: mpi_tier save|restart|lost|killcheck|"
+                    "interop|peers|peers2|peerslost|bgrepl DIR | kill|rkill "
+                    "DIR VICTIM K | "
+                    "rkillcheck DIR VICTIM | "
+                    "dkill DIR REPLICAS PHASE VICTIM | "
+                    "dcheck DIR REPLICAS PHASE VICTIM none|one|all | "
+                    "s3 DIR S3URL\n");
         MPI_Finalize();
         return 2;
     }
