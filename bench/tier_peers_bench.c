@@ -12,12 +12,23 @@
  *  - the communicator: each rank sends its bytes to the other and
  *    receives the other's (MPI_Isend/Irecv in 4 MiB pieces, as the
  *    replication does): bytes per rank / time;
- *  - dcp_tier_save with replicas 0, then with replicas 1 (the drain
- *    waited for between saves, not timed): the blocking times.
- * tier0_block_vs_memcpy_replica1 = median(save, replicas 1) /
- * median(memcpy); beside it the replicas-0 ratio and the communicator's
- * bandwidth. Then restore after losing node 1 (its directory deleted
- * before each run): dcp_tier_restore from tier 0 (node 0's own and
+ *  - dcp_tier_save with replicas 0, then with replicas 1, each
+ *    synchronous (returns once tier 0 committed) and with tier0_async
+ *    (returns once the state is staged): the blocking times. Between
+ *    saves dcp_tier_drain_wait completes what the save left in flight
+ *    (the tier-0 commit with tier0_async, the replication, the drain):
+ *    timed apart ("settle"), not in the blocking time.
+ * The save returns before its replicas land (they end at the next
+ * collective call of the stack, here the drain_wait), so the local copy
+ * is what blocks: tier0_block_vs_memcpy_replica1 = median(save,
+ * tier0_async, replicas 1) / median(memcpy); beside it the replicas-0
+ * ratio (same mode), the synchronous ratios (a write into tmpfs, about
+ * 4x a memcpy here, is their local copy), the settle times and the
+ * communicator's bandwidth. Then a training loop's view ("loop",
+ * "loop_replicas0"): tier0_async saves 1 s apart with no other call of
+ * the stack, each of which completes the previous step (with replicas 1,
+ * ends its replication). Then restore after losing node 1 (its directory
+ * deleted before each run): dcp_tier_restore from tier 0 (node 0's own and
  * replica files; node 1's rank reads its own node's directory only, so
  * the file it reads is first copied there over the communicator) against
  * a plain dcp_load of the same step from tier 1 with its page cache
@@ -100,7 +111,8 @@ static double slowest(double t)
         MPI_Abort(MPI_COMM_WORLD, 1);                                       \
     } while (0)
 
-static dcp_tier *make(dcp_ctx *ctx, const char *t0, const char *t1, uint32_t k)
+static dcp_tier *make(dcp_ctx *ctx, const char *t0, const char *t1, uint32_t k,
+                      int async0)
 {
     dcp_tier_options o;
     dcp_tier *t = NULL;
@@ -111,6 +123,7 @@ static dcp_tier *make(dcp_ctx *ctx, const char *t0, const char *t1, uint32_t k)
     o.keep_last0 = 2;
     o.keep_last1 = 2;
     o.replicas = k;
+    o.tier0_async = async0;
     if (dcp_tier_create(&t, ctx, &o) != DCP_OK)
         DIE(ctx, "dcp_tier_create");
     return t;
@@ -192,16 +205,21 @@ int main(int argc, char **argv)
         dcp_ctx_create(&ctx, comm, NULL) != DCP_OK)
         MPI_Abort(MPI_COMM_WORLD, 1);
     dcp_state *st = mkstate(ctx, buf, per);
-    dcp_tier *t0k = make(ctx, t0, t1, 0), *t1k = make(ctx, t0, t1, 1);
+    /* The stacks: replicas 0 and 1, synchronous and tier0_async. */
+    dcp_tier *tk[4] = {make(ctx, t0, t1, 0, 0), make(ctx, t0, t1, 1, 0),
+                       make(ctx, t0, t1, 0, 1), make(ctx, t0, t1, 1, 1)};
+    dcp_tier *t1k = tk[1];
+    static const char *const what[4] = {"replicas 0", "replicas 1",
+                                        "replicas 0, tier0_async",
+                                        "replicas 1, tier0_async"};
     int64_t step = 0;
-    /* Warm-up: both stacks once. */
-    if (dcp_tier_save(t0k, st, step++, NULL) != DCP_OK ||
-        dcp_tier_drain_wait(t0k, NULL) != DCP_OK ||
-        dcp_tier_save(t1k, st, step++, NULL) != DCP_OK ||
-        dcp_tier_drain_wait(t1k, NULL) != DCP_OK)
-        DIE(ctx, "warm-up");
+    /* Warm-up: every stack once. */
+    for (int k = 0; k < 4; k++)
+        if (dcp_tier_save(tk[k], st, step++, NULL) != DCP_OK ||
+            dcp_tier_drain_wait(tk[k], NULL) != DCP_OK)
+            DIE(ctx, "warm-up");
     exchange(buf, in, total);
-    double mc[64], cm[64], s0[64], s1[64];
+    double mc[64], cm[64], sv[4][64], se[4][64];
     for (int r = 0; r < runs; r++) {
         MPI_Barrier(MPI_COMM_WORLD);
         double a = now();
@@ -212,22 +230,39 @@ int main(int argc, char **argv)
         a = now();
         exchange(buf, in, total);
         cm[r] = slowest(now() - a);
-        MPI_Barrier(MPI_COMM_WORLD);
-        a = now();
-        if (dcp_tier_save(t0k, st, step++, NULL) != DCP_OK)
-            DIE(ctx, "save, replicas 0");
-        s0[r] = slowest(now() - a);
-        if (dcp_tier_drain_wait(t0k, NULL) != DCP_OK)
-            DIE(ctx, "drain, replicas 0");
-        MPI_Barrier(MPI_COMM_WORLD);
-        a = now();
-        if (dcp_tier_save(t1k, st, step++, NULL) != DCP_OK)
-            DIE(ctx, "save, replicas 1");
-        s1[r] = slowest(now() - a);
-        if (dcp_tier_drain_wait(t1k, NULL) != DCP_OK)
-            DIE(ctx, "drain, replicas 1");
+        for (int k = 0; k < 4; k++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            a = now();
+            if (dcp_tier_save(tk[k], st, step++, NULL) != DCP_OK)
+                DIE(ctx, what[k]);
+            sv[k][r] = slowest(now() - a);
+            a = now();
+            if (dcp_tier_drain_wait(tk[k], NULL) != DCP_OK)
+                DIE(ctx, what[k]);
+            se[k][r] = slowest(now() - a);
+        }
     }
-    dcp_tier_free(t0k);
+    /* A training loop's view: tier0_async saves, replicas 0 then 1, a
+     * 1 s "step" between them (longer than a drain here) and no other
+     * call of the stack, so each save also ends what the previous one
+     * left (its tier-0 commit, spread and drain start, and with replicas
+     * its replication, which the communicator did not progress alone). */
+    double lp[2][64];
+    for (int k = 0; k < 2; k++) {
+        for (int r = 0; r < runs; r++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            usleep(1000000);
+            double a = now();
+            if (dcp_tier_save(tk[2 + k], st, step++, NULL) != DCP_OK)
+                DIE(ctx, "loop");
+            lp[k][r] = slowest(now() - a);
+        }
+        if (dcp_tier_drain_wait(tk[2 + k], NULL) != DCP_OK)
+            DIE(ctx, "loop");
+    }
+    for (int k = 0; k < 4; k++)
+        if (k != 1)
+            dcp_tier_free(tk[k]);
     int64_t last = step - 1;
 
     /* Node 1 lost, before each run (a restore copies what node 1's rank
@@ -271,24 +306,45 @@ int main(int argc, char **argv)
     dcp_state_free(st);
 
     double mmc = median(mc, runs), mcm = median(cm, runs);
-    double ms0 = median(s0, runs), ms1 = median(s1, runs);
+    double ms[4], me[4];
+    double ml0 = median(lp[0], runs), mlp = median(lp[1], runs);
+    for (int k = 0; k < 4; k++) {
+        ms[k] = median(sv[k], runs);
+        me[k] = median(se[k], runs);
+    }
     double mr0 = median(r0, 3), mr1 = median(r1, 3);
     double gbps = (double)total / mcm / 1e9;
     if (rank == 0) {
         fprintf(stderr,
                 "tier_peers_bench: 2 ranks as 2 nodes, %zu MiB per rank, "
                 "%d runs: memcpy %.1f ms; communicator exchange %.1f ms "
-                "(%.2f GB/s per rank each way); tier-0 save blocks %.1f ms "
-                "(x%.2f memcpy) with replicas 0, %.1f ms (x%.2f) with "
-                "replicas 1; node 1 lost: restore from tier 0 (own + "
-                "replica) %.1f ms, load from tier 1 (page cache dropped) "
-                "%.1f ms (x%.2f)\n",
-                mib, runs, mmc * 1e3, mcm * 1e3, gbps, ms0 * 1e3, ms0 / mmc,
-                ms1 * 1e3, ms1 / mmc, mr0 * 1e3, mr1 * 1e3, mr1 / mr0);
+                "(%.2f GB/s per rank each way)\n",
+                mib, runs, mmc * 1e3, mcm * 1e3, gbps);
+        for (int k = 0; k < 4; k++)
+            fprintf(stderr,
+                    "  tier-0 save, %s: blocks %.1f ms (x%.2f memcpy); "
+                    "then drain_wait %.1f ms\n",
+                    what[k], ms[k] * 1e3, ms[k] / mmc, me[k] * 1e3);
+        fprintf(stderr,
+                "  tier0_async, saves 1 s apart and no other call: each "
+                "blocks %.1f ms (x%.2f memcpy) with replicas 0, %.1f ms "
+                "(x%.2f) with replicas 1\n"
+                "  node 1 lost: restore from tier 0 (own + replica) %.1f ms, "
+                "load from tier 1 (page cache dropped) %.1f ms (x%.2f)\n",
+                ml0 * 1e3, ml0 / mmc, mlp * 1e3, mlp / mmc, mr0 * 1e3,
+                mr1 * 1e3, mr1 / mr0);
         printf("  \"tier0_block_vs_memcpy_replica1\": {\"value\": %.3f, "
-               "\"unit\": \"x memcpy\", \"replicas0\": %.3f, "
-               "\"comm_gbps\": %.3f, \"mib_per_rank\": %zu},\n",
-               ms1 / mmc, ms0 / mmc, gbps, mib);
+               "\"unit\": \"x memcpy\", \"mode\": \"tier0_async\", "
+               "\"replicas0\": %.3f, \"sync\": %.3f, "
+               "\"sync_replicas0\": %.3f, \"loop\": %.3f, "
+               "\"loop_replicas0\": %.3f, "
+               "\"settle_ms\": %.1f, "
+               "\"settle_ms_replicas0\": %.1f, \"sync_settle_ms\": %.1f, "
+               "\"memcpy_ms\": %.2f, \"comm_gbps\": %.3f, "
+               "\"mib_per_rank\": %zu},\n",
+               ms[3] / mmc, ms[2] / mmc, ms[1] / mmc, ms[0] / mmc, mlp / mmc,
+               ml0 / mmc, me[3] * 1e3, me[2] * 1e3, me[1] * 1e3, mmc * 1e3,
+               gbps, mib);
         printf("  \"tier_replica_comm_gbps\": {\"value\": %.3f, \"unit\": "
                "\"GB/s per rank each way\"},\n",
                gbps);

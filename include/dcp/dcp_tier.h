@@ -61,18 +61,40 @@
  * domain, or the nodes the user names (option partners). After each
  * tier-0 commit (and after the `.metadata` reached every node) every rank
  * sends each data file it wrote, over the communicator (point-to-point,
- * pieces of 4 MiB, on the caller's thread), to one rank of each partner
- * node, which writes it into its own node's "<tier0_dir>/step-<N>" under
- * the same name: a temporary first, synced unless no_fsync, renamed only
- * once every rank agreed that every replica arrived. A node directory
- * holding replicas is therefore the step's `.metadata`, its own ranks'
- * files and whole copies of its partners' files: a subset of the step's
- * checkpoint that dcp and torch read like the others. dcp_tier_save (or,
- * with tier0_async, the call completing the save) returns after the
- * replicas are durable. What a restore survives: any set of lost nodes
- * that leaves, for every node, the node itself or one of its partners; a
- * node's replicas cost k times its data in the partners' tier 0 and the
- * same bytes on the communicator per save.
+ * pieces of 4 MiB), to one rank of each partner node, which writes it
+ * into its own node's "<tier0_dir>/step-<N>" under the same name: a
+ * temporary first, synced unless no_fsync, renamed only once every rank
+ * agreed that every replica arrived. A node directory holding replicas is
+ * therefore the step's `.metadata`, its own ranks' files and whole copies
+ * of its partners' files: a subset of the step's checkpoint that dcp and
+ * torch read like the others. What a restore survives: any set of lost
+ * nodes that leaves, for every node, the node itself or one of its
+ * partners; a node's replicas cost k times its data in the partners'
+ * tier 0 and the same bytes on the communicator per save.
+ *
+ * Replication is off the save's path. The save (or, with tier0_async,
+ * the call completing the save) returns once the local copy is committed
+ * in tier 0: it only begins the replication (plans it: one allreduce of
+ * the file sizes; opens the first files; posts their first pieces,
+ * nonblocking) and starts the drain. The replication ends at the next
+ * collective call of the stack — dcp_tier_save, dcp_tier_drain_test,
+ * dcp_tier_drain_wait, dcp_tier_restore or dcp_tier_free — on that call's
+ * thread, while the step's drain thread copies it to tier 1 (the two
+ * overlap): the rest of the pieces, the agreement, the renames. Between
+ * the calls the pieces already posted move only as far as the
+ * communicator progresses them on its own (MPI's, inside any MPI call of
+ * the process). Why there and not on a thread of dcp's: communicator
+ * calls (dcp_comm.h) are made only on the caller's thread, so that no
+ * MPI_THREAD_MULTIPLE is needed. Memory: at most 8 pieces (32 MiB) in
+ * flight per rank. A step counts as replicated (dcp_tier_replicated) only
+ * once that call agreed every copy landed; a failure (a partner's write,
+ * a partner that vanished: the transport's DCP_ETIMEOUT or DCP_EIO) is
+ * returned by that call on every rank, the message naming the file and
+ * ranks, no partial replica under a data file's name; the step stays
+ * committed in tier 0 (its own node's files) and its drain goes on.
+ * Tier-0 retention also keeps the newest replicated step (so up to
+ * keep_last0 + 1 steps while a newer one is not replicated): after a node
+ * loss it is the newest step the restore finds whole on tier 0.
  *
  * Restore with node-local tier 0: a rank opens files in its own node's
  * tier-0 directory only, never another node's. Each node's lowest rank
@@ -107,7 +129,10 @@
  *
  * Threads: a dcp_tier is used by one thread at a time (its context's
  * rule); the drain thread does file I/O only, every communicator call
- * runs on the caller's thread.
+ * (the replication's included) runs on the caller's thread, inside one
+ * of the collective calls above. Between two calls of the stack the
+ * caller may use the context (dcp_save, dcp_load) as usual: the
+ * replication's messages have tags of their own.
  */
 #ifndef DCP_DCP_TIER_H
 #define DCP_DCP_TIER_H
@@ -218,8 +243,27 @@ DCP_API int dcp_tier_create(dcp_tier **out, dcp_ctx *ctx,
                             const dcp_tier_options *opts);
 
 /*
+ * The newest step whose replicas (option replicas > 0) all landed on the
+ * partner nodes, renamed under their files' names, as every rank agreed
+ * at a collective call of this stack (the call that ended that step's
+ * replication: see dcp_tier_save); -1 while none has (always, with no
+ * partners). *step is the same on every rank. A step newer than it may
+ * be committed in tier 0 with its replication still in flight or failed:
+ * it is not counted as replicated (dcp_tier_restore counts a tier-0 step
+ * complete only by the files the nodes hold under their names, and an
+ * unfinished replica never has one). Not collective; no communication;
+ * what this process learnt from its own calls (a new stack over the same
+ * directories starts at -1).
+ * Returns DCP_OK, DCP_EINVAL (NULL argument).
+ */
+DCP_API int dcp_tier_replicated(const dcp_tier *t, int64_t *step);
+
+/*
  * Completes what is in flight, if anything (as dcp_tier_drain_wait; its
- * result is lost), and frees t. Collective when something is in flight.
+ * result is lost: a drain's, a replication's), and frees t. A
+ * replication in flight is run to its end (not cancelled: its partners
+ * are in the same call), so the step is replicated when it returns
+ * unless that fails. Collective when something is in flight.
  * NULL: no-op.
  */
 DCP_API void dcp_tier_free(dcp_tier *t);
@@ -240,12 +284,15 @@ DCP_API void dcp_tier_free(dcp_tier *t);
  * above, which then concerns the drain before it), then this one is
  * staged (dcp_save_async) and the call returns; a failure of the earlier
  * one is returned here and nothing new is started.
- * With replicas, the data files are then sent to the partner nodes and
- * the call returns once they are durable there. A replication failure
- * (a peer's write, the transport) is returned on every rank, the message
- * naming the file and ranks; the step stays committed in tier 0 without
- * replicas (no partial replica is left under a data file's name) and is
- * not drained.
+ * With replicas, the replication of the step to the partner nodes is
+ * begun (see "Replication is off the save's path" above) and the call
+ * returns without waiting for it; the next collective call of the stack
+ * ends it. A replication in flight from the previous save is ended first
+ * thing here (before the busy rule); its failure (a peer's write, the
+ * transport) is returned here on every rank, the message naming the step,
+ * file and ranks, and nothing new is saved; that step stays committed in
+ * tier 0 without replicas (no partial replica is left under a data
+ * file's name) and its drain goes on.
  * Collective. Returns DCP_OK, DCP_EINVAL, DCP_EBUSY (tier 1's step locked
  * by another writer; tier 0 is committed), the codes of dcp_save (and of
  * dcp_request_wait with tier0_async), DCP_EIO, DCP_ENOSPC, DCP_ETIMEOUT
@@ -256,21 +303,29 @@ DCP_API int dcp_tier_save(dcp_tier *t, const dcp_state *state, int64_t step,
                           int *outcome);
 
 /*
- * Whether the drain has finished on every rank: *done = 1 (then it is
- * committed here, and its result returned) or 0 (still copying somewhere;
- * DCP_OK). With tier0_async, a staged save is then completed (committed
- * in tier 0, its drain started: *done = 0). With nothing in flight,
+ * First ends a replication in flight, if any, on the calling thread
+ * (it waits for the rest of its pieces); its failure is returned here, on
+ * every rank, once, and nothing else is done (*done: 0 while a drain or
+ * a staged save is still in flight, else 1). Then: whether the drain has
+ * finished on every rank: *done = 1 (then it is committed here, and its
+ * result returned) or 0 (still copying somewhere; DCP_OK). With
+ * tier0_async, a staged save is then completed (committed in tier 0, its
+ * replication begun, its drain started: *done = 0). With nothing in flight,
  * *done = 1 and the result of the last drain not yet reported is returned
  * (DCP_OK when none; a failure is kept until reported). Collective.
- * Returns DCP_OK or the drain's failure (DCP_EIO, DCP_ENOSPC, DCP_EBUSY,
- * ...; the message names the rank, file and path), reported once.
+ * Returns DCP_OK, the replication's failure (DCP_EIO, DCP_ENOSPC,
+ * DCP_ETIMEOUT, DCP_ENOMEM, ...) or the drain's (DCP_EIO, DCP_ENOSPC,
+ * DCP_EBUSY, ...); the message names the rank, file and path; each
+ * reported once.
  */
 DCP_API int dcp_tier_drain_test(dcp_tier *t, int *done);
 
 /*
- * Waits for the drain in flight, if any, and commits it; with tier0_async
- * then completes a staged save and drains it too. *step (may be NULL)
- * receives the step of the drain reported (-1: none).
+ * Ends a replication in flight, waits for the drain in flight, if any,
+ * and commits it; with tier0_async then completes a staged save, ends its
+ * replication and drains it too. A replication's failure is reported as
+ * a drain's (the first failure wins). *step (may be NULL) receives the
+ * step of the drain or replication reported (-1: none).
  * Collective. Returns as dcp_tier_drain_test.
  */
 DCP_API int dcp_tier_drain_wait(dcp_tier *t, int64_t *step);
@@ -279,8 +334,11 @@ DCP_API int dcp_tier_drain_wait(dcp_tier *t, int64_t *step);
  * Loads the newest step complete on any tier into state (in place,
  * resharded; opts as dcp_load's, may be NULL), tier 0 first on a tie;
  * a failed tier-0 load falls back to the newest complete tier-1 step.
- * Completes a drain in flight first (its result kept for
- * dcp_tier_drain_wait). *step and *tier (may be NULL) receive what was
+ * Completes a replication and a drain in flight first (their results kept
+ * for dcp_tier_drain_wait). A tier-0 step whose replication did not end
+ * (the job died first) or failed has no replica under a data file's name,
+ * so after a node loss it is incomplete and an older, replicated step (or
+ * tier 1's) is loaded. *step and *tier (may be NULL) receive what was
  * loaded (-1 and -1 on DCP_ENOENT). The choice is rank 0's, broadcast:
  * every rank loads the same step from the same tier. Each rank reads its
  * own node's tier-0 directory only; the data files its node's ranks read

@@ -630,7 +630,7 @@ int dcp_manager_remove(dcp_ctx *ctx, const char *dir)
 
 int dcp__mgr_prune(dcp_ctx *ctx, const char *root, const char *prefix,
                    const char *suffix, uint32_t keep_last, int64_t keep_every,
-                   int64_t protect, size_t *removed)
+                   const int64_t *protect, size_t nprotect, size_t *removed)
 {
     dcp_manager_entry *e = NULL;
     size_t n = 0, nrm = 0;
@@ -651,8 +651,10 @@ int dcp__mgr_prune(dcp_ctx *ctx, const char *root, const char *prefix,
         if (e[i].status != DCP_MANAGER_COMPLETE)
             continue;
         seen++;
-        if (seen <= keep || e[i].step == protect ||
-            (keep_every > 0 && e[i].step % keep_every == 0))
+        int kept = seen <= keep;
+        for (size_t k = 0; k < nprotect; k++)
+            kept |= e[i].step == protect[k];
+        if (kept || (keep_every > 0 && e[i].step % keep_every == 0))
             continue;
         char *path = step_path(root, prefix, suffix, e[i].step);
         if (!path) {
@@ -692,7 +694,8 @@ int dcp_manager_prune(dcp_ctx *ctx, const char *root,
     }
     if (keep_every < 0)
         return dcp__err(&ctx->err, DCP_EINVAL, "negative keep_every");
-    return dcp__mgr_prune(ctx, root, p, s, keep_last, keep_every, -1, removed);
+    return dcp__mgr_prune(ctx, root, p, s, keep_last, keep_every, NULL, 0,
+                          removed);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -826,7 +829,7 @@ static int retain(dcp_manager *m, int64_t protect)
         return DCP_OK; /* keep everything: no scan */
     if (ctx->rank == 0) {
         rc = dcp__mgr_prune(ctx, m->root, m->prefix, m->suffix, m->keep_last,
-                            m->keep_every, protect, NULL);
+                            m->keep_every, &protect, 1, NULL);
         if (rc != DCP_OK)
             dcp__err_prefix(&ctx->err,
                             "retention after the commit under \"%s\"", m->root);

@@ -26,10 +26,11 @@ int dcp__mgr_list(dcp_ctx *ctx, const char *root, const char *prefix,
                   size_t *n);
 /* dcp_manager_remove without the argument checks. */
 int dcp__mgr_remove(dcp_ctx *ctx, const char *dir);
-/* Retention of dcp_manager_prune; protect: a step never removed (-1). */
+/* Retention of dcp_manager_prune; protect[0 .. nprotect): steps never
+ * removed (entries -1 ignored). */
 int dcp__mgr_prune(dcp_ctx *ctx, const char *root, const char *prefix,
                    const char *suffix, uint32_t keep_last, int64_t keep_every,
-                   int64_t protect, size_t *removed);
+                   const int64_t *protect, size_t nprotect, size_t *removed);
 
 /*
  * Test hook (tests/fault/test_manager_crash.c): fn(what, arg) is called

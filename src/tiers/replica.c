@@ -7,7 +7,8 @@
  * node indices) or are the next k nodes in ring order n+1, n+2, ... that
  * are not n and not in n's failure domain; fewer when fewer exist.
  *
- * The transfer (dcp__replicate), after a step is committed in tier 0. Every
+ * The transfer (dcp__repl_begin, dcp__repl_end), after a step is
+ * committed in tier 0. Every
  * rank knows the whole plan without a message: the data files are named
  * in the step's `.metadata` ("__<rank>_..."), their sizes are one
  * allreduce, and file i of the sender s goes to partner node P's rank at
@@ -394,18 +395,21 @@ static int piece_done(struct xfer *x, int s, int *ended)
     return DCP_OK;
 }
 
-/* Runs the jobs (in the global order), WINDOW at a time. */
-static int exchange(struct xfer *x, struct job *jobs, size_t njobs)
+/* Runs the jobs (in the global order), WINDOW at a time, from *next
+ * (the next job to start) and *active (jobs running): to the end (block),
+ * or only as far as starting jobs and posting their first pieces goes
+ * (!block: no wait; the replication's start, dcp__repl_begin). */
+static int pump(struct xfer *x, struct job *jobs, size_t njobs, size_t *next,
+                int *active, int block)
 {
-    size_t next = 0;
-    int active = 0, rc = DCP_OK;
+    int rc = DCP_OK;
     for (;;) {
-        while (rc == DCP_OK && active < WINDOW && next < njobs) {
+        while (rc == DCP_OK && *active < WINDOW && *next < njobs) {
             int running = 0;
-            rc = start(x, &jobs[next++], &running);
-            active += running;
+            rc = start(x, &jobs[(*next)++], &running);
+            *active += running;
         }
-        if (rc != DCP_OK || !x->live)
+        if (rc != DCP_OK || !x->live || !block)
             break;
         size_t idx = 0;
         rc = dcp__comm_waitany(x->c, x->reqs, NSLOT, &idx, x->err);
@@ -414,7 +418,7 @@ static int exchange(struct xfer *x, struct job *jobs, size_t njobs)
         x->live--;
         int ended = 0;
         rc = piece_done(x, (int)idx, &ended);
-        active -= ended;
+        *active -= ended;
     }
     if (rc != DCP_OK) {
         for (int s = 0; s < NSLOT; s++)
@@ -422,6 +426,7 @@ static int exchange(struct xfer *x, struct job *jobs, size_t njobs)
                 dcp__comm_cancel(x->c, x->reqs[s]);
                 x->reqs[s] = NULL;
             }
+        x->live = 0;
         for (size_t i = 0; i < njobs; i++)
             if (jobs[i].fd >= 0) {
                 jobs[i].failed = 1;
@@ -577,35 +582,65 @@ static int settle(struct xfer *x, struct job *jobs, size_t n, int ok,
     return rc;
 }
 
-/* Runs the shared list all (x's directory opened, maybe a local failure
- * recorded): the exchange, the agreement, the renames. Collective. */
-static int run(struct xfer *x, const struct dcp__xjob *all, size_t nall,
-               const char *stepdir)
+/* A transfer between its start and its end: x, this rank's jobs, how far
+ * they went, and a transport failure met so far. */
+struct dcp__repl {
+    struct xfer x;
+    struct job *jobs;
+    size_t n, next;
+    int active;
+    int rc;
+    struct dcp_err perr; /* rc's message, kept until the end */
+    char *stepdir;
+    struct dcp_metadata *md; /* owned (dcp__repl_begin) or NULL */
+};
+
+/* The start of the shared list all (x's directory opened, maybe a local
+ * failure recorded): this rank's jobs, agreed, the first ones posted, no
+ * wait. r->rc: a failure of the start (the end still agrees). Collective. */
+static void run_begin(struct dcp__repl *r, const struct dcp__xjob *all,
+                      size_t nall)
 {
-    struct job *jobs = NULL;
-    size_t n = 0;
-    int rc = my_jobs(x, all, nall, &jobs, &n);
+    struct xfer *x = &r->x;
+    int rc = my_jobs(x, all, nall, &r->jobs, &r->n);
     rc = dcp__comm_agree_err(x->c, rc, x->err);
     /* After a local failure so far (the step directory, a size): the
      * messages still flow, nothing is read or written. */
-    for (size_t i = 0; x->local_rc != DCP_OK && i < n; i++)
-        jobs[i].failed = 1;
+    for (size_t i = 0; x->local_rc != DCP_OK && i < r->n; i++)
+        r->jobs[i].failed = 1;
+    if (rc == DCP_OK)
+        rc = pump(x, r->jobs, r->n, &r->next, &r->active, 0);
+    r->rc = rc;
+    if (rc != DCP_OK)
+        r->perr = *x->err;
+}
+
+/* The end of r: the exchange to its last piece, the agreement, the
+ * renames; everything r holds released (r itself not). Collective. */
+static int run_end(struct dcp__repl *r)
+{
+    struct xfer *x = &r->x;
+    int rc = r->rc;
+    if (rc != DCP_OK)
+        *x->err = r->perr;
     /* Transport failures end the exchange; local ones are agreed on. */
     if (rc == DCP_OK)
-        rc = exchange(x, jobs, n);
+        rc = pump(x, r->jobs, r->n, &r->next, &r->active, 1);
     if (rc == DCP_OK) {
         rc = x->local_rc;
         if (rc != DCP_OK)
             *x->err = x->lerr;
     }
     rc = dcp__comm_agree_err(x->c, rc, x->err);
-    int rc2 = settle(x, jobs, n, rc == DCP_OK, stepdir, x->err);
+    int rc2 = settle(x, r->jobs, r->n, rc == DCP_OK, r->stepdir, x->err);
     if (rc == DCP_OK)
         rc = dcp__comm_agree_err(x->c, rc2, x->err);
     for (int s = 0; s < NSLOT; s++)
         dcp__free(x->sl[s].buf);
-    dcp__free(jobs);
+    dcp__free(r->jobs);
+    r->jobs = NULL;
     dcp__fs_release(x->dirfd);
+    x->dirfd = -1;
     return rc;
 }
 
@@ -630,20 +665,54 @@ static void xfer_init(struct xfer *x, const dcp_comm *c, int rank,
     }
 }
 
-int dcp__replicate(const dcp_comm *c, const struct dcp__nodes *nd, int rank,
-                   const char *stepdir, const struct dcp_metadata *md,
-                   size_t piece, int nosync, struct dcp_err *err)
+int dcp__repl_begin(struct dcp__repl **out, const dcp_comm *c,
+                    const struct dcp__nodes *nd, int rank, const char *stepdir,
+                    struct dcp_metadata *md, size_t piece, int nosync,
+                    struct dcp_err *err)
 {
-    struct xfer x;
-    xfer_init(&x, c, rank, stepdir, md, piece, nosync, "replica", err);
+    struct dcp__repl *r = dcp__calloc(1, sizeof *r);
+    char *dir = dcp__strdup(stepdir);
+    int rc = r && dir
+                 ? DCP_OK
+                 : dcp__err(err, DCP_ENOMEM, "out of memory (rank %d)", rank);
+    rc = dcp__comm_agree_err(c, rc, err);
+    *out = NULL;
+    if (rc != DCP_OK) {
+        dcp__free(r);
+        dcp__free(dir);
+        dcp__meta_free(md);
+        return rc;
+    }
+    r->stepdir = dir;
+    r->md = md;
+    xfer_init(&r->x, c, rank, stepdir, md, piece, nosync, "replica", err);
     struct dcp__xjob *all = NULL;
     size_t n = 0;
-    int rc = plan_jobs(&x, nd, &all, &n);
+    rc = plan_jobs(&r->x, nd, &all, &n);
     if (rc == DCP_OK)
-        rc = run(&x, all, n, stepdir);
-    else
-        dcp__fs_release(x.dirfd);
+        run_begin(r, all, n);
     dcp__free(all);
+    if (rc != DCP_OK) {
+        /* The plan failed alike everywhere (agreed), nothing posted. */
+        dcp__fs_release(r->x.dirfd);
+        dcp__meta_free(md);
+        dcp__free(dir);
+        dcp__free(r);
+        return rc;
+    }
+    *out = r;
+    return DCP_OK;
+}
+
+int dcp__repl_end(struct dcp__repl *r, struct dcp_err *err)
+{
+    if (!r)
+        return DCP_OK;
+    r->x.err = err;
+    int rc = run_end(r);
+    dcp__meta_free(r->md);
+    dcp__free(r->stepdir);
+    dcp__free(r);
     return rc;
 }
 
@@ -651,7 +720,10 @@ int dcp__transfer(const dcp_comm *c, int rank, const char *stepdir,
                   const struct dcp_metadata *md, const struct dcp__xjob *all,
                   size_t n, size_t piece, int nosync, struct dcp_err *err)
 {
-    struct xfer x;
-    xfer_init(&x, c, rank, stepdir, md, piece, nosync, "copy", err);
-    return run(&x, all, n, stepdir);
+    struct dcp__repl r;
+    memset(&r, 0, sizeof r);
+    r.stepdir = (char *)(uintptr_t)stepdir;
+    xfer_init(&r.x, c, rank, stepdir, md, piece, nosync, "copy", err);
+    run_begin(&r, all, n);
+    return run_end(&r);
 }

@@ -45,7 +45,8 @@ void dcp__nodes_release(struct dcp__nodes *nd);
 int dcp__nodes_replicating(const struct dcp__nodes *nd);
 
 /*
- * Replicates step md's data files over c: each rank sends every file of md
+ * The replication of step md (dcp__repl_begin, dcp__repl_end below)
+ * sends md's data files over c: each rank sends every file of md
  * it wrote ("__<rank>_*", read from stepdir, its own node's step
  * directory) to one rank of each partner node of its node (the one at the
  * sender's position in its node, modulo the partner's size), in pieces of
@@ -56,10 +57,31 @@ int dcp__nodes_replicating(const struct dcp__nodes *nd);
  * Every rank returns the same code: DCP_OK, DCP_EIO, DCP_ENOSPC, DCP_ENOMEM,
  * a transport failure (DCP_ETIMEOUT, ...), the message naming rank and
  * file. Collective; uses the calling thread's storage back end (POSIX).
+ *
+ * It runs in two calls, so that a save returns before its replicas
+ * land: dcp__repl_begin plans (one allreduce of the file sizes), agrees,
+ * opens this rank's first WINDOW jobs (sources, temporaries) and posts
+ * their first pieces, nonblocking, and returns without waiting: the
+ * pieces move as far as the communicator progresses them on its own
+ * (MPI's inside any later MPI call of the process). Memory: at most
+ * NSLOT (8) pieces per rank, from start to end. md is owned by the
+ * transfer (freed by the end, or by the begin on failure). *out is
+ * NULL only on a failure returned here (every rank the same); a later
+ * failure of the begin is kept and returned by the end.
+ * dcp__repl_end (collective: every rank that began calls it, at the same
+ * point of its sequence of collective calls) runs the rest of the exchange
+ * on the calling thread, agrees, renames the temporaries (or removes
+ * them), frees r, and returns the outcome above (every rank the same;
+ * the message in err). r NULL: DCP_OK. Both
+ * run on the calling thread only; between them no other transfer may run
+ * on c (tags would mix) — the read-once load's tags are apart.
  */
-int dcp__replicate(const dcp_comm *c, const struct dcp__nodes *nd, int rank,
-                   const char *stepdir, const struct dcp_metadata *md,
-                   size_t piece, int nosync, struct dcp_err *err);
+struct dcp__repl;
+int dcp__repl_begin(struct dcp__repl **out, const dcp_comm *c,
+                    const struct dcp__nodes *nd, int rank, const char *stepdir,
+                    struct dcp_metadata *md, size_t piece, int nosync,
+                    struct dcp_err *err);
+int dcp__repl_end(struct dcp__repl *r, struct dcp_err *err);
 
 /*
  * One whole-file transfer of a shared plan: md->files[file], size bytes,
@@ -74,7 +96,7 @@ struct dcp__xjob {
 
 /*
  * Runs the transfers all[0 .. n), the same list in the same order on every
- * rank, with dcp__replicate's machinery: pieces of at most piece bytes,
+ * rank, with the replication's machinery: pieces of at most piece bytes,
  * at most 4 files in flight per rank, the receiver writing a temporary in
  * its stepdir that is renamed to the file's name once every rank agreed
  * that every transfer succeeded (removed otherwise); stepdir synced unless

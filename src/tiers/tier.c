@@ -108,6 +108,7 @@ struct drain {
     /* Tier-0 retention, run by each node's lowest rank's thread after its
      * copies: keep0 steps kept in root (its own node's), through pctx. */
     uint32_t keep0;
+    int64_t keep_repl; /* the newest step agreed replicated (-1), kept */
     const char *root;
     dcp_ctx *pctx;
     /* Rank 0: the tier-1 retention left by the last commit (keep1 steps
@@ -135,6 +136,11 @@ struct dcp_tier {
     dcp_request *req;
     int pending;
     int64_t pend_step;
+    /* The replication in flight (begun after a tier-0 commit, ended at the
+     * next collective call of the stack): NULL when none. */
+    struct dcp__repl *repl;
+    int64_t repl_step;
+    int64_t replicated; /* newest step agreed replicated; -1: none */
     int prune1;   /* rank 0: a tier-1 retention is due (drain_finish) */
     int has_last; /* a finished drain not yet reported */
     int last_rc;
@@ -395,6 +401,7 @@ int dcp_tier_create(dcp_tier **out, dcp_ctx *ctx, const dcp_tier_options *opts)
         t->size = ctx->size;
         t->d.dirfd = -1;
         t->d.lk.dirfd = -1;
+        t->replicated = -1;
         t->t1s = ctx->storage;
         t->fs.vroot = VROOT;
         rc = take_opts(t, opts, err);
@@ -535,14 +542,18 @@ static int copy_file(struct drain *d, int dirfd, const char *name, uint8_t *buf,
 }
 
 /* Retention of a tier root (a node's tier-0 root, or tier 1's), keep
- * steps, never protect (the step being drained); through pctx (the
- * manager's removal: POSIX, or the S3 back end for an s3:// root); pctx's
- * message copied into err. */
+ * steps, never protect (the step being drained) nor also (-1: none; in
+ * tier 0, the newest step agreed replicated, while a newer step's
+ * replication may still be in flight: after a node loss it is the newest
+ * step the restore finds whole); through pctx (the manager's removal:
+ * POSIX, or the S3 back end for an s3:// root); pctx's message copied
+ * into err. */
 static int prune0(dcp_ctx *pctx, const char *root, uint32_t keep,
-                  int64_t protect, struct dcp_err *err)
+                  int64_t protect, int64_t also, struct dcp_err *err)
 {
+    int64_t pr[2] = {protect, also};
     dcp__ctx_begin(pctx);
-    int rc = dcp__mgr_prune(pctx, root, PREFIX, "", keep, 0, protect, NULL);
+    int rc = dcp__mgr_prune(pctx, root, PREFIX, "", keep, 0, pr, 2, NULL);
     if (rc != DCP_OK)
         dcp__err(err, rc, "retention in '%s': %s", root, dcp_errmsg(pctx));
     return rc;
@@ -569,11 +580,11 @@ static void *drain_main(void *arg)
     dcp__storage_use(NULL);
     if (rc == DCP_OK && d->keep0) {
         phase(d->rank, ".prune0");
-        rc = prune0(d->pctx, d->root, d->keep0, d->step, &d->err);
+        rc = prune0(d->pctx, d->root, d->keep0, d->step, d->keep_repl, &d->err);
     }
     if (rc == DCP_OK && d->prune1) {
         phase(d->rank, ".prune1");
-        rc = prune0(d->pctx, d->t1, d->keep1, d->step, &d->err);
+        rc = prune0(d->pctx, d->t1, d->keep1, d->step, -1, &d->err);
     }
     d->rc = rc;
     atomic_store_explicit(&d->done, 1, memory_order_release);
@@ -667,7 +678,7 @@ static void drain_finish(dcp_tier *t, int now)
         if (t->rank == 0 && t->prune1) {
             t->prune1 = 0;
             phase(t->rank, ".prune1");
-            rc = prune0(t->cp, t->t1, t->o.keep_last1, -1, &e);
+            rc = prune0(t->cp, t->t1, t->o.keep_last1, -1, -1, &e);
         }
         rc = dcp__comm_share_err(t->ctx->comm, rc, &e, 0);
         if (rc != DCP_OK)
@@ -733,6 +744,7 @@ static int drain_start(dcp_tier *t, int64_t step, int *nodrain)
     d->bufsz = t->o.drain_buffer_bytes;
     d->t1s = &t->t1s;
     d->keep0 = t->leader ? t->o.keep_last0 : 0;
+    d->keep_repl = t->replicated;
     d->prune1 = t->prune1;
     d->keep1 = t->o.keep_last1;
     d->t1 = t->t1;
@@ -788,7 +800,8 @@ static int drain_start(dcp_tier *t, int64_t step, int *nodrain)
     if (rc == DCP_OK && have) {
         /* No thread: the tier-0 retention here. */
         if (d->keep0)
-            rc = prune0(t->cp, d->root, d->keep0, step, &t->ctx->err);
+            rc = prune0(t->cp, d->root, d->keep0, step, d->keep_repl,
+                        &t->ctx->err);
         rc = agree(t, rc);
     }
     return rc;
@@ -848,18 +861,41 @@ static int spread_meta(dcp_tier *t, const char *own)
     return agree(t, rc);
 }
 
-/* The step's data files to the partner nodes (replica.c). Collective. */
-static int replicate(dcp_tier *t, const char *own)
+/* The step's data files to the partner nodes (replica.c): begun here,
+ * ended by repl_end at the next collective call. Collective. */
+static int replicate(dcp_tier *t, const char *own, int64_t step)
 {
     struct dcp_metadata *md = NULL;
     int rc = dcp__meta_decode(t->d.meta, t->d.metalen, &md, &t->ctx->err);
     rc = agree(t, rc);
-    if (rc == DCP_OK) {
-        dcp__storage_use(NULL);
-        rc = dcp__replicate(t->ctx->comm, &t->nd, t->rank, own, md,
-                            replica_piece, t->so.no_fsync, &t->ctx->err);
+    if (rc != DCP_OK) {
+        dcp__meta_free(md);
+        return rc;
     }
-    dcp__meta_free(md);
+    dcp__storage_use(NULL);
+    rc = dcp__repl_begin(&t->repl, t->ctx->comm, &t->nd, t->rank, own, md,
+                         replica_piece, t->so.no_fsync, &t->ctx->err);
+    if (rc == DCP_OK)
+        t->repl_step = step;
+    return rc;
+}
+
+/* The replication in flight, if any, to its end: every replica landed and
+ * renamed, agreed (then the step counts as replicated), or its failure,
+ * the same on every rank. Collective. */
+static int repl_end(dcp_tier *t)
+{
+    if (!t->repl)
+        return DCP_OK;
+    struct dcp__repl *r = t->repl;
+    t->repl = NULL;
+    dcp__storage_use(NULL);
+    int rc = dcp__repl_end(r, &t->ctx->err);
+    if (rc == DCP_OK)
+        t->replicated = t->repl_step;
+    else
+        dcp__err_prefix(&t->ctx->err, "replication of step %" PRId64 ": ",
+                        t->repl_step);
     return rc;
 }
 
@@ -879,7 +915,7 @@ static int post0(dcp_tier *t, int64_t step)
     }
     if (rc == DCP_OK && dcp__nodes_replicating(&t->nd)) {
         phase(t->rank, ".replicate");
-        rc = replicate(t, own);
+        rc = replicate(t, own, step);
     }
     dcp__free(own);
     if (rc != DCP_OK) {
@@ -892,10 +928,13 @@ static int post0(dcp_tier *t, int64_t step)
 /*
  * The temporaries a killed peer replication or restore copy left in this
  * node's step directories ("<data file>.<pid>-<n>-<hex>.tmp",
- * dcp__leftover_name), removed by the node's leader before a save. None of
- * this stack's is being written then: replication and restore copies run
- * on the caller's thread inside a collective call, and the drain thread
- * only reads data files and removes whole steps. Best effort: what stays
+ * dcp__leftover_name), removed by the node's leader at the start of a
+ * save, once the replication in flight ended (repl_end) and before the
+ * next one begins. None of this stack's is being written then: restore
+ * copies run inside their collective call, a replication's temporaries
+ * are written between its begin and its end (both on the caller's
+ * thread), and the drain thread only reads data files and removes whole
+ * steps. Best effort: what stays
  * goes with its step (retention) or with dcp_clean.
  */
 static void sweep_tmp(const dcp_tier *t)
@@ -936,8 +975,6 @@ static void sweep_tmp(const dcp_tier *t)
 static int save0(dcp_tier *t, const dcp_state *st, int64_t step)
 {
     char name[40], vpath[64];
-    if (t->leader)
-        sweep_tmp(t);
     step_name(name, sizeof name, step);
     snprintf(vpath, sizeof vpath, VROOT "/%s", name);
     struct dcp_err *err = &t->ctx->err;
@@ -1003,12 +1040,20 @@ static int complete0(dcp_tier *t)
     return rc;
 }
 
-/* Everything in flight completed: the drain, a pending tier-0 save and
- * its drain. Collective. */
+/* Everything in flight completed: the replication, the drain, a pending
+ * tier-0 save, its replication and its drain (each replication ended
+ * while its step's drain thread still copies: the two overlap). A
+ * failure is kept for dcp_tier_drain_test/_wait. Collective. */
 static void settle(dcp_tier *t)
 {
+    int rc = repl_end(t);
+    if (rc != DCP_OK)
+        keep_result(t, rc, &t->ctx->err, t->repl_step);
     drain_finish(t, 0);
     complete0(t);
+    rc = repl_end(t);
+    if (rc != DCP_OK)
+        keep_result(t, rc, &t->ctx->err, t->repl_step);
     drain_finish(t, 1);
 }
 
@@ -1032,6 +1077,12 @@ int dcp_tier_save(dcp_tier *t, const dcp_state *state, int64_t step,
     if (rc == DCP_OK && v[0] != -v[1])
         rc = dcp__err(&t->ctx->err, DCP_EINVAL,
                       "dcp_tier_save: not every rank passed the same step");
+    /* The previous step's replication, if still in flight, ends here; its
+     * failure is this call's (nothing new is saved). */
+    if (rc == DCP_OK)
+        rc = repl_end(t);
+    if (rc == DCP_OK && t->leader)
+        sweep_tmp(t);
     if (rc == DCP_OK && t->d.active) {
         int busy = 0;
         rc = drain_busy(t, &busy);
@@ -1090,6 +1141,11 @@ int dcp_tier_drain_test(dcp_tier *t, int *done)
         return DCP_EINVAL;
     dcp__ctx_begin(t->ctx);
     *done = 1;
+    int rc = repl_end(t);
+    if (rc != DCP_OK) {
+        *done = !t->d.active && !t->pending;
+        return rc;
+    }
     if (t->d.active) {
         int busy = 0;
         DCP_RETURN_IF(drain_busy(t, &busy));
@@ -1118,6 +1174,14 @@ int dcp_tier_drain_wait(dcp_tier *t, int64_t *step)
     if (step)
         *step = t->has_last ? t->last_step : -1;
     return report(t);
+}
+
+int dcp_tier_replicated(const dcp_tier *t, int64_t *step)
+{
+    if (!t || !step)
+        return DCP_EINVAL;
+    *step = t->replicated;
+    return DCP_OK;
 }
 
 void dcp_tier_free(dcp_tier *t)

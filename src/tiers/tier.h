@@ -26,9 +26,10 @@
  *                dcp_save in tier 0 (`.metadata` in rank 0's node only),
  *                before it is published in every node's directory;
  *   ".replicate" every rank, caller thread (replicas > 0): `.metadata`
- *                in every node, before the data files go to the partners;
+ *                in every node, before the replication begins;
  *   ".start"     every rank, caller thread: the step committed in tier 0
- *                (and replicated), the drain not started (tier 1's step
+ *                (its replication begun, not ended: that is at the next
+ *                collective call), the drain not started (tier 1's step
  *                neither made nor locked);
  *   ".prune0"    each node's lowest rank, drain thread: its data files
  *                copied, before the tier-0 retention (keep_last0 > 0);
@@ -50,8 +51,10 @@ void dcp__tier_set_replica_piece(size_t bytes);
  * rank before each piece of a replica is written (file: the data file's
  * name, off: the piece's offset) and before each replica is renamed to
  * its name once every rank agreed (file ".rename", off 0); a non-zero
- * return fails that replica (the save's replication fails on every rank);
- * fn may also kill the process. NULL: none. */
+ * return fails that replica (the replication fails on every rank, at the
+ * call that ends it); fn may also kill the process. Pieces are written
+ * only while a replication ends (the collective call after the save), or
+ * in a restore's copies, never in the save that begins one. NULL: none. */
 void dcp__tier_set_replica_hook(dcp__tier_hook_fn fn, void *arg);
 
 /* Test hook: the bytes of tier-0 data files this rank received from

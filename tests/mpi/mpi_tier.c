@@ -49,6 +49,15 @@
  *                replica): step 2 on no tier complete, step 1 from tier 1;
  *                tier 1 emptied: DCP_ENOENT on every rank; replicas 0 and
  *                a node lost: tier 1's newest, not the newer tier-0 step
+ *   bgrepl DIR   2 ranks as 2 nodes B0, B1, replicas 1: replication off
+ *                the save's path (issue 30 item 3): the save returns
+ *                before any replica piece is written, the next collective
+ *                call lands them (dcp_tier_replicated says so only then);
+ *                an injected partner failure reported at that next call
+ *                (drain_test, save) on every rank, the step kept locally;
+ *                after a node loss the restore takes the newest step
+ *                agreed replicated (kept by retention); dcp_tier_free
+ *                with a replication in flight lands it; tier0_async too
  *   rkill DIR V K  2 ranks as 2 nodes R0, R1, replicas 1: step 1 saved,
  *                replicated, drained; step 2's replication killed on rank
  *                V (SIGKILL) at its K-th replica hook call (before each
@@ -79,6 +88,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -138,7 +148,10 @@ static int holds(dcp_state *st, int64_t step)
 
 /* The drain hook: a slow first chunk of each file, or a failure on one
  * rank. */
-static int slow_ms, fail_rank = -1, victim = -1, kill_at, calls;
+/* slow_ms and fail_rank are read on the drain thread while the test's
+ * thread may set them (ThreadSanitizer). */
+static _Atomic int slow_ms, fail_rank = -1;
+static int victim = -1, kill_at, calls;
 static int hook(int rank, const char *file, uint64_t off, void *arg)
 {
     (void)arg;
@@ -938,11 +951,21 @@ static void test_peers_async(void)
     t = mk(ctx, DCP_TIER_WAIT, 0);
     dcp__tier_set_replica_hook(rhook, NULL);
     dcp_state *st = make_state(5, 1);
-    int rc = dcp_tier_save(t, st, 5, NULL);
+    /* The save returns once tier 0 committed; its replication (and its
+     * drain, failed here on rank 1 too) end at the next collective call,
+     * which reports the replica's failure on every rank, once. */
+    fail_rank = 1;
+    CHECK_OK(ctx, dcp_tier_save(t, st, 5, NULL));
+    int rc = dcp_tier_drain_wait(t, &s);
+    fail_rank = -1;
     dcp__tier_set_replica_hook(NULL, NULL);
     CHECK_RC(ctx, rc, DCP_EIO);
     CHECK(mt_same(rc) && mt_same_str(dcp_errmsg(ctx)));
     CHECK_MSG(ctx, "replica of '__0_0.distcp' from rank 0 (rank 1)");
+    CHECK_MSG(ctx, "replication of step 5");
+    int64_t rs = -2;
+    CHECK_OK(ctx, dcp_tier_replicated(t, &rs));
+    CHECK(rs == -1); /* a new stack: step 5's replication failed */
     dcp_state_free(st);
     MPI_Barrier(MPI_COMM_WORLD);
     char cmd[1200];
@@ -955,6 +978,191 @@ static void test_peers_async(void)
     CHECK(holds(st, 4));
     dcp_state_free(st);
     dcp_tier_free(t);
+    dcp__tier_set_replica_piece(0);
+}
+
+/* ------------------------------------------------- bgrepl (issue 30 #3) */
+
+static int count_tmp(const char *nodedir);
+
+/* Replica pieces written on this rank (every call of the replica hook
+ * but the renames), and a failure on rank bg_fail's writes. */
+static int bg_pieces, bg_renames, bg_fail = -1;
+static int bghook(int rank, const char *file, uint64_t off, void *arg)
+{
+    (void)arg;
+    (void)off;
+    if (strcmp(file, ".rename") == 0) {
+        bg_renames++;
+        return 0;
+    }
+    bg_pieces++;
+    return rank == bg_fail && off > 0 ? DCP_EIO : 0;
+}
+
+/* The partner's file under its name in this rank's node, step s. */
+static int has_replica(int64_t s)
+{
+    char f[32];
+    snprintf(f, sizeof f, "__%d_0.distcp", 1 - mt_rank);
+    return exists(t0, s, f);
+}
+
+static int64_t replicated(dcp_tier *t)
+{
+    int64_t s = -2;
+    CHECK_OK(ctx, dcp_tier_replicated(t, &s));
+    CHECK(mt_same((int)s));
+    return s;
+}
+
+static void test_bgrepl(void)
+{
+    nrep = 1;
+    keep0 = 1; /* retention keeps the newest replicated step too */
+    keep1 = 4;
+    dcp__tier_set_replica_piece(16 << 10);
+    dcp__tier_set_replica_hook(bghook, NULL);
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    int64_t s = -1;
+    int tier = -1, done = 0;
+    CHECK(replicated(t) == -1);
+    CHECK(dcp_tier_replicated(NULL, &s) == DCP_EINVAL);
+    CHECK(dcp_tier_replicated(t, NULL) == DCP_EINVAL);
+
+    /* 1. The save returns before its replicas land: no piece written, no
+     * replica under its name, not counted replicated. The next collective
+     * call (drain_test) ends the replication: every piece written, the
+     * replica renamed on both nodes, then counted. */
+    dcp_state *st = make_state(1, 1);
+    bg_pieces = bg_renames = 0;
+    CHECK_OK(ctx, dcp_tier_save(t, st, 1, NULL));
+    CHECK(bg_pieces == 0 && bg_renames == 0);
+    CHECK(!has_replica(1) && exists(t0, 1, ".metadata"));
+    CHECK(replicated(t) == -1);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK_OK(ctx, dcp_tier_drain_test(t, &done));
+    CHECK(bg_pieces > 2 && bg_renames == 1);
+    CHECK(has_replica(1));
+    CHECK(replicated(t) == 1);
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    dcp_state_free(st);
+
+    /* 2. A partner failing mid-replication (rank 1's write of its second
+     * piece): the save returned DCP_OK; the next call (drain_test) fails
+     * alike on every rank, naming the replica, once; no replica of step 2
+     * under a file's name on either node (rank 0's arrived whole but is
+     * removed: the agreement failed); step 2 is not counted replicated but
+     * stays committed in tier 0 (own files) and its drain goes on. */
+    st = make_state(2, 1);
+    bg_fail = 1;
+    CHECK_OK(ctx, dcp_tier_save(t, st, 2, NULL));
+    int rc = dcp_tier_drain_test(t, &done);
+    bg_fail = -1;
+    CHECK_RC(ctx, rc, DCP_EIO);
+    CHECK(mt_same(rc) && mt_same_str(dcp_errmsg(ctx)));
+    CHECK_MSG(ctx, "replication of step 2");
+    CHECK_MSG(ctx, "replica of '__0_0.distcp' from rank 0 (rank 1)");
+    CHECK(!has_replica(2) && exists(t0, 2, ".metadata"));
+    CHECK(replicated(t) == 1);
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 2);
+    dcp_state_free(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(mask(ctx, t1) == (BIT(1) | BIT(2)));
+    /* Retention keeping 1 kept step 1 too: the newest replicated. */
+    CHECK(exists(t0, 1, ".metadata") && has_replica(1));
+    /* The local step is usable: no node lost, step 2 from tier 0. */
+    st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 2 && tier == 0 && holds(st, 2));
+    dcp_state_free(st);
+
+    /* 3. The same failure reported by the next dcp_tier_save, which then
+     * saves nothing (step 4 in no tier); the following save works. */
+    st = make_state(3, 1);
+    bg_fail = 0;
+    CHECK_OK(ctx, dcp_tier_save(t, st, 3, NULL));
+    dcp_state_free(st);
+    st = make_state(4, 1);
+    rc = dcp_tier_save(t, st, 4, NULL);
+    bg_fail = -1;
+    CHECK_RC(ctx, rc, DCP_EIO);
+    CHECK(mt_same(rc) && mt_same_str(dcp_errmsg(ctx)));
+    CHECK_MSG(ctx, "replication of step 3");
+    CHECK(!exists(t0, 4, ".metadata"));
+    CHECK(replicated(t) == 1);
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    CHECK(s == 3);
+    dcp_state_free(st);
+
+    /* 4. Step 5 replicated (its drain failing, so tier 1 stops at step
+     * 3), then node B1 and tier 1 lost: the restore loads step 5 from
+     * tier 0, B1's file from B0's replica. */
+    st = make_state(5, 1);
+    fail_rank = 0;
+    CHECK_OK(ctx, dcp_tier_save(t, st, 5, NULL));
+    dcp_state_free(st);
+    CHECK(!has_replica(5));
+    int frc = dcp_tier_drain_wait(t, &s);
+    fail_rank = -1;
+    CHECK(frc == DCP_EIO && s == 5);
+    CHECK(replicated(t) == 5);
+    dcp_tier_free(t);
+    rm_node("B1");
+    rm_node("t1");
+    t = mk(ctx, DCP_TIER_WAIT, 0);
+    st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 5 && tier == 0 && holds(st, 5));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+
+    /* 5. Node loss after a failed replication: step 6's replication
+     * fails, so after losing B1 the restore skips step 6 (its B1 file
+     * exists nowhere) and loads step 5, the newest fully replicated, from
+     * tier 0 (tier 1 empty: its drains failed). */
+    t = mk(ctx, DCP_TIER_WAIT, 0);
+    st = make_state(6, 1);
+    bg_fail = 0;
+    fail_rank = 0;
+    CHECK_OK(ctx, dcp_tier_save(t, st, 6, NULL));
+    dcp_state_free(st);
+    rc = dcp_tier_drain_wait(t, &s);
+    bg_fail = -1;
+    fail_rank = -1;
+    CHECK_RC(ctx, rc, DCP_EIO);
+    CHECK_MSG(ctx, "replication of step 6");
+    CHECK(exists(t0, 6, ".metadata") && !has_replica(6));
+    /* B0 kept step 5 (keep_last0 1: the newest replicated) and its
+     * replica of B1's file (B1's step 5 holds its own file only: the
+     * restore copied what its rank reads). */
+    if (mt_rank == 0)
+        CHECK(exists(t0, 5, ".metadata") && has_replica(5));
+    rm_node("B1");
+    st = make_state(0, 0);
+    CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
+    CHECK(s == 5 && tier == 0 && holds(st, 5));
+    dcp_state_free(st);
+    dcp_tier_free(t);
+
+    /* 6. dcp_tier_free with a replication in flight, sync and tier0_async:
+     * it lands (renamed on both nodes, no temporary left). */
+    for (int a = 0; a <= 1; a++) {
+        int64_t k = 7 + a;
+        async0 = a;
+        t = mk(ctx, DCP_TIER_WAIT, 0);
+        async0 = 0;
+        st = make_state(k, 1);
+        bg_pieces = 0;
+        CHECK_OK(ctx, dcp_tier_save(t, st, k, NULL));
+        CHECK(bg_pieces == 0);
+        dcp_state_free(st);
+        dcp_tier_free(t);
+        MPI_Barrier(MPI_COMM_WORLD);
+        CHECK(bg_pieces > 2 && has_replica(k) && count_tmp(t0) == 0);
+    }
+    dcp__tier_set_replica_hook(NULL, NULL);
     dcp__tier_set_replica_piece(0);
 }
 
@@ -984,18 +1192,21 @@ static void test_rkill(void)
     victim = (int)kill_victim;
     dcp__tier_set_replica_hook(rkill_hook, NULL);
     st = make_state(2, 1);
-    CHECK_OK(ctx, dcp_tier_save(t, st, 2, NULL)); /* the victim dies */
+    /* The save returns before its replicas land; the replication runs to
+     * its end in the next collective call, here dcp_tier_free, where the
+     * victim dies. */
+    CHECK_OK(ctx, dcp_tier_save(t, st, 2, NULL));
+    dcp_state_free(st);
+    dcp_tier_free(t); /* the victim dies */
     dcp__tier_set_replica_hook(NULL, NULL);
     victim = -1;
-    dcp_state_free(st);
-    dcp_tier_free(t);
 }
 
 /* The temporaries ("*.tmp") in the step directories of a node's. */
 static int count_tmp(const char *nodedir)
 {
     int n = 0;
-    for (int64_t s = 0; s < 8; s++) {
+    for (int64_t s = 0; s < 16; s++) {
         char p[1024];
         DIR *d;
         struct dirent *de;
@@ -1120,7 +1331,8 @@ static void test_peerslost(void)
  *   spread     step 2 committed in tier 0, `.metadata` in n0's only
  *   replicate  (replicas 1) `.metadata` in every node, no replica sent
  * or of its drain:
- *   start      step 2 committed in tier 0 and replicated, drain not started
+ *   start      step 2 committed in tier 0, its replication begun (it ends
+ *              at the next collective call), drain not started
  *   data0      before the first chunk of the victim's data file
  *   data1      mid-copy: before its second chunk (64 KiB copied)
  *   prune0     the node's data copied, before the tier-0 retention
@@ -1189,11 +1401,22 @@ static void test_dcheck(void)
         rm_node("n1");
     int committed = dk_victim == 0 && (strcmp(dk_phase, "committed") == 0 ||
                                        strcmp(dk_phase, "prune1") == 0);
-    int saving =
-        strcmp(dk_phase, "spread") == 0 || strcmp(dk_phase, "replicate") == 0;
+    /* Killed before step 2's replication began or ended (its save, the
+     * drain's start: the save returns before its replicas land, which
+     * end at the next collective call, here drain_wait's start): */
+    int saving = strcmp(dk_phase, "spread") == 0 ||
+                 strcmp(dk_phase, "replicate") == 0 ||
+                 strcmp(dk_phase, "start") == 0;
+    /* Killed on the drain thread while the caller's thread may be ending
+     * step 2's replication: the survivor renamed its replica, or not. */
+    int racing =
+        dk_rep > 0 && one &&
+        (strcmp(dk_phase, "data0") == 0 || strcmp(dk_phase, "data1") == 0 ||
+         strcmp(dk_phase, "prune0") == 0);
     int from0 = !one && !all ? 1 : one && dk_rep > 0;
     /* Killed in the save: a lost node's files of step 2 are on no other
-     * node, step 1 (replicated, drained) is the newest complete. */
+     * node, step 1 (replicated, drained; tier-0 retention keeps the newest
+     * replicated step beside keep_last0) is the newest complete. */
     int64_t want = committed || (from0 && !(saving && one)) ? 2 : 1;
     nrep = (uint32_t)dk_rep;
     keep0 = keep1 = 1;
@@ -1209,7 +1432,7 @@ static void test_dcheck(void)
     int tier = -1;
     CHECK_OK(ctx, dcp_tier_restore(t, st, NULL, &s, &tier));
     CHECK(mt_same((int)s) && mt_same(tier));
-    CHECK(s == want && tier == (from0 ? 0 : 1));
+    CHECK((s == want || (racing && s == 1)) && tier == (from0 ? 0 : 1));
     CHECK(holds(st, s));
     dcp_state_free(st);
     if (mt_rank == 0)
@@ -1255,13 +1478,14 @@ int main(int argc, char **argv)
         (strcmp(argv[1], "dkill") == 0 && argc != 6) ||
         (strcmp(argv[1], "dcheck") == 0 && argc != 7)) {
         if (mt_rank == 0)
-            fprintf(stderr, "usage: mpi_tier save|restart|lost|killcheck|"
-                            "interop|peers|peers2|peerslost DIR | kill|rkill "
-                            "DIR VICTIM K | "
-                            "rkillcheck DIR VICTIM | "
-                            "dkill DIR REPLICAS PHASE VICTIM | "
-                            "dcheck DIR REPLICAS PHASE VICTIM none|one|all | "
-                            "s3 DIR S3URL\n");
+            fprintf(stderr,
+                    "usage: mpi_tier save|restart|lost|killcheck|"
+                    "interop|peers|peers2|peerslost|bgrepl DIR | kill|rkill "
+                    "DIR VICTIM K | "
+                    "rkillcheck DIR VICTIM | "
+                    "dkill DIR REPLICAS PHASE VICTIM | "
+                    "dcheck DIR REPLICAS PHASE VICTIM none|one|all | "
+                    "s3 DIR S3URL\n");
         MPI_Finalize();
         return 2;
     }
@@ -1273,7 +1497,8 @@ int main(int argc, char **argv)
         node = mt_rank < 2 ? 0 : 1;
     else if (strcmp(mode, "lost") == 0)
         node = 0;
-    else if (strcmp(mode, "peers") == 0 || strcmp(mode, "peerslost") == 0)
+    else if (strcmp(mode, "peers") == 0 || strcmp(mode, "peerslost") == 0 ||
+             strcmp(mode, "bgrepl") == 0)
         node = mt_rank;
     else if (strcmp(mode, "peers2") == 0)
         node = mt_rank ? 3 : 1;
@@ -1298,7 +1523,7 @@ int main(int argc, char **argv)
     if ((strcmp(mode, "save") == 0 || strcmp(mode, "kill") == 0 ||
          strcmp(mode, "peers") == 0 || strcmp(mode, "rkill") == 0 ||
          strcmp(mode, "interop") == 0 || strcmp(mode, "s3") == 0 ||
-         strcmp(mode, "dkill") == 0) &&
+         strcmp(mode, "dkill") == 0 || strcmp(mode, "bgrepl") == 0) &&
         mt_rank == 0) {
         char cmd[600];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -1317,6 +1542,8 @@ int main(int argc, char **argv)
         snprintf(t0, sizeof t0, "%s/P%d", dir, node);
     if (strncmp(mode, "rkill", 5) == 0)
         snprintf(t0, sizeof t0, "%s/R%d", dir, node);
+    if (strcmp(mode, "bgrepl") == 0)
+        snprintf(t0, sizeof t0, "%s/B%d", dir, node);
     snprintf(t1, sizeof t1, "%s/t1", dir);
     if (strcmp(mode, "s3") == 0 && argc == 4)
         snprintf(t1, sizeof t1, "%s", argv[3]);
@@ -1350,6 +1577,8 @@ int main(int argc, char **argv)
         RUN(peers_async);
     } else if (strcmp(mode, "peerslost") == 0) {
         RUN(peerslost);
+    } else if (strcmp(mode, "bgrepl") == 0) {
+        RUN(bgrepl);
     } else if (strcmp(mode, "rkill") == 0) {
         RUN(rkill);
     } else if (strcmp(mode, "rkillcheck") == 0) {

@@ -6,7 +6,8 @@
 #   spread    step 2 committed in tier 0, its .metadata in n0 only
 #   replicate (replicas 1) .metadata in both nodes, no replica sent
 # or in its drain:
-#   start     step 2 committed in tier 0 (and replicated), drain not started
+#   start     step 2 committed in tier 0, its replication begun (replicas
+#             land at the next collective call), drain not started
 #   data0     before the victim's first chunk to tier 1
 #   data1     mid-copy: before its second chunk
 #   prune0    the node's files copied, before the tier-0 retention
