@@ -314,24 +314,25 @@ def async_save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = No
     prev = _AsyncState.thread
     if prev is not None:
         prev.join()
-    with sigint_deferred():  # the collective planning and staging end alike
+    with sigint_deferred():  # planning and staging end alike; the commit
+        # thread is started before a deferred KeyboardInterrupt is raised
         ctx = _context(process_group, no_dist, "async", staging_budget=staging_budget)
         entries, keep = _entries_agreed(state_dict, process_group, no_dist)
         req = ctx.save(entries, path, _SAVE_ZSTD if zstd else 0, not sync_files, True)
         del keep  # staged: the caller may change its tensors now
-    fut: Future = Future()
+        fut: Future = Future()
 
-    def finish():
-        try:
-            req.wait()
-        except BaseException as e:  # reaches future.result()
-            fut.set_exception(e)
-        else:
-            fut.set_result(None)
+        def finish():
+            try:
+                req.wait()
+            except BaseException as e:  # reaches future.result()
+                fut.set_exception(e)
+            else:
+                fut.set_result(None)
 
-    th = threading.Thread(target=finish, name="dcp_torch-async-commit", daemon=True)
-    _AsyncState.thread = th
-    th.start()
+        th = threading.Thread(target=finish, name="dcp_torch-async-commit", daemon=True)
+        _AsyncState.thread = th
+        th.start()
     return fut
 
 
