@@ -153,7 +153,7 @@ test:
 asan-build: deps
 	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug \
 	  -DCMAKE_C_COMPILER=$(ASAN_CC) -DDCP_SANITIZE=address,undefined \
-	  -DDCP_BUILD_PYTHON=OFF $(CONFIGURE_COMMON)
+	  $(CONFIGURE_COMMON)
 	$(CMAKE) --build build-asan -j$(NPROC)
 
 asan: asan-build

@@ -75,12 +75,16 @@ static PyObject *set_error_factory(PyObject *self, PyObject *fn)
  * the thread that called dcp_save / dcp_load / dcp_request_wait, with the
  * GIL released: each takes the GIL for the Python call. A Python
  * exception is a transport failure (DCP_EIO; a timeout DCP_ETIMEOUT),
- * its text kept for the error raised afterwards.
+ * its text kept for the error raised afterwards. One that is not an
+ * Exception (KeyboardInterrupt from a signal handler run during the
+ * collective's Python code, SystemExit) is kept itself and raised instead
+ * of dcp's error when the engine's call returns: never swallowed.
  */
 struct tcomm {
     PyObject *py;
     int size;
     char err[512];
+    PyObject *exc_type, *exc_val, *exc_tb; /* kept BaseException */
 };
 
 struct treq {
@@ -105,10 +109,30 @@ static int tc_fail(struct tcomm *c, const char *op)
     (void)snprintf(c->err, sizeof(c->err), "torch.distributed %s failed: %s",
                    op, msg ? msg : "(no message)");
     Py_XDECREF(str);
+    if (type && !PyErr_GivenExceptionMatches(type, PyExc_Exception) &&
+        !c->exc_type) {
+        c->exc_type = type; /* raised after the call (tc_reraise) */
+        c->exc_val = val;
+        c->exc_tb = tb;
+        return rc;
+    }
     Py_XDECREF(type);
     Py_XDECREF(val);
     Py_XDECREF(tb);
     return rc;
+}
+
+/* The BaseException a collective's Python code raised (tc_fail), set as
+ * the current exception: 1, or 0 when there is none. Clears the
+ * communicator's message too (the exception replaces dcp's error). */
+static int tc_reraise(struct tcomm *c)
+{
+    if (!c || !c->exc_type)
+        return 0;
+    PyErr_Restore(c->exc_type, c->exc_val, c->exc_tb);
+    c->exc_type = c->exc_val = c->exc_tb = NULL;
+    c->err[0] = '\0';
+    return 1;
 }
 
 /* Copies bytes object r (exactly len bytes) into buf. */
@@ -270,6 +294,9 @@ static void tc_destroy(void *impl)
     struct tcomm *c = impl;
     PyGILState_STATE g = PyGILState_Ensure();
     Py_XDECREF(c->py);
+    Py_XDECREF(c->exc_type);
+    Py_XDECREF(c->exc_val);
+    Py_XDECREF(c->exc_tb);
     PyGILState_Release(g);
     free(c);
 }
@@ -405,6 +432,8 @@ static void ctx_leave(CtxObject *c)
  * lock: call before ctx_leave), with the communicator's failure if any. */
 static PyObject *ctx_raise(CtxObject *c, int code)
 {
+    if (tc_reraise(c->tc))
+        return NULL;
     if (c->tc && c->tc->err[0]) {
         char msg[1536];
         (void)snprintf(msg, sizeof(msg), "%s (%s)", dcp_errmsg(c->ctx),
@@ -417,13 +446,16 @@ static PyObject *ctx_raise(CtxObject *c, int code)
 
 /* After a call into libdcp under the context's lock: releases the lock,
  * raising the context's error first when rc is not DCP_OK (its message is
- * read under the lock). Returns 0, or -1 with the exception set. */
+ * read under the lock), or the BaseException a collective's Python code
+ * raised even when the call succeeded (a KeyboardInterrupt is never
+ * lost). Returns 0, or -1 with the exception set. */
 static int ctx_done(CtxObject *c, int rc)
 {
-    if (rc != DCP_OK)
+    int failed = rc != DCP_OK || (c->tc && c->tc->exc_type);
+    if (failed)
         ctx_raise(c, rc);
     ctx_leave(c);
-    return rc == DCP_OK ? 0 : -1;
+    return failed ? -1 : 0;
 }
 
 static PyObject *Ctx_new(PyTypeObject *type, PyObject *args, PyObject *kw)
@@ -1812,6 +1844,12 @@ static PyObject *Req_wait(PyObject *self, PyObject *unused)
     Py_BEGIN_ALLOW_THREADS
     rc = dcp_request_wait(r->req);
     Py_END_ALLOW_THREADS
+    if (rc != DCP_OK && tc_reraise(r->c->tc)) {
+        dcp_request_free(r->req);
+        r->req = NULL;
+        ctx_leave(r->c);
+        return NULL;
+    }
     if (rc != DCP_OK) {
         (void)snprintf(msg, sizeof(msg), "%s%s%s",
                        dcp_request_errmsg(r->req),

@@ -3,9 +3,11 @@ torch types the metadata is built of, dtype codes, default contexts."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import threading
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch.distributed.checkpoint.filesystem import _StorageInfo
@@ -141,3 +143,39 @@ def weights_only_value(md: Any, k: int, fqn: str, cause: Exception) -> Any:
         f"{msg}; the value '{fqn}' holds objects dcp's restricted decoder and torch's "
         "weights_only loader refuse (unpickle it yourself, as torch's FileSystemReader "
         "does, only for a checkpoint you trust)") from None
+
+
+@contextlib.contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """A SIGINT that arrives inside the block is acted on when the block
+    ends (its handler, by default KeyboardInterrupt, runs then; chained to
+    the block's own exception if it raised one); a second SIGINT inside
+    the block runs the handler at once. So that a collective save or load
+    ends alike on every rank: the engine's collectives call Python
+    (_comm.TorchComm), where a KeyboardInterrupt raised on one rank would
+    fail its part of a collective the other ranks still wait in. Only on
+    the main thread (the only one that runs Python signal handlers) and
+    only when SIGINT has a Python handler (SIG_DFL and SIG_IGN stay)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = signal.getsignal(signal.SIGINT)
+    if not callable(handler):
+        yield
+        return
+    frames: list = []
+
+    def record(signum, frame):
+        if frames:
+            handler(signum, frame)  # the second one: at once
+        frames.append(frame)
+
+    signal.signal(signal.SIGINT, record)
+    try:
+        yield
+    finally:
+        # signal.signal runs the handlers of signals already pending first
+        # (recorded here), then puts the caller's back
+        signal.signal(signal.SIGINT, handler)
+        if frames:
+            handler(signal.SIGINT, frames[0])

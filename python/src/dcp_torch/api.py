@@ -29,7 +29,8 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from . import _C
 from ._comm import TorchComm
-from ._engine import fspath, host_tensor, make_context, tensor_code, weights_only_value
+from ._engine import (fspath, host_tensor, make_context, sigint_deferred, tensor_code,
+                      weights_only_value)
 from ._errors import InvalidArgumentError, LimitError, NotSupportedError, UnsafeError
 
 __all__ = ["save", "load", "async_save", "save_state_dict", "load_state_dict"]
@@ -361,10 +362,11 @@ def save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
     if checkpoint_id is None:
         raise InvalidArgumentError("dcp_torch.save: checkpoint_id is required")
     path = fspath(checkpoint_id)
-    ctx = _context(process_group, no_dist, io_depth=io_depth, direct=direct)
-    entries, keep = _entries_agreed(state_dict, process_group, no_dist, rename, skip)
-    ctx.save(entries, path, _SAVE_ZSTD if zstd else 0, not sync_files, False)
-    del keep
+    with sigint_deferred():  # every rank runs the save to its end alike
+        ctx = _context(process_group, no_dist, io_depth=io_depth, direct=direct)
+        entries, keep = _entries_agreed(state_dict, process_group, no_dist, rename, skip)
+        ctx.save(entries, path, _SAVE_ZSTD if zstd else 0, not sync_files, False)
+        del keep
     from ._metadata import read_metadata
     return read_metadata(path)
 
@@ -400,23 +402,25 @@ def async_save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = No
     prev = _AsyncState.thread
     if prev is not None:
         prev.join()
-    ctx = _context(process_group, no_dist, "async", staging_budget=staging_budget)
-    entries, keep = _entries_agreed(state_dict, process_group, no_dist, rename, skip)
-    req = ctx.save(entries, path, _SAVE_ZSTD if zstd else 0, not sync_files, True)
-    del keep  # staged: the caller may change its tensors now
-    fut: Future = Future()
+    with sigint_deferred():  # planning and staging end alike; the commit
+        # thread is started before a deferred KeyboardInterrupt is raised
+        ctx = _context(process_group, no_dist, "async", staging_budget=staging_budget)
+        entries, keep = _entries_agreed(state_dict, process_group, no_dist, rename, skip)
+        req = ctx.save(entries, path, _SAVE_ZSTD if zstd else 0, not sync_files, True)
+        del keep  # staged: the caller may change its tensors now
+        fut: Future = Future()
 
-    def finish():
-        try:
-            req.wait()
-        except BaseException as e:  # reaches future.result()
-            fut.set_exception(e)
-        else:
-            fut.set_result(None)
+        def finish():
+            try:
+                req.wait()
+            except BaseException as e:  # reaches future.result()
+                fut.set_exception(e)
+            else:
+                fut.set_result(None)
 
-    th = threading.Thread(target=finish, name="dcp_torch-async-commit", daemon=True)
-    _AsyncState.thread = th
-    th.start()
+        th = threading.Thread(target=finish, name="dcp_torch-async-commit", daemon=True)
+        _AsyncState.thread = th
+        th.start()
     return fut
 
 
@@ -449,7 +453,13 @@ def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
                          planner=planner, process_group=process_group, no_dist=no_dist)
     if checkpoint_id is None:
         raise InvalidArgumentError("dcp_torch.load: checkpoint_id is required")
-    path = fspath(checkpoint_id)
+    with sigint_deferred():  # every rank runs the load to its end alike
+        _load(state_dict, fspath(checkpoint_id), process_group, no_dist, verify, read_once, cast,
+              rename, skip)
+
+
+def _load(state_dict: dict, path: str, process_group, no_dist: bool, verify: bool,
+          read_once: bool, cast: bool, rename, skip) -> None:
     ctx = _context(process_group, no_dist)
     statefuls = {k: v for k, v in state_dict.items() if isinstance(v, Stateful)}
     err, entries, copies, resolved, mappings, back, used = None, [], [], {}, {}, {}, {}

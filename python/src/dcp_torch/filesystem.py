@@ -280,6 +280,17 @@ class FileSystemWriter(_Engine, StorageWriter, BlockingAsyncStager):
         return out
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        # Any failure here, a KeyboardInterrupt raised when the engine's
+        # call returns included, ends the save: torch then raises without
+        # calling finish, so the coordinator releases the lock now (the
+        # next save, with this writer or a new one, must not find it).
+        try:
+            return self._write_data(plan, planner)
+        except BaseException:
+            self._drop_part()
+            raise
+
+    def _write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         sp = plan.storage_data
         if not isinstance(sp, _DcpStoragePrefix):
             raise InvalidArgumentError(
@@ -326,6 +337,13 @@ class FileSystemWriter(_Engine, StorageWriter, BlockingAsyncStager):
             raise InvalidArgumentError(
                 "dcp_torch.FileSystemWriter.finish: no save in progress (prepare_global_plan "
                 "did not run on this rank)")
+        try:
+            self._finish(metadata, results)
+        except BaseException:
+            self._drop_part()  # not committed: the lock released (as write_data)
+            raise
+
+    def _finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         metadata.version = _CURRENT_DCP_VERSION
         storage_md = {}
         for wr_list in results:
