@@ -89,8 +89,6 @@ def io_bench(cfg, op, path, runs):
 # ---------------------------------------------------------------- the ranks
 
 def rank_main(rank, cfg):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(cfg["port"])
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as tdcp
@@ -102,7 +100,9 @@ def rank_main(rank, cfg):
 
     torch.set_num_threads(1)
     world = cfg["world"]
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # a rendezvous file, not a port (a free port races with other processes)
+    dist.init_process_group("gloo", init_method="file://" + cfg["store"], rank=rank,
+                            world_size=world)
     mesh = init_device_mesh("cpu", (world,))
     params = tdb.gpt2_params(*cfg["gpt2"]) if cfg["gpt2"] else tdb.gpt2_params()
     sd, total = tdb.build(params, mesh, rank, world, fill=True)
@@ -436,7 +436,7 @@ def run_ranks(world, runs, dirs, gpt2, tmp, build, scale, prof):
     import torch.multiprocessing as mp
     result = os.path.join(tmp, "ranks.json")
     cfg = {"world": world, "runs": runs, "dirs": dirs, "gpt2": gpt2, "build": build,
-           "scale": scale, "profile": prof, "port": drop.free_port(), "result": result}
+           "scale": scale, "profile": prof, "store": os.path.join(tmp, "store"), "result": result}
     mp.spawn(rank_main, args=(cfg,), nprocs=world, join=True)
     with open(result) as f:
         return json.load(f)

@@ -1,11 +1,18 @@
 """Shared helpers of dcp_torch's tests: real torch process groups (gloo
-ranks on loopback) started with torch.multiprocessing."""
+ranks on loopback) started with torch.multiprocessing. The ranks meet
+through a file (torch's FileStore) in a fresh directory, not a TCP port:
+a port found free and then bound by the store races with every other
+process on the machine (ctest runs suites side by side; gloo's own
+connections take ephemeral ports), which failed a tutorial run with
+EADDRINUSE."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import traceback
 
 import pytest
@@ -20,12 +27,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(rank: int, world: int, port: int, fn, args, errq) -> None:
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
+def _entry(rank: int, world: int, store: str, fn, args, errq) -> None:
     torch.set_num_threads(1)
     try:
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
         fn(rank, world, *args)
         dist.barrier()
     except BaseException:
@@ -41,8 +46,9 @@ def run_ranks(world: int, fn, *args, timeout: float = 300) -> None:
     failing rank's traceback."""
     ctx = mp.get_context("spawn")
     errq = ctx.SimpleQueue()
-    port = free_port()
-    procs = [ctx.Process(target=_entry, args=(r, world, port, fn, args, errq))
+    rdzv = tempfile.mkdtemp(prefix="dcp_torch_rdzv_")
+    store = os.path.join(rdzv, "store")
+    procs = [ctx.Process(target=_entry, args=(r, world, store, fn, args, errq))
              for r in range(world)]
     for p in procs:
         p.start()
@@ -51,6 +57,7 @@ def run_ranks(world: int, fn, *args, timeout: float = 300) -> None:
     for p in procs:
         if p.is_alive():
             p.kill()
+    shutil.rmtree(rdzv, ignore_errors=True)
     errs = []
     while not errq.empty():
         errs.append(errq.get())

@@ -1,10 +1,12 @@
 """What the three tutorial programs share: process groups on CPU (gloo,
-a free loopback port), the module standing in for
+a rendezvous file), the module standing in for
 torch.distributed.checkpoint (dcp_torch, or torch's own with --lib torch),
 and the full-state reference each run compares against."""
 
+import atexit
 import os
-import socket
+import shutil
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -18,17 +20,20 @@ import torch.distributed as dist
 import dcp_torch._exit  # noqa: E402,F401
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def rendezvous() -> str:
+    """Where the ranks of one mp.spawn meet: a file in a fresh directory
+    (torch's FileStore; removed at exit). Not a TCP port: a port found free
+    and then bound races with every other process on the machine, the test
+    suites beside this run and gloo's own connections (EADDRINUSE)."""
+    d = tempfile.mkdtemp(prefix="dcp_tutorial_")
+    atexit.register(shutil.rmtree, d, True)
+    return os.path.join(d, "store")
 
 
-def setup(rank: int, world_size: int, port: int) -> None:
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
+def setup(rank: int, world_size: int, store: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                            world_size=world_size)
 
 
 def cleanup() -> None:

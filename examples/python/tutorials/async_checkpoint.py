@@ -25,7 +25,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from torch.distributed.fsdp import fully_shard
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import assert_equal_states, checkpoint_module, cleanup, free_port, full_state, setup  # noqa: E402
+from _common import assert_equal_states, checkpoint_module, cleanup, rendezvous, full_state, setup  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
@@ -62,8 +62,8 @@ def make(seed):
     return model, torch.optim.Adam(model.parameters(), lr=0.1)
 
 
-def run_train(rank, world_size, port, args):
-    setup(rank, world_size, port)
+def run_train(rank, world_size, store, args):
+    setup(rank, world_size, store)
     dcp = checkpoint_module(args.save_lib)
     model, optimizer = make(0)
     loss_fn = nn.MSELoss()
@@ -89,8 +89,8 @@ def run_train(rank, world_size, port, args):
     cleanup()
 
 
-def run_resume(rank, world_size, port, args):
-    setup(rank, world_size, port)
+def run_resume(rank, world_size, store, args):
+    setup(rank, world_size, store)
     dcp = checkpoint_module(args.load_lib)
     model, optimizer = make(7)
     torch.manual_seed(3)
@@ -115,8 +115,8 @@ def main():
     p.add_argument("--save-lib", choices=("dcp", "torch"), default="dcp")
     p.add_argument("--load-lib", choices=("dcp", "torch"), default="dcp")
     args = p.parse_args()
-    mp.spawn(run_train, args=(args.ranks, free_port(), args), nprocs=args.ranks, join=True)
-    mp.spawn(run_resume, args=(args.resume_ranks, free_port(), args), nprocs=args.resume_ranks,
+    mp.spawn(run_train, args=(args.ranks, rendezvous(), args), nprocs=args.ranks, join=True)
+    mp.spawn(run_resume, args=(args.resume_ranks, rendezvous(), args), nprocs=args.resume_ranks,
              join=True)
 
 

@@ -23,7 +23,7 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.fully_sharded_data_parallel import StateDictType
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import checkpoint_module, cleanup, free_port, setup  # noqa: E402
+from _common import checkpoint_module, cleanup, rendezvous, setup  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
@@ -48,8 +48,8 @@ def print_params(stage, model_1, model_2, optim_1, optim_2):
     return same
 
 
-def run(rank, world_size, port, args):
-    setup(rank, world_size, port)
+def run(rank, world_size, store, args):
+    setup(rank, world_size, store)
     save_cp = checkpoint_module(args.save_lib)
     load_cp = checkpoint_module(args.load_lib)
     model_1, optim_1 = init_model(0)
@@ -84,7 +84,7 @@ def main():
     p.add_argument("--save-lib", choices=("dcp", "torch"), default="dcp")
     p.add_argument("--load-lib", choices=("dcp", "torch"), default="dcp")
     args = p.parse_args()
-    mp.spawn(run, args=(args.ranks, free_port(), args), nprocs=args.ranks, join=True)
+    mp.spawn(run, args=(args.ranks, rendezvous(), args), nprocs=args.ranks, join=True)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.checkpoint.stateful import Stateful
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
-from _common import assert_equal_states, checkpoint_module, cleanup, free_port, full_state, setup  # noqa: E402
+from _common import assert_equal_states, checkpoint_module, cleanup, rendezvous, full_state, setup  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
@@ -74,8 +74,8 @@ def train_step(model, optimizer, seed):
     optimizer.step()
 
 
-def run_save(rank, world_size, port, args):
-    setup(rank, world_size, port)
+def run_save(rank, world_size, store, args):
+    setup(rank, world_size, store)
     dcp = checkpoint_module(args.save_lib)
     torch.manual_seed(0)
     model = wrap(ToyModel(), args.fsdp)
@@ -89,8 +89,8 @@ def run_save(rank, world_size, port, args):
     cleanup()
 
 
-def run_load(rank, world_size, port, args):
-    setup(rank, world_size, port)
+def run_load(rank, world_size, store, args):
+    setup(rank, world_size, store)
     dcp = checkpoint_module(args.load_lib)
     torch.manual_seed(1)  # other weights: the load must replace them
     model = wrap(ToyModel(), args.fsdp)
@@ -117,8 +117,8 @@ def main():
     p.add_argument("--skip-save", action="store_true")
     args = p.parse_args()
     if not args.skip_save:
-        mp.spawn(run_save, args=(args.save_ranks, free_port(), args), nprocs=args.save_ranks, join=True)
-    mp.spawn(run_load, args=(args.load_ranks, free_port(), args), nprocs=args.load_ranks, join=True)
+        mp.spawn(run_save, args=(args.save_ranks, rendezvous(), args), nprocs=args.save_ranks, join=True)
+    mp.spawn(run_load, args=(args.load_ranks, rendezvous(), args), nprocs=args.load_ranks, join=True)
 
 
 if __name__ == "__main__":

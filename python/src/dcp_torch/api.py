@@ -27,7 +27,6 @@ from torch.distributed.checkpoint._nested_dict import flatten_state_dict
 from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.stateful import Stateful
 
-from . import _C
 from ._comm import TorchComm
 from ._engine import (fspath, host_tensor, make_context, sigint_deferred, tensor_code,
                       weights_only_value)

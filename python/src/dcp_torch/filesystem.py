@@ -34,7 +34,7 @@ from typing import Any, Sequence
 import torch
 from torch.futures import Future
 from torch.distributed.checkpoint.filesystem import SerializationFormat, _StorageInfo
-from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex, StorageMeta
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import (
     LoadItemType,
     LoadPlan,
@@ -461,7 +461,7 @@ class FileSystemReader(_Engine, StorageReader):
         return plans
 
     def _entry(self, fqn: str) -> int:
-        md = self._meta()
+        self._meta()  # the index of the keys, read once
         k = self._index.get(fqn)
         if k is None:
             from ._errors import KeyMismatchError
