@@ -275,6 +275,7 @@ class _KeyMap:
             skip = frozenset(skip)
         self.rename, self.skip = rename, skip
         self.on = rename is not None or skip is not None
+        self._claimed: dict = {}
 
     def stored(self, key: str):
         """The stored key of key, or None when it is skipped."""
@@ -289,6 +290,21 @@ class _KeyMap:
             raise InvalidArgumentError(f"rename: '{key}' renamed to {new!r}, not a non-empty str")
         return new
 
+    def path(self, key: str, mappings: dict, verb: str):
+        """The entry path of key: (stored key,) when renamed, torch's own
+        path otherwise; None when skipped. Two keys onto one stored key:
+        InvalidArgumentError ("rename: 'a' and 'b' both <verb> 'c'")."""
+        if self.on:
+            stored = self.stored(key)
+            if stored is None:
+                return None
+            other = self._claimed.setdefault(stored, key)
+            if other != key:
+                raise InvalidArgumentError(f"rename: '{other}' and '{key}' both {verb} '{stored}'")
+            if stored != key:
+                return (stored,)
+        return tuple(mappings.get(key, (key,)))
+
 
 _NO_KEYMAP = _KeyMap()
 
@@ -296,24 +312,10 @@ _NO_KEYMAP = _KeyMap()
 def _entries_save(state_dict: dict, keymap: _KeyMap = _NO_KEYMAP):
     flat, mappings = _flatten(_resolve_stateful(state_dict))
     entries, keep = [], []
-    seen = {}
     for key, v in flat.items():
-        path = None
-        orig = key
-        if keymap.on:
-            stored = keymap.stored(key)
-            if stored is None:
-                continue
-            if stored != key:
-                path, key = (stored,), stored
-        if key in seen:
-            if seen[key] != orig or orig != key:
-                raise InvalidArgumentError(f"'{key}': both '{seen[key]}' and '{orig}' would be saved "
-                                           "under this key (rename)")
-            raise InvalidArgumentError(f"'{key}': two entries flatten to this key")
-        seen[key] = orig
+        path = keymap.path(key, mappings, "would be saved as")
         if path is None:
-            path = tuple(mappings.get(key, (key,)))
+            continue
         if isinstance(v, torch.Tensor):
             shape, boxes = _boxes(v, key)
             for off, size, local in boxes:
@@ -461,25 +463,17 @@ def _load(state_dict: dict, path: str, process_group, no_dist: bool, verify: boo
           read_once: bool, cast: bool, rename, skip) -> None:
     ctx = _context(process_group, no_dist)
     statefuls = {k: v for k, v in state_dict.items() if isinstance(v, Stateful)}
-    err, entries, copies, resolved, mappings, back, used = None, [], [], {}, {}, {}, {}
+    err, entries, copies, resolved, mappings, back = None, [], [], {}, {}, {}
     try:
         keymap = _KeyMap(rename, skip)
         resolved = _resolve_stateful(state_dict)
         flat, mappings = _flatten(resolved)
         for key, v in flat.items():
-            path_t = None
-            if keymap.on:
-                stored = keymap.stored(key)
-                if stored is None:
-                    continue
-                if stored in used:
-                    raise InvalidArgumentError(f"rename: '{used[stored]}' and '{key}' both load "
-                                               f"'{stored}'")
-                used[stored] = key
-                if stored != key:
-                    path_t, back[stored] = (stored,), key
+            path_t = keymap.path(key, mappings, "load")
             if path_t is None:
-                path_t = tuple(mappings.get(key, (key,)))
+                continue
+            if keymap.on:
+                back[_ckey(path_t)] = key  # the engine names values by stored key
             if isinstance(v, torch.Tensor):
                 shape, boxes = _boxes(v, key)
                 for off, size, local in boxes:
