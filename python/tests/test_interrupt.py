@@ -219,3 +219,54 @@ def test_base_exception_in_collective_raised_not_swallowed(tmp_path, exc):
     with pytest.raises(dcp_torch.StorageIOError) as ei:
         ctx.save([entry], str(tmp_path / "c"), 0, True, False)
     assert f"failed: {comm.calls[0]})" in str(ei.value)
+
+
+def _manager_body(rank, world, root):
+    """CheckpointManager.save with a SIGINT to rank 0 alone while it
+    writes: every rank runs the save to its end, rank 0 raises
+    KeyboardInterrupt then, the step is committed, the manager goes on."""
+    with dcp_torch.CheckpointManager(root, keep_last=2) as m:
+        m.save(state(1, rank), 1)
+        step_dir = m.path(2)
+        before = set()
+        main = threading.main_thread().ident
+        sent: list[float] = []
+
+        def killer():
+            while not (os.path.isdir(step_dir) and any(
+                    n.startswith(f"__{rank}_") and n not in before for n in os.listdir(step_dir))):
+                time.sleep(0.0005)
+            sent.append(time.monotonic())
+            signal.pthread_kill(main, signal.SIGINT)
+
+        raised = None
+        th = threading.Thread(target=killer, daemon=True) if rank == 0 else None
+        try:
+            try:
+                if th:
+                    th.start()
+                m.save(state(2, rank), 2)
+            finally:
+                if th:
+                    th.join()
+                    time.sleep(0.05)
+        except BaseException as e:  # noqa: BLE001 - checked below
+            raised = e
+        if rank == 0:
+            assert sent and type(raised) is KeyboardInterrupt, repr(raised)
+        else:
+            assert raised is None, repr(raised)
+        assert m.latest() == 2
+        want = state(2, rank)
+        got = {k: torch.zeros_like(v) for k, v in want.items()}
+        assert m.load_latest(got) == 2
+        assert all(torch.equal(got[k], want[k]) for k in want)
+        m.save(state(3, rank), 3)
+        assert m.latest() == 3
+    dist.barrier()
+    assert sorted(os.listdir(root)) == ["step-2", "step-3"]
+
+
+def test_sigint_mid_manager_save(tmp_path):
+    """dcp_torch.CheckpointManager holds SIGINT as save and load do."""
+    run_ranks(2, _manager_body, str(tmp_path / "root"), timeout=240)

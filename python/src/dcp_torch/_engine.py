@@ -81,6 +81,62 @@ def host_tensor(t: Any, key: str) -> torch.Tensor:
     return t.contiguous()
 
 
+MEM_HOST, MEM_CUDA = 0, 1  # dcp_mem
+
+
+def dcp_direct(t: torch.Tensor) -> bool:
+    """Whether dcp reads or fills t's own memory: dense, C-contiguous, no
+    lazy conjugate or negation bit."""
+    return (t.layout == torch.strided and t.is_contiguous() and not t.is_conj()
+            and not t.is_neg() and not getattr(t, "is_nested", False))
+
+
+_cudart = [False]  # DCP_CUDART pointed at torch's libcudart already
+
+
+def _use_torch_cudart() -> None:
+    """dcp opens libcudart itself (dlopen, DCP_CUDART or the usual names):
+    pointed at the copy torch loaded (found in /proc/self/maps), unless the
+    environment names one, so that both use one runtime."""
+    if _cudart[0]:
+        return
+    _cudart[0] = True
+    if os.environ.get("DCP_CUDART"):
+        return
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                p = line.rstrip("\n").split(None, 5)
+                if len(p) == 6 and "/libcudart.so" in p[5]:
+                    os.environ["DCP_CUDART"] = p[5]
+                    return
+    except OSError:
+        pass
+
+
+def cuda_ready(devices) -> None:
+    """Before dcp reads or fills CUDA tensors of these devices: the work
+    queued on torch's current stream of each is finished (dcp copies on
+    the legacy default stream, which does not wait for torch's streams)."""
+    if not devices:
+        return
+    _use_torch_cudart()
+    for d in devices:
+        torch.cuda.current_stream(d).synchronize()
+
+
+def box_source(t: torch.Tensor, key: str) -> tuple[torch.Tensor, int]:
+    """(tensor, dcp_mem) a tensor box is saved from: a dense contiguous
+    CUDA tensor as it is, as device memory (dcp copies it into its
+    page-locked staging buffers: an async save blocks only for that copy);
+    anything else as host_tensor makes it."""
+    if t.device.type == "cuda":
+        d = t.detach()
+        if dcp_direct(d):
+            return d, MEM_CUDA
+    return host_tensor(t, key), MEM_HOST
+
+
 def tensor_code(t: torch.Tensor, key: str) -> int:
     """dcp's dtype code of t, NotSupportedError naming the key when dcp does
     not hold its dtype."""
@@ -145,6 +201,9 @@ def weights_only_value(md: Any, k: int, fqn: str, cause: Exception) -> Any:
         "does, only for a checkpoint you trust)") from None
 
 
+_deferring = [False]  # the main thread is inside a sigint_deferred block
+
+
 @contextlib.contextmanager
 def sigint_deferred() -> Iterator[None]:
     """A SIGINT that arrives inside the block is acted on when the block
@@ -156,14 +215,15 @@ def sigint_deferred() -> Iterator[None]:
     fail its part of a collective the other ranks still wait in. Only on
     the main thread (the only one that runs Python signal handlers) and
     only when SIGINT has a Python handler (SIG_DFL and SIG_IGN stay)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+    if threading.current_thread() is not threading.main_thread() or _deferring[0]:
+        yield  # another thread, or inside a block already (one holds)
         return
     handler = signal.getsignal(signal.SIGINT)
     if not callable(handler):
         yield
         return
     frames: list = []
+    _deferring[0] = True
 
     def record(signum, frame):
         if frames:
@@ -177,5 +237,6 @@ def sigint_deferred() -> Iterator[None]:
         # signal.signal runs the handlers of signals already pending first
         # (recorded here), then puts the caller's back
         signal.signal(signal.SIGINT, handler)
+        _deferring[0] = False
         if frames:
             handler(signal.SIGINT, frames[0])

@@ -11,10 +11,22 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import functools
+
 from . import api
-from ._engine import fspath
+from ._engine import fspath, sigint_deferred
 
 __all__ = ["CheckpointManager"]
+
+
+def _collective(fn):
+    """A manager call every rank makes alike: a SIGINT during it is held
+    until it ends (``sigint_deferred``), as for save and load."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        with sigint_deferred():
+            return fn(*args, **kwargs)
+    return call
 
 
 class CheckpointManager:
@@ -35,6 +47,7 @@ class CheckpointManager:
     n holds the state after step n, and ``load_latest`` returns n (resume
     at n + 1)."""
 
+    @_collective
     def __init__(self, root: str | os.PathLike, *, interval: int = 0, keep_last: int = 0,
                  keep_every: int = 0, async_save: bool = False, prefix: str = "step-",
                  suffix: str = "", sync_files: bool = True, process_group=None,
@@ -49,6 +62,7 @@ class CheckpointManager:
     def _entries(self, state_dict: dict):
         return api._entries_agreed(state_dict, self._pg, self._no_dist)
 
+    @_collective
     def step(self, state_dict: dict, step: int) -> bool:
         """The step boundary: saves state_dict as ``step`` when due (the
         interval, or a request on any rank); returns whether it saved."""
@@ -57,6 +71,7 @@ class CheckpointManager:
         del keep
         return did
 
+    @_collective
     def save(self, state_dict: dict, step: int) -> None:
         """Saves state_dict as ``step`` now (retention follows the commit)."""
         entries, keep = self._entries(state_dict)
@@ -68,10 +83,12 @@ class CheckpointManager:
         a signal handler: it only sets a flag)."""
         self._m.request_save()
 
+    @_collective
     def wait(self) -> None:
         """Completes the asynchronous save in flight, if any."""
         self._m.wait()
 
+    @_collective
     def latest(self) -> int | None:
         """The newest complete checkpoint's step, or None. A listing that
         fails raises (never taken for "no checkpoints")."""
@@ -81,6 +98,7 @@ class CheckpointManager:
     def path(self, step: int) -> str:
         return self._m.path(int(step))
 
+    @_collective
     def load_latest(self, state_dict: dict, **kwargs: Any) -> int | None:
         """Loads the newest complete checkpoint into state_dict (as
         ``dcp_torch.load``) and returns its step; None (state untouched)
@@ -92,6 +110,7 @@ class CheckpointManager:
                  no_dist=self._no_dist, **kwargs)
         return s
 
+    @_collective
     def close(self) -> None:
         """Completes a save in flight and releases the manager (collective)."""
         if self._m is not None:
