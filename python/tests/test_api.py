@@ -272,3 +272,46 @@ def test_strided_shard_and_empty_shards(tmp_path):
     DTensor with empty shards (2 rows on 4 ranks): saved and loaded by dcp
     and torch in every direction, bit-exact."""
     run_ranks(4, _strided, str(tmp_path / "ck"))
+
+
+def _wrapped(rank, world, path):
+    """A DTensor whose local tensor is torch's LocalShardsWrapper holding two
+    row blocks of its own (rows 2r..2r+1 and 4+2r..4+2r+1 of 8): several
+    local chunks per rank."""
+    from torch.distributed.tensor._shards_wrapper import LocalShardsWrapper
+    mesh = init_device_mesh("cpu", (world,))
+    g = torch.arange(8 * 3, dtype=torch.float32).reshape(8, 3)
+
+    def wrapped(src):
+        offs = [[2 * rank, 0], [4 + 2 * rank, 0]]
+        w = LocalShardsWrapper([src[o[0]:o[0] + 2].clone() for o in offs], offs)
+        return DTensor.from_local(w, mesh, (Replicate(),), run_check=False, shape=src.shape,
+                                  stride=src.stride())
+
+    def rows(t):
+        return [s.clone() for s in t._local_tensor.local_shards()]
+
+    want = rows(wrapped(g))
+    for saver in (dcp_torch, tdcp):
+        p = f"{path}/{saver.__name__}"
+        saver.save({"w": wrapped(g), "n": 3}, checkpoint_id=p)
+        for loader in (dcp_torch, tdcp):
+            sd = {"w": wrapped(torch.zeros_like(g)), "n": 0}
+            loader.load(sd, checkpoint_id=p)
+            got = rows(sd["w"])
+            assert all(torch.equal(a, b) for a, b in zip(got, want)), (saver.__name__, loader.__name__)
+            assert sd["n"] == 3
+        # resharded into a plain row-sharded DTensor
+        sd = {"w": distribute_tensor(torch.zeros_like(g), mesh, [Shard(0)])}
+        dcp_torch.load(sd, checkpoint_id=p)
+        assert torch.equal(sd["w"].full_tensor(), g), saver.__name__
+    md = dcp_torch.read_metadata(f"{path}/dcp_torch")
+    assert sorted(tuple(c.offsets) for c in md.state_dict_metadata["w"].chunks) == \
+        [(0, 0), (2, 0), (4, 0), (6, 0)]
+
+
+def test_dtensor_local_shards_wrapper(tmp_path):
+    """A DTensor over LocalShardsWrapper (several chunks on each rank, as
+    TorchRec shards tables): both directions with torch, bit-exact, and
+    loaded resharded into Shard(0)."""
+    run_ranks(2, _wrapped, str(tmp_path / "ck"))

@@ -28,8 +28,8 @@ from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.stateful import Stateful
 
 from ._comm import TorchComm
-from ._engine import (fspath, host_tensor, make_context, sigint_deferred, tensor_code,
-                      weights_only_value)
+from ._engine import (MEM_CUDA, MEM_HOST, dcp_direct, box_source, cuda_ready, fspath,
+                      make_context, sigint_deferred, tensor_code, weights_only_value)
 from ._errors import InvalidArgumentError, LimitError, NotSupportedError, UnsafeError
 
 __all__ = ["save", "load", "async_save", "save_state_dict", "load_state_dict"]
@@ -135,6 +135,8 @@ _CHUNKS_MAX = 1 << 16
 
 
 def _dtensor_chunk(v, key: str):
+    """(offsets, sizes) of a DTensor whose local tensor is one plain
+    tensor (torch gives it one chunk)."""
     spec = getattr(v, "_spec", None)
     try:
         hit = _chunks_by_spec.get(spec) if spec is not None else None
@@ -156,6 +158,21 @@ def _boxes(v, key: str):
     """(global shape, [(offsets, sizes, local tensor)]) of a tensor leaf."""
     from torch.distributed.tensor import DTensor
     if isinstance(v, DTensor):
+        inner = getattr(v, "_local_tensor", None)
+        if inner is not None and hasattr(inner, "__create_chunk_list__"):
+            # a local tensor holding several chunks of its own (torch's
+            # LocalShardsWrapper: TorchRec's table-wise/row-wise shards):
+            # its chunk list and each chunk's tensor, as torch's planner
+            # takes them (__create_chunk_list__, __get_tensor_shard__)
+            from torch.distributed.checkpoint.metadata import MetadataIndex
+            out = []
+            for i, c in enumerate(inner.__create_chunk_list__()):
+                offsets, sizes = tuple(c.offsets), tuple(c.sizes)
+                local = inner.__get_tensor_shard__(MetadataIndex(key, c.offsets, i))
+                if tuple(local.shape) != sizes:
+                    local = local.reshape(sizes)
+                out.append((offsets, sizes, local))
+            return tuple(v.shape), out
         offsets, sizes = _dtensor_chunk(v, key)
         # the local shard itself (to_local() is an autograd Function call
         # returning a view of it; the boxes are read or filled, never
@@ -241,7 +258,10 @@ def _agree(group_ctx_args, error: BaseException | None):
     if error is not None:
         from ._errors import CheckpointError
         cls = type(error).__name__ if isinstance(error, CheckpointError) else None
-        mine = (cls, f"{type(error).__name__}: {error}")
+        # a CheckpointError's message without its " [NAME]" (the agreed
+        # exception adds its own)
+        text = error.message if isinstance(error, CheckpointError) else str(error)
+        mine = (cls, f"{type(error).__name__}: {text}")
     box = [mine]
     src = r if process_group is None else dist.get_global_rank(process_group, r)
     dist.broadcast_object_list(box, src=src, group=process_group)
@@ -311,7 +331,7 @@ _NO_KEYMAP = _KeyMap()
 
 def _entries_save(state_dict: dict, keymap: _KeyMap = _NO_KEYMAP):
     flat, mappings = _flatten(_resolve_stateful(state_dict))
-    entries, keep = [], []
+    entries, keep, devices = [], [], set()
     for key, v in flat.items():
         path = keymap.path(key, mappings, "would be saved as")
         if path is None:
@@ -319,12 +339,15 @@ def _entries_save(state_dict: dict, keymap: _KeyMap = _NO_KEYMAP):
         if isinstance(v, torch.Tensor):
             shape, boxes = _boxes(v, key)
             for off, size, local in boxes:
-                t = host_tensor(local, key)
+                t, mem = box_source(local, key)
                 keep.append(t)
-                entries.append((0, path, tensor_code(t, key), shape, off, size, t.data_ptr()))
+                if mem == MEM_CUDA:
+                    devices.add(t.device)
+                entries.append((0, path, tensor_code(t, key), shape, off, size, t.data_ptr(), mem))
         else:
             _check_value(v, key)
             entries.append((1, path, v))
+    cuda_ready(devices)
     return entries, keep
 
 
@@ -464,6 +487,7 @@ def _load(state_dict: dict, path: str, process_group, no_dist: bool, verify: boo
     ctx = _context(process_group, no_dist)
     statefuls = {k: v for k, v in state_dict.items() if isinstance(v, Stateful)}
     err, entries, copies, resolved, mappings, back = None, [], [], {}, {}, {}
+    devices = set()
     try:
         keymap = _KeyMap(rename, skip)
         resolved = _resolve_stateful(state_dict)
@@ -478,19 +502,23 @@ def _load(state_dict: dict, path: str, process_group, no_dist: bool, verify: boo
                 shape, boxes = _boxes(v, key)
                 for off, size, local in boxes:
                     target = local.detach()
-                    if (target.device.type == "cpu" and target.is_contiguous()
-                            and target.layout == torch.strided and not target.is_conj()
-                            and not target.is_neg()):
-                        buf = target
+                    mem = MEM_HOST
+                    if target.device.type in ("cpu", "cuda") and dcp_direct(target):
+                        buf = target  # filled in place (CUDA: by dcp's copy to the device)
+                        if target.device.type == "cuda":
+                            mem = MEM_CUDA
+                            devices.add(target.device)
                     else:
                         buf = torch.empty(size, dtype=target.dtype)
                         copies.append((target, buf))
-                    entries.append((0, path_t, tensor_code(buf, key), shape, off, size, buf.data_ptr()))
+                    entries.append((0, path_t, tensor_code(buf, key), shape, off, size, buf.data_ptr(),
+                                    mem))
                     copies.append((None, buf))  # keeps buf alive
             else:
                 # the value is replaced by what was saved: its template is
                 # None (any object may stand there)
                 entries.append((1, path_t, None))
+        cuda_ready(devices)
     except Exception as e:  # noqa: BLE001 - agreed with every rank, re-raised
         err = e
     _agree((process_group, no_dist), err)
