@@ -1677,8 +1677,13 @@ static dcp_value *py_to_value(PyObject *o, const char *key, int depth)
 }
 
 /* The state of save()/load(): entries
- *   (0, path, dtype, global_shape, offsets, sizes, ptr)  a tensor box
- *   (1, path, value)                                       a value
+ *   (0, path, dtype, global_shape, offsets, sizes, ptr[, mem])
+ *                                            a tensor box; mem: dcp_mem
+ *                                            (DCP_MEM_HOST when absent;
+ *                                            DCP_MEM_CUDA: ptr is device
+ *                                            memory, staged through dcp's
+ *                                            page-locked buffers)
+ *   (1, path, value)                         a value
  * path: a tuple of str and int (torch's flattened path); the key is its
  * elements joined with '.'. *nvals gets the value entries' count. */
 static dcp_state *build_state(PyObject *entries, size_t *nvals)
@@ -1738,8 +1743,9 @@ static dcp_state *build_state(PyObject *entries, size_t *nvals)
         if (kind == 0) {
             int64_t shape[DCP_MAX_NDIM], off[DCP_MAX_NDIM], sz[DCP_MAX_NDIM];
             int nd, nd2, nd3;
+            long mem = DCP_MEM_HOST;
             void *ptr;
-            if (PyTuple_Size(e) != 7 ||
+            if ((PyTuple_Size(e) != 7 && PyTuple_Size(e) != 8) ||
                 !get_sizes(PyTuple_GetItem(e, 3), shape, &nd) ||
                 !get_sizes(PyTuple_GetItem(e, 4), off, &nd2) ||
                 !get_sizes(PyTuple_GetItem(e, 5), sz, &nd3))
@@ -1747,9 +1753,19 @@ static dcp_state *build_state(PyObject *entries, size_t *nvals)
             ptr = PyLong_AsVoidPtr(PyTuple_GetItem(e, 6));
             if (PyErr_Occurred())
                 goto fail;
+            /* the 8th item, when there: where the buffer lives (dcp_mem) */
+            if (PyTuple_Size(e) == 8) {
+                mem = PyLong_AsLong(PyTuple_GetItem(e, 7));
+                if (PyErr_Occurred())
+                    goto fail;
+                if (mem != DCP_MEM_HOST && mem != DCP_MEM_CUDA) {
+                    PyErr_SetString(PyExc_ValueError, "bad entry memory kind");
+                    goto fail;
+                }
+            }
             rc = dcp_state_add_tensor(
                 st, name, (dcp_dtype)PyLong_AsLong(PyTuple_GetItem(e, 2)), nd,
-                shape, off, sz, ptr, DCP_MEM_HOST);
+                shape, off, sz, ptr, (dcp_mem)mem);
         } else {
             dcp_value *v = py_to_value(PyTuple_GetItem(e, 2),
                                        name ? name : "(list item)", 0);
