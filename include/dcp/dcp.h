@@ -282,6 +282,18 @@ typedef struct dcp_ctx_options {
      * context. */
     const struct dcp_storage_ops *storage;
     void *storage_impl;
+    /*
+     * Niceness added to the context's background writer thread, the one
+     * that writes dcp_save_async's files (0 to 19; default 0: the
+     * caller's). On Linux a thread's niceness is its own: above 0 the
+     * writer yields the CPU to the program's threads (a training loop, or
+     * other ranks on the same cores still copying their state) and takes
+     * what they leave; its writes may take longer when the cores are
+     * busy. It is set once, when the thread starts (at the first
+     * asynchronous save), and cannot be lowered again without privilege.
+     * Outside 0..19: DCP_EINVAL. Read when struct_size covers it.
+     */
+    int32_t worker_nice;
 } dcp_ctx_options;
 
 /*

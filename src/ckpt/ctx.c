@@ -44,6 +44,13 @@ int dcp_ctx_create(dcp_ctx **out, dcp_comm *comm, const dcp_ctx_options *opts)
         dcp__free(ctx);
         return DCP_EINVAL;
     }
+    if (HAS_OPT(worker_nice)) {
+        if (opts->worker_nice < 0 || opts->worker_nice > 19) {
+            dcp__free(ctx);
+            return DCP_EINVAL;
+        }
+        ctx->worker_nice = (int)opts->worker_nice;
+    }
     if (HAS_OPT(io_block_bytes)) {
         ctx->io_flags = opts->io_flags & (DCP_IO_NO_DIRECT | DCP_IO_NO_URING);
         ctx->io_depth = opts->io_depth;

@@ -78,6 +78,7 @@ struct dcp_ctx {
      * the save in flight (NULL when none). Used on the caller's thread only;
      * the writer thread sees only the job it is given. */
     uint64_t staging_budget;
+    int worker_nice; /* dcp_ctx_options.worker_nice */
     struct stg_arena *arena;
     struct dcp_worker *worker;
     struct dcp_request *inflight;

@@ -47,7 +47,8 @@ static void post(dcp_ctx *ctx, struct sv_job *job)
     if (dcp__save_failed(job) != DCP_OK)
         return;
     dcp__err_clear(&e);
-    rc = dcp__worker_post(&ctx->worker, dcp__save_write, job, &e);
+    rc = dcp__worker_post(&ctx->worker, ctx->worker_nice, dcp__save_write,
+                          job, &e);
     (void)dcp__save_fail(job, rc, &e);
 }
 

@@ -17,14 +17,22 @@
  * never run on it. On Linux it runs under SCHED_BATCH: same CPU share as
  * any thread, but its wake-ups (a job posted, a write completed) never
  * preempt the caller's thread, whose blocking time is what an asynchronous
- * save is for.
+ * save is for. With a niceness (dcp_ctx_options.worker_nice) it also
+ * yields the CPU to the program's threads: setpriority on its own thread
+ * id, which Linux applies to that thread alone.
  */
 #include "worker.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h> /* SCHED_BATCH */
 #include <signal.h>
 #include <string.h>
+#include <sys/resource.h> /* setpriority */
+#if defined(__linux__)
+#include <sys/syscall.h> /* SYS_gettid */
+#include <unistd.h>
+#endif
 
 #if defined(__linux__) && !defined(SCHED_BATCH)
 #define SCHED_BATCH 3 /* <linux/sched.h>; glibc shows it with _GNU_SOURCE */
@@ -38,6 +46,7 @@ struct dcp_worker {
     void *arg;
     int busy; /* a job is posted or running */
     int quit;
+    int nice; /* added to the thread's niceness when it starts */
 };
 
 static void *worker_main(void *p)
@@ -48,6 +57,18 @@ static void *worker_main(void *p)
         struct sched_param sp;
         memset(&sp, 0, sizeof(sp));
         (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
+    }
+#endif
+#if defined(__linux__)
+    if (w->nice > 0) {
+        /* getpriority's -1 is also a valid niceness: errno tells */
+        id_t tid = (id_t)syscall(SYS_gettid);
+        int cur;
+        errno = 0;
+        cur = getpriority(PRIO_PROCESS, tid);
+        if (errno == 0)
+            (void)setpriority(PRIO_PROCESS, tid,
+                              cur + w->nice > 19 ? 19 : cur + w->nice);
     }
 #endif
     (void)pthread_mutex_lock(&w->mu);
@@ -71,13 +92,15 @@ static void *worker_main(void *p)
     return NULL;
 }
 
-static int worker_create(struct dcp_worker **out, struct dcp_err *err)
+static int worker_create(struct dcp_worker **out, int nice,
+                         struct dcp_err *err)
 {
     struct dcp_worker *w = dcp__calloc(1, sizeof(*w));
     sigset_t all, old;
     int e;
     if (!w)
         return dcp__err(err, DCP_ENOMEM, "out of memory");
+    w->nice = nice;
     if (pthread_mutex_init(&w->mu, NULL) != 0) {
         dcp__free(w);
         return dcp__err(err, DCP_ENOMEM, "cannot create a mutex");
@@ -104,12 +127,12 @@ static int worker_create(struct dcp_worker **out, struct dcp_err *err)
     return DCP_OK;
 }
 
-int dcp__worker_post(struct dcp_worker **wp, dcp_job_fn fn, void *arg,
-                     struct dcp_err *err)
+int dcp__worker_post(struct dcp_worker **wp, int nice, dcp_job_fn fn,
+                     void *arg, struct dcp_err *err)
 {
     struct dcp_worker *w;
     if (!*wp) {
-        int rc = worker_create(wp, err);
+        int rc = worker_create(wp, nice, err);
         if (rc != DCP_OK)
             return rc;
     }

@@ -15,12 +15,13 @@ typedef void (*dcp_job_fn)(void *arg);
 
 /*
  * Hands fn(arg) to the worker of *w, creating the worker (and its thread)
- * first when *w is NULL. The worker must be idle (dcp__worker_wait).
- * Returns DCP_OK, DCP_ENOMEM, DCP_EIO (no thread could be created); on
- * failure fn is not run.
+ * first when *w is NULL, its niceness raised by nice (0..19; Linux: the
+ * thread's own; a failure to set it is ignored). The worker must be idle
+ * (dcp__worker_wait). Returns DCP_OK, DCP_ENOMEM, DCP_EIO (no thread could
+ * be created); on failure fn is not run.
  */
-int dcp__worker_post(struct dcp_worker **w, dcp_job_fn fn, void *arg,
-                     struct dcp_err *err);
+int dcp__worker_post(struct dcp_worker **w, int nice, dcp_job_fn fn,
+                     void *arg, struct dcp_err *err);
 
 /* 1 when the last job posted has returned (or none was), else 0. Does not
  * block. */

@@ -15,10 +15,12 @@
 #include <dcp/dcp.h>
 
 #include <dirent.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h> /* getpriority */
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -978,6 +980,99 @@ TEST(communicator_on_caller_thread)
     rmdir_files(dir);
 }
 
+/* The niceness of the thread of a task of this process (-100 when it
+ * cannot be read): field 19 of /proc/self/task/<tid>/stat. */
+static int task_nice(const char *tid)
+{
+    char path[320], buf[1024], *p;
+    FILE *f;
+    size_t n;
+    int i, v = -100;
+    snprintf(path, sizeof(path), "/proc/self/task/%s/stat", tid);
+    f = fopen(path, "r");
+    if (!f)
+        return -100;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    p = strrchr(buf, ')'); /* after the thread's name, which may hold spaces */
+    for (i = 0; p && i < 17; i++)
+        p = strchr(p + 1, ' ');
+    if (p)
+        v = atoi(p + 1);
+    return v;
+}
+
+/* How many threads of this process run at niceness nice. */
+static int threads_at_nice(int nice)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    int k = 0;
+    if (!d)
+        return -1;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.' && task_nice(e->d_name) == nice)
+            k++;
+    closedir(d);
+    return k;
+}
+
+/* worker_nice: the background writer's thread (and it alone) runs at the
+ * caller's niceness + worker_nice; outside 0..19 the context is refused;
+ * a caller whose struct_size ends before the field is not read. */
+TEST(worker_nice)
+{
+    dcp_ctx_options o;
+    dcp_ctx *ctx;
+    struct model m;
+    dcp_state *st;
+    dcp_request *req;
+    const char *dir = dirpath("nice");
+    int base;
+    errno = 0;
+    base = getpriority(PRIO_PROCESS, 0);
+    ASSERT(errno == 0);
+    if (base + 7 > 19) {
+        fprintf(stderr, "     (skipped: niceness %d already)\n", base);
+        return;
+    }
+    memset(&o, 0, sizeof(o));
+    o.struct_size = sizeof(o);
+    o.worker_nice = 20;
+    ASSERT_RC(dcp_ctx_create(&ctx, NULL, &o), DCP_EINVAL);
+    o.worker_nice = -1;
+    ASSERT_RC(dcp_ctx_create(&ctx, NULL, &o), DCP_EINVAL);
+    o.struct_size = (uint32_t)offsetof(dcp_ctx_options, worker_nice);
+    ASSERT_OK(dcp_ctx_create(&ctx, NULL, &o)); /* an older caller */
+    dcp_ctx_free(ctx);
+    o.struct_size = sizeof(o);
+    o.worker_nice = 7;
+    model_init(&m);
+    st = model_state(&m, 0);
+    ASSERT_OK(dcp_ctx_create(&ctx, NULL, &o));
+    ASSERT(threads_at_nice(base + 7) == 0);
+    ASSERT_OK(dcp_save_async(ctx, st, dir, &nosync, &req));
+    ASSERT_OK(dcp_request_wait(req));
+    dcp_request_free(req);
+    /* the worker thread stays for the next save (with the io_uring
+     * workers it started, which inherit its niceness) */
+    ASSERT(threads_at_nice(base + 7) >= 1);
+    ASSERT(getpriority(PRIO_PROCESS, 0) == base); /* the caller's unchanged */
+    model_snapshot(&m);
+    ASSERT(!model_check_obj(ctx, &m, dir, 0));
+    dcp_ctx_free(ctx);
+    {
+        /* joined with the context; io_uring's workers end soon after */
+        int tries = 0;
+        while (threads_at_nice(base + 7) != 0 && tries++ < 500)
+            usleep(10000);
+        ASSERT(threads_at_nice(base + 7) == 0);
+    }
+    dcp_state_free(st);
+    model_free(&m);
+}
+
 int main(void)
 {
     RUN(mutate_after_return);
@@ -993,6 +1088,7 @@ int main(void)
     RUN(stateful_entries);
     RUN(allocation_failures);
     RUN(communicator_on_caller_thread);
+    RUN(worker_nice);
     make_root();
     (void)rmdir(root);
     return TEST_SUMMARY();

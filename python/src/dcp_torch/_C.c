@@ -463,18 +463,18 @@ static PyObject *Ctx_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"io_depth",     "io_block_bytes", "direct",
                              "uring",        "max_metadata_bytes",
                              "max_value_bytes", "staging_budget", "comm",
-                             "rank", "size", NULL};
+                             "rank", "size", "worker_nice", NULL};
     PyObject *pycomm = Py_None;
-    int rank = 0, size = 1;
+    int rank = 0, size = 1, nice = 0;
     unsigned int depth = 0, block = 0;
     int direct = 1, uring = 1;
     unsigned long long maxmd = 0, maxval = 0, budget = 0;
     dcp_ctx_options o;
     CtxObject *c;
     int rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|IIppKKKOii", kwlist, &depth,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|IIppKKKOiii", kwlist, &depth,
                                      &block, &direct, &uring, &maxmd, &maxval,
-                                     &budget, &pycomm, &rank, &size))
+                                     &budget, &pycomm, &rank, &size, &nice))
         return NULL;
     memset(&o, 0, sizeof(o));
     o.struct_size = sizeof(o);
@@ -485,6 +485,7 @@ static PyObject *Ctx_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     o.max_metadata_bytes = maxmd;
     o.max_value_bytes = maxval;
     o.staging_budget = budget;
+    o.worker_nice = nice;
     c = (CtxObject *)PyType_GenericAlloc(type, 0);
     if (!c)
         return NULL;

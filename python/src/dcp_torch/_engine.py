@@ -157,15 +157,16 @@ def fspath(path: Any) -> str:
 def make_context(io_depth: int = 0, io_block_bytes: int = 0, direct: bool = True,
                  uring: bool = True, max_metadata_bytes: int = 0,
                  max_value_bytes: int = 0, staging_budget: int = 0, comm=None,
-                 rank: int = 0, size: int = 1) -> "_C.Context":
+                 rank: int = 0, size: int = 1, worker_nice: int = 0) -> "_C.Context":
     """A context of the C engine; with comm (a _comm.TorchComm), over a
-    torch.distributed group (rank and size in it)."""
+    torch.distributed group (rank and size in it). worker_nice: added to
+    the niceness of the thread writing async saves (dcp_ctx_options)."""
     return _C.Context(io_depth=io_depth, io_block_bytes=io_block_bytes,
                       direct=direct, uring=uring,
                       max_metadata_bytes=max_metadata_bytes,
                       max_value_bytes=max_value_bytes,
                       staging_budget=staging_budget, comm=comm, rank=rank,
-                      size=size)
+                      size=size, worker_nice=worker_nice)
 
 
 _local = threading.local()

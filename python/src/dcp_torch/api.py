@@ -403,7 +403,7 @@ class _AsyncState:
 def async_save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
                storage_writer=None, planner=None, process_group=None, no_dist: bool = False,
                sync_files: bool = True, zstd: bool = False, staging_budget: int = 0,
-               rename=None, skip=None):
+               writer_nice: int = 10, rename=None, skip=None):
     """torch.distributed.checkpoint.async_save, by dcp: returns a
     ``concurrent.futures.Future`` once the state is staged (copied into
     dcp's cached staging buffers; the call blocks only for that copy and the
@@ -414,7 +414,11 @@ def async_save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = No
     commit, or raises the save's error. A second async_save while one is in
     flight waits for it first (as dcp's one-save-in-flight rule).
     ``staging_budget``: bytes of staging memory at most (0: the whole
-    state); ``rename``, ``skip`` as for ``save``."""
+    state); ``writer_nice``: niceness added to dcp's thread writing the
+    files in the background (0 to 19; 10 by default, so that it takes the
+    CPU the training loop and the other ranks' staging leave rather than
+    competing with them; 0: the caller's); ``rename``, ``skip`` as for
+    ``save``."""
     served, checkpoint_id, sync_files = _writer_route("async_save", storage_writer, planner,
                                                       checkpoint_id, sync_files)
     if not served:
@@ -428,7 +432,8 @@ def async_save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = No
         prev.join()
     with sigint_deferred():  # planning and staging end alike; the commit
         # thread is started before a deferred KeyboardInterrupt is raised
-        ctx = _context(process_group, no_dist, "async", staging_budget=staging_budget)
+        ctx = _context(process_group, no_dist, "async", staging_budget=staging_budget,
+                       worker_nice=writer_nice)
         entries, keep = _entries_agreed(state_dict, process_group, no_dist, rename, skip)
         req = ctx.save(entries, path, _SAVE_ZSTD if zstd else 0, not sync_files, True)
         del keep  # staged: the caller may change its tensors now
