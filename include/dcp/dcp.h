@@ -604,6 +604,21 @@ DCP_API int dcp_state_create(dcp_state **out);
 DCP_API void dcp_state_free(dcp_state *st);
 
 /*
+ * Marks st as failed on this rank: a rank that could not build its state
+ * (an entry it cannot describe, a callback of the program's that threw)
+ * still makes the collective call, and every rank fails alike. dcp_save,
+ * dcp_save_async and dcp_load given st then fail on every rank, before
+ * anything is written or read, with code and "rank R failed: msg" (R the
+ * lowest failing rank; with one rank, msg), as for any failure of one
+ * rank; the other ranks' states are not looked at beyond that. code: a negative DCP_E* code (any
+ * other value is taken as DCP_EINVAL); msg is copied (NULL or empty: "state
+ * failed"; cut at the error message's length). The mark stays until the
+ * state is freed; a second call replaces it. Returns DCP_OK, DCP_EINVAL
+ * (NULL st), DCP_ENOMEM. Not collective; thread safety as for the state.
+ */
+DCP_API int dcp_state_fail(dcp_state *st, int code, const char *msg);
+
+/*
  * Keys. Every key (each pushed component, name and flattened dict key)
  * must be well-formed UTF-8 without NUL: the functions below take any
  * bytes, and dcp_save refuses a state holding a key that is not (DCP_EINVAL,

@@ -40,7 +40,26 @@ void dcp_state_free(dcp_state *st)
     dcp__htab_release(&st->index);
     path_free(st->cur, st->ncur);
     dcp__free(st->cur);
+    dcp__free(st->fail_msg);
     dcp__free(st);
+}
+
+int dcp_state_fail(dcp_state *st, int code, const char *msg)
+{
+    char *m;
+    if (!st)
+        return DCP_EINVAL;
+    if (code >= 0 || !dcp_err_name(code) ||
+        strcmp(dcp_err_name(code), "DCP_UNKNOWN") == 0)
+        code = DCP_EINVAL;
+    m = dcp__strndup(msg && *msg ? msg : "state failed",
+                     DCP_ERRMSG_MAX > 1 ? DCP_ERRMSG_MAX - 1 : 1);
+    if (!m)
+        return DCP_ENOMEM;
+    dcp__free(st->fail_msg);
+    st->fail_msg = m;
+    st->fail_code = code;
+    return DCP_OK;
 }
 
 /* ------------------------------------------------------------ nesting */

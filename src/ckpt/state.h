@@ -59,6 +59,9 @@ struct dcp_state {
     /* For dcp_state_op: enum dcp_io_op + 1 on a sub-state handed to a
      * stateful callback, 0 on any other. */
     int op;
+    /* dcp_state_fail: the code (0: not failed) and its message. */
+    int fail_code;
+    char *fail_msg;
 };
 
 /* Entry by key, or NULL. */

@@ -192,6 +192,8 @@ int dcp__state_expand_io(const dcp_state *st, int op, struct st_expansion *ex,
     memset(ex, 0, sizeof(*ex));
     if (!st)
         return DCP_OK;
+    if (st->fail_code) /* dcp_state_fail: agreed by the caller's next step */
+        return dcp__err(err, st->fail_code, "%s", st->fail_msg);
     rc = dcp__state_expand(st, op, ex, err);
     if (rc == DCP_OK && (ce = first_cuda(ex->use)) != NULL) {
         rc = dcp__cuda_open(err);

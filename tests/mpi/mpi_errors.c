@@ -402,6 +402,63 @@ static void test_load_failures(void)
     dcp_state_free(st);
 }
 
+/* dcp_state_fail on one rank: save, async save and load fail on every
+ * rank with its code and "rank R failed: <its message>", nothing written
+ * (a previous checkpoint intact), and the next call works. */
+static void test_state_fail_one_rank(void)
+{
+    char want[128];
+    dcp_state *st, *bad;
+    dcp_request *req = NULL;
+    float x[4] = {1, 2, 3, 4}, y[4] = {0};
+    int64_t shape = 4, off = 0, n = 4;
+    int rc, files, r = mt_size - 1;
+    CHECK(dcp_state_create(&st) == 0);
+    CHECK(dcp_state_add_tensor(st, "x", DCP_F32, 1, &shape, &off, &n, x,
+                               DCP_MEM_HOST) == 0);
+    CHECK(dcp_state_create(&bad) == 0);
+    CHECK(dcp_state_add_tensor(bad, "x", DCP_F32, 1, &shape, &off, &n, x,
+                               DCP_MEM_HOST) == 0);
+    CHECK(dcp_state_fail(NULL, DCP_EINVAL, "x") == DCP_EINVAL);
+    CHECK(dcp_state_fail(bad, 7, "first") == DCP_OK); /* not a code: EINVAL */
+    CHECK(dcp_state_fail(bad, DCP_ENOTSUP, "'model.w': a sparse tensor") ==
+          DCP_OK);
+    CHECK_OK(ctx, dcp_save(ctx, st, sub("statefail"), &so));
+    files = count_names(sub("statefail"), "", "");
+    if (mt_size > 1)
+        snprintf(want, sizeof(want), "rank %d failed: 'model.w': a sparse tensor",
+                 r);
+    else /* one rank: its own message */
+        snprintf(want, sizeof(want), "'model.w': a sparse tensor");
+    rc = dcp_save(ctx, mt_rank == r ? bad : st, sub("statefail"), &so);
+    CHECK_AGREED(rc, DCP_ENOTSUP);
+    CHECK_MSG(ctx, want);
+    rc = dcp_save_async(ctx, mt_rank == r ? bad : st, sub("statefail"), &so,
+                        &req);
+    if (rc == DCP_OK)
+        rc = dcp_request_wait(req);
+    dcp_request_free(req);
+    CHECK_AGREED(rc, DCP_ENOTSUP);
+    CHECK_MSG(ctx, want);
+    rc = dcp_load(ctx, mt_rank == r ? bad : st, sub("statefail"), NULL);
+    CHECK_AGREED(rc, DCP_ENOTSUP);
+    CHECK_MSG(ctx, want);
+    /* nothing written over the previous checkpoint: it loads */
+    {
+        dcp_state *ld;
+        CHECK(dcp_state_create(&ld) == 0);
+        CHECK(dcp_state_add_tensor(ld, "x", DCP_F32, 1, &shape, &off, &n, y,
+                                   DCP_MEM_HOST) == 0);
+        CHECK_OK(ctx, dcp_load(ctx, ld, sub("statefail"), NULL));
+        CHECK(memcmp(x, y, sizeof(x)) == 0);
+        dcp_state_free(ld);
+    }
+    CHECK(count_names(sub("statefail"), "", "") == files);
+    CHECK_OK(ctx, dcp_save(ctx, st, sub("statefail"), &so));
+    dcp_state_free(bad);
+    dcp_state_free(st);
+}
+
 int main(int argc, char **argv)
 {
     int rc;
@@ -423,6 +480,7 @@ int main(int argc, char **argv)
     RUN(bad_argument_one_rank);
     RUN(different_paths);
     RUN(load_failures);
+    RUN(state_fail_one_rank);
     dcp_ctx_free(ctx);
     dcp_comm_free(comm);
     return mt_finish();
