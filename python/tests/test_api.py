@@ -161,6 +161,29 @@ def _fail_one(rank, world, path):
     dist.all_gather_object(codes, ei.value.code)
     assert len(set(codes)) == 1, codes
     assert open(os.path.join(path, ".metadata"), "rb").read() == before
+    # async_save: the call itself raises on every rank, nothing written
+    with pytest.raises(dcp_torch.CheckpointError) as ei:
+        dcp_torch.async_save({"w": torch.ones(3), "b": Boom()}, checkpoint_id=path)
+    assert "rank 1 failed" in str(ei.value) and "state_dict failed" in str(ei.value)
+    assert open(os.path.join(path, ".metadata"), "rb").read() == before
+    # load: a rank whose Stateful raises while its template is built:
+    # every rank raises the same error, no tensor changed
+    w = torch.zeros(3)
+    with pytest.raises(dcp_torch.CheckpointError) as ei:
+        dcp_torch.load({"w": w, "b": Boom()}, checkpoint_id=path)
+    assert "rank 1 failed" in str(ei.value) and "state_dict failed" in str(ei.value)
+    assert torch.equal(w, torch.zeros(3))
+    # a rank asking for a value dcp's decoder refuses (torch stored an
+    # io.BytesIO), the other for none: both load (the fallback is agreed)
+    import io
+    tdcp.save({"w": torch.ones(3) * 2, "buf": io.BytesIO(b"abc")}, checkpoint_id=path + "_t")
+    sd = {"w": torch.zeros(3)}
+    if rank == 0:
+        sd["buf"] = None
+    dcp_torch.load(sd, checkpoint_id=path + "_t")
+    assert torch.equal(sd["w"], torch.ones(3) * 2)
+    if rank == 0:
+        assert sd["buf"].getvalue() == b"abc"
 
 
 def test_rank_failures(tmp_path):
@@ -315,3 +338,54 @@ def test_dtensor_local_shards_wrapper(tmp_path):
     TorchRec shards tables): both directions with torch, bit-exact, and
     loaded resharded into Shard(0)."""
     run_ranks(2, _wrapped, str(tmp_path / "ck"))
+
+
+def _bad_input(rank, world, path):
+    """Bad input on ranks: the same exception class on every rank, naming
+    the key, nothing written or changed."""
+    def same(exc_info, needle):
+        names = [None] * world
+        dist.all_gather_object(names, type(exc_info.value).__name__)
+        assert len(set(names)) == 1, names
+        assert needle in str(exc_info.value), str(exc_info.value)
+
+    dcp_torch.save({"w": torch.ones(4)}, checkpoint_id=path)
+    before = open(os.path.join(path, ".metadata"), "rb").read()
+    # a '.' collision after flattening, on one rank
+    sd = {"a.b": torch.ones(2), "a": {"b": torch.ones(2)}} if rank == 1 else {"a.b": torch.ones(2)}
+    with pytest.raises(dcp_torch.CheckpointError) as ei:
+        dcp_torch.save(sd, checkpoint_id=path)
+    same(ei, "a.b")
+    # a key the checkpoint lacks, on one rank only: KeyMismatchError
+    # everywhere, naming it; no tensor changed
+    w = torch.zeros(4)
+    sd = {"w": w, "model.extra": torch.zeros(2)} if rank == 1 else {"w": w}
+    with pytest.raises(dcp_torch.KeyMismatchError) as ei:
+        dcp_torch.load(sd, checkpoint_id=path)
+    same(ei, "model.extra")
+    assert torch.equal(w, torch.zeros(4))
+    # a checkpoint of another model: a shape that differs
+    with pytest.raises(dcp_torch.ShapeMismatchError) as ei:
+        dcp_torch.load({"w": torch.zeros(5)}, checkpoint_id=path)
+    same(ei, "'w'")
+    # a DTensor over a mesh of more ranks than the process group saving it:
+    # the group's boxes do not cover the tensor: refused, naming it
+    mesh = init_device_mesh("cpu", (world,))
+    d = distribute_tensor(torch.arange(8.0), mesh, [Shard(0)])
+    sub = dist.new_group([0, 1])
+    if rank < 2:
+        with pytest.raises(dcp_torch.CheckpointError) as ei:
+            dcp_torch.save({"d": d}, checkpoint_id=path, process_group=sub)
+        names = [None, None]
+        dist.all_gather_object(names, type(ei.value).__name__, group=sub)
+        assert len(set(names)) == 1, names
+        assert "'d'" in str(ei.value), str(ei.value)
+    dist.barrier()
+    assert open(os.path.join(path, ".metadata"), "rb").read() == before
+
+
+def test_bad_input_on_ranks(tmp_path):
+    """Keys colliding after flattening, a key on one rank only, another
+    model's checkpoint, a DTensor whose mesh is not the process group's:
+    the same exception on every rank, naming the key, nothing changed."""
+    run_ranks(4, _bad_input, str(tmp_path / "ck"))

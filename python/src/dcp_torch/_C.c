@@ -1789,6 +1789,34 @@ fail:
     return NULL;
 }
 
+/* fail: None, or (code, message): this rank could not build its state;
+ * the collective call then fails on every rank with it (dcp_state_fail).
+ * Returns 0, or -1 with an exception set. */
+static int mark_failed(dcp_state *st, PyObject *fail)
+{
+    long code;
+    const char *msg;
+    int rc;
+    if (!fail || fail == Py_None)
+        return 0;
+    if (!PyTuple_Check(fail) || PyTuple_Size(fail) != 2) {
+        PyErr_SetString(PyExc_TypeError, "fail: (code, message) or None");
+        return -1;
+    }
+    code = PyLong_AsLong(PyTuple_GetItem(fail, 0));
+    if (code == -1 && PyErr_Occurred())
+        return -1;
+    msg = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(fail, 1), NULL);
+    if (!msg)
+        return -1;
+    rc = dcp_state_fail(st, (int)code, msg);
+    if (rc != DCP_OK) {
+        raise_code(rc, "cannot mark the state failed");
+        return -1;
+    }
+    return 0;
+}
+
 typedef struct {
     PyObject_HEAD
     CtxObject *c;
@@ -1798,11 +1826,11 @@ typedef struct {
 
 static PyTypeObject *ReqType;
 
-/* save(entries, path, flags, no_fsync, async) -> None or Request */
+/* save(entries, path, flags, no_fsync, async[, fail]) -> None or Request */
 static PyObject *Ctx_save(PyObject *self, PyObject *args)
 {
     CtxObject *c = (CtxObject *)self;
-    PyObject *entries, *po, *p;
+    PyObject *entries, *po, *p, *fail = Py_None;
     unsigned int flags;
     int nofsync, as, rc;
     size_t nv;
@@ -1810,11 +1838,15 @@ static PyObject *Ctx_save(PyObject *self, PyObject *args)
     dcp_save_options o;
     dcp_request *req = NULL;
     ReqObject *r;
-    if (!PyArg_ParseTuple(args, "O!OIpp", &PyList_Type, &entries, &po, &flags,
-                          &nofsync, &as) ||
+    if (!PyArg_ParseTuple(args, "O!OIpp|O", &PyList_Type, &entries, &po,
+                          &flags, &nofsync, &as, &fail) ||
         !get_path(po, &p))
         return NULL;
     st = build_state(entries, &nv);
+    if (st && mark_failed(st, fail) < 0) {
+        dcp_state_free(st);
+        st = NULL;
+    }
     if (!st) {
         Py_DECREF(p);
         return NULL;
@@ -1911,21 +1943,26 @@ static PyType_Slot Req_slots[] = {
 static PyType_Spec Req_spec = {"dcp_torch._C.Request", sizeof(ReqObject), 0,
                                Py_TPFLAGS_DEFAULT, Req_slots};
 
-/* load(entries, path, flags) -> {key: loaded value}
+/* load(entries, path, flags[, fail]) -> {key: loaded value}
  * (tensor boxes' buffers are filled in place). */
 static PyObject *Ctx_load(PyObject *self, PyObject *args)
 {
     CtxObject *c = (CtxObject *)self;
-    PyObject *entries, *po, *p, *out;
+    PyObject *entries, *po, *p, *out, *fail = Py_None;
     unsigned int flags;
     int rc;
     size_t nv, i, k = 0, n;
     dcp_state *st;
     dcp_load_options o;
-    if (!PyArg_ParseTuple(args, "O!OI", &PyList_Type, &entries, &po, &flags) ||
+    if (!PyArg_ParseTuple(args, "O!OI|O", &PyList_Type, &entries, &po, &flags,
+                          &fail) ||
         !get_path(po, &p))
         return NULL;
     st = build_state(entries, &nv);
+    if (st && mark_failed(st, fail) < 0) {
+        dcp_state_free(st);
+        st = NULL;
+    }
     if (!st) {
         Py_DECREF(p);
         return NULL;

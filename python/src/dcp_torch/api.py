@@ -361,6 +361,51 @@ def _entries_agreed(state_dict, process_group, no_dist, rename=None, skip=None):
     return entries, keep
 
 
+def _fail_mark(group_args, err: BaseException | None):
+    """What a rank whose entries failed (err) hands the engine with an
+    empty state (the extension's ``fail``: dcp_state_fail), so that the
+    failure is agreed in the engine's first collective instead of one more
+    of ours: every rank then raises the same CheckpointError, "rank R
+    failed: <type>: <message>" (R the lowest failing rank), of err's class
+    when it is a CheckpointError (dcp's code travels), InvalidArgumentError
+    otherwise. None when err is None; one process: err itself is raised."""
+    if err is None:
+        return None
+    if not _use_dist(*group_args):
+        raise err
+    from ._errors import CheckpointError
+    if isinstance(err, CheckpointError):
+        code, text = (err.code or -1), err.message
+    else:
+        code, text = -1, str(err)  # DCP_EINVAL
+    return (code, f"{type(err).__name__}: {text}")
+
+
+def _entries_marked(state_dict, group_args, rename=None, skip=None):
+    """(entries, keep, err, fail) of a save: this rank's entries, or none
+    and its failure (err) with the engine's mark (fail, _fail_mark)."""
+    try:
+        entries, keep = _entries_save(state_dict, _KeyMap(rename, skip))
+        return entries, keep, None, None
+    except Exception as e:  # noqa: BLE001 - agreed by the engine, re-raised
+        return [], [], e, _fail_mark(group_args, e)
+
+
+def _engine_call(fn, err: BaseException | None):
+    """fn() (the engine's save or load); its error chained to this rank's
+    own failure (err) when the rank had one."""
+    from ._errors import CheckpointError
+    try:
+        out = fn()
+    except CheckpointError as e:
+        if err is not None:
+            raise e from err
+        raise
+    if err is not None:  # cannot happen: a marked state never succeeds
+        raise err
+    return out
+
+
 def save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
          storage_writer=None, planner=None, process_group=None, no_dist: bool = False,
          sync_files: bool = True, zstd: bool = False, io_depth: int = 0,
@@ -388,8 +433,10 @@ def save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
     path = fspath(checkpoint_id)
     with sigint_deferred():  # every rank runs the save to its end alike
         ctx = _context(process_group, no_dist, io_depth=io_depth, direct=direct)
-        entries, keep = _entries_agreed(state_dict, process_group, no_dist, rename, skip)
-        ctx.save(entries, path, _SAVE_ZSTD if zstd else 0, not sync_files, False)
+        entries, keep, err, fail = _entries_marked(state_dict, (process_group, no_dist), rename,
+                                                   skip)
+        _engine_call(lambda: ctx.save(entries, path, _SAVE_ZSTD if zstd else 0, not sync_files,
+                                      False, fail), err)
         del keep
     from ._metadata import read_metadata
     return read_metadata(path)
@@ -434,8 +481,10 @@ def async_save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = No
         # thread is started before a deferred KeyboardInterrupt is raised
         ctx = _context(process_group, no_dist, "async", staging_budget=staging_budget,
                        worker_nice=writer_nice)
-        entries, keep = _entries_agreed(state_dict, process_group, no_dist, rename, skip)
-        req = ctx.save(entries, path, _SAVE_ZSTD if zstd else 0, not sync_files, True)
+        entries, keep, err, fail = _entries_marked(state_dict, (process_group, no_dist), rename,
+                                                   skip)
+        req = _engine_call(lambda: ctx.save(entries, path, _SAVE_ZSTD if zstd else 0,
+                                            not sync_files, True, fail), err)
         del keep  # staged: the caller may change its tensors now
         fut: Future = Future()
 
@@ -524,23 +573,24 @@ def _load(state_dict: dict, path: str, process_group, no_dist: bool, verify: boo
                 # None (any object may stand there)
                 entries.append((1, path_t, None))
         cuda_ready(devices)
-    except Exception as e:  # noqa: BLE001 - agreed with every rank, re-raised
-        err = e
-    _agree((process_group, no_dist), err)
+    except Exception as e:  # noqa: BLE001 - agreed by the engine, re-raised
+        err, entries, copies = e, [], []
+    # a rank whose entries failed makes the engine's call with an empty
+    # state marked failed: every rank raises the same error (_fail_mark)
+    fail = _fail_mark((process_group, no_dist), err)
     # torch's semantics: a key the checkpoint lacks raises, keys of the
     # checkpoint that no rank asks for are ignored.
     flags = (_LOAD_ALLOW_UNEXPECTED | (0 if verify else _LOAD_NO_VERIFY) | (_LOAD_CAST if cast else 0)
              | (_LOAD_SMALL_PER_RANK if read_once else _LOAD_PER_RANK_READS))
     try:
-        values = ctx.load(entries, path, flags)
+        values = _engine_call(lambda: ctx.load(entries, path, flags, fail), err)
     except (UnsafeError, NotSupportedError, LimitError) as e:
         # A value dcp's decoder refuses (torch's planner stores io.BytesIO,
         # sets, torch.Size, tensors in tuples...): nothing was changed;
         # such values are read through torch's weights_only loader and the
-        # rest loaded again (every rank got this error: all come here).
-        if not any(ent[0] == 1 for ent in entries):
-            raise
-        values = _load_refused_values(ctx, entries, path, flags, e, (process_group, no_dist))
+        # rest loaded again. Every rank got this error (agreed): all come
+        # here, whatever their entries, and agree again there.
+        values = _load_refused_values(ctx, entries, path, flags, e, (process_group, no_dist), err)
     for target, buf in copies:
         if target is not None:
             target.copy_(buf.reshape(target.shape))
@@ -555,18 +605,31 @@ def _load(state_dict: dict, path: str, process_group, no_dist: bool, verify: boo
             state_dict[k] = resolved[k]
 
 
+class _NoValues(Exception):
+    """This rank asks for no value: nothing of its own to fall back on."""
+
+
 def _ckey(path_t: tuple) -> str:
     """dcp's key of an entry's path (the extension joins it with dots)."""
     return ".".join(str(p) for p in path_t)
 
 
-def _load_refused_values(ctx, entries, path, flags, cause, group_args):
-    """load's second try after dcp's value decoder refused a value: every
-    value entry whose record the decoder refuses is read through torch's
-    weights_only loader (agreed: UnsafeError on every rank when that
-    refuses too), the others loaded by the engine as before."""
+def _load_refused_values(ctx, entries, path, flags, cause, group_args, own=None):
+    """load's second try after the engine's load failed with cause (an
+    error a refused value gives; agreed, so every rank is here): every
+    value entry whose record dcp's decoder refuses is read through torch's
+    weights_only loader, the others loaded by the engine as before. A rank
+    fails this try (agreed again: every rank raises the lowest failing
+    rank's error) when its own entries had failed (own), when a value of
+    its refuses both decoders (UnsafeError), or when it holds values and
+    none is refused (cause was another error); a rank without values does
+    not fail it."""
     err, fallback = None, {}
     try:
+        if own is not None:
+            raise own
+        if not any(ent[0] == 1 for ent in entries):
+            raise _NoValues()
         md = ctx.metadata_open(path)
         for ent in entries:
             if ent[0] != 1:
@@ -581,6 +644,8 @@ def _load_refused_values(ctx, entries, path, flags, cause, group_args):
                 fallback[key] = weights_only_value(md, k, key, e)
         if not fallback:
             raise cause
+    except _NoValues:
+        pass
     except Exception as e:  # noqa: BLE001 - agreed with every rank, re-raised
         err = e
     _agree(group_args, err)
