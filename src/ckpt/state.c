@@ -52,8 +52,10 @@ int dcp_state_fail(dcp_state *st, int code, const char *msg)
     if (code >= 0 || !dcp_err_name(code) ||
         strcmp(dcp_err_name(code), "DCP_UNKNOWN") == 0)
         code = DCP_EINVAL;
-    m = dcp__strndup(msg && *msg ? msg : "state failed",
-                     DCP_ERRMSG_MAX > 1 ? DCP_ERRMSG_MAX - 1 : 1);
+    if (!msg || !*msg)
+        msg = "state failed";
+    /* dcp__strndup copies n bytes: the length, cut to a message's */
+    m = dcp__strndup(msg, strnlen(msg, DCP_ERRMSG_MAX - 1));
     if (!m)
         return DCP_ENOMEM;
     dcp__free(st->fail_msg);
