@@ -3,7 +3,7 @@
 #
 #   run.sh --smoke PROG            ctest cluster.smoke (make check)
 #   run.sh --full PROG [CASE...]   make reliability; cases: reshard readonce
-#                                  tier cutsave cutload (default: all)
+#                                  tier cutsave cutload cutrepl (default: all)
 #   run.sh --bench PROG OUT        make bench-cluster: the cluster_* figures
 #                                  merged into OUT (bench/results.json)
 #   run.sh --points PROG OUT N...  docs/SCALING.md's measured points (N nodes)
@@ -52,7 +52,7 @@ must() {
     if "$@" > "$LOG/out" 2>&1; then
         return 0
     fi
-    fail "$d: exit $? ($(tail -5 "$LOG/out" | tr '\n' ' '))"
+    fail "$d: exit $? ($(grep -v '^\[' "$LOG/out" | grep 'FAIL\|WRONG\|^ok' | head -5 | tr '\n' ' ') $(tail -5 "$LOG/out" | tr '\n' ' '))"
     return 1
 }
 # mpi [cluster.sh mpirun options --] PROG ARGS: bounded, output in $LOG/out.
@@ -261,6 +261,61 @@ cut_case() {
         ok "survivors load step $want: $(cat "$LOG/out")"
     down_checked
 }
+# cutrepl: a partner node cut off (link down, frozen) while the replicas of
+# a tier-0 step stream to it: every survivor fails with the same error
+# within the timeout, the step is not counted replicated
+# (dcp_tier_replicated stays at the previous step), and after the node is
+# gone the previous replicated step restores from tier 0 on the survivors
+# (the lost node's files from its partner's replicas).
+case_cutrepl() {
+    local tmo=10 mib=96 t tcut n pid tmp=""
+    # node links 100mbit: the 24 MiB replica of each node's file (and its
+    # drain to S3, over the same link) take seconds, so the cut lands
+    # while they stream
+    up 4 --node-rate 100mbit --store-rate 200mbit || return 1
+    # steps 1 and 2 in one process (dcp_tier_replicated is the stack's):
+    # step 1 saved, replicated and drained, then step 2
+    timeout -k 5 120 "$C" --name "$NM" mpirun -- --mca orte_abort_on_non_zero_status 0 \
+        "$PROG" tier-save $T0 $S3/cr $mib 1-2 1 $tmo > "$LOG/cut" 2>&1 &
+    pid=$!
+    # n1 is n0's partner: cut it once a replica of step 2 is being written
+    # into its tier 0 (a temporary in its step-2)
+    t=$SECONDS
+    while [ $((SECONDS - t)) -lt 60 ] && ! grep -q '^ok \|: FAIL ' "$LOG/cut"; do
+        tmp=$("$C" --name "$NM" exec n1 sh -c "ls -a $T0/n1/step-2 2>/dev/null | grep '\.tmp\$'" 2>/dev/null | head -1)
+        [ -n "$tmp" ] && break
+        sleep 0.05
+    done
+    [ -n "$tmp" ] || fail "no replica of step 2 streaming into n1 seen ($(head -3 "$LOG/cut" | tr '\n' ' '))"
+    "$C" --name "$NM" cut n1 > /dev/null 2>&1 || fail "cut n1"
+    tcut=$SECONDS
+    while [ "$(grep -c ': FAIL ' "$LOG/cut")" -lt 3 ] && [ $((SECONDS - tcut)) -lt $((tmo + 30)) ]; do
+        grep -q '^ok ' "$LOG/cut" && break
+        sleep 0.2
+    done
+    t=$((SECONDS - tcut))
+    kill -TERM $pid 2>/dev/null
+    "$C" --name "$NM" kill n1 > /dev/null 2>&1
+    wait $pid 2>/dev/null
+    n=$(grep -c ': FAIL ' "$LOG/cut")
+    local errs reps
+    errs=$(grep ': FAIL ' "$LOG/cut" | awk '{print $5}' | tr -d : | sort -u | tr '\n' ' ')
+    reps=$(grep ': FAIL ' "$LOG/cut" | grep -o 'replicated=[-0-9]*' | sort -u | tr '\n' ' ')
+    grep -q '^ok ' "$LOG/cut" && fail "the replication ended before the cut (too fast to test)"
+    if [ "$n" = 3 ] && [ "${errs% }" = DCP_ETIMEOUT ] && [ "${reps% }" = replicated=1 ] &&
+        [ $t -le $((tmo + 15)) ]; then
+        ok "n1 cut off while '$tmp' streamed into it: the 3 survivors failed with ${errs% } $t s after the cut (timeout $tmo s), step 2 not counted replicated (${reps% }: step 1's)"
+        grep ': FAIL ' "$LOG/cut" | sed 's/^/    /' | cut -c1-220
+    else
+        fail "replication cut off: $n survivors failed ($errs; $reps) in $t s: $(grep -v '^\[' "$LOG/cut" | head -8 | tr '\n' ' ')"
+    fi
+    # n1 gone: step 2 lacks n1's file on every survivor (its replica never
+    # landed on n2), so the restore takes step 1, n1's file from n2's replica
+    must "the previous replicated step restores on the survivors" mpi --nodes n0,n2,n3 -- \
+        "$PROG" tier-restore $T0 $S3/cr $mib 1 0 &&
+        ok "survivors restore step 1 from tier 0: $(cat "$LOG/out")"
+    down_checked
+}
 case_cutsave() { cut_case save; }
 case_cutload() { cut_case load; }
 
@@ -375,7 +430,7 @@ case "$mode" in
     case_smoke
     echo "cluster smoke: $([ $failed = 0 ] && echo passed || echo FAILED) in $((SECONDS - t)) s" ;;
 --full)
-    cases=${*:-reshard readonce tier cutsave cutload}
+    cases=${*:-reshard readonce tier cutsave cutload cutrepl}
     for c in $cases; do
         t=$SECONDS
         echo "== $c"
