@@ -385,8 +385,12 @@ PY
 # points OUT N...: for each N, N nodes x 1 rank (node links 1gbit, store
 # 400mbit): save and load of 128 MiB and of 8 MiB (the fixed costs), the
 # replicated load of 32 MiB read once and per rank (warm: median of runs
-# 2..4), tier-0 saves of 64 and 8 MiB with replicas 1, node n<N-1>
-# destroyed and the restores on the N-1 others. One JSON object a line into OUT.
+# 2..4), tier-0 saves of 64 and 8 MiB with replicas 1 (3 of each, and 3
+# of each more for the uncapped restores), node n<N-1> destroyed and the
+# restores on the N-1 others (each a fresh process, as a restart: median
+# of 3 of each size), then the same with the node links uncapped (the
+# copies' limit when the links are not: the machine's cores). One JSON
+# object a line into OUT.
 points() {
     local out=$1 n
     shift
@@ -409,17 +413,34 @@ points() {
         mn+=", \"readonce_32_min\": $(mins "$LOG/out")"
         pr=$(warm "per rank 32, $n nodes" load $S3/r 32 1 perrank) || return 1
         mn+=", \"perrank_32_min\": $(mins "$LOG/out")"
-        must "tier save" mpi -- "$PROG" tier-save $T0 $S3/pt 64 1 1 || return 1
-        must "tier save 8" mpi -- "$PROG" tier-save $T0/s $S3/pts 8 1 1 || return 1
+        # tier-0 steps of 64 and 8 MiB, each in its own roots (a restore
+        # copies the files a node lacks into it: each restore needs its own)
+        local k m
+        for k in 1 2 3 u1 u2 u3; do
+            for m in 64 8; do
+                must "tier save $m ($k)" mpi -- "$PROG" tier-save $T0/t$m$k $S3/t$m$k $m 1 1 || return 1
+            done
+        done
         "$C" --name "$NM" kill n$((n - 1)) > /dev/null 2>&1 || fail "kill n$((n - 1))"
-        local live ts
+        local live i r
         live=$(seq -s, -f 'n%g' 0 $((n - 2)))
-        must "tier restore 8" mpi --nodes "$live" -- "$PROG" tier-restore $T0/s $S3/pts 8 1 0 || return 1
-        ts=$(secs "$LOG/out")
-        must "tier restore" mpi --nodes "$live" -- "$PROG" tier-restore $T0 $S3/pt 64 1 0 || return 1
-        tr=$(secs "$LOG/out")
+        declare -A tt=()
+        for k in 1 2 3 u1 u2 u3; do
+            if [ $k = u1 ]; then  # the node links uncapped from here on
+                for ((i = 0; i < n - 1; i++)); do
+                    "$C" --name "$NM" rate n$i none > /dev/null 2>&1 || fail "rate n$i none"
+                done
+            fi
+            for m in 8 64; do
+                must "tier restore $m ($k)" mpi --nodes "$live" -- "$PROG" tier-restore $T0/t$m$k $S3/t$m$k $m 1 0 || return 1
+                r=${k%[0-9]}
+                tt[$r$m]+="${tt[$r$m]:+,}$(secs "$LOG/out")"
+            done
+        done
         down_checked
-        echo "{\"nodes\": $n, \"save_128_s\": $sv, \"load_128_s\": $ld, \"save_8_s\": $ss, \"load_8_s\": $ls, \"readonce_32_s\": $ro, \"perrank_32_s\": $pr, \"tier_restore_64_s\": $tr, \"tier_restore_8_s\": $ts$mn, \"node_rate\": \"1gbit\", \"store_rate\": \"400mbit\"}" | tee -a "$out"
+        med() { echo "$1" | tr , '\n' | sort -g | sed -n 2p; }
+        local tj="\"tier_restore_64_s\": $(med "${tt[64]}"), \"tier_restore_8_s\": $(med "${tt[8]}"), \"tier_restore_64_runs\": [${tt[64]}], \"tier_restore_8_runs\": [${tt[8]}], \"tier_uncapped_64_s\": $(med "${tt[u64]}"), \"tier_uncapped_8_s\": $(med "${tt[u8]}"), \"tier_uncapped_64_runs\": [${tt[u64]}], \"tier_uncapped_8_runs\": [${tt[u8]}]"
+        echo "{\"nodes\": $n, \"save_128_s\": $sv, \"load_128_s\": $ld, \"save_8_s\": $ss, \"load_8_s\": $ls, \"readonce_32_s\": $ro, \"perrank_32_s\": $pr, $tj$mn, \"node_rate\": \"1gbit\", \"store_rate\": \"400mbit\"}" | tee -a "$out"
     done
 }
 
