@@ -72,7 +72,8 @@ fi
 # The cluster on one machine (issue 30; tests/cluster/run.sh, needs root):
 # resharding across nodes from S3, the replicated load read once and per
 # rank, tier-0 saves with replicas and a node destroyed, a node cut off
-# mid-save and mid-load. A case that cannot run here (77) says so.
+# mid-save and mid-load, a partner node cut off mid-replication. A case
+# that cannot run here (77) says so.
 cluster_case() {
     bash tests/cluster/run.sh --full "$build/tests/cluster/cluster_ckpt" "$1"
     local rc=$?
@@ -80,7 +81,7 @@ cluster_case() {
     return $rc
 }
 if [ -x "$build/tests/cluster/cluster_ckpt" ]; then
-    for c in reshard readonce tier cutsave cutload; do
+    for c in reshard readonce tier cutsave cutload cutrepl; do
         run cluster_$c cluster_case $c
     done
 fi
@@ -135,7 +136,7 @@ fig strace '^ok|FAIL'
 fig crash 'crash points'
 [ $have_mpi = 1 ] && fig crash_mpi 'MPI crash points|victim'
 if [ -x "$build/tests/cluster/cluster_ckpt" ]; then
-    for c in reshard readonce tier cutsave cutload; do
+    for c in reshard readonce tier cutsave cutload cutrepl; do
         fig cluster_$c '^ok|^FAIL|skipped'
     done
 fi

@@ -344,7 +344,11 @@ DCP_API int dcp_tier_drain_wait(dcp_tier *t, int64_t *step);
  * own node's tier-0 directory only; the data files its node's ranks read
  * and the node lacks are first copied into it from a node holding them
  * (own files or a partner's replica) over the communicator; they stay
- * there. Collective.
+ * there. Each rank then reads the stored chunks its state overlaps from
+ * its own node's copy (DCP_LOAD_PER_RANK_READS is added to opts' flags:
+ * read once would forward chunks two ranks share over the communicator,
+ * across the network again), unless opts ask for DCP_LOAD_READ_ONCE.
+ * Collective.
  * Returns DCP_OK, DCP_ENOENT (no complete step on any tier; the message
  * names a data file of tier 0's newest step missing on every node), the
  * codes of

@@ -7,6 +7,7 @@
 #   cluster.sh [--name NAME] up N [--node-rate R] [--store-rate R]
 #              [--net A.B.C] [--tier0-size SIZE] [--no-store]
 #              [--node-timeout S] [--store-timeout S] [--memstore BYTES]
+#              [--queue MS]
 #   cluster.sh [--name NAME] down          everything removed, then checked
 #   cluster.sh [--name NAME] check         exit 1 naming what is left
 #   cluster.sh [--name NAME] exec NODE CMD...   CMD inside NODE
@@ -27,7 +28,8 @@
 # serving the bucket dcp-cluster. Rates R are tc rates (1gbit, 200mbit, ...,
 # or none): a tbf on both ends of each node's link (egress of the node's
 # eth0 and of its switch port); --node-rate for the compute nodes,
-# --store-rate for the storage node. A.B.C defaults to $DCP_CLUSTER_NET, else
+# --store-rate for the storage node; --queue MS (50) the tbf's queue, in
+# time at the rate (a tail-drop queue). A.B.C defaults to $DCP_CLUSTER_NET, else
 # 198.18.30 (RFC 2544's benchmarking range, 198.18.0.0/15); no namespace has
 # a route beyond its
 # /24, and nothing is ever addressed in the host's own namespace.
@@ -101,7 +103,9 @@ shape() {
     [ "$b" -gt 0 ] || die "bad rate '$rate' (e.g. 1gbit, 200mbit, none)"
     burst=$((b / 200))            # 5 ms at the rate
     [ $burst -ge 131072 ] || burst=131072
-    $T 5 tc -n "$ns" qdisc replace dev "$dev" root tbf rate "$rate" burst "$burst" latency 50ms \
+    local q
+    q=$(cat "$STATE/queue" 2>/dev/null) || q=50
+    $T 5 tc -n "$ns" qdisc replace dev "$dev" root tbf rate "$rate" burst "$burst" latency "${q}ms" \
         || die "tc on $ns/$dev failed"
 }
 
@@ -210,7 +214,7 @@ do_down() {
 # ---- up ------------------------------------------------------------------
 
 do_up() {
-    local n="" node_rate=none store_rate=none net=${DCP_CLUSTER_NET:-198.18.30} size=512m store=1
+    local n="" node_rate=none store_rate=none net=${DCP_CLUSTER_NET:-198.18.30} size=512m store=1 queue=50
     local node_to=10 store_to=150 memstore=$((6 << 30))
     while [ $# -gt 0 ]; do
         case "$1" in
@@ -218,6 +222,7 @@ do_up() {
         --store-rate) store_rate=$2; shift 2 ;;
         --net) net=$2; shift 2 ;;
         --tier0-size) size=$2; shift 2 ;;
+        --queue) queue=$2; shift 2 ;;
         --no-store) store=0; shift ;;
         --node-timeout) node_to=$2; shift 2 ;;
         --store-timeout) store_to=$2; shift 2 ;;
@@ -230,6 +235,8 @@ do_up() {
     [[ $net =~ ^(10|172\.(1[6-9]|2[0-9]|3[01])|192\.168|198\.1[89])\.[0-9]{1,3}(\.[0-9]{1,3})?$ ]] &&
         [ "$(echo "$net" | tr -cd . | wc -c)" = 2 ] ||
         { echo "cluster: --net A.B.C must be a /24 of a private or test range (10/8, 172.16/12, 192.168/16, 198.18/15)" >&2; exit 2; }
+    [[ $queue =~ ^[0-9]{1,4}$ ]] && [ "$queue" -ge 1 ] ||
+        { echo "cluster: --queue MS: the links' tbf queue, 1..9999 ms" >&2; exit 2; }
     for r in "$node_rate" "$store_rate"; do
         [ "$r" = none ] || [ "$(rate_bytes "$r")" -gt 0 ] || { echo "cluster: bad rate '$r'" >&2; exit 2; }
     done
@@ -255,6 +262,7 @@ do_up() {
 
     trap 'echo "cluster: interrupted; removing $NAME" >&2; do_down; exit 1' INT TERM
     mkdir -p "$STATE/t0"
+    echo "$queue" > "$STATE/queue"
     local tok
     tok=$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
     { echo "token $tok"; echo "net $net"; } > "$LEDGER"

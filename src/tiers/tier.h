@@ -62,4 +62,9 @@ void dcp__tier_set_replica_hook(dcp__tier_hook_fn fn, void *arg);
  * process started. */
 uint64_t dcp__tier_fetched_bytes(void);
 
+/* Test hook: the tensor bytes this rank received from other ranks in the
+ * tier-0 loads of restores (their EXCHANGE phase), since the process
+ * started: 0 unless the caller asked for DCP_LOAD_READ_ONCE. */
+uint64_t dcp__tier_exchanged_bytes(void);
+
 #endif /* DCP_TIER_H */

@@ -4,7 +4,7 @@
  *
  *   cluster_ckpt save PATH MIB STEP [TIMEOUT]
  *   cluster_ckpt load PATH MIB STEP shard|readonce|perrank [TIMEOUT]
- *   cluster_ckpt tier-save T0ROOT T1ROOT MIB STEP REPLICAS
+ *   cluster_ckpt tier-save T0ROOT T1ROOT MIB STEP REPLICAS [TIMEOUT]
  *   cluster_ckpt tier-restore T0ROOT T1ROOT MIB STEP WANT_TIER
  *
  * The state: 8 float32 tensors "layers.K.weight" of 960 rows, MIB MiB in
@@ -16,10 +16,11 @@
  * DCP_LOAD_PER_RANK_READS).
  *  - save: dcp_save to PATH (s3://... or a directory);
  *  - load: dcp_load from PATH, every element checked;
- *  - tier-save: dcp_tier_save of STEP with REPLICAS partner copies, tier 0
+ *  - tier-save: dcp_tier_save of STEP (or of steps FIRST-LAST, one after
+ *    another in the process) with REPLICAS partner copies, tier 0
  *    in T0ROOT/<hostname> (the node's tmpfs on the cluster: ranks of a
- *    node share it, no other node sees it), tier 1 T1ROOT; the drain is
- *    waited for;
+ *    node share it, no other node sees it), tier 1 T1ROOT; the drain and
+ *    the replication are waited for (dcp_tier_drain_wait);
  *  - tier-restore: dcp_tier_restore at this world size, resharded; the
  *    step must be STEP, the tier WANT_TIER (-1: any), every element checked.
  * With CLUSTER_CKPT_RUNS=n (2..16; save, load, tier-restore), the
@@ -29,9 +30,11 @@
  * connections, the plan); min= their minimum.
  * TIMEOUT (seconds, 0: none) bounds each communication step
  * (dcp_comm_mpi_set_timeout). Rank 0 prints one line
- *   ok MODE s=SECONDS mib=MIB ranks=W [tier=T step=S]
- * with the slowest rank's time. On a dcp failure every rank prints
- *   rank R: FAIL MODE: ERRNAME: message
+ *   ok MODE s=SECONDS mib=MIB ranks=W [tier=T step=S replicated=P]
+ * with the slowest rank's time (P: dcp_tier_replicated, the newest step
+ * every replica of which landed, -1: none). On a dcp failure every rank
+ * prints
+ *   rank R: FAIL MODE: ERRNAME: message [replicated=P]
  * and exits 3 at once (after a timeout the communicator is broken); wrong
  * bytes exit 4 (rank-local line "rank R: WRONG ...").
  */
@@ -51,6 +54,7 @@
 #define ROWS 960
 
 static int rank, world;
+static dcp_tier *tier_stack; /* tier modes: for fail()'s replicated= */
 
 static double now(void)
 {
@@ -68,8 +72,12 @@ static float val(int k, int64_t row, int64_t col, int64_t step)
 
 static void fail(dcp_ctx *ctx, const char *mode, int rc)
 {
-    printf("rank %d: FAIL %s: %s: %s\n", rank, mode, dcp_err_name(rc),
+    int64_t rep = -1;
+    printf("rank %d: FAIL %s: %s: %s", rank, mode, dcp_err_name(rc),
            ctx ? dcp_errmsg(ctx) : "");
+    if (tier_stack && dcp_tier_replicated(tier_stack, &rep) == DCP_OK)
+        printf(" replicated=%lld", (long long)rep);
+    printf("\n");
     fflush(stdout);
     fflush(stderr);
     _exit(3);
@@ -160,7 +168,7 @@ static int usage(void)
                 "       cluster_ckpt load PATH MIB STEP "
                 "shard|readonce|perrank [TIMEOUT]\n"
                 "       cluster_ckpt tier-save T0ROOT T1ROOT MIB STEP "
-                "REPLICAS\n"
+                "REPLICAS [TIMEOUT]\n"
                 "       cluster_ckpt tier-restore T0ROOT T1ROOT MIB STEP "
                 "WANT_TIER\n");
     MPI_Finalize();
@@ -176,10 +184,16 @@ int main(int argc, char **argv)
         return usage();
     const char *mode = argv[1];
     int tier_mode = !strncmp(mode, "tier-", 5);
-    if (tier_mode && argc != 7)
+    if (tier_mode && argc != 7 && !(argc == 8 && !strcmp(mode, "tier-save")))
         return usage();
     size_t mib = (size_t)atol(argv[tier_mode ? 4 : 3]);
-    int64_t step = atoll(argv[tier_mode ? 5 : 4]);
+    int64_t step = atoll(argv[tier_mode ? 5 : 4]), first = step;
+    const char *dash = strchr(argv[tier_mode ? 5 : 4], '-');
+    if (dash && !strcmp(mode, "tier-save")) { /* FIRST-LAST */
+        step = atoll(dash + 1);
+        if (step < first)
+            return usage();
+    }
     const char *how = "shard";
     double tmo = 0;
     if (!strcmp(mode, "save")) {
@@ -194,6 +208,8 @@ int main(int argc, char **argv)
             return usage();
     } else if (!tier_mode) {
         return usage();
+    } else if (argc == 8) {
+        tmo = atof(argv[7]);
     }
     if (mib < 1)
         return usage();
@@ -231,6 +247,7 @@ int main(int argc, char **argv)
         rc = dcp_tier_create(&tk, ctx, &o);
         if (rc != DCP_OK)
             fail(ctx, mode, rc);
+        tier_stack = tk;
     }
     double t = 0, ts[16], tmin = -1;
     const char *re = getenv("CLUSTER_CKPT_RUNS");
@@ -238,7 +255,7 @@ int main(int argc, char **argv)
     if (runs < 1 || runs > 16)
         runs = 1;
     if (!strcmp(mode, "save") || !strcmp(mode, "tier-save"))
-        box_fill(&b, step);
+        box_fill(&b, first);
     for (int run = 0; run < runs; run++) {
         if (strcmp(mode, "save") && strcmp(mode, "tier-save"))
             box_clear(&b);
@@ -259,9 +276,14 @@ int main(int argc, char **argv)
                 lo.flags = DCP_LOAD_PER_RANK_READS;
             rc = dcp_load(ctx, st, argv[2], &lo);
         } else if (!strcmp(mode, "tier-save")) {
-            rc = dcp_tier_save(tk, st, step, NULL);
-            if (rc == DCP_OK)
-                rc = dcp_tier_drain_wait(tk, NULL);
+            rc = DCP_OK;
+            for (int64_t k = first; rc == DCP_OK && k <= step; k++) {
+                if (k > first)
+                    box_fill(&b, k);
+                rc = dcp_tier_save(tk, st, k, NULL);
+                if (rc == DCP_OK)
+                    rc = dcp_tier_drain_wait(tk, NULL);
+            }
         } else {
             int want = atoi(argv[6]);
             rc = dcp_tier_restore(tk, st, NULL, &got, &tier);
@@ -309,8 +331,12 @@ int main(int argc, char **argv)
             for (int i = 0; i < runs; i++)
                 printf("%s%.3f", i ? "," : "", ts[i]);
         }
-        if (tier_mode)
-            printf(" tier=%d step=%lld", tier, (long long)got);
+        if (tier_mode) {
+            int64_t rep = -1;
+            dcp_tier_replicated(tk, &rep);
+            printf(" tier=%d step=%lld replicated=%lld", tier, (long long)got,
+                   (long long)rep);
+        }
         printf("\n");
         fflush(stdout);
     }

@@ -3,7 +3,7 @@
 #
 #   run.sh --smoke PROG            ctest cluster.smoke (make check)
 #   run.sh --full PROG [CASE...]   make reliability; cases: reshard readonce
-#                                  tier cutsave cutload (default: all)
+#                                  tier cutsave cutload cutrepl (default: all)
 #   run.sh --bench PROG OUT        make bench-cluster: the cluster_* figures
 #                                  merged into OUT (bench/results.json)
 #   run.sh --points PROG OUT N...  docs/SCALING.md's measured points (N nodes)
@@ -52,7 +52,7 @@ must() {
     if "$@" > "$LOG/out" 2>&1; then
         return 0
     fi
-    fail "$d: exit $? ($(tail -5 "$LOG/out" | tr '\n' ' '))"
+    fail "$d: exit $? ($(grep -v '^\[' "$LOG/out" | grep 'FAIL\|WRONG\|^ok' | head -5 | tr '\n' ' ') $(tail -5 "$LOG/out" | tr '\n' ' '))"
     return 1
 }
 # mpi [cluster.sh mpirun options --] PROG ARGS: bounded, output in $LOG/out.
@@ -90,6 +90,8 @@ case_badinput() {
     [ $? = 2 ] && grep -q 'private or test range' "$LOG/b" || fail "a public --net not refused"
     "$C" --name "$NM" up 2 --node-rate fast > "$LOG/b" 2>&1
     [ $? = 2 ] || fail "a bad rate not refused"
+    "$C" --name "$NM" up 2 --queue 0 > "$LOG/b" 2>&1
+    [ $? = 2 ] || fail "a bad --queue not refused"
     # a node that never comes up: error naming it, everything removed
     t=$SECONDS
     DCP_CLUSTER_FAULT=hang:n1 "$C" --name "$NM" up 3 --no-store --node-timeout 2 > "$LOG/b" 2>&1
@@ -261,6 +263,61 @@ cut_case() {
         ok "survivors load step $want: $(cat "$LOG/out")"
     down_checked
 }
+# cutrepl: a partner node cut off (link down, frozen) while the replicas of
+# a tier-0 step stream to it: every survivor fails with the same error
+# within the timeout, the step is not counted replicated
+# (dcp_tier_replicated stays at the previous step), and after the node is
+# gone the previous replicated step restores from tier 0 on the survivors
+# (the lost node's files from its partner's replicas).
+case_cutrepl() {
+    local tmo=10 mib=96 t tcut n pid tmp=""
+    # node links 100mbit: the 24 MiB replica of each node's file (and its
+    # drain to S3, over the same link) take seconds, so the cut lands
+    # while they stream
+    up 4 --node-rate 100mbit --store-rate 200mbit || return 1
+    # steps 1 and 2 in one process (dcp_tier_replicated is the stack's):
+    # step 1 saved, replicated and drained, then step 2
+    timeout -k 5 120 "$C" --name "$NM" mpirun -- --mca orte_abort_on_non_zero_status 0 \
+        "$PROG" tier-save $T0 $S3/cr $mib 1-2 1 $tmo > "$LOG/cut" 2>&1 &
+    pid=$!
+    # n1 is n0's partner: cut it once a replica of step 2 is being written
+    # into its tier 0 (a temporary in its step-2)
+    t=$SECONDS
+    while [ $((SECONDS - t)) -lt 60 ] && ! grep -q '^ok \|: FAIL ' "$LOG/cut"; do
+        tmp=$("$C" --name "$NM" exec n1 sh -c "ls -a $T0/n1/step-2 2>/dev/null | grep '\.tmp\$'" 2>/dev/null | head -1)
+        [ -n "$tmp" ] && break
+        sleep 0.05
+    done
+    [ -n "$tmp" ] || fail "no replica of step 2 streaming into n1 seen ($(head -3 "$LOG/cut" | tr '\n' ' '))"
+    "$C" --name "$NM" cut n1 > /dev/null 2>&1 || fail "cut n1"
+    tcut=$SECONDS
+    while [ "$(grep -c ': FAIL ' "$LOG/cut")" -lt 3 ] && [ $((SECONDS - tcut)) -lt $((tmo + 30)) ]; do
+        grep -q '^ok ' "$LOG/cut" && break
+        sleep 0.2
+    done
+    t=$((SECONDS - tcut))
+    kill -TERM $pid 2>/dev/null
+    "$C" --name "$NM" kill n1 > /dev/null 2>&1
+    wait $pid 2>/dev/null
+    n=$(grep -c ': FAIL ' "$LOG/cut")
+    local errs reps
+    errs=$(grep ': FAIL ' "$LOG/cut" | awk '{print $5}' | tr -d : | sort -u | tr '\n' ' ')
+    reps=$(grep ': FAIL ' "$LOG/cut" | grep -o 'replicated=[-0-9]*' | sort -u | tr '\n' ' ')
+    grep -q '^ok ' "$LOG/cut" && fail "the replication ended before the cut (too fast to test)"
+    if [ "$n" = 3 ] && [ "${errs% }" = DCP_ETIMEOUT ] && [ "${reps% }" = replicated=1 ] &&
+        [ $t -le $((tmo + 15)) ]; then
+        ok "n1 cut off while '$tmp' streamed into it: the 3 survivors failed with ${errs% } $t s after the cut (timeout $tmo s), step 2 not counted replicated (${reps% }: step 1's)"
+        grep ': FAIL ' "$LOG/cut" | sed 's/^/    /' | cut -c1-220
+    else
+        fail "replication cut off: $n survivors failed ($errs; $reps) in $t s: $(grep -v '^\[' "$LOG/cut" | head -8 | tr '\n' ' ')"
+    fi
+    # n1 gone: step 2 lacks n1's file on every survivor (its replica never
+    # landed on n2), so the restore takes step 1, n1's file from n2's replica
+    must "the previous replicated step restores on the survivors" mpi --nodes n0,n2,n3 -- \
+        "$PROG" tier-restore $T0 $S3/cr $mib 1 0 &&
+        ok "survivors restore step 1 from tier 0: $(cat "$LOG/out")"
+    down_checked
+}
 case_cutsave() { cut_case save; }
 case_cutload() { cut_case load; }
 
@@ -280,7 +337,8 @@ bench() {
     # save/load: 256 MiB on 4 nodes x 1 rank, 4 times in one process, the
     # median of runs 2..4 (the first pays connections and the plan); read
     # once: 64 MiB replicated, likewise; tier restore: 128 MiB, replicas 1,
-    # one of 4 nodes destroyed, one run each way.
+    # one of 4 nodes destroyed, one run each way; then the saves again on a
+    # cluster whose tbf queues hold 200 ms instead of 50.
     local out=$1 nrate=1gbit srate=400mbit mib=256 ro=64 tmib=128
     local sb
     sb=$(awk -v r="${srate%mbit}" 'BEGIN{print r * 1e6 / 8}')
@@ -290,6 +348,10 @@ bench() {
     local sm lm
     s=$(warm "bench save" save $S3/b $mib 1) || return 1
     sm=$(mins "$LOG/out")
+    # packets the store link's queue dropped (its switch port: the data
+    # into the store), the warm-up and the 4 saves
+    local sdrop
+    sdrop=$(tc -n "$NM-sw" -s qdisc show dev pst | grep -o 'dropped [0-9]*' | head -1 | awk '{print $2}')
     l=$(warm "bench load" load $S3/b $mib 1 shard) || return 1
     lm=$(mins "$LOG/out")
     must "bench save ro" mpi -- "$PROG" save $S3/ro $ro 1 120 || return 1
@@ -302,12 +364,23 @@ bench() {
     must "bench s3 restore" mpi --nodes n0,n1,n2 -- "$PROG" load $S3/bt/step-1 $tmib 1 shard 120 || return 1
     t1r=$(secs "$LOG/out")
     down_checked
+    # the same saves with the links' tbf queue at 200 ms instead of 50: the
+    # store link's drops (and the part uploads waiting in TCP retransmission
+    # timeouts) gone, what the save reaches (bench/RESULTS.md)
+    local s2 sm2 sdrop2
+    up 4 --node-rate $nrate --store-rate $srate --queue 200 || return 1
+    must "bench save, queue 200 ms" mpi -- "$PROG" save $S3/b 16 0 120 || return 1
+    s2=$(warm "bench save, queue 200 ms" save $S3/b $mib 1) || return 1
+    sm2=$(mins "$LOG/out")
+    sdrop2=$(tc -n "$NM-sw" -s qdisc show dev pst | grep -o 'dropped [0-9]*' | head -1 | awk '{print $2}')
+    down_checked
     local bytes=$((mib << 20))
     awk -v s="$s" -v l="$l" -v r="$r" -v p="$p" -v a="$t0r" -v b="$t1r" -v by=$bytes \
+        -v s2="$s2" -v sm2="$sm2" -v d1="${sdrop:-0}" -v d2="${sdrop2:-0}" \
         -v sm="$sm" -v lm="$lm" -v lb="$sb" -v mib=$mib -v ro=$ro -v tmib=$tmib -v nr=$nrate -v sr=$srate 'BEGIN {
         printf "  \"cluster_readonce_speedup\": {\"value\": %.3f, \"unit\": \"x per-rank reads\", \"readonce_s\": %.3f, \"perrank_s\": %.3f, \"mib\": %d, \"nodes\": 4, \"ranks_per_node\": 1, \"node_rate\": \"%s\", \"store_rate\": \"%s\"},\n", p / r, r, p, ro, nr, sr
         printf "  \"cluster_tier_restore_vs_s3\": {\"value\": %.3f, \"unit\": \"x S3 load\", \"tier0_s\": %.3f, \"s3_s\": %.3f, \"mib\": %d, \"nodes\": \"4 saved, 3 restore\", \"replicas\": 1, \"node_rate\": \"%s\", \"store_rate\": \"%s\"},\n", b / a, a, b, tmib, nr, sr
-        printf "  \"cluster_save_vs_link\": {\"value\": %.3f, \"unit\": \"x store link\", \"save_s\": %.3f, \"best\": %.3f, \"mbps\": %.1f, \"link_mbps\": %.1f, \"mib\": %d, \"nodes\": 4, \"store_rate\": \"%s\"},\n", by / s / lb, s, by / sm / lb, by / s / 1e6, lb / 1e6, mib, sr
+        printf "  \"cluster_save_vs_link\": {\"value\": %.3f, \"unit\": \"x store link\", \"save_s\": %.3f, \"best\": %.3f, \"mbps\": %.1f, \"link_mbps\": %.1f, \"mib\": %d, \"nodes\": 4, \"store_rate\": \"%s\", \"queue_ms\": 50, \"drops\": %d, \"queue200_value\": %.3f, \"queue200_save_s\": %.3f, \"queue200_best\": %.3f, \"queue200_drops\": %d},\n", by / s / lb, s, by / sm / lb, by / s / 1e6, lb / 1e6, mib, sr, d1, by / s2 / lb, s2, by / sm2 / lb, d2
         printf "  \"cluster_load_vs_link\": {\"value\": %.3f, \"unit\": \"x store link\", \"load_s\": %.3f, \"best\": %.3f, \"mbps\": %.1f, \"link_mbps\": %.1f, \"mib\": %d, \"nodes\": 4, \"store_rate\": \"%s\"}\n", by / l / lb, l, by / lm / lb, by / l / 1e6, lb / 1e6, mib, sr
     }' > "$LOG/entries"
     cat "$LOG/entries"
@@ -330,8 +403,12 @@ PY
 # points OUT N...: for each N, N nodes x 1 rank (node links 1gbit, store
 # 400mbit): save and load of 128 MiB and of 8 MiB (the fixed costs), the
 # replicated load of 32 MiB read once and per rank (warm: median of runs
-# 2..4), tier-0 saves of 64 and 8 MiB with replicas 1, node n<N-1>
-# destroyed and the restores on the N-1 others. One JSON object a line into OUT.
+# 2..4), tier-0 saves of 64 and 8 MiB with replicas 1 (3 of each, and 3
+# of each more for the uncapped restores), node n<N-1> destroyed and the
+# restores on the N-1 others (each a fresh process, as a restart: median
+# of 3 of each size), then the same with the node links uncapped (the
+# copies' limit when the links are not: the machine's cores). One JSON
+# object a line into OUT.
 points() {
     local out=$1 n
     shift
@@ -354,17 +431,34 @@ points() {
         mn+=", \"readonce_32_min\": $(mins "$LOG/out")"
         pr=$(warm "per rank 32, $n nodes" load $S3/r 32 1 perrank) || return 1
         mn+=", \"perrank_32_min\": $(mins "$LOG/out")"
-        must "tier save" mpi -- "$PROG" tier-save $T0 $S3/pt 64 1 1 || return 1
-        must "tier save 8" mpi -- "$PROG" tier-save $T0/s $S3/pts 8 1 1 || return 1
+        # tier-0 steps of 64 and 8 MiB, each in its own roots (a restore
+        # copies the files a node lacks into it: each restore needs its own)
+        local k m
+        for k in 1 2 3 u1 u2 u3; do
+            for m in 64 8; do
+                must "tier save $m ($k)" mpi -- "$PROG" tier-save $T0/t$m$k $S3/t$m$k $m 1 1 || return 1
+            done
+        done
         "$C" --name "$NM" kill n$((n - 1)) > /dev/null 2>&1 || fail "kill n$((n - 1))"
-        local live ts
+        local live i r
         live=$(seq -s, -f 'n%g' 0 $((n - 2)))
-        must "tier restore 8" mpi --nodes "$live" -- "$PROG" tier-restore $T0/s $S3/pts 8 1 0 || return 1
-        ts=$(secs "$LOG/out")
-        must "tier restore" mpi --nodes "$live" -- "$PROG" tier-restore $T0 $S3/pt 64 1 0 || return 1
-        tr=$(secs "$LOG/out")
+        declare -A tt=()
+        for k in 1 2 3 u1 u2 u3; do
+            if [ $k = u1 ]; then  # the node links uncapped from here on
+                for ((i = 0; i < n - 1; i++)); do
+                    "$C" --name "$NM" rate n$i none > /dev/null 2>&1 || fail "rate n$i none"
+                done
+            fi
+            for m in 8 64; do
+                must "tier restore $m ($k)" mpi --nodes "$live" -- "$PROG" tier-restore $T0/t$m$k $S3/t$m$k $m 1 0 || return 1
+                r=${k%[0-9]}
+                tt[$r$m]+="${tt[$r$m]:+,}$(secs "$LOG/out")"
+            done
+        done
         down_checked
-        echo "{\"nodes\": $n, \"save_128_s\": $sv, \"load_128_s\": $ld, \"save_8_s\": $ss, \"load_8_s\": $ls, \"readonce_32_s\": $ro, \"perrank_32_s\": $pr, \"tier_restore_64_s\": $tr, \"tier_restore_8_s\": $ts$mn, \"node_rate\": \"1gbit\", \"store_rate\": \"400mbit\"}" | tee -a "$out"
+        med() { echo "$1" | tr , '\n' | sort -g | sed -n 2p; }
+        local tj="\"tier_restore_64_s\": $(med "${tt[64]}"), \"tier_restore_8_s\": $(med "${tt[8]}"), \"tier_restore_64_runs\": [${tt[64]}], \"tier_restore_8_runs\": [${tt[8]}], \"tier_uncapped_64_s\": $(med "${tt[u64]}"), \"tier_uncapped_8_s\": $(med "${tt[u8]}"), \"tier_uncapped_64_runs\": [${tt[u64]}], \"tier_uncapped_8_runs\": [${tt[u8]}]"
+        echo "{\"nodes\": $n, \"save_128_s\": $sv, \"load_128_s\": $ld, \"save_8_s\": $ss, \"load_8_s\": $ls, \"readonce_32_s\": $ro, \"perrank_32_s\": $pr, $tj$mn, \"node_rate\": \"1gbit\", \"store_rate\": \"400mbit\"}" | tee -a "$out"
     done
 }
 
@@ -375,7 +469,7 @@ case "$mode" in
     case_smoke
     echo "cluster smoke: $([ $failed = 0 ] && echo passed || echo FAILED) in $((SECONDS - t)) s" ;;
 --full)
-    cases=${*:-reshard readonce tier cutsave cutload}
+    cases=${*:-reshard readonce tier cutsave cutload cutrepl}
     for c in $cases; do
         t=$SECONDS
         echo "== $c"

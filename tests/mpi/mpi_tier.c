@@ -860,6 +860,7 @@ static void test_peers3(void)
     MPI_Comm sub;
     MPI_Comm_split(MPI_COMM_WORLD, mt_rank == 2, mt_rank, &sub);
     uint64_t f0 = dcp__tier_fetched_bytes(), got = 0, sum = 0;
+    uint64_t x0 = dcp__tier_exchanged_bytes();
     if (mt_rank != 2) {
         dcp_comm *c3 = NULL;
         dcp_ctx *x3 = NULL;
@@ -877,6 +878,24 @@ static void test_peers3(void)
         dcp_state_free(st);
         dcp_tier_free(t);
         got = dcp__tier_fetched_bytes() - f0;
+        MPI_Allreduce(&got, &sum, 1, MPI_UINT64_T, MPI_SUM, sub);
+        CHECK(sum > 0);
+        /* Resharded 4 -> 3, ranks share stored chunks: each read its own
+         * node's copy, nothing forwarded (read once would send them). */
+        CHECK(dcp__tier_exchanged_bytes() == x0);
+        /* With DCP_LOAD_READ_ONCE asked, they are forwarded. */
+        t = mk(x3, DCP_TIER_WAIT, 0);
+        st = make_state(0, 0);
+        dcp_load_options lo;
+        memset(&lo, 0, sizeof lo);
+        lo.struct_size = sizeof lo;
+        lo.flags = DCP_LOAD_READ_ONCE;
+        CHECK_OK(x3, dcp_tier_restore(t, st, &lo, &s, &tier));
+        CHECK(s == 2 && tier == 0);
+        CHECK(holds(st, 2));
+        dcp_state_free(st);
+        dcp_tier_free(t);
+        got = dcp__tier_exchanged_bytes() - x0;
         MPI_Allreduce(&got, &sum, 1, MPI_UINT64_T, MPI_SUM, sub);
         CHECK(sum > 0);
         dcp_ctx_free(x3);
