@@ -25,6 +25,7 @@ void dcp__ro_release(struct ro_plan *p)
     dcp__free(p->base);
     dcp__free(p->reader);
     dcp__free(p->need);
+    dcp__free(p->row);
     memset(p, 0, sizeof(*p));
 }
 
@@ -38,15 +39,18 @@ static uint64_t chunk_bytes(const struct md_entry *e, size_t ci)
 /* This rank's marks: 1 for a chunk its boxes overlap, 2 for one that a
  * CUDA box overlaps (read by each rank itself: such chunks go through a
  * host bounce buffer in load.c). row[nchunks] is 1 when this rank wants
- * per-rank reads. */
+ * per-rank reads, row[nchunks + 1] when it wants small chunks read per
+ * rank. */
 static int mark_row(const dcp_state *st, const struct dcp_metadata *md,
-                    const struct ro_plan *p, unsigned flags, uint8_t *row)
+                    const size_t *base, size_t nchunks, unsigned flags,
+                    uint8_t *row)
 {
     size_t i, b, k;
     uint8_t *tmp = NULL;
     size_t cap = 0;
-    memset(row, 0, p->nchunks + 1);
-    row[p->nchunks] = (flags & DCP_LOAD_PER_RANK_READS) ? 1 : 0;
+    memset(row, 0, nchunks + 2);
+    row[nchunks] = (flags & DCP_LOAD_PER_RANK_READS) ? 1 : 0;
+    row[nchunks + 1] = (flags & DCP_LOAD_SMALL_PER_RANK) ? 1 : 0;
     for (i = 0; i < st->n; i++) {
         const struct st_entry *se = &st->e[i];
         const struct md_entry *e;
@@ -73,7 +77,7 @@ static int mark_row(const dcp_state *st, const struct dcp_metadata *md,
                                             se->boxes[b].size, tmp);
         for (k = 0; k < e->nchunks; k++)
             if (tmp[k]) {
-                uint8_t *m = &row[p->base[ei] + k];
+                uint8_t *m = &row[base[ei] + k];
                 *m = se->mem == DCP_MEM_CUDA ? 2 : (*m == 2 ? 2 : 1);
             }
     }
@@ -171,44 +175,61 @@ static int assign(const struct dcp_metadata *md, struct ro_plan *p, int n,
     return DCP_OK;
 }
 
-int dcp__ro_plan(dcp_ctx *ctx, const dcp_state *st,
-                 const struct dcp_metadata *md, unsigned flags,
-                 struct ro_plan *p)
+/* The chunks of md's tensors (0: nothing to plan) and, with base, the
+ * index of each entry's first chunk. */
+static size_t count_chunks(const struct dcp_metadata *md, size_t *base)
 {
-    int n = ctx->size, r, rc = DCP_OK;
-    uint8_t *row = NULL, *all = NULL;
-    size_t ei, k = 0, w;
-    memset(p, 0, sizeof(*p));
-    if (!dcp__comm_has_p2p(ctx->comm))
-        return DCP_OK; /* the same on every rank: one communicator */
-    for (ei = 0; ei < md->n; ei++)
+    size_t ei, k = 0;
+    for (ei = 0; ei < md->n; ei++) {
+        if (base)
+            base[ei] = k;
         if (md->e[ei].is_tensor)
             k += md->e[ei].nchunks;
+    }
+    return k;
+}
+
+/* Whether reads are planned at all: the same on every rank (one
+ * communicator, one md). */
+static int plannable(const dcp_ctx *ctx, size_t k)
+{
+    return dcp__comm_has_p2p(ctx->comm) && k > 0 &&
+           (uint64_t)(k + 2) * (uint64_t)ctx->size <= RO_MARKS_MAX;
+}
+
+int dcp__ro_plan(dcp_ctx *ctx, const dcp_state *st,
+                 const struct dcp_metadata *md, unsigned flags, int rc,
+                 int skip, struct ro_plan *p, int *failed_stage)
+{
+    int n = ctx->size, r, stage = 1;
+    uint8_t *all = NULL;
+    size_t k = 0, w;
+    memset(p, 0, sizeof(*p));
+    if (rc == DCP_OK && !skip)
+        k = count_chunks(md, NULL);
+    if (rc != DCP_OK || skip || !plannable(ctx, k))
+        return dcp__comm_agree_stage(ctx->comm, rc, 0, &ctx->err, NULL, 0,
+                                     failed_stage);
     w = k + 2; /* marks, then the per-rank and small-per-rank flags */
-    if (k == 0 || (uint64_t)w * (uint64_t)n > RO_MARKS_MAX)
-        return DCP_OK; /* md is the same on every rank */
     p->nchunks = k;
     p->base = dcp__calloc(md->n ? md->n : 1, sizeof(*p->base));
     p->reader = dcp__malloc(k * sizeof(*p->reader));
     p->need = dcp__malloc(k * (size_t)n);
-    row = dcp__malloc(w);
+    p->row = dcp__malloc(w);
     all = dcp__malloc(w * (size_t)n);
-    if (!p->base || !p->reader || !p->need || !row || !all)
+    if (!p->base || !p->reader || !p->need || !p->row || !all)
         rc = DCP_ENOMEM;
-    for (ei = 0, k = 0; rc == DCP_OK && ei < md->n; ei++) {
-        p->base[ei] = k;
-        if (md->e[ei].is_tensor)
-            k += md->e[ei].nchunks;
+    if (rc == DCP_OK) {
+        (void)count_chunks(md, p->base);
+        rc = mark_row(st, md, p->base, k, flags, p->row);
     }
-    if (rc == DCP_OK)
-        rc = mark_row(st, md, p, flags, row);
-    if (rc == DCP_OK)
-        row[k + 1] = (flags & DCP_LOAD_SMALL_PER_RANK) ? 1 : 0;
     if (rc == DCP_ENOMEM)
         rc = dcp__err(&ctx->err, rc, "out of memory planning the reads");
-    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+    /* The steps before (stage 0) and this allocation, agreed at once. */
+    rc = dcp__comm_agree_stage(ctx->comm, rc, stage, &ctx->err, NULL, 0,
+                               failed_stage);
     if (rc == DCP_OK)
-        rc = dcp__comm_gather(ctx->comm, row, w, all, 0, &ctx->err);
+        rc = dcp__comm_gather(ctx->comm, p->row, w, all, 0, &ctx->err);
     if (rc == DCP_OK)
         rc = dcp__comm_bcast(ctx->comm, all, w * (size_t)n, 0, &ctx->err);
     if (rc == DCP_OK) {
@@ -226,12 +247,44 @@ int dcp__ro_plan(dcp_ctx *ctx, const dcp_state *st,
             rc = dcp__err(&ctx->err, DCP_ENOMEM,
                           "out of memory planning the reads");
         rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+        if (rc != DCP_OK && failed_stage)
+            *failed_stage = 1;
     }
-    dcp__free(row);
     dcp__free(all);
-    if (rc != DCP_OK || !p->on)
+    if (rc != DCP_OK) {
         dcp__ro_release(p);
+    } else if (!p->on) {
+        /* Only the marks are kept, for dcp__ro_same. */
+        uint8_t *row = p->row;
+        p->row = NULL;
+        dcp__ro_release(p);
+        p->row = row;
+        p->nchunks = k;
+    }
     return rc;
+}
+
+int dcp__ro_same(const struct ro_plan *p, const dcp_state *st,
+                 const struct dcp_metadata *md, unsigned flags)
+{
+    size_t k = count_chunks(md, NULL), *base;
+    uint8_t *row;
+    int same;
+    if (!p->row) /* nothing was planned: md and the communicator say so */
+        return p->nchunks == 0 && !p->on;
+    if (k != p->nchunks)
+        return 0;
+    base = dcp__calloc(md->n ? md->n : 1, sizeof(*base));
+    row = dcp__malloc(k + 2);
+    same = base && row;
+    if (same) {
+        (void)count_chunks(md, base);
+        same = mark_row(st, md, base, k, flags, row) == DCP_OK &&
+               !memcmp(row, p->row, k + 2);
+    }
+    dcp__free(base);
+    dcp__free(row);
+    return same;
 }
 
 /* ------------------------------------------------------------ exchange */
