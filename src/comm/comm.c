@@ -304,26 +304,17 @@ int dcp__comm_same_string(const dcp_comm *c, const char *s, const char *what,
 
 /* ------------------------------------------------------ byte strings */
 
-int dcp__comm_gather_blob(const dcp_comm *c, const void *send, size_t len,
-                          int root, uint8_t **recv, size_t **lens,
-                          size_t **displs, struct dcp_err *err)
+/* dcp__comm_gather_blob from its second step on: root's ul, *lens and
+ * *displs allocated and agreed on. */
+static int gather_rest(const dcp_comm *c, const void *send, size_t len,
+                       int root, uint64_t *ul, uint8_t **recv, size_t **lens,
+                       size_t **displs, struct dcp_err *err)
 {
-    int n = dcp__comm_size(c), me = dcp__comm_rank(c), i, rc = DCP_OK;
-    uint64_t mylen = len, *ul = NULL, total = 0;
-    *recv = NULL;
-    *lens = *displs = NULL;
-    if (me == root) {
-        ul = dcp__malloc((size_t)n * sizeof(*ul));
-        *lens = dcp__malloc((size_t)n * sizeof(**lens));
-        *displs = dcp__malloc((size_t)n * sizeof(**displs));
-        if (!ul || !*lens || !*displs)
-            rc = dcp__err(err, DCP_ENOMEM, "out of memory");
-    }
-    rc = dcp__comm_share_err(c, rc, err, root);
-    if (rc == DCP_OK)
-        rc = dcp__comm_gather(c, &mylen, sizeof(mylen), ul, root, err);
+    int n = dcp__comm_size(c), me = dcp__comm_rank(c), i, rc;
+    uint64_t mylen = len, total = 0;
+    rc = dcp__comm_gather(c, &mylen, sizeof(mylen), ul, root, err);
     if (rc != DCP_OK)
-        goto out;
+        return rc;
     if (me == root) {
         for (i = 0; i < n; i++) {
             (*lens)[i] = (size_t)ul[i];
@@ -349,7 +340,25 @@ int dcp__comm_gather_blob(const dcp_comm *c, const void *send, size_t len,
     rc = dcp__comm_share_err(c, rc, err, root);
     if (rc == DCP_OK)
         rc = dcp__comm_gatherv(c, send, len, *recv, *lens, *displs, root, err);
-out:
+    return rc;
+}
+
+/* Root's arrays of the gather (ul and the caller's *lens, *displs). */
+static int gather_alloc(const dcp_comm *c, uint64_t **ul, size_t **lens,
+                        size_t **displs, struct dcp_err *err)
+{
+    size_t n = (size_t)dcp__comm_size(c);
+    *ul = dcp__malloc(n * sizeof(**ul));
+    *lens = dcp__malloc(n * sizeof(**lens));
+    *displs = dcp__malloc(n * sizeof(**displs));
+    if (!*ul || !*lens || !*displs)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    return DCP_OK;
+}
+
+static void gather_end(int rc, uint64_t *ul, uint8_t **recv, size_t **lens,
+                       size_t **displs)
+{
     dcp__free(ul);
     if (rc != DCP_OK) {
         dcp__free(*recv);
@@ -358,6 +367,45 @@ out:
         *recv = NULL;
         *lens = *displs = NULL;
     }
+}
+
+int dcp__comm_gather_blob(const dcp_comm *c, const void *send, size_t len,
+                          int root, uint8_t **recv, size_t **lens,
+                          size_t **displs, struct dcp_err *err)
+{
+    uint64_t *ul = NULL;
+    int rc = DCP_OK;
+    *recv = NULL;
+    *lens = *displs = NULL;
+    if (dcp__comm_rank(c) == root)
+        rc = gather_alloc(c, &ul, lens, displs, err);
+    rc = dcp__comm_share_err(c, rc, err, root);
+    if (rc == DCP_OK)
+        rc = gather_rest(c, send, len, root, ul, recv, lens, displs, err);
+    gather_end(rc, ul, recv, lens, displs);
+    return rc;
+}
+
+int dcp__comm_gather_blob_rc(const dcp_comm *c, int rc, const void *send,
+                             size_t len, int root, uint8_t **recv,
+                             size_t **lens, size_t **displs,
+                             struct dcp_err *err)
+{
+    uint64_t *ul = NULL;
+    int stage = 0, fstage;
+    *recv = NULL;
+    *lens = *displs = NULL;
+    if (rc == DCP_OK && dcp__comm_rank(c) == root) {
+        stage = 1;
+        rc = gather_alloc(c, &ul, lens, displs, err);
+    }
+    rc = dcp__comm_agree_stage(c, rc, stage, err, NULL, 0, &fstage);
+    /* Root's own failure reads as dcp__comm_share_err gives it. */
+    if (rc != DCP_OK && fstage == 1)
+        rc = dcp__err(err, DCP_ENOMEM, "out of memory");
+    if (rc == DCP_OK)
+        rc = gather_rest(c, send, len, root, ul, recv, lens, displs, err);
+    gather_end(rc, ul, recv, lens, displs);
     return rc;
 }
 

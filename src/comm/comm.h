@@ -140,6 +140,17 @@ int dcp__comm_gather_blob(const dcp_comm *c, const void *send, size_t len,
                           size_t **displs, struct dcp_err *err);
 
 /*
+ * dcp__comm_agree_err(rc), then dcp__comm_gather_blob, in one collective
+ * call fewer: root's allocation for the gather is agreed on together with
+ * every rank's rc (a failure of rc first; root's own failure with its
+ * message as dcp__comm_share_err gives it). Collective.
+ */
+int dcp__comm_gather_blob_rc(const dcp_comm *c, int rc, const void *send,
+                             size_t len, int root, uint8_t **recv,
+                             size_t **lens, size_t **displs,
+                             struct dcp_err *err);
+
+/*
  * Scatters one byte string per rank from root: rank r gets lens[r] bytes at
  * send + displs[r] (root's arguments; others pass NULLs) into *recv, a
  * dcp__malloc'd buffer of *len bytes. Every rank returns the same code.
