@@ -138,6 +138,9 @@ void dcp__ld_cache_free(struct ld_cache *lc)
     dcp__free(lc->ro.reader);
     dcp__free(lc->ro.need);
     dcp__free(lc->ro.row);
+    dcp__free(lc->ro.out);
+    dcp__free(lc->ro.in);
+    dcp__free(lc->ro.sink);
     dcp__free(lc);
 }
 

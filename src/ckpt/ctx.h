@@ -44,6 +44,7 @@ struct dcp_metadata;
 
 /* The read-once plan of a load (readonce.h; here because the load plan
  * cache keeps one). */
+struct ro_job;
 struct ro_plan {
     int on;          /* some chunk is shared */
     size_t nchunks;  /* chunks of the checkpoint (tensor entries) */
@@ -52,6 +53,12 @@ struct ro_plan {
     uint8_t *need;   /* size * nchunks: need[r * nchunks + g] */
     size_t nshared;  /* chunks shared */
     uint8_t *row;    /* this rank's marks as gathered (NULL: none were) */
+    /* When on, the exchange's chunks this rank reads and sends (out) and
+     * receives (in), and its sink for pieces (readonce.c): allocated,
+     * and agreed on, with the plan. */
+    struct ro_job *out, *in;
+    size_t nout, nin;
+    uint8_t *sink;
 };
 
 /* The load plan cache (load.c): the decoded .metadata of the last

@@ -307,7 +307,7 @@ static size_t hint_round(struct rd_files *f, const dcp_state *st,
  */
 static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
                     const struct dcp_metadata *md, int verify,
-                    const struct ro_plan *ro, int rc_in)
+                    struct ro_plan *ro, int rc_in)
 {
     dcp_value **vals = dcp__calloc(st->n ? st->n : 1, sizeof(*vals));
     struct io_rbatch batch = {0};

@@ -20,12 +20,30 @@
 #define TAG_DATA     2 /* + chunk index mod TAG_SPAN */
 #define TAG_SPAN     16384
 
+/* A chunk this rank reads and sends (out) or receives (in). */
+struct ro_job {
+    size_t g, ei, ci;
+    int peer;       /* in: the reader */
+    int64_t hdr[2]; /* outcome, bytes */
+    uint8_t *buf;   /* the chunk's elements */
+    uint8_t *own;   /* buf when allocated here (else in a user buffer) */
+    uint64_t bytes;
+    uint64_t posted; /* in: bytes whose receive is posted */
+    size_t pending;  /* requests in flight */
+    int failed;      /* in: the reader failed, or this rank ran out */
+    int sink;        /* in: pieces land in the sink, one at a time */
+    size_t skip;     /* in: the destination received into directly */
+};
+
 void dcp__ro_release(struct ro_plan *p)
 {
     dcp__free(p->base);
     dcp__free(p->reader);
     dcp__free(p->need);
     dcp__free(p->row);
+    dcp__free(p->out);
+    dcp__free(p->in);
+    dcp__free(p->sink);
     memset(p, 0, sizeof(*p));
 }
 
@@ -175,6 +193,22 @@ static int assign(const struct dcp_metadata *md, struct ro_plan *p, int n,
     return DCP_OK;
 }
 
+/* p's exchange jobs (their fields set by dcp__ro_run) and sink. */
+static int run_alloc(struct ro_plan *p, int me)
+{
+    size_t i;
+    for (i = 0; i < p->nchunks; i++) {
+        if (p->reader[i] == me)
+            p->nout++;
+        else if (p->reader[i] >= 0 && p->need[(size_t)me * p->nchunks + i])
+            p->nin++;
+    }
+    p->out = dcp__calloc(p->nout ? p->nout : 1, sizeof(*p->out));
+    p->in = dcp__calloc(p->nin ? p->nin : 1, sizeof(*p->in));
+    p->sink = dcp__malloc(RO_PIECE);
+    return p->out && p->in && p->sink ? DCP_OK : DCP_ENOMEM;
+}
+
 /* The chunks of md's tensors (0: nothing to plan) and, with base, the
  * index of each entry's first chunk. */
 static size_t count_chunks(const struct dcp_metadata *md, size_t *base)
@@ -246,6 +280,11 @@ int dcp__ro_plan(dcp_ctx *ctx, const dcp_state *st,
         if (!off && assign(md, p, n, min) != DCP_OK)
             rc = dcp__err(&ctx->err, DCP_ENOMEM,
                           "out of memory planning the reads");
+        /* The exchange's jobs and sink: without them this rank could
+         * not answer its peers (agreed here, so that dcp__ro_run, also
+         * with a cached plan, needs no agreement of its own). */
+        if (rc == DCP_OK && p->on && run_alloc(p, ctx->rank) != DCP_OK)
+            rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
         rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
         if (rc != DCP_OK && failed_stage)
             *failed_stage = 1;
@@ -289,23 +328,9 @@ int dcp__ro_same(const struct ro_plan *p, const dcp_state *st,
 
 /* ------------------------------------------------------------ exchange */
 
-/* A chunk this rank reads and sends (out) or receives (in). */
-struct job {
-    size_t g, ei, ci;
-    int peer;       /* in: the reader */
-    int64_t hdr[2]; /* outcome, bytes */
-    uint8_t *buf;   /* the chunk's elements */
-    uint8_t *own;   /* buf when allocated here (else in a user buffer) */
-    uint64_t bytes;
-    uint64_t posted; /* in: bytes whose receive is posted */
-    size_t pending;  /* requests in flight */
-    int failed;      /* in: the reader failed, or this rank ran out */
-    int sink;        /* in: pieces land in the sink, one at a time */
-    size_t skip;     /* in: the destination received into directly */
-};
 
 struct slot {
-    struct job *j;
+    struct ro_job *j;
     int kind; /* 0 send, 1 header receive, 2 data receive */
 };
 
@@ -322,7 +347,7 @@ struct ex {
     uint64_t recv_bytes;
 };
 
-static int slot_add(struct ex *x, void *req, struct job *j, int kind)
+static int slot_add(struct ex *x, void *req, struct ro_job *j, int kind)
 {
     size_t i;
     for (i = 0; i < x->nreq; i++)
@@ -425,7 +450,7 @@ static int tag_of(size_t g)
 }
 
 /* Reads out-chunk j (unless failed) and posts its messages. */
-static int send_job(struct ex *x, struct rd_files *f, struct job *j,
+static int send_job(struct ex *x, struct rd_files *f, struct ro_job *j,
                     int *local_rc, int verify, uint64_t *bytes_read)
 {
     const struct md_entry *e = &x->md->e[j->ei];
@@ -494,7 +519,7 @@ static int send_job(struct ex *x, struct rd_files *f, struct job *j,
     return rc;
 }
 
-static int post_hdr(struct ex *x, struct job *j)
+static int post_hdr(struct ex *x, struct ro_job *j)
 {
     void *req;
     int rc = dcp__comm_irecv(x->ctx->comm, j->hdr, sizeof(j->hdr), j->peer,
@@ -503,7 +528,7 @@ static int post_hdr(struct ex *x, struct job *j)
 }
 
 /* Posts the next data receives of in-chunk j. */
-static int post_data(struct ex *x, struct job *j)
+static int post_data(struct ex *x, struct ro_job *j)
 {
     int rc = DCP_OK;
     while (rc == DCP_OK && j->posted < j->bytes) {
@@ -524,7 +549,7 @@ static int post_data(struct ex *x, struct job *j)
 }
 
 /* A header arrived for in-chunk j. */
-static int got_hdr(struct ex *x, struct job *j, int *local_rc)
+static int got_hdr(struct ex *x, struct ro_job *j, int *local_rc)
 {
     const struct md_entry *e = &x->md->e[j->ei];
     const struct st_entry *se;
@@ -564,7 +589,7 @@ static int got_hdr(struct ex *x, struct job *j, int *local_rc)
 }
 
 /* The last piece of in-chunk j arrived. */
-static int got_data(struct ex *x, struct job *j, int *local_rc)
+static int got_data(struct ex *x, struct ro_job *j, int *local_rc)
 {
     const struct md_entry *e = &x->md->e[j->ei];
     const struct st_entry *se;
@@ -589,13 +614,13 @@ static int got_data(struct ex *x, struct job *j, int *local_rc)
     return DCP_OK;
 }
 
-int dcp__ro_run(dcp_ctx *ctx, const struct ro_plan *p, const dcp_state *st,
+int dcp__ro_run(dcp_ctx *ctx, struct ro_plan *p, const dcp_state *st,
                 struct rd_files *f, const struct dcp_metadata *md, int verify,
                 int local_rc, uint64_t hint_round, uint64_t *bytes_read,
                 uint64_t *bytes_recv, int *dropped)
 {
     struct ex x;
-    struct job *out = NULL, *in = NULL;
+    struct ro_job *out = p->out, *in = p->in;
     size_t nout = 0, nin = 0, ei, ci, i, no = 0, ni = 0, hdrs = 0;
     size_t hint_end = 0;
     uint64_t hinted = 0;
@@ -605,31 +630,17 @@ int dcp__ro_run(dcp_ctx *ctx, const struct ro_plan *p, const dcp_state *st,
     x.p = p;
     x.st = st;
     x.md = md;
-    for (i = 0; i < p->nchunks; i++) {
-        if (p->reader[i] == me)
-            nout++;
-        else if (p->reader[i] >= 0 && p->need[(size_t)me * p->nchunks + i])
-            nin++;
-    }
-    out = dcp__calloc(nout ? nout : 1, sizeof(*out));
-    in = dcp__calloc(nin ? nin : 1, sizeof(*in));
-    x.sink = dcp__malloc(RO_PIECE);
-    /* Without these this rank cannot answer its peers: agreed first. */
-    if (!out || !in || !x.sink)
-        rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
-    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
-    if (rc != DCP_OK) {
-        dcp__free(out);
-        dcp__free(in);
-        dcp__free(x.sink);
-        return rc;
-    }
-    for (ei = 0, nout = nin = 0; ei < md->n; ei++) {
+    x.sink = p->sink;
+    /* The jobs were allocated with the plan (run_alloc); a plan reused
+     * from the load plan cache runs again from a clean slate. */
+    memset(out, 0, p->nout * sizeof(*out));
+    memset(in, 0, p->nin * sizeof(*in));
+    for (ei = 0; ei < md->n; ei++) {
         if (!md->e[ei].is_tensor)
             continue;
         for (ci = 0; ci < md->e[ei].nchunks; ci++) {
             size_t g = p->base[ei] + ci;
-            struct job *j = NULL;
+            struct ro_job *j = NULL;
             if (p->reader[g] == me)
                 j = &out[nout++];
             else if (p->reader[g] >= 0 && p->need[(size_t)me * p->nchunks + g])
@@ -644,7 +655,7 @@ int dcp__ro_run(dcp_ctx *ctx, const struct ro_plan *p, const dcp_state *st,
     }
     while (rc == DCP_OK) {
         size_t idx;
-        struct job *j;
+        struct ro_job *j;
         int kind;
         /* Headers expected, in order, a window at a time. */
         while (rc == DCP_OK && ni < nin && hdrs < RO_HDRS) {
@@ -698,17 +709,17 @@ int dcp__ro_run(dcp_ctx *ctx, const struct ro_plan *p, const dcp_state *st,
     /* After a transport failure: nothing in flight may outlive its buffer. */
     for (i = 0; i < x.nreq; i++)
         dcp__comm_cancel(ctx->comm, x.reqs[i]);
-    for (i = 0; i < nout; i++)
+    for (i = 0; i < nout; i++) {
         dcp__free(out[i].own);
+        out[i].own = NULL;
+    }
     for (i = 0; i < nin; i++) {
         dcp__free(in[i].own);
+        in[i].own = NULL;
         *dropped |= in[i].failed;
     }
-    dcp__free(out);
-    dcp__free(in);
     dcp__free(x.reqs);
     dcp__free(x.sl);
-    dcp__free(x.sink);
     *bytes_recv += x.recv_bytes;
     return rc != DCP_OK ? rc : local_rc;
 }

@@ -89,8 +89,11 @@ static inline int dcp__ro_shared(const struct ro_plan *p, size_t ei, size_t ci)
  * chunk this rank needs did not land (the load fails on every rank). On a
  * back end that takes hints (S3) the chunks this rank reads are hinted
  * whole in rounds of about hint_round bytes (held until the next round).
+ * Point-to-point only (no collective call): what it needs was allocated
+ * and agreed on with the plan (p's jobs, reset here, so that a plan kept
+ * by the load plan cache runs again).
  */
-int dcp__ro_run(dcp_ctx *ctx, const struct ro_plan *p, const dcp_state *st,
+int dcp__ro_run(dcp_ctx *ctx, struct ro_plan *p, const dcp_state *st,
                 struct rd_files *f, const struct dcp_metadata *md, int verify,
                 int local_rc, uint64_t hint_round, uint64_t *bytes_read,
                 uint64_t *bytes_recv, int *dropped);
