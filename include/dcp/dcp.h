@@ -1185,12 +1185,15 @@ typedef struct dcp_load_options {
  * load of the same path with the same flags, whose state has the same
  * structure on every rank (keys, kinds, dtypes, shapes, boxes, the
  * pickled size of each value template) and whose .metadata bytes (read
- * by rank 0 every time) are the same, skips the broadcast, the decoding
- * and the key checks after one small agreement; any change anywhere (a
- * new save into path writes a new .metadata) makes every rank decode and
- * check afresh. The data is read and verified as always. The kept
- * .metadata costs memory on every rank (about its decoded size) until
- * the next load or dcp_ctx_free; DCP_LOAD_NO_PLAN_CACHE disables it.
+ * by rank 0 every time) are the same, skips the broadcast, the decoding,
+ * the key checks and the planning of the read-once reads (below) after
+ * one small agreement; any change anywhere (a new save into path writes a
+ * new .metadata, a box moved to another kind of memory) makes every rank
+ * decode, check and plan afresh. The data is read and verified as
+ * always. The kept .metadata costs memory on every rank (about its
+ * decoded size; the read-once plan, when chunks are shared, ranks x
+ * chunks bytes and a 4 MiB buffer) until the next load or dcp_ctx_free;
+ * DCP_LOAD_NO_PLAN_CACHE disables it.
  * dcp_ctx_plan_cached says which happened.
  *
  * Read once. A stored chunk that two or more ranks need (a replicated

@@ -140,6 +140,14 @@ void dcp__ld_cache_free(struct ld_cache *lc)
     dcp__meta_free(lc->md);
     dcp__buf_free(&lc->sblob);
     dcp__free(lc->path);
+    /* as dcp__ro_release (readonce.c, a file above this one) */
+    dcp__free(lc->ro.base);
+    dcp__free(lc->ro.reader);
+    dcp__free(lc->ro.need);
+    dcp__free(lc->ro.row);
+    dcp__free(lc->ro.out);
+    dcp__free(lc->ro.in);
+    dcp__free(lc->ro.sink);
     dcp__free(lc);
 }
 

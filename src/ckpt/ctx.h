@@ -42,15 +42,36 @@ void dcp__ph_progress(const struct dcp__phrec *r, int phase, uint64_t bytes);
 struct sv_cache;
 struct dcp_metadata;
 
+/* The read-once plan of a load (readonce.h; here because the load plan
+ * cache keeps one). */
+struct ro_job;
+struct ro_plan {
+    int on;          /* some chunk is shared */
+    size_t nchunks;  /* chunks of the checkpoint (tensor entries) */
+    size_t *base;    /* per md entry: index of its first chunk */
+    int32_t *reader; /* per chunk: its reader, -1 when not shared */
+    uint8_t *need;   /* size * nchunks: need[r * nchunks + g] */
+    size_t nshared;  /* chunks shared */
+    uint8_t *row;    /* this rank's marks as gathered (NULL: none were) */
+    /* When on, the exchange's chunks this rank reads and sends (out) and
+     * receives (in), and its sink for pieces (readonce.c): allocated,
+     * and agreed on, with the plan. */
+    struct ro_job *out, *in;
+    size_t nout, nin;
+    uint8_t *sink;
+};
+
 /* The load plan cache (load.c): the decoded .metadata of the last
  * successful load, identified by its bytes' hash and length (id), with
- * the path, flags and state structure it was checked against. */
+ * the path, flags and state structure it was checked against and the
+ * read-once plan made for it. */
 struct ld_cache {
     int64_t id[2];
     struct dcp_metadata *md;
     struct dcp_buf sblob; /* the state's structure (plan.h) */
     unsigned flags;
     char *path;
+    struct ro_plan ro;
 };
 
 struct dcp_ctx {

@@ -11,7 +11,10 @@
  * overlaps one of its boxes once and copies the overlap into every such box
  * (straight into the buffer when the chunk lands there whole and
  * contiguous). Every step ends in an agreement, so all ranks return the
- * same code and the failing rank's message.
+ * same code and the failing rank's message; consecutive agreements share
+ * one allreduce (dcp__comm_agree_stage: each costs milliseconds through a
+ * Python communicator), a local failure carried into the next one, so
+ * that every rank makes the same collective calls whatever happens.
  */
 #include "load.h"
 
@@ -121,35 +124,35 @@ static int match_keys(dcp_ctx *ctx, const dcp_state *st,
                     rank_keys ? " beside this rank's own" : "");
 }
 
-/* Checkpoint keys that no rank asked for: the same list on every rank,
- * failing a strict load everywhere. Collective. */
-static int unexpected_keys(dcp_ctx *ctx, const dcp_state *st,
-                           const struct dcp_metadata *md, unsigned flags)
+/* Checkpoint keys that no rank asked for, from nreq (per md entry, over
+ * every rank: the minimum of "not requested", agreed with match_keys'
+ * outcome), into ctx's report: the same list on every rank, unless out of
+ * memory here. Local; a strict load fails on it after the next agreement
+ * (unexpected_err). */
+static int unexpected_keys(dcp_ctx *ctx, const struct dcp_metadata *md,
+                           const int64_t *nreq)
 {
-    int64_t *nreq;
     size_t i;
     int rc = DCP_OK;
-    nreq = dcp__malloc((md->n ? md->n : 1) * sizeof(*nreq));
-    if (!nreq)
-        rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
-    for (i = 0; rc == DCP_OK && i < md->n; i++)
-        nreq[i] = dcp__state_find(st, md->e[i].key) ? 0 : 1;
-    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
-    if (rc == DCP_OK && md->n)
-        rc = dcp__comm_allreduce_min(ctx->comm, nreq, md->n, &ctx->err);
     for (i = 0; rc == DCP_OK && i < md->n; i++)
         if (nreq[i])
             rc = dcp__ctx_report_add(ctx, DCP__REPORT_UNEXPECTED,
                                      md->e[i].key);
     if (rc == DCP_ENOMEM)
         rc = dcp__err(&ctx->err, rc, "out of memory");
-    dcp__free(nreq);
-    /* Identical lists everywhere; only an allocation failure can differ. */
-    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
-    if (rc != DCP_OK ||
-        (flags & (DCP_LOAD_PARTIAL | DCP_LOAD_ALLOW_UNEXPECTED)) ||
-        !ctx->nunexpected)
-        return rc;
+    return rc;
+}
+
+/* Whether a strict load fails on the unexpected keys: the same on every
+ * rank once unexpected_keys succeeded everywhere. */
+static int unexpected_fail(const dcp_ctx *ctx, unsigned flags)
+{
+    return !(flags & (DCP_LOAD_PARTIAL | DCP_LOAD_ALLOW_UNEXPECTED)) &&
+           ctx->nunexpected;
+}
+
+static int unexpected_err(dcp_ctx *ctx)
+{
     return dcp__err(&ctx->err, DCP_EKEY,
                     "unexpected key '%s' in checkpoint (%zu unexpected%s; "
                     "DCP_LOAD_ALLOW_UNEXPECTED allows it)",
@@ -304,7 +307,7 @@ static size_t hint_round(struct rd_files *f, const dcp_state *st,
  */
 static int load_all(dcp_ctx *ctx, dcp_state *st, struct rd_files *f,
                     const struct dcp_metadata *md, int verify,
-                    const struct ro_plan *ro, int rc_in)
+                    struct ro_plan *ro, int rc_in)
 {
     dcp_value **vals = dcp__calloc(st->n ? st->n : 1, sizeof(*vals));
     struct io_rbatch batch = {0};
@@ -422,20 +425,23 @@ static int read_metadata_bytes(dcp_ctx *ctx, const char *path, uint8_t **p,
 /*
  * Load plan cache. The context keeps the decoded .metadata of its last
  * successful load that reported no missing or unexpected key, with what
- * it was checked against. A load of the same path with the same flags,
- * whose state has the same structure on every rank (plan.h: keys, kinds,
- * dtypes, shapes, boxes, value sizes) and whose .metadata bytes, read by
- * rank 0 as always, have the cached identity (hash and length), reuses
- * it: no broadcast of the bytes, no decode, no key checks (their outcome
- * depends on nothing else). One allreduce decides on every rank alike:
- * (this rank matches; its cached identity as min and max; rank 0's
- * current identity), with rank 0's outcome reading the bytes agreed in
- * the same allreduce (ld_cache_agree's rc). A changed .metadata (every save writes a new
- * save_id) or any difference on any rank makes every rank decode and
- * check afresh, as does DCP_LOAD_NO_PLAN_CACHE (which keeps nothing). The
- * cache is taken off the context at the start and given back on success
- * only. The data files are read and their CRCs checked
- * as on any load.
+ * it was checked against and the read-once plan made for it. A load of
+ * the same path with the same flags, whose state has the same structure
+ * on every rank (plan.h: keys, kinds, dtypes, shapes, boxes, value sizes)
+ * and the same marks for the read-once plan (readonce.h: the chunks each
+ * rank's boxes overlap, the memory they are in), and whose .metadata
+ * bytes, read by rank 0 as always, have the cached identity (hash and
+ * length), reuses it: no broadcast of the bytes, no decode, no key
+ * checks, no read planning (their outcome depends on nothing else). The
+ * load's first allreduce decides it on every rank alike (ld_begin_agree:
+ * this rank matches; its cached identity as min and max; rank 0's current
+ * identity, with rank 0's outcome reading the bytes). A changed .metadata
+ * (every save writes a new save_id) or any difference on any rank makes
+ * every rank decode, check and plan afresh, as does
+ * DCP_LOAD_NO_PLAN_CACHE (which keeps nothing). The cache is taken off
+ * the context at the start and given back on success only (or when
+ * dcp_load's own steps failed: nothing of the load ran). The data files
+ * are read and their CRCs checked as on any load.
  */
 
 /* An identity of .metadata's bytes: a 64-bit multiply-xor hash, 8 bytes
@@ -458,49 +464,88 @@ static uint64_t bytes_id(const uint8_t *p, size_t n)
     return h;
 }
 
-static int ld_cache_agree(dcp_ctx *ctx, const struct ld_cache *lc,
-                          const dcp_state *st, const char *path, unsigned flags,
-                          int rc, const uint8_t *bytes, size_t len,
-                          struct pl_local *lp, int64_t id[2], int *hit)
+/*
+ * The load's first agreement: what used to take three allreduces (each
+ * costs milliseconds through a Python communicator) in one, in stages
+ * (dcp__comm_agree_stage): 0 dcp_load's own steps (rc passed in), 1 the
+ * arguments' checks, 2 rank 0's read of .metadata; the same path on every
+ * rank (as dcp__comm_same_string, a failure of stage 1); whether the
+ * cached plan serves (*hit; id gets rank 0's identity of the bytes, their
+ * length in id[1] >> 1); whether any rank needs an agreement after
+ * dcp_load's post-load steps (post, this rank's in, any rank's out).
+ * *fstage gets the stage of the failure agreed on (-1: none, or the
+ * communicator failed). Collective; every rank returns the same code.
+ */
+static int ld_begin_agree(dcp_ctx *ctx, const struct ld_cache *lc,
+                          const dcp_state *st, const char *path,
+                          unsigned flags, int rc, int stage,
+                          const uint8_t *bytes, size_t len,
+                          struct pl_local *lp, int64_t id[2], int *hit,
+                          int post[2], int *fstage)
 {
     struct dcp_err ignore;
-    int64_t v[7];
+    uint64_t h = dcp__fnv1a64(path ? path : "", path ? strlen(path) : 0);
+    int64_t v[11];
     int match = rc == DCP_OK && lc && !strcmp(lc->path, path) &&
                 lc->flags == flags && !(flags & DCP_LOAD_NO_PLAN_CACHE);
     *hit = 0;
     dcp__err_clear(&ignore);
-    /* The structure is wanted for the next load too; failing to encode it
-     * only loses the cache. */
-    if (dcp__plan_local(st, lp, &ignore) != DCP_OK)
+    /* The structure is wanted for the next load too (st is checked from
+     * stage 2 on); failing to encode it only loses the cache. */
+    if (stage < 2 || dcp__plan_local(st, lp, &ignore) != DCP_OK)
         match = 0;
     else if (match)
-        match = dcp__plan_local_same(lp, &lc->sblob);
-    /* Rank 0's bytes' identity reaches every rank through the minimum
-     * (the others pass the largest value). */
-    v[0] = match;
-    v[1] = lc ? lc->id[0] : -1;
-    v[2] = -v[1];
-    v[3] = lc ? lc->id[1] : -1;
+        match = dcp__plan_local_same(lp, &lc->sblob) &&
+                dcp__ro_same(&lc->ro, st, lc->md, flags);
+    /* min(x) == max(x) over ranks, with max(x) = -min(-x); rank 0's
+     * bytes' identity reaches every rank through the minimum (the others
+     * pass the largest value); a post-load step anywhere as a 0. */
+    v[0] = (int64_t)(h >> 1);
+    v[1] = -v[0];
+    v[2] = match;
+    v[3] = lc ? lc->id[0] : -1;
     v[4] = -v[3];
-    v[5] = v[6] = INT64_MAX;
+    v[5] = lc ? lc->id[1] : -1;
+    v[6] = -v[5];
+    v[7] = v[8] = INT64_MAX;
     if (ctx->rank == 0 && rc == DCP_OK) {
-        uint64_t h = bytes_id(bytes, len);
-        v[5] = (int64_t)(h >> 1);
-        v[6] = (int64_t)((((uint64_t)len << 1) | (h & 1)) & INT64_MAX);
+        uint64_t b = bytes_id(bytes, len);
+        v[7] = (int64_t)(b >> 1);
+        v[8] = (int64_t)((((uint64_t)len << 1) | (b & 1)) & INT64_MAX);
     }
-    rc = dcp__comm_agree_err_vals(ctx->comm, rc, &ctx->err, v, 7);
-    id[0] = v[5];
-    id[1] = v[6];
-    *hit = rc == DCP_OK && v[0] == 1 && v[1] == -v[2] && v[3] == -v[4] &&
-           v[1] == v[5] && v[3] == v[6];
+    v[9] = !post[0];
+    v[10] = !post[1];
+    rc = dcp__comm_agree_stage(ctx->comm, rc, stage, &ctx->err, v, 11, fstage);
+    /* The path came before rank 0's read. */
+    if ((rc == DCP_OK || *fstage >= 2) && v[0] != -v[1]) {
+        *fstage = 1;
+        return dcp__err(&ctx->err, DCP_EINVAL,
+                        "not every rank passed the same checkpoint path");
+    }
+    id[0] = v[7];
+    id[1] = v[8];
+    post[0] = v[9] == 0;
+    post[1] = v[10] == 0;
+    *hit = rc == DCP_OK && v[2] == 1 && v[3] == -v[4] && v[5] == -v[6] &&
+           v[3] == v[7] && v[5] == v[8];
     return rc;
+}
+
+/* nreq: 2 + md->n values (dcp__comm_agree_buf's two, then one per
+ * entry). */
+static int nreq_alloc(dcp_ctx *ctx, const struct dcp_metadata *md,
+                      int64_t **nreq)
+{
+    *nreq = dcp__malloc((2 + md->n) * sizeof(**nreq));
+    return *nreq ? DCP_OK : dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
 }
 
 /* After a load that succeeded on every rank: md (taken) becomes the
  * context's cache, when nothing was reported missing or unexpected. */
 static void ld_cache_keep(dcp_ctx *ctx, struct ld_cache *lc,
                           struct dcp_metadata **md, const struct pl_local *lp,
-                          const char *path, unsigned flags, const int64_t id[2])
+                          const char *path, unsigned flags, const int64_t id[2],
+                          struct ro_plan *ro)
 {
     dcp__ld_cache_free(ctx->load_cache);
     ctx->load_cache = NULL;
@@ -524,40 +569,48 @@ static void ld_cache_keep(dcp_ctx *ctx, struct ld_cache *lc,
     dcp__meta_free(lc->md);
     lc->md = *md;
     *md = NULL;
+    dcp__ro_release(&lc->ro);
+    lc->ro = *ro;
+    memset(ro, 0, sizeof(*ro));
     lc->flags = flags;
     lc->id[0] = id[0];
     lc->id[1] = id[1];
     ctx->load_cache = lc;
 }
 
-int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
-                    const dcp_load_options *opts)
+/*
+ * dcp__load_state with rc, dcp_load's outcome so far on this rank (agreed
+ * in the first allreduce: a failure there ends the load as if it had not
+ * begun), and post: whether this rank's post-load steps need an
+ * agreement (planner, stateful entries), in; whether any rank's do, out.
+ */
+static int load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
+                      const dcp_load_options *opts, int rc, int post[2])
 {
     struct ld_cache *lc;
     struct pl_local lp;
     int64_t id[2] = {0, 0};
-    int hit = 0;
+    int64_t *nreq = NULL;
+    int hit = 0, stage = 0, fstage = -1, stop = 0;
     struct dcp_metadata *md = NULL;
     struct rd_files f;
     struct ro_plan ro;
     uint64_t nbytes = 0;
     uint8_t *bytes = NULL, *got = NULL;
-    size_t len = 0, gotlen = 0;
+    size_t len = 0, gotlen = 0, i;
     unsigned flags = 0;
-    int rc = DCP_OK;
-    struct dcp__phrec *ph;
-    double t;
-    if (!ctx)
-        return DCP_EINVAL;
-    ph = &ctx->ph[DCP_IO_LOAD];
-    dcp__ctx_begin(ctx);
-    dcp__ctx_clear_report(ctx);
+    struct dcp__phrec *ph = &ctx->ph[DCP_IO_LOAD];
+    double t, t0;
     memset(&lp, 0, sizeof(lp));
+    memset(&ro, 0, sizeof(ro));
     lc = ctx->load_cache; /* back on the context on success */
     ctx->load_cache = NULL;
-    ctx->plan_cached[DCP_IO_LOAD] = 0;
-    if (!st || !path)
-        rc = dcp__err(&ctx->err, DCP_EINVAL, "load: state and path needed");
+    if (rc == DCP_OK) {
+        stage = 1;
+        if (!st || !path)
+            rc = dcp__err(&ctx->err, DCP_EINVAL,
+                          "load: state and path needed");
+    }
     if (opts && opts->struct_size >=
                     offsetof(dcp_load_options, flags) + sizeof(opts->flags))
         flags = opts->flags;
@@ -571,39 +624,49 @@ int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
         rc = dcp__err(&ctx->err, DCP_ENOTSUP,
                       "load: DCP_LOAD_READ_ONCE needs a communicator with "
                       "point-to-point operations (dcp_comm.h version 2)");
-    {
-        /* The checks above and the same path on every rank (as
-         * dcp__comm_same_string), in one allreduce. */
-        uint64_t h = dcp__fnv1a64(path ? path : "", path ? strlen(path) : 0);
-        int64_t pv[2];
-        pv[0] = (int64_t)(h >> 1);
-        pv[1] = -pv[0];
-        rc = dcp__comm_agree_err_vals(ctx->comm, rc, &ctx->err, pv, 2);
-        if (rc == DCP_OK && pv[0] != -pv[1])
-            rc = dcp__err(&ctx->err, DCP_EINVAL,
-                          "not every rank passed the same checkpoint path");
-    }
-    t = dcp__ph_start(ph, DCP_PHASE_METADATA);
+    /* Rank 0 reads .metadata before the ranks agree on the steps before
+     * (stages 0 and 1): what it read is dropped when they failed. */
+    t0 = dcp__now();
     if (rc == DCP_OK) {
-        /* Rank 0's read agreed together with the plan-cache check. */
+        stage = 2;
         if (ctx->rank == 0)
             rc = read_metadata_bytes(ctx, path, &bytes, &len);
-        rc = ld_cache_agree(ctx, lc, st, path, flags, rc, bytes, len, &lp, id,
-                            &hit);
     }
+    rc = ld_begin_agree(ctx, lc, st, path, flags, rc, stage, bytes, len, &lp,
+                        id, &hit, post, &fstage);
+    if (rc != DCP_OK && fstage <= 0) {
+        /* dcp_load's own steps failed: nothing of the load ran. */
+        ctx->load_cache = lc;
+        lc = NULL;
+        goto out;
+    }
+    dcp__ctx_clear_report(ctx);
+    ctx->plan_cached[DCP_IO_LOAD] = 0;
+    if (rc != DCP_OK && fstage == 1)
+        goto out;
+    (void)dcp__ph_start(ph, DCP_PHASE_METADATA);
+    t = t0; /* the read of .metadata counts */
     if (rc == DCP_OK && hit) {
-        /* The cached plan: no broadcast, no decode, no key checks. */
+        /* The cached plan: no broadcast, no decode, no key checks, no
+         * read planning. */
         md = lc->md;
         lc->md = NULL;
+        ro = lc->ro;
+        memset(&lc->ro, 0, sizeof(lc->ro));
         dcp__free(bytes);
         bytes = NULL;
         ctx->plan_cached[DCP_IO_LOAD] = 1;
         dcp__ph_end(ph, DCP_PHASE_METADATA, t, len);
         goto read;
     }
-    if (rc == DCP_OK)
-        rc = dcp__comm_bcast_blob(ctx->comm, bytes, len, 0, &got, &gotlen,
-                                  &ctx->err);
+    if (rc == DCP_OK) {
+        /* Its length came with the first agreement. */
+        gotlen = ctx->rank == 0 ? len : (size_t)((uint64_t)id[1] >> 1);
+        rc = dcp__comm_bcast_known(ctx->comm, bytes, gotlen, 0, &got,
+                                   &ctx->err);
+        if (!got)
+            gotlen = 0;
+    }
     if (rc != DCP_OK) {
         dcp__ph_end(ph, DCP_PHASE_METADATA, t, 0);
         goto out;
@@ -617,36 +680,86 @@ int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
      * The ranks must end with the same entries (a read failing on one
      * rank leaves its value unexpanded there): checked, collectively,
      * only for such checkpoints (every rank decoded the same bytes; the
-     * decode's outcome agreed first). */
-    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+     * decode's outcome agreed first). The buffer of the key check's
+     * allreduce (its size is the entries') is allocated before the last
+     * agreement of these, a failure of it a later stage (as when it was
+     * allocated after the key check). */
+    stage = 0;
+    if (rc == DCP_OK && !dcp__uf_candidates(md)) {
+        stage = 1;
+        rc = nreq_alloc(ctx, md, &nreq);
+    }
+    rc = dcp__comm_agree_stage(ctx->comm, rc, stage, &ctx->err, NULL, 0,
+                               &fstage);
     if (rc == DCP_OK && dcp__uf_candidates(md)) {
-        char n[32];
+        int64_t nv[2];
+        stage = 0;
         rc = dcp__uf_expand(path, md, &ctx->err);
-        rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
-        (void)snprintf(n, sizeof(n), "%zu", rc == DCP_OK ? md->n : 0);
-        if (rc == DCP_OK)
-            rc = dcp__comm_same_string(ctx->comm, n,
-                                       "entries of the unflattened values",
-                                       &ctx->err);
+        if (rc == DCP_OK) {
+            stage = 1;
+            rc = nreq_alloc(ctx, md, &nreq);
+        }
+        nv[0] = (int64_t)md->n;
+        nv[1] = -nv[0];
+        rc = dcp__comm_agree_stage(ctx->comm, rc, stage, &ctx->err, nv, 2,
+                                   &fstage);
+        if ((rc == DCP_OK || fstage >= 1) && nv[0] != -nv[1]) {
+            fstage = 0;
+            rc = dcp__err(&ctx->err, DCP_EINVAL,
+                          "not every rank passed the same entries of the "
+                          "unflattened values");
+        }
     }
     dcp__ph_end(ph, DCP_PHASE_METADATA, t, got ? gotlen : len);
     dcp__free(bytes);
     dcp__free(got);
     bytes = got = NULL;
-    t = dcp__ph_start(ph, DCP_PHASE_VERIFY);
-    if (rc == DCP_OK)
-        rc = match_keys(ctx, st, md, flags);
-    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
-    if (rc == DCP_OK)
-        rc = unexpected_keys(ctx, st, md, flags);
-    dcp__ph_end(ph, DCP_PHASE_VERIFY, t, 0);
-    if (rc != DCP_OK)
+    if (rc != DCP_OK && fstage != 1)
         goto out;
+    t = dcp__ph_start(ph, DCP_PHASE_VERIFY);
+    if (rc != DCP_OK) {
+        /* Some rank could not allocate the key check's buffer: the key
+         * check's verdict still comes first. */
+        int krc = match_keys(ctx, st, md, flags), kstage = 0;
+        if (krc == DCP_OK && !nreq) {
+            kstage = 1;
+            krc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
+        }
+        rc = dcp__comm_agree_stage(ctx->comm, krc, kstage, &ctx->err, NULL, 0,
+                                   NULL);
+        dcp__ph_end(ph, DCP_PHASE_VERIFY, t, 0);
+        goto out;
+    }
+    /* This rank's keys checked, and the checkpoint's keys it does not ask
+     * for (an element-wise minimum over ranks of "not requested" flags),
+     * in one allreduce. */
+    rc = match_keys(ctx, st, md, flags);
+    for (i = 0; i < md->n; i++)
+        nreq[2 + i] = dcp__state_find(st, md->e[i].key) ? 0 : 1;
+    rc = dcp__comm_agree_buf(ctx->comm, rc, 0, &ctx->err, nreq, md->n, NULL);
+    if (rc != DCP_OK) {
+        dcp__ph_end(ph, DCP_PHASE_VERIFY, t, 0);
+        goto out;
+    }
+    rc = unexpected_keys(ctx, md, nreq + 2);
+    stop = rc == DCP_OK && unexpected_fail(ctx, flags);
+    /* Who reads which shared chunk (readonce.h), agreed together with the
+     * unexpected keys (an allocation failure can differ). */
+    rc = dcp__ro_plan(ctx, st, md, flags, rc, stop, &ro, &fstage);
+    dcp__ph_end(ph, DCP_PHASE_VERIFY, t, 0);
+    if (rc == DCP_OK && stop)
+        rc = unexpected_err(ctx);
+    if (rc != DCP_OK && fstage != 1)
+        goto out;
+    if (rc != DCP_OK) {
+        /* The plan's own failure, as when it was made in the read. */
+        t = dcp__ph_start(ph, DCP_PHASE_READ);
+        dcp__ph_end(ph, DCP_PHASE_READ, t, 0);
+        goto out;
+    }
 read:
     t = dcp__ph_start(ph, DCP_PHASE_READ);
-    /* Who reads which shared chunk (readonce.h); agreed. */
-    rc = dcp__ro_plan(ctx, st, md, flags, &ro);
-    if (rc == DCP_OK) {
+    {
         uint64_t direct;
         int orc = dcp__rd_open(&f, path, md, &ctx->err);
         rc = load_all(ctx, st, &f, md, !(flags & DCP_LOAD_NO_VERIFY), &ro, orc);
@@ -655,20 +768,31 @@ read:
             dcp__rd_close(&f);
         nbytes = ctx->io_last[DCP_IO_LOAD].bytes + direct;
     }
-    dcp__ro_release(&ro);
     rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
     dcp__ph_end(ph, DCP_PHASE_READ, t, rc == DCP_OK ? nbytes : 0);
     if (rc == DCP_OK) {
-        ld_cache_keep(ctx, lc, &md, &lp, path, flags, id);
+        ld_cache_keep(ctx, lc, &md, &lp, path, flags, id, &ro);
         lc = NULL;
     }
 out:
+    dcp__ro_release(&ro);
     dcp__ld_cache_free(lc);
     dcp__plan_local_release(&lp);
+    dcp__free(nreq);
     dcp__free(bytes);
     dcp__free(got);
     dcp__meta_free(md);
     return rc;
+}
+
+int dcp__load_state(dcp_ctx *ctx, dcp_state *st, const char *path,
+                    const dcp_load_options *opts)
+{
+    int post[2] = {0, 0};
+    if (!ctx)
+        return DCP_EINVAL;
+    dcp__ctx_begin(ctx);
+    return load_state(ctx, st, path, opts, DCP_OK, post);
 }
 
 int dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
@@ -678,6 +802,7 @@ int dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
     struct st_expansion ex;
     struct pn_load pl;
     dcp_state *use = NULL;
+    int post[2] = {0, 0};
     int rc;
     if (!ctx)
         return DCP_EINVAL;
@@ -689,21 +814,25 @@ int dcp_load(dcp_ctx *ctx, dcp_state *st, const char *path,
     if (rc == DCP_OK)
         rc = dcp__planner_load(planner, ctx->rank, ctx->size,
                                ex.x ? ex.x : st, &use, &pl, &ctx->err);
-    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+    /* Whether the steps after the load can fail (then agreed on): known
+     * here, told to every rank by the load's first agreement, which
+     * agrees on this outcome too. */
+    post[0] = rc == DCP_OK && dcp__planner_loaded_can_fail(planner, &pl);
+    post[1] = rc == DCP_OK && ex.x != NULL;
+    rc = load_state(ctx, rc == DCP_OK ? use : NULL, path, opts, rc, post);
     if (rc == DCP_OK) {
-        rc = dcp__load_state(ctx, use, path, opts);
-        if (rc == DCP_OK) {
-            double t = dcp__ph_start(&ctx->ph[DCP_IO_LOAD], DCP_PHASE_COPY);
-            rc = dcp__planner_loaded(planner, ctx->rank, ctx->size,
-                                     ex.x ? ex.x : st, &pl,
-                                     (const char *const *)ctx->missing,
-                                     ctx->nmissing, &ctx->err);
+        double t = dcp__ph_start(&ctx->ph[DCP_IO_LOAD], DCP_PHASE_COPY);
+        rc = dcp__planner_loaded(planner, ctx->rank, ctx->size,
+                                 ex.x ? ex.x : st, &pl,
+                                 (const char *const *)ctx->missing,
+                                 ctx->nmissing, &ctx->err);
+        if (post[0])
             rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
-            if (rc == DCP_OK)
-                rc = dcp__state_expand_loaded(&ex, st, &ctx->err);
+        if (rc == DCP_OK)
+            rc = dcp__state_expand_loaded(&ex, st, &ctx->err);
+        if (post[1])
             rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
-            dcp__ph_end(&ctx->ph[DCP_IO_LOAD], DCP_PHASE_COPY, t, 0);
-        }
+        dcp__ph_end(&ctx->ph[DCP_IO_LOAD], DCP_PHASE_COPY, t, 0);
     }
     dcp__planner_load_release(&pl);
     dcp__state_expand_release(&ex);

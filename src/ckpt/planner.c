@@ -560,6 +560,12 @@ static int is_missing(const char *key, const char *const *missing, size_t n)
     return 0;
 }
 
+int dcp__planner_loaded_can_fail(const dcp_load_planner *p,
+                                 const struct pn_load *pl)
+{
+    return pl->x != NULL || (p && p->version >= 1 && p->post_load);
+}
+
 int dcp__planner_loaded(const dcp_load_planner *p, int rank, int world,
                         dcp_state *use, struct pn_load *pl,
                         const char *const *missing, size_t nmissing,

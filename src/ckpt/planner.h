@@ -76,6 +76,11 @@ int dcp__planner_loaded(const dcp_load_planner *p, int rank, int world,
                         dcp_state *use, struct pn_load *pl,
                         const char *const *missing, size_t nmissing,
                         struct dcp_err *err);
+
+/* 0 when dcp__planner_loaded cannot fail with p and pl (no value to copy
+ * back, no post_load hook): its outcome then needs no agreement. */
+int dcp__planner_loaded_can_fail(const dcp_load_planner *p,
+                                 const struct pn_load *pl);
 void dcp__planner_load_release(struct pn_load *pl);
 
 #endif /* DCP_PLANNER_H */

@@ -20,11 +20,30 @@
 #define TAG_DATA     2 /* + chunk index mod TAG_SPAN */
 #define TAG_SPAN     16384
 
+/* A chunk this rank reads and sends (out) or receives (in). */
+struct ro_job {
+    size_t g, ei, ci;
+    int peer;       /* in: the reader */
+    int64_t hdr[2]; /* outcome, bytes */
+    uint8_t *buf;   /* the chunk's elements */
+    uint8_t *own;   /* buf when allocated here (else in a user buffer) */
+    uint64_t bytes;
+    uint64_t posted; /* in: bytes whose receive is posted */
+    size_t pending;  /* requests in flight */
+    int failed;      /* in: the reader failed, or this rank ran out */
+    int sink;        /* in: pieces land in the sink, one at a time */
+    size_t skip;     /* in: the destination received into directly */
+};
+
 void dcp__ro_release(struct ro_plan *p)
 {
     dcp__free(p->base);
     dcp__free(p->reader);
     dcp__free(p->need);
+    dcp__free(p->row);
+    dcp__free(p->out);
+    dcp__free(p->in);
+    dcp__free(p->sink);
     memset(p, 0, sizeof(*p));
 }
 
@@ -38,15 +57,18 @@ static uint64_t chunk_bytes(const struct md_entry *e, size_t ci)
 /* This rank's marks: 1 for a chunk its boxes overlap, 2 for one that a
  * CUDA box overlaps (read by each rank itself: such chunks go through a
  * host bounce buffer in load.c). row[nchunks] is 1 when this rank wants
- * per-rank reads. */
+ * per-rank reads, row[nchunks + 1] when it wants small chunks read per
+ * rank. */
 static int mark_row(const dcp_state *st, const struct dcp_metadata *md,
-                    const struct ro_plan *p, unsigned flags, uint8_t *row)
+                    const size_t *base, size_t nchunks, unsigned flags,
+                    uint8_t *row)
 {
     size_t i, b, k;
     uint8_t *tmp = NULL;
     size_t cap = 0;
-    memset(row, 0, p->nchunks + 1);
-    row[p->nchunks] = (flags & DCP_LOAD_PER_RANK_READS) ? 1 : 0;
+    memset(row, 0, nchunks + 2);
+    row[nchunks] = (flags & DCP_LOAD_PER_RANK_READS) ? 1 : 0;
+    row[nchunks + 1] = (flags & DCP_LOAD_SMALL_PER_RANK) ? 1 : 0;
     for (i = 0; i < st->n; i++) {
         const struct st_entry *se = &st->e[i];
         const struct md_entry *e;
@@ -73,7 +95,7 @@ static int mark_row(const dcp_state *st, const struct dcp_metadata *md,
                                             se->boxes[b].size, tmp);
         for (k = 0; k < e->nchunks; k++)
             if (tmp[k]) {
-                uint8_t *m = &row[p->base[ei] + k];
+                uint8_t *m = &row[base[ei] + k];
                 *m = se->mem == DCP_MEM_CUDA ? 2 : (*m == 2 ? 2 : 1);
             }
     }
@@ -171,44 +193,77 @@ static int assign(const struct dcp_metadata *md, struct ro_plan *p, int n,
     return DCP_OK;
 }
 
-int dcp__ro_plan(dcp_ctx *ctx, const dcp_state *st,
-                 const struct dcp_metadata *md, unsigned flags,
-                 struct ro_plan *p)
+/* p's exchange jobs (their fields set by dcp__ro_run) and sink. */
+static int run_alloc(struct ro_plan *p, int me)
 {
-    int n = ctx->size, r, rc = DCP_OK;
-    uint8_t *row = NULL, *all = NULL;
-    size_t ei, k = 0, w;
-    memset(p, 0, sizeof(*p));
-    if (!dcp__comm_has_p2p(ctx->comm))
-        return DCP_OK; /* the same on every rank: one communicator */
-    for (ei = 0; ei < md->n; ei++)
+    size_t i;
+    for (i = 0; i < p->nchunks; i++) {
+        if (p->reader[i] == me)
+            p->nout++;
+        else if (p->reader[i] >= 0 && p->need[(size_t)me * p->nchunks + i])
+            p->nin++;
+    }
+    p->out = dcp__calloc(p->nout ? p->nout : 1, sizeof(*p->out));
+    p->in = dcp__calloc(p->nin ? p->nin : 1, sizeof(*p->in));
+    p->sink = dcp__malloc(RO_PIECE);
+    return p->out && p->in && p->sink ? DCP_OK : DCP_ENOMEM;
+}
+
+/* The chunks of md's tensors (0: nothing to plan) and, with base, the
+ * index of each entry's first chunk. */
+static size_t count_chunks(const struct dcp_metadata *md, size_t *base)
+{
+    size_t ei, k = 0;
+    for (ei = 0; ei < md->n; ei++) {
+        if (base)
+            base[ei] = k;
         if (md->e[ei].is_tensor)
             k += md->e[ei].nchunks;
+    }
+    return k;
+}
+
+/* Whether reads are planned at all: the same on every rank (one
+ * communicator, one md). */
+static int plannable(const dcp_ctx *ctx, size_t k)
+{
+    return dcp__comm_has_p2p(ctx->comm) && k > 0 &&
+           (uint64_t)(k + 2) * (uint64_t)ctx->size <= RO_MARKS_MAX;
+}
+
+int dcp__ro_plan(dcp_ctx *ctx, const dcp_state *st,
+                 const struct dcp_metadata *md, unsigned flags, int rc,
+                 int skip, struct ro_plan *p, int *failed_stage)
+{
+    int n = ctx->size, r, stage = 1;
+    uint8_t *all = NULL;
+    size_t k = 0, w;
+    memset(p, 0, sizeof(*p));
+    if (rc == DCP_OK && !skip)
+        k = count_chunks(md, NULL);
+    if (rc != DCP_OK || skip || !plannable(ctx, k))
+        return dcp__comm_agree_stage(ctx->comm, rc, 0, &ctx->err, NULL, 0,
+                                     failed_stage);
     w = k + 2; /* marks, then the per-rank and small-per-rank flags */
-    if (k == 0 || (uint64_t)w * (uint64_t)n > RO_MARKS_MAX)
-        return DCP_OK; /* md is the same on every rank */
     p->nchunks = k;
     p->base = dcp__calloc(md->n ? md->n : 1, sizeof(*p->base));
     p->reader = dcp__malloc(k * sizeof(*p->reader));
     p->need = dcp__malloc(k * (size_t)n);
-    row = dcp__malloc(w);
+    p->row = dcp__malloc(w);
     all = dcp__malloc(w * (size_t)n);
-    if (!p->base || !p->reader || !p->need || !row || !all)
+    if (!p->base || !p->reader || !p->need || !p->row || !all)
         rc = DCP_ENOMEM;
-    for (ei = 0, k = 0; rc == DCP_OK && ei < md->n; ei++) {
-        p->base[ei] = k;
-        if (md->e[ei].is_tensor)
-            k += md->e[ei].nchunks;
+    if (rc == DCP_OK) {
+        (void)count_chunks(md, p->base);
+        rc = mark_row(st, md, p->base, k, flags, p->row);
     }
-    if (rc == DCP_OK)
-        rc = mark_row(st, md, p, flags, row);
-    if (rc == DCP_OK)
-        row[k + 1] = (flags & DCP_LOAD_SMALL_PER_RANK) ? 1 : 0;
     if (rc == DCP_ENOMEM)
         rc = dcp__err(&ctx->err, rc, "out of memory planning the reads");
-    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+    /* The steps before (stage 0) and this allocation, agreed at once. */
+    rc = dcp__comm_agree_stage(ctx->comm, rc, stage, &ctx->err, NULL, 0,
+                               failed_stage);
     if (rc == DCP_OK)
-        rc = dcp__comm_gather(ctx->comm, row, w, all, 0, &ctx->err);
+        rc = dcp__comm_gather(ctx->comm, p->row, w, all, 0, &ctx->err);
     if (rc == DCP_OK)
         rc = dcp__comm_bcast(ctx->comm, all, w * (size_t)n, 0, &ctx->err);
     if (rc == DCP_OK) {
@@ -225,34 +280,57 @@ int dcp__ro_plan(dcp_ctx *ctx, const dcp_state *st,
         if (!off && assign(md, p, n, min) != DCP_OK)
             rc = dcp__err(&ctx->err, DCP_ENOMEM,
                           "out of memory planning the reads");
+        /* The exchange's jobs and sink: without them this rank could
+         * not answer its peers (agreed here, so that dcp__ro_run, also
+         * with a cached plan, needs no agreement of its own). */
+        if (rc == DCP_OK && p->on && run_alloc(p, ctx->rank) != DCP_OK)
+            rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
         rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
+        if (rc != DCP_OK && failed_stage)
+            *failed_stage = 1;
     }
-    dcp__free(row);
     dcp__free(all);
-    if (rc != DCP_OK || !p->on)
+    if (rc != DCP_OK) {
         dcp__ro_release(p);
+    } else if (!p->on) {
+        /* Only the marks are kept, for dcp__ro_same. */
+        uint8_t *row = p->row;
+        p->row = NULL;
+        dcp__ro_release(p);
+        p->row = row;
+        p->nchunks = k;
+    }
     return rc;
+}
+
+int dcp__ro_same(const struct ro_plan *p, const dcp_state *st,
+                 const struct dcp_metadata *md, unsigned flags)
+{
+    size_t k = count_chunks(md, NULL), *base;
+    uint8_t *row;
+    int same;
+    if (!p->row) /* nothing was planned: md and the communicator say so */
+        return p->nchunks == 0 && !p->on;
+    if (k != p->nchunks)
+        return 0;
+    base = dcp__calloc(md->n ? md->n : 1, sizeof(*base));
+    row = dcp__malloc(k + 2);
+    same = base && row;
+    if (same) {
+        (void)count_chunks(md, base);
+        same = mark_row(st, md, base, k, flags, row) == DCP_OK &&
+               !memcmp(row, p->row, k + 2);
+    }
+    dcp__free(base);
+    dcp__free(row);
+    return same;
 }
 
 /* ------------------------------------------------------------ exchange */
 
-/* A chunk this rank reads and sends (out) or receives (in). */
-struct job {
-    size_t g, ei, ci;
-    int peer;       /* in: the reader */
-    int64_t hdr[2]; /* outcome, bytes */
-    uint8_t *buf;   /* the chunk's elements */
-    uint8_t *own;   /* buf when allocated here (else in a user buffer) */
-    uint64_t bytes;
-    uint64_t posted; /* in: bytes whose receive is posted */
-    size_t pending;  /* requests in flight */
-    int failed;      /* in: the reader failed, or this rank ran out */
-    int sink;        /* in: pieces land in the sink, one at a time */
-    size_t skip;     /* in: the destination received into directly */
-};
 
 struct slot {
-    struct job *j;
+    struct ro_job *j;
     int kind; /* 0 send, 1 header receive, 2 data receive */
 };
 
@@ -269,7 +347,7 @@ struct ex {
     uint64_t recv_bytes;
 };
 
-static int slot_add(struct ex *x, void *req, struct job *j, int kind)
+static int slot_add(struct ex *x, void *req, struct ro_job *j, int kind)
 {
     size_t i;
     for (i = 0; i < x->nreq; i++)
@@ -372,7 +450,7 @@ static int tag_of(size_t g)
 }
 
 /* Reads out-chunk j (unless failed) and posts its messages. */
-static int send_job(struct ex *x, struct rd_files *f, struct job *j,
+static int send_job(struct ex *x, struct rd_files *f, struct ro_job *j,
                     int *local_rc, int verify, uint64_t *bytes_read)
 {
     const struct md_entry *e = &x->md->e[j->ei];
@@ -441,7 +519,7 @@ static int send_job(struct ex *x, struct rd_files *f, struct job *j,
     return rc;
 }
 
-static int post_hdr(struct ex *x, struct job *j)
+static int post_hdr(struct ex *x, struct ro_job *j)
 {
     void *req;
     int rc = dcp__comm_irecv(x->ctx->comm, j->hdr, sizeof(j->hdr), j->peer,
@@ -450,7 +528,7 @@ static int post_hdr(struct ex *x, struct job *j)
 }
 
 /* Posts the next data receives of in-chunk j. */
-static int post_data(struct ex *x, struct job *j)
+static int post_data(struct ex *x, struct ro_job *j)
 {
     int rc = DCP_OK;
     while (rc == DCP_OK && j->posted < j->bytes) {
@@ -471,7 +549,7 @@ static int post_data(struct ex *x, struct job *j)
 }
 
 /* A header arrived for in-chunk j. */
-static int got_hdr(struct ex *x, struct job *j, int *local_rc)
+static int got_hdr(struct ex *x, struct ro_job *j, int *local_rc)
 {
     const struct md_entry *e = &x->md->e[j->ei];
     const struct st_entry *se;
@@ -511,7 +589,7 @@ static int got_hdr(struct ex *x, struct job *j, int *local_rc)
 }
 
 /* The last piece of in-chunk j arrived. */
-static int got_data(struct ex *x, struct job *j, int *local_rc)
+static int got_data(struct ex *x, struct ro_job *j, int *local_rc)
 {
     const struct md_entry *e = &x->md->e[j->ei];
     const struct st_entry *se;
@@ -536,13 +614,13 @@ static int got_data(struct ex *x, struct job *j, int *local_rc)
     return DCP_OK;
 }
 
-int dcp__ro_run(dcp_ctx *ctx, const struct ro_plan *p, const dcp_state *st,
+int dcp__ro_run(dcp_ctx *ctx, struct ro_plan *p, const dcp_state *st,
                 struct rd_files *f, const struct dcp_metadata *md, int verify,
                 int local_rc, uint64_t hint_round, uint64_t *bytes_read,
                 uint64_t *bytes_recv, int *dropped)
 {
     struct ex x;
-    struct job *out = NULL, *in = NULL;
+    struct ro_job *out = p->out, *in = p->in;
     size_t nout = 0, nin = 0, ei, ci, i, no = 0, ni = 0, hdrs = 0;
     size_t hint_end = 0;
     uint64_t hinted = 0;
@@ -552,31 +630,17 @@ int dcp__ro_run(dcp_ctx *ctx, const struct ro_plan *p, const dcp_state *st,
     x.p = p;
     x.st = st;
     x.md = md;
-    for (i = 0; i < p->nchunks; i++) {
-        if (p->reader[i] == me)
-            nout++;
-        else if (p->reader[i] >= 0 && p->need[(size_t)me * p->nchunks + i])
-            nin++;
-    }
-    out = dcp__calloc(nout ? nout : 1, sizeof(*out));
-    in = dcp__calloc(nin ? nin : 1, sizeof(*in));
-    x.sink = dcp__malloc(RO_PIECE);
-    /* Without these this rank cannot answer its peers: agreed first. */
-    if (!out || !in || !x.sink)
-        rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
-    rc = dcp__comm_agree_err(ctx->comm, rc, &ctx->err);
-    if (rc != DCP_OK) {
-        dcp__free(out);
-        dcp__free(in);
-        dcp__free(x.sink);
-        return rc;
-    }
-    for (ei = 0, nout = nin = 0; ei < md->n; ei++) {
+    x.sink = p->sink;
+    /* The jobs were allocated with the plan (run_alloc); a plan reused
+     * from the load plan cache runs again from a clean slate. */
+    memset(out, 0, p->nout * sizeof(*out));
+    memset(in, 0, p->nin * sizeof(*in));
+    for (ei = 0; ei < md->n; ei++) {
         if (!md->e[ei].is_tensor)
             continue;
         for (ci = 0; ci < md->e[ei].nchunks; ci++) {
             size_t g = p->base[ei] + ci;
-            struct job *j = NULL;
+            struct ro_job *j = NULL;
             if (p->reader[g] == me)
                 j = &out[nout++];
             else if (p->reader[g] >= 0 && p->need[(size_t)me * p->nchunks + g])
@@ -591,7 +655,7 @@ int dcp__ro_run(dcp_ctx *ctx, const struct ro_plan *p, const dcp_state *st,
     }
     while (rc == DCP_OK) {
         size_t idx;
-        struct job *j;
+        struct ro_job *j;
         int kind;
         /* Headers expected, in order, a window at a time. */
         while (rc == DCP_OK && ni < nin && hdrs < RO_HDRS) {
@@ -645,17 +709,17 @@ int dcp__ro_run(dcp_ctx *ctx, const struct ro_plan *p, const dcp_state *st,
     /* After a transport failure: nothing in flight may outlive its buffer. */
     for (i = 0; i < x.nreq; i++)
         dcp__comm_cancel(ctx->comm, x.reqs[i]);
-    for (i = 0; i < nout; i++)
+    for (i = 0; i < nout; i++) {
         dcp__free(out[i].own);
+        out[i].own = NULL;
+    }
     for (i = 0; i < nin; i++) {
         dcp__free(in[i].own);
+        in[i].own = NULL;
         *dropped |= in[i].failed;
     }
-    dcp__free(out);
-    dcp__free(in);
     dcp__free(x.reqs);
     dcp__free(x.sl);
-    dcp__free(x.sink);
     *bytes_recv += x.recv_bytes;
     return rc != DCP_OK ? rc : local_rc;
 }

@@ -40,14 +40,7 @@
 #include "read.h"
 #include "state.h"
 
-struct ro_plan {
-    int on;          /* some chunk is shared */
-    size_t nchunks;  /* chunks of the checkpoint (tensor entries) */
-    size_t *base;    /* per md entry: index of its first chunk */
-    int32_t *reader; /* per chunk: its reader, -1 when not shared */
-    uint8_t *need;   /* size * nchunks: need[r * nchunks + g] */
-    size_t nshared;  /* chunks shared */
-};
+/* struct ro_plan is in ctx.h (a load plan cache keeps one). */
 
 /*
  * Plans the reads of st (this rank's request, checked against md).
@@ -57,10 +50,27 @@ struct ro_plan {
  * chunks. With DCP_LOAD_SMALL_PER_RANK on any rank (gathered with the
  * marks), a chunk under DCP_READ_ONCE_SMALL bytes is not shared: every
  * rank that needs it reads it. Every rank returns the same code.
+ *
+ * rc is this rank's outcome of the load's steps before, agreed in the
+ * same allreduce as the plan's first step (dcp__comm_agree_stage: theirs
+ * stage 0, the plan's own failures stage 1, in *failed_stage, which may
+ * be NULL); skip, the same on every rank where they succeeded, ends the
+ * load there: nothing is planned. With rc failed or skip set, one
+ * agreement and nothing else.
  */
 int dcp__ro_plan(dcp_ctx *ctx, const dcp_state *st,
-                 const struct dcp_metadata *md, unsigned flags,
-                 struct ro_plan *p);
+                 const struct dcp_metadata *md, unsigned flags, int rc,
+                 int skip, struct ro_plan *p, int *failed_stage);
+
+/*
+ * 1 when the plan p (made by dcp__ro_plan for md) serves a load of st with
+ * flags on this rank: st's marks are those p was planned with. A plan
+ * made on every rank from the same marks is the plan dcp__ro_plan would
+ * make again (load.c's plan cache: each rank checks its own marks and the
+ * ranks agree). 0 also when out of memory. Local.
+ */
+int dcp__ro_same(const struct ro_plan *p, const dcp_state *st,
+                 const struct dcp_metadata *md, unsigned flags);
 
 /* Whether chunk ci of entry ei is read once (and so skipped by the
  * per-rank reads). */
@@ -79,8 +89,11 @@ static inline int dcp__ro_shared(const struct ro_plan *p, size_t ei, size_t ci)
  * chunk this rank needs did not land (the load fails on every rank). On a
  * back end that takes hints (S3) the chunks this rank reads are hinted
  * whole in rounds of about hint_round bytes (held until the next round).
+ * Point-to-point only (no collective call): what it needs was allocated
+ * and agreed on with the plan (p's jobs, reset here, so that a plan kept
+ * by the load plan cache runs again).
  */
-int dcp__ro_run(dcp_ctx *ctx, const struct ro_plan *p, const dcp_state *st,
+int dcp__ro_run(dcp_ctx *ctx, struct ro_plan *p, const dcp_state *st,
                 struct rd_files *f, const struct dcp_metadata *md, int verify,
                 int local_rc, uint64_t hint_round, uint64_t *bytes_read,
                 uint64_t *bytes_recv, int *dropped);

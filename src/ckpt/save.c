@@ -999,32 +999,7 @@ static int hex_tag(const uint8_t *p, size_t n, char *out, size_t cap)
     return 1;
 }
 
-/* Every rank gets rank 0's save id, job->sid, after rank 0's successful
- * step 2. Collective; every rank returns the same code. */
-static int share_sid(dcp_ctx *ctx, struct sv_job *job)
-{
-    uint8_t *p = NULL;
-    size_t n = 0;
-    int ok, rc = dcp__comm_bcast_blob(ctx->comm, job->co.sid,
-                                      strlen(job->co.sid), 0, &p, &n,
-                                      &ctx->err);
-    if (rc != DCP_OK)
-        return rc;
-    if (ctx->rank == 0) {
-        (void)snprintf(job->sid, sizeof(job->sid), "%s", job->co.sid);
-        ok = 1;
-    } else {
-        ok = n > 0 && hex_tag(p, n, job->sid, sizeof(job->sid));
-    }
-    dcp__free(p);
-    return dcp__comm_agree_err(
-        ctx->comm,
-        ok ? DCP_OK
-           : dcp__err(&ctx->err, DCP_EFORMAT, "corrupt save id from rank 0"),
-        &ctx->err);
-}
-
-/* What rank 0 sends every rank at the start of a cached save. */
+/* What rank 0 sends every rank once it made or took the plan. */
 struct begin_msg {
     int64_t code;
     char tag[24];
@@ -1036,7 +1011,7 @@ struct begin_msg {
  * Rank 0's rc (with its message on failure: every rank returns rank 0's
  * code and message, as dcp__comm_share_err), its files' tag and its save
  * id, in one broadcast. A tag or save id that is not a hex string sets
- * *bad on that rank (begin_cached fails the job). Collective; every rank
+ * *bad on that rank (the caller fails the job). Collective; every rank
  * returns the same code.
  */
 static int share_begin(dcp_ctx *ctx, struct sv_job *job, int rc, int *bad)
@@ -1198,7 +1173,7 @@ int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
     const dcp_comm *c = ctx->comm;
     uint8_t *blobs = NULL, *mine = NULL;
     size_t *lens = NULL, *displs = NULL, minelen = 0;
-    int hit = 0;
+    int hit = 0, bad = 0;
     *out = NULL;
     dcp__ctx_io_clear(ctx, DCP_IO_SAVE);
     ctx->plan_cached[DCP_IO_SAVE] = 0;
@@ -1283,12 +1258,22 @@ int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
         blobs = NULL;
         lens = displs = NULL;
     }
-    rc = dcp__comm_share_err(c, rc, &ctx->err, 0);
-    if (rc == DCP_OK)
-        rc = share_sid(ctx, job);
+    /* Rank 0's outcome and its save id in one broadcast (as
+     * dcp__comm_share_err, then the id); a corrupt id fails this rank's
+     * job, agreed at the finish (as with the cached plan). */
+    rc = share_begin(ctx, job, rc, &bad);
+    if (rc == DCP_OK && bad) {
+        (void)dcp__save_fail(job,
+                             dcp__err(&ctx->err, DCP_EFORMAT,
+                                      "corrupt data file tag or save id "
+                                      "from rank 0"),
+                             &ctx->err);
+        dcp__err_clear(&ctx->err);
+    }
     if (rc == DCP_OK && job->ranklocal) {
         /* 3a. Each rank plans its own items: a failure is the job's. */
-        (void)dcp__save_fail(job, prepare_rl(ctx, job, st), &ctx->err);
+        if (!dcp__save_failed(job))
+            (void)dcp__save_fail(job, prepare_rl(ctx, job, st), &ctx->err);
         dcp__err_clear(&ctx->err);
         *out = job;
         job = NULL;
@@ -1301,7 +1286,9 @@ int dcp__save_begin(dcp_ctx *ctx, const dcp_state *st, const char *path,
     if (rc != DCP_OK)
         goto out;
     /* 3a. What this rank writes: a local failure is kept for the finish. */
-    (void)dcp__save_fail(job, prepare(ctx, job, st, mine, minelen), &ctx->err);
+    if (!dcp__save_failed(job))
+        (void)dcp__save_fail(job, prepare(ctx, job, st, mine, minelen),
+                             &ctx->err);
     dcp__err_clear(&ctx->err);
     *out = job;
     job = NULL;
@@ -1585,7 +1572,8 @@ int dcp__save_finish(dcp_ctx *ctx, struct sv_job *job)
     if (rc == DCP_OK &&
         dcp__plan_results_encode(job->offlen, job->nrecs, &res) != DCP_OK)
         rc = dcp__err(&ctx->err, DCP_ENOMEM, "out of memory");
-    rc = dcp__comm_agree_err(c, rc, &ctx->err);
+    if (job->ranklocal)
+        rc = dcp__comm_agree_err(c, rc, &ctx->err);
     if (rc == DCP_OK && job->ranklocal) {
         dcp__ph_end(ph, DCP_PHASE_AGREE, t, 0);
         t = dcp__ph_start(ph, DCP_PHASE_COMMIT);
@@ -1597,9 +1585,10 @@ int dcp__save_finish(dcp_ctx *ctx, struct sv_job *job)
         }
         goto out;
     }
-    if (rc == DCP_OK)
-        rc = dcp__comm_gather_blob(c, res.p, res.len, 0, &blobs, &lens, &displs,
-                                   &ctx->err);
+    /* Every rank's outcome agreed, then the results gathered. */
+    if (!job->ranklocal)
+        rc = dcp__comm_gather_blob_rc(c, rc, res.p, res.len, 0, &blobs, &lens,
+                                      &displs, &ctx->err);
     dcp__ph_end(ph, DCP_PHASE_AGREE, t, 0);
     if (rc != DCP_OK)
         goto out;

@@ -169,36 +169,35 @@ struct verdict {
     char msg[DCP_ERRMSG_MAX];
 };
 
-int dcp__comm_agree_err(const dcp_comm *c, int rc, struct dcp_err *err)
-{
-    return dcp__comm_agree_err_vals(c, rc, err, NULL, 0);
-}
-
-int dcp__comm_agree_err_vals(const dcp_comm *c, int rc, struct dcp_err *err,
-                             int64_t *vals, size_t n)
+/* The agreements below; *reduced is set once the allreduce succeeded. */
+static int agree(const dcp_comm *c, int rc, int stage, struct dcp_err *err,
+                 int64_t *r, size_t n, int *failed_stage, int *reduced)
 {
     struct verdict v;
-    int64_t r[2 + DCP_AGREE_VALS_MAX];
     int lo, hi, trc;
-    if (n > DCP_AGREE_VALS_MAX)
-        return dcp__err(err, DCP_EINVAL, "internal: %zu values to agree", n);
+    *reduced = 0;
+    if (failed_stage)
+        *failed_stage = rc == DCP_OK ? -1 : stage;
     if (dcp__comm_size(c) == 1)
         return rc;
-    /* Lowest failing rank in r[0], highest (negated) in r[1], then the
-     * caller's values, in one allreduce. */
-    r[0] = rc == DCP_OK ? INT64_MAX : c->rank;
-    r[1] = rc == DCP_OK ? INT64_MAX : -(int64_t)c->rank;
-    if (n)
-        memcpy(r + 2, vals, n * sizeof(*vals));
+    /* The earliest failing stage's lowest rank in r[0] (stage in the high
+     * half, rank in the low one) and its highest rank in r[1] (as
+     * INT32_MAX - rank), then the caller's values, in one allreduce. */
+    r[0] = rc == DCP_OK ? INT64_MAX : ((int64_t)stage << 32) | c->rank;
+    r[1] = rc == DCP_OK ? INT64_MAX
+                        : ((int64_t)stage << 32) | (INT32_MAX - c->rank);
     trc = dcp__comm_allreduce_min(c, r, 2 + n, err);
+    if (failed_stage)
+        *failed_stage = -1;
     if (trc != DCP_OK)
         return trc;
-    if (n)
-        memcpy(vals, r + 2, n * sizeof(*vals));
+    *reduced = 1;
     if (r[0] == INT64_MAX)
         return DCP_OK;
-    lo = (int)r[0];
-    hi = (int)-r[1];
+    if (failed_stage)
+        *failed_stage = (int)(r[0] >> 32);
+    lo = (int)(r[0] & 0xffffffff);
+    hi = INT32_MAX - (int)(r[1] & 0xffffffff);
     memset(&v, 0, sizeof(v));
     if (c->rank == lo) {
         v.code = rc;
@@ -217,6 +216,44 @@ int dcp__comm_agree_err_vals(const dcp_comm *c, int rc, struct dcp_err *err,
         return dcp__err(err, (int)v.code, "rank %d failed: %s", lo, v.msg);
     return dcp__err(err, (int)v.code, "ranks %d to %d failed; rank %d: %s", lo,
                     hi, lo, v.msg);
+}
+
+int dcp__comm_agree_err(const dcp_comm *c, int rc, struct dcp_err *err)
+{
+    return dcp__comm_agree_err_vals(c, rc, err, NULL, 0);
+}
+
+int dcp__comm_agree_err_vals(const dcp_comm *c, int rc, struct dcp_err *err,
+                             int64_t *vals, size_t n)
+{
+    return dcp__comm_agree_stage(c, rc, 0, err, vals, n, NULL);
+}
+
+int dcp__comm_agree_stage(const dcp_comm *c, int rc, int stage,
+                          struct dcp_err *err, int64_t *vals, size_t n,
+                          int *failed_stage)
+{
+    int64_t r[2 + DCP_AGREE_VALS_MAX];
+    int trc, reduced;
+    if (n > DCP_AGREE_VALS_MAX) {
+        if (failed_stage)
+            *failed_stage = -1;
+        return dcp__err(err, DCP_EINVAL, "internal: %zu values to agree", n);
+    }
+    if (n)
+        memcpy(r + 2, vals, n * sizeof(*vals));
+    trc = agree(c, rc, stage, err, r, n, failed_stage, &reduced);
+    if (n && reduced)
+        memcpy(vals, r + 2, n * sizeof(*vals));
+    return trc;
+}
+
+int dcp__comm_agree_buf(const dcp_comm *c, int rc, int stage,
+                        struct dcp_err *err, int64_t *r, size_t n,
+                        int *failed_stage)
+{
+    int reduced;
+    return agree(c, rc, stage, err, r, n, failed_stage, &reduced);
 }
 
 int dcp__comm_share_err(const dcp_comm *c, int rc, struct dcp_err *err,
@@ -267,26 +304,17 @@ int dcp__comm_same_string(const dcp_comm *c, const char *s, const char *what,
 
 /* ------------------------------------------------------ byte strings */
 
-int dcp__comm_gather_blob(const dcp_comm *c, const void *send, size_t len,
-                          int root, uint8_t **recv, size_t **lens,
-                          size_t **displs, struct dcp_err *err)
+/* dcp__comm_gather_blob from its second step on: root's ul, *lens and
+ * *displs allocated and agreed on. */
+static int gather_rest(const dcp_comm *c, const void *send, size_t len,
+                       int root, uint64_t *ul, uint8_t **recv, size_t **lens,
+                       size_t **displs, struct dcp_err *err)
 {
-    int n = dcp__comm_size(c), me = dcp__comm_rank(c), i, rc = DCP_OK;
-    uint64_t mylen = len, *ul = NULL, total = 0;
-    *recv = NULL;
-    *lens = *displs = NULL;
-    if (me == root) {
-        ul = dcp__malloc((size_t)n * sizeof(*ul));
-        *lens = dcp__malloc((size_t)n * sizeof(**lens));
-        *displs = dcp__malloc((size_t)n * sizeof(**displs));
-        if (!ul || !*lens || !*displs)
-            rc = dcp__err(err, DCP_ENOMEM, "out of memory");
-    }
-    rc = dcp__comm_share_err(c, rc, err, root);
-    if (rc == DCP_OK)
-        rc = dcp__comm_gather(c, &mylen, sizeof(mylen), ul, root, err);
+    int n = dcp__comm_size(c), me = dcp__comm_rank(c), i, rc;
+    uint64_t mylen = len, total = 0;
+    rc = dcp__comm_gather(c, &mylen, sizeof(mylen), ul, root, err);
     if (rc != DCP_OK)
-        goto out;
+        return rc;
     if (me == root) {
         for (i = 0; i < n; i++) {
             (*lens)[i] = (size_t)ul[i];
@@ -312,7 +340,25 @@ int dcp__comm_gather_blob(const dcp_comm *c, const void *send, size_t len,
     rc = dcp__comm_share_err(c, rc, err, root);
     if (rc == DCP_OK)
         rc = dcp__comm_gatherv(c, send, len, *recv, *lens, *displs, root, err);
-out:
+    return rc;
+}
+
+/* Root's arrays of the gather (ul and the caller's *lens, *displs). */
+static int gather_alloc(const dcp_comm *c, uint64_t **ul, size_t **lens,
+                        size_t **displs, struct dcp_err *err)
+{
+    size_t n = (size_t)dcp__comm_size(c);
+    *ul = dcp__malloc(n * sizeof(**ul));
+    *lens = dcp__malloc(n * sizeof(**lens));
+    *displs = dcp__malloc(n * sizeof(**displs));
+    if (!*ul || !*lens || !*displs)
+        return dcp__err(err, DCP_ENOMEM, "out of memory");
+    return DCP_OK;
+}
+
+static void gather_end(int rc, uint64_t *ul, uint8_t **recv, size_t **lens,
+                       size_t **displs)
+{
     dcp__free(ul);
     if (rc != DCP_OK) {
         dcp__free(*recv);
@@ -321,6 +367,45 @@ out:
         *recv = NULL;
         *lens = *displs = NULL;
     }
+}
+
+int dcp__comm_gather_blob(const dcp_comm *c, const void *send, size_t len,
+                          int root, uint8_t **recv, size_t **lens,
+                          size_t **displs, struct dcp_err *err)
+{
+    uint64_t *ul = NULL;
+    int rc = DCP_OK;
+    *recv = NULL;
+    *lens = *displs = NULL;
+    if (dcp__comm_rank(c) == root)
+        rc = gather_alloc(c, &ul, lens, displs, err);
+    rc = dcp__comm_share_err(c, rc, err, root);
+    if (rc == DCP_OK)
+        rc = gather_rest(c, send, len, root, ul, recv, lens, displs, err);
+    gather_end(rc, ul, recv, lens, displs);
+    return rc;
+}
+
+int dcp__comm_gather_blob_rc(const dcp_comm *c, int rc, const void *send,
+                             size_t len, int root, uint8_t **recv,
+                             size_t **lens, size_t **displs,
+                             struct dcp_err *err)
+{
+    uint64_t *ul = NULL;
+    int stage = 0, fstage;
+    *recv = NULL;
+    *lens = *displs = NULL;
+    if (rc == DCP_OK && dcp__comm_rank(c) == root) {
+        stage = 1;
+        rc = gather_alloc(c, &ul, lens, displs, err);
+    }
+    rc = dcp__comm_agree_stage(c, rc, stage, err, NULL, 0, &fstage);
+    /* Root's own failure reads as dcp__comm_share_err gives it. */
+    if (rc != DCP_OK && fstage == 1)
+        rc = dcp__err(err, DCP_ENOMEM, "out of memory");
+    if (rc == DCP_OK)
+        rc = gather_rest(c, send, len, root, ul, recv, lens, displs, err);
+    gather_end(rc, ul, recv, lens, displs);
     return rc;
 }
 
@@ -386,6 +471,19 @@ int dcp__comm_bcast_blob(const dcp_comm *c, const void *buf, size_t len,
     rc = dcp__comm_bcast(c, &n, sizeof(n), root, err);
     if (rc != DCP_OK)
         return rc;
+    rc = dcp__comm_bcast_known(c, buf, n, root, out, err);
+    if (rc == DCP_OK && c->rank != root)
+        *out_len = (size_t)n;
+    return rc;
+}
+
+int dcp__comm_bcast_known(const dcp_comm *c, const void *buf, uint64_t n,
+                          int root, uint8_t **out, struct dcp_err *err)
+{
+    int rc = DCP_OK;
+    *out = NULL;
+    if (dcp__comm_size(c) == 1)
+        return DCP_OK;
     if (c->rank != root) {
         if (n > SIZE_MAX)
             rc = dcp__err(err, DCP_ELIMIT,
@@ -402,11 +500,8 @@ int dcp__comm_bcast_blob(const dcp_comm *c, const void *buf, size_t len,
     if (rc != DCP_OK) {
         dcp__free(*out);
         *out = NULL;
-        return rc;
     }
-    if (c->rank != root)
-        *out_len = (size_t)n;
-    return DCP_OK;
+    return rc;
 }
 
 /* ------------------------------------------------- uneven 1-D arrays */

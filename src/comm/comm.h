@@ -89,6 +89,31 @@ int dcp__comm_agree_err_vals(const dcp_comm *c, int rc, struct dcp_err *err,
                              int64_t *vals, size_t n);
 
 /*
+ * Several agreements in one allreduce: each rank passes its rc and the
+ * stage (0, 1, ...: the step of the merged ones) it failed at. The verdict
+ * is what agreeing on each stage in turn would have given: the earliest
+ * failing stage's lowest rank R, "rank R failed: ..." or "ranks R to S
+ * failed; rank R: ..." (S the highest rank failing at that stage). Its
+ * stage goes to *failed_stage (-1 when every rank succeeded or on a
+ * transport failure; failed_stage may be NULL), so that a check made on
+ * every rank alike between two stages can still take precedence over a
+ * later stage's failure. vals as dcp__comm_agree_err_vals. Collective.
+ */
+int dcp__comm_agree_stage(const dcp_comm *c, int rc, int stage,
+                          struct dcp_err *err, int64_t *vals, size_t n,
+                          int *failed_stage);
+
+/*
+ * dcp__comm_agree_stage with any number of values, in the caller's
+ * buffer: r holds 2 + n values, the first two reserved for the agreement,
+ * then the values, replaced by their minima once the allreduce ran (with
+ * one rank unchanged). Collective.
+ */
+int dcp__comm_agree_buf(const dcp_comm *c, int rc, int stage,
+                        struct dcp_err *err, int64_t *r, size_t n,
+                        int *failed_stage);
+
+/*
  * A verdict reached on root only (a plan check, the commit): root passes
  * its rc and err; every rank returns root's code, with root's message
  * (unchanged) in err on failure. Other ranks' rc is ignored. Collective.
@@ -115,6 +140,17 @@ int dcp__comm_gather_blob(const dcp_comm *c, const void *send, size_t len,
                           size_t **displs, struct dcp_err *err);
 
 /*
+ * dcp__comm_agree_err(rc), then dcp__comm_gather_blob, in one collective
+ * call fewer: root's allocation for the gather is agreed on together with
+ * every rank's rc (a failure of rc first; root's own failure with its
+ * message as dcp__comm_share_err gives it). Collective.
+ */
+int dcp__comm_gather_blob_rc(const dcp_comm *c, int rc, const void *send,
+                             size_t len, int root, uint8_t **recv,
+                             size_t **lens, size_t **displs,
+                             struct dcp_err *err);
+
+/*
  * Scatters one byte string per rank from root: rank r gets lens[r] bytes at
  * send + displs[r] (root's arguments; others pass NULLs) into *recv, a
  * dcp__malloc'd buffer of *len bytes. Every rank returns the same code.
@@ -132,6 +168,14 @@ int dcp__comm_scatter_blob(const dcp_comm *c, const void *send,
 int dcp__comm_bcast_blob(const dcp_comm *c, const void *buf, size_t len,
                          int root, uint8_t **out, size_t *out_len,
                          struct dcp_err *err);
+
+/*
+ * dcp__comm_bcast_blob when every rank already knows the length (agreed
+ * before): the receivers allocate, agree on that, and root broadcasts, in
+ * two collectives instead of three. Collective.
+ */
+int dcp__comm_bcast_known(const dcp_comm *c, const void *buf, uint64_t n,
+                          int root, uint8_t **out, struct dcp_err *err);
 
 /*
  * Test hook (comm_mpi.c, MPI builds only): lowers the bytes per MPI call and

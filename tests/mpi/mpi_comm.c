@@ -4,7 +4,7 @@
  * lowered (dcp__comm_mpi_test_limits) so that the paths for lengths beyond
  * INT_MAX (pieces, point-to-point gatherv/scatterv) run on small data; a
  * save and load through those paths; dcp_comm_create's argument checks and
- * a user communicator of one rank.
+ * a user communicator of one rank; several agreements in one allreduce.
  */
 #include <dcp/dcp.h>
 #include <dcp/dcp_comm.h>
@@ -271,6 +271,64 @@ static void test_user_comm(void)
     CHECK(destroyed == 1);
 }
 
+/* Several agreements in one allreduce (dcp__comm_agree_stage, _buf): the
+ * earliest failing stage's verdict, as if each stage had been agreed in
+ * turn; the values' minima either way. */
+static void test_agree_stage(void)
+{
+    dcp_comm *c = NULL;
+    struct dcp_err err;
+    int64_t v[2], big[2 + 300];
+    int last = mt_size - 1, fs = 7, rc, i;
+    char want[DCP_ERRMSG_MAX];
+    CHECK(dcp_comm_mpi(&c, MPI_COMM_WORLD) == 0);
+    if (!c)
+        return;
+    /* Every rank succeeds: the minima, no stage. */
+    memset(&err, 0, sizeof(err));
+    v[0] = 100 + mt_rank;
+    v[1] = -(100 + mt_rank);
+    CHECK(dcp__comm_agree_stage(c, DCP_OK, 3, &err, v, 2, &fs) == DCP_OK);
+    CHECK(v[0] == 100 && v[1] == -(100 + last) && fs == -1);
+    /* The last rank fails at stage 0, the others at stage 1: the last
+     * rank's verdict everywhere, as when stage 0 was agreed first. */
+    memset(&err, 0, sizeof(err));
+    if (mt_rank == last)
+        rc = dcp__err(&err, DCP_EKEY, "early %d", mt_rank);
+    else
+        rc = dcp__err(&err, DCP_EIO, "late %d", mt_rank);
+    rc = dcp__comm_agree_stage(c, rc, mt_rank == last ? 0 : 1, &err, v, 2,
+                               &fs);
+    CHECK(rc == DCP_EKEY && fs == 0);
+    if (mt_size > 1) {
+        snprintf(want, sizeof(want), "rank %d failed: early %d", last, last);
+        CHECK(!strcmp(err.msg, want));
+    }
+    /* Ranks 0 and the last fail at stage 1, the others at stage 2: the
+     * span names stage 1's ranks only. */
+    memset(&err, 0, sizeof(err));
+    i = mt_rank == 0 || mt_rank == last;
+    rc = dcp__err(&err, i ? DCP_ENOMEM : DCP_EIO, "r%d", mt_rank);
+    rc = dcp__comm_agree_stage(c, rc, i ? 1 : 2, &err, NULL, 0, &fs);
+    CHECK(rc == DCP_ENOMEM && fs == 1);
+    if (mt_size > 1)
+        snprintf(want, sizeof(want), "ranks 0 to %d failed; rank 0: r0",
+                 last);
+    else
+        snprintf(want, sizeof(want), "r0");
+    CHECK(!strcmp(err.msg, want));
+    /* Any number of values in the caller's buffer; rank 0 fails alone. */
+    memset(&err, 0, sizeof(err));
+    for (i = 0; i < 300; i++)
+        big[2 + i] = (int64_t)i * 10 + (mt_rank + i) % mt_size;
+    rc = mt_rank == 0 ? dcp__err(&err, DCP_EFORMAT, "bad") : DCP_OK;
+    rc = dcp__comm_agree_buf(c, rc, 0, &err, big, 300, &fs);
+    CHECK(rc == DCP_EFORMAT && fs == 0);
+    for (i = 0; i < 300; i++)
+        CHECK(big[2 + i] == (int64_t)i * 10);
+    dcp_comm_free(c);
+}
+
 int main(int argc, char **argv)
 {
     mt_init(&argc, &argv);
@@ -278,5 +336,6 @@ int main(int argc, char **argv)
     RUN(mpi_collectives);
     RUN(split_paths);
     RUN(user_comm);
+    RUN(agree_stage);
     return mt_finish();
 }

@@ -6,6 +6,7 @@
  */
 #include <dcp/dcp.h>
 #include <dcp/dcp_mpi.h>
+#include <dcp/dcp_planner.h>
 #include <dcp/dcp_storage.h>
 
 #include <dirent.h>
@@ -307,6 +308,41 @@ static void test_different_paths(void)
     dcp_state_free(st);
 }
 
+static int failing_item(void *ud, const dcp_plan_item *it,
+                        dcp_plan_decision *d)
+{
+    (void)ud;
+    (void)it;
+    (void)d;
+    return -1;
+}
+
+/* The load's first allreduce agrees on several steps at once: a failure
+ * of an earlier one (the last rank's load planner) still comes before a
+ * later one's (the paths, then rank 0's read of a missing .metadata), as
+ * when each was agreed in turn. */
+static void test_load_precedence(void)
+{
+    dcp_load_planner lp = {DCP_PLANNER_VERSION, 0, NULL, failing_item, NULL};
+    dcp_load_options lo = {sizeof(dcp_load_options), 0, NULL};
+    char name[32];
+    dcp_state *st;
+    int rc;
+    if (mt_size < 2)
+        return;
+    if (mt_rank == mt_size - 1)
+        lo.planner = &lp;
+    snprintf(name, sizeof(name), "prec-%d", mt_rank);
+    CHECK(dcp_state_create(&st) == 0);
+    CHECK(dcp_state_add_value(st, "x", dcp_value_int(1)) == 0);
+    rc = dcp_load(ctx, st, sub(name), &lo);
+    CHECK(rc != DCP_OK);
+    CHECK(mt_same(rc));
+    CHECK_MSG(ctx, "load planner on key 'x'");
+    CHECK(!strstr(dcp_errmsg(ctx), "same checkpoint path"));
+    dcp_state_free(st);
+}
+
 /* Load: a key missing on one rank, a dtype mismatch on one rank,
  * unexpected keys (asked for by no rank), no checkpoint at all. */
 static void test_load_failures(void)
@@ -483,6 +519,7 @@ int main(int argc, char **argv)
     RUN(value_differs);
     RUN(bad_argument_one_rank);
     RUN(different_paths);
+    RUN(load_precedence);
     RUN(load_failures);
     RUN(state_fail_one_rank);
     dcp_ctx_free(ctx);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "mpitest.h"
+#include "mt_usercomm.h"
 
 #include "../sidmask.h"
 #include "save.h" /* dcp__save_write_fail_after */
@@ -479,6 +480,129 @@ static void test_load_cache(void)
     dcp_ctx_free(ctx);
 }
 
+/* ------------------------------------------------ collective calls */
+
+/* The collective calls of a user communicator (mt_usercomm.h), counted:
+ * each costs milliseconds through torch.distributed (dcp_torch). */
+static int ncoll;
+
+static int n_bcast(void *impl, void *buf, size_t len, int r)
+{
+    ncoll++;
+    return u_bcast(impl, buf, len, r);
+}
+
+static int n_gather(void *impl, const void *send, size_t len, void *recv,
+                    int r)
+{
+    ncoll++;
+    return u_gather(impl, send, len, recv, r);
+}
+
+static int n_gatherv(void *impl, const void *send, size_t len, void *recv,
+                     const size_t *lens, const size_t *displs, int r)
+{
+    ncoll++;
+    return u_gatherv(impl, send, len, recv, lens, displs, r);
+}
+
+static int n_scatterv(void *impl, const void *send, const size_t *lens,
+                      const size_t *displs, void *recv, size_t len, int r)
+{
+    ncoll++;
+    return u_scatterv(impl, send, lens, displs, recv, len, r);
+}
+
+static int n_allreduce_min(void *impl, int64_t *v, size_t n)
+{
+    ncoll++;
+    return u_allreduce_min(impl, v, n);
+}
+
+static int n_barrier(void *impl)
+{
+    ncoll++;
+    return u_barrier(impl);
+}
+
+static dcp_comm *count_comm(void)
+{
+    static const struct dcp_comm_ops ops = {
+        DCP_COMM_OPS_VERSION, n_bcast, n_gather,  n_gatherv,
+        n_scatterv,           n_allreduce_min,    n_barrier,
+        u_destroy,            u_isend,            u_irecv,
+        u_waitany,            u_cancel};
+    MPI_Comm *c = malloc(sizeof(*c));
+    dcp_comm *out = NULL;
+    (void)mt_user_comm; /* its ops are used, counted, not it */
+    CHECK(c != NULL);
+    MPI_Comm_dup(MPI_COMM_WORLD, c);
+    CHECK(dcp_comm_create(&ops, c, mt_rank, mt_size, &out) == DCP_OK);
+    return out;
+}
+
+/* Collective calls of one load of path with flags, checked. */
+static int counted_load(dcp_ctx *ctx, const char *path, unsigned flags,
+                        int step)
+{
+    dcp_load_options lo = {sizeof(dcp_load_options), flags, NULL};
+    struct rs s;
+    const dcp_value *v;
+    int n;
+    memset(&s, 0, sizeof(s));
+    build(&s, 0, V_BASE);
+    ncoll = 0;
+    CHECK_OK(ctx, dcp_load(ctx, s.st, path, &lo));
+    n = ncoll;
+    v = dcp_state_value(s.st, "step");
+    CHECK(v && dcp_value_as_int(v) == step);
+    CHECK(s.b[NB - 1] == (float)step + 0.5f * (float)(NB - 1));
+    drop(&s);
+    return n;
+}
+
+/* The collective calls a save and a load make, first and with the plan
+ * cached (the numbers of 2026-12, upper bounds: fewer is better): a
+ * cached load agrees once at the start and once at the end; the
+ * read-once exchange adds its point-to-point messages only (not
+ * counted). */
+static void test_collective_count(void)
+{
+    dcp_comm *cc = count_comm();
+    dcp_ctx *ctx = NULL;
+    int first, cached;
+    CHECK(dcp_ctx_create(&ctx, cc, NULL) == DCP_OK);
+    ncoll = 0;
+    CHECK_OK(ctx, save_step(ctx, 60, sub("n"), V_BASE, &nosync));
+    first = ncoll;
+    ncoll = 0;
+    CHECK_OK(ctx, save_step(ctx, 61, sub("n"), V_BASE, &nosync));
+    cached = ncoll;
+    CHECK(dcp_ctx_plan_cached(ctx, DCP_IO_SAVE) == 1);
+    if (mt_size > 1) {
+        CHECK(first <= 15);
+        CHECK(cached <= 7);
+    }
+    first = counted_load(ctx, sub("n"), DCP_LOAD_PER_RANK_READS, 61);
+    CHECK(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD) == 0);
+    cached = counted_load(ctx, sub("n"), DCP_LOAD_PER_RANK_READS, 61);
+    CHECK(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD) == 1);
+    if (mt_size > 1) {
+        CHECK(first <= 10);
+        CHECK(cached <= 2);
+    }
+    /* Read once ("b" is on every rank: shared), the plan cached too. */
+    first = counted_load(ctx, sub("n"), 0, 61);
+    cached = counted_load(ctx, sub("n"), 0, 61);
+    CHECK(dcp_ctx_plan_cached(ctx, DCP_IO_LOAD) == 1);
+    if (mt_size > 1) {
+        CHECK(first <= 10);
+        CHECK(cached <= 2);
+    }
+    dcp_ctx_free(ctx);
+    dcp_comm_free(cc);
+}
+
 int main(int argc, char **argv)
 {
     mt_init(&argc, &argv);
@@ -491,6 +615,7 @@ int main(int argc, char **argv)
     RUN(overwrite);
     RUN(fault);
     RUN(load_cache);
+    RUN(collective_count);
     dcp_comm_free(comm);
     if (mt_rank == 0) {
         static const char *dirs[] = {"h1", "h2", "h3", "h3c", "h4", "h5", "h6",
