@@ -467,12 +467,12 @@ def test_rename_skip_cast_planners(tmp_path):
     # without the rename the stored key is missing
     with pytest.raises(dcp_torch.KeyMismatchError, match="model.w"):
         dcp_torch.load({"model": {"w": torch.zeros(8, 5)}}, checkpoint_id=path, no_dist=True)
-    # cast: float32 into float64 only with cast=True
+    # cast: float32 into float64 (torch's default); refused with cast=False
     wide = {"weights": torch.zeros(8, 5, dtype=torch.float64)}
     with pytest.raises(dcp_torch.CheckpointError, match="weights"):
-        dcp_torch.load(wide, checkpoint_id=path, no_dist=True)
+        dcp_torch.load(wide, checkpoint_id=path, no_dist=True, cast=False)
     assert torch.equal(wide["weights"], torch.zeros(8, 5, dtype=torch.float64))
-    dcp_torch.load(wide, checkpoint_id=path, no_dist=True, cast=True)
+    dcp_torch.load(wide, checkpoint_id=path, no_dist=True)
     assert torch.equal(wide["weights"], w.double())
     # two keys onto one stored key: refused before anything is written or read
     with pytest.raises(dcp_torch.InvalidArgumentError, match="weights"):
