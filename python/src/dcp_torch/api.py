@@ -708,10 +708,16 @@ def _load_refused_values(ctx, entries, path, flags, cause, group_args, own=None)
 def save_state_dict(state_dict: dict, storage_writer, process_group=None, coordinator_rank: int = 0,
                     no_dist: bool = False, planner=None):
     """The older name (torch's deprecated ``save_state_dict``): ``save``
-    with this writer."""
-    if coordinator_rank != 0:
-        raise InvalidArgumentError("dcp_torch.save_state_dict: coordinator_rank must be 0 (dcp's "
-                                   "coordinator is rank 0 of the group)")
+    with this writer. A torch writer or planner is served by torch's
+    ``save_state_dict`` (``coordinator_rank`` honoured); dcp's own save
+    takes any ``coordinator_rank`` (rank 0 of the group coordinates; the
+    checkpoint is the same)."""
+    if _own_writer(storage_writer, planner) is None:
+        warnings.warn("dcp_torch.save_state_dict: a storage_writer or planner was given: torch "
+                      "plans this save", stacklevel=2)
+        return tdcp.save_state_dict(state_dict, storage_writer, process_group=process_group,
+                                    coordinator_rank=coordinator_rank, no_dist=no_dist,
+                                    planner=planner)
     return save(state_dict, storage_writer=storage_writer, process_group=process_group,
                 no_dist=no_dist, planner=planner)
 
@@ -719,8 +725,16 @@ def save_state_dict(state_dict: dict, storage_writer, process_group=None, coordi
 def load_state_dict(state_dict: dict, storage_reader, process_group=None, coordinator_rank: int = 0,
                     no_dist: bool = False, planner=None):
     """The older name (torch's deprecated ``load_state_dict``): ``load``
-    with this reader."""
-    if coordinator_rank != 0:
-        raise InvalidArgumentError("dcp_torch.load_state_dict: coordinator_rank must be 0")
+    with this reader; a torch reader or planner is served by torch's
+    ``load_state_dict`` (``coordinator_rank`` honoured), dcp's own load
+    takes any ``coordinator_rank``."""
+    from .filesystem import FileSystemReader
+    if not (type(storage_reader) is FileSystemReader and planner is None
+            and not storage_reader.allow_pickle):
+        warnings.warn("dcp_torch.load_state_dict: a storage_reader or planner was given: torch "
+                      "plans this load", stacklevel=2)
+        return tdcp.load_state_dict(state_dict, storage_reader, process_group=process_group,
+                                    coordinator_rank=coordinator_rank, no_dist=no_dist,
+                                    planner=planner)
     return load(state_dict, storage_reader=storage_reader, process_group=process_group,
                 no_dist=no_dist, planner=planner)
