@@ -487,3 +487,38 @@ def _cast_ranks(rank, world, path):
 
 def test_cast_by_default_two_ranks(tmp_path):
     run_ranks(2, _cast_ranks, str(tmp_path / "ck"))
+
+
+class _Collective(Stateful):
+    """A Stateful whose load_state_dict runs a collective of its own (an
+    all_gather or an all_reduce, by kind)."""
+
+    def __init__(self, kind, log):
+        self.kind, self.log = kind, log
+
+    def state_dict(self):
+        return {"kind": self.kind}
+
+    def load_state_dict(self, sd):
+        t = torch.arange(2) + 1 + 2 * dist.get_rank()
+        if self.kind == "gather":
+            out = [torch.zeros(2, dtype=torch.int64) for _ in range(dist.get_world_size())]
+            dist.all_gather(out, t)
+        else:
+            dist.all_reduce(t)
+        self.log.append((self.kind, sd["kind"]))
+
+
+def _stateful_order(rank, world, path):
+    log = []
+    a, b = _Collective("gather", log), _Collective("reduce", log)
+    # the ranks' dicts in opposite orders: torch's load calls the Stateful
+    # objects in sorted key order, so their collectives meet
+    sd = {"A": a, "B": b, "t": torch.ones(3)} if rank == 0 else {"t": torch.ones(3), "B": b, "A": a}
+    dcp_torch.save(sd, checkpoint_id=path)
+    dcp_torch.load(sd, checkpoint_id=path)
+    assert log == [("gather", "gather"), ("reduce", "reduce")], log
+
+
+def test_stateful_load_order_sorted(tmp_path):
+    run_ranks(2, _stateful_order, str(tmp_path / "ck"), timeout=120)

@@ -223,9 +223,21 @@ def _boxes(v, key: str):
     return tuple(v.shape), [((0,) * v.dim(), tuple(v.shape), v)]
 
 
-def _resolve_stateful(state_dict: dict) -> dict:
+def _sorted_keys(state_dict: dict) -> list:
+    """The top-level keys in the order torch's load visits them (sorted:
+    Stateful objects' state_dict()/load_state_dict() may run collectives,
+    and every rank must call them in the same order whatever its dict's
+    order); keys that do not sort (not all str) keep the dict's order."""
+    try:
+        return sorted(state_dict)
+    except TypeError:
+        return list(state_dict)
+
+
+def _resolve_stateful(state_dict: dict, keys=None) -> dict:
     out = {}
-    for k, v in state_dict.items():
+    for k in (state_dict if keys is None else keys):
+        v = state_dict[k]
         if not isinstance(k, str):
             raise InvalidArgumentError(f"state_dict keys must be str, not {type(k).__name__} ({k!r})")
         out[k] = v.state_dict() if isinstance(v, Stateful) else v
@@ -589,12 +601,14 @@ def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
 def _load(state_dict: dict, path: str, process_group, no_dist: bool, verify: bool,
           read_once: bool, cast: bool, rename, skip) -> None:
     ctx = _context(process_group, no_dist)
-    statefuls = {k: v for k, v in state_dict.items() if isinstance(v, Stateful)}
+    keys = _sorted_keys(state_dict)  # torch's load: state_dict() and
+    # load_state_dict() of Stateful objects called in sorted key order
+    statefuls = {k: state_dict[k] for k in keys if isinstance(state_dict[k], Stateful)}
     err, entries, copies, resolved, mappings, back = None, [], [], {}, {}, {}
     devices = set()
     try:
         keymap = _KeyMap(rename, skip)
-        resolved = _resolve_stateful(state_dict)
+        resolved = _resolve_stateful(state_dict, keys)
         flat, mappings = _flatten(resolved)
         for key, v in flat.items():
             path_t = keymap.path(key, mappings, "load")
