@@ -8,7 +8,8 @@ joined with ``.``, the paths recorded in ``planner_data``); DTensors and
 ShardedTensors give their local boxes (torch's own chunk geometry),
 plain tensors are replicated (written once), non-tensor values are stored
 as torch stores them. Stateful objects' ``state_dict()`` is called at
-save, ``load_state_dict()`` after a load. The result is the checkpoint
+save, ``load_state_dict()`` after a load (a load calls both in sorted key
+order, as torch's does: collectives they make meet on every rank). The result is the checkpoint
 torch's FileSystemWriter writes: torch loads it, and dcp loads torch's.
 """
 
