@@ -201,8 +201,8 @@ def _async_overlap(rank, world, path):
         for _ in range(5):
             dist.all_reduce(t)
         futs.append(fut)
-    for f in futs:
-        assert f.result() is None
+    for f in futs:  # the checkpoint's Metadata, as torch's future gives
+        assert isinstance(f.result(), tdcp.Metadata)
     for step in range(3):
         out = state(world, zero=True)
         dcp_torch.load(out, checkpoint_id=f"{path}/s{step}")
@@ -389,3 +389,136 @@ def test_bad_input_on_ranks(tmp_path):
     model's checkpoint, a DTensor whose mesh is not the process group's:
     the same exception on every rank, naming the key, nothing changed."""
     run_ranks(4, _bad_input, str(tmp_path / "ck"))
+
+
+def test_torch_api_names_and_semantics(tmp_path):
+    """What a program written for torch.distributed.checkpoint meets
+    through `import dcp_torch as dcp`: a dtype that differs is cast as
+    torch's load casts (cast=False refuses it), dcp's errors are torch's
+    CheckpointException too, an id without storage or with a scheme dcp
+    does not serve raises torch's RuntimeError, use_collectives and
+    async_checkpointer_type are accepted, async_save's future gives the
+    Metadata, and torch's names and submodules are reachable."""
+    import pickle
+
+    from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+
+    path = str(tmp_path / "ck")
+    w = torch.linspace(-3, 3, 12).reshape(4, 3)
+    md = dcp_torch.save({"w": w, "n": 2}, checkpoint_id=path, no_dist=True)
+    assert isinstance(md, tdcp.Metadata)
+    # float32 stored, bfloat16 and float64 asked: converted as copy_ does
+    for dt in (torch.bfloat16, torch.float64):
+        out = {"w": torch.zeros(4, 3, dtype=dt)}
+        dcp_torch.load(out, checkpoint_id=path, no_dist=True)
+        assert out["w"].dtype == dt and torch.equal(out["w"], w.to(dt))
+    out = {"w": torch.zeros(4, 3, dtype=torch.bfloat16)}
+    with pytest.raises(dcp_torch.ShapeMismatchError, match="dtype"):
+        dcp_torch.load(out, checkpoint_id=path, no_dist=True, cast=False)
+    assert torch.equal(out["w"], torch.zeros(4, 3, dtype=torch.bfloat16))
+    # dcp's errors are torch's CheckpointException and Exceptions
+    with pytest.raises(tdcp.CheckpointException) as ei:
+        dcp_torch.load({"gone": torch.zeros(1)}, checkpoint_id=path, no_dist=True)
+    e = ei.value
+    assert isinstance(e, dcp_torch.KeyMismatchError) and isinstance(e, Exception)
+    assert e.failures == {} and "gone" in str(e)
+    e2 = pickle.loads(pickle.dumps(e))
+    assert type(e2) is type(e) and e2.message == e.message
+    # no checkpoint_id, no storage: torch's RuntimeError
+    for call in (lambda: dcp_torch.save({"w": w}, no_dist=True),
+                 lambda: dcp_torch.async_save({"w": w}, no_dist=True),
+                 lambda: dcp_torch.load({"w": w}, no_dist=True)):
+        with pytest.raises(RuntimeError, match="checkpoint_id"):
+            call()
+    # a scheme dcp does not serve: torch detects the storage (and refuses)
+    for call in (lambda: dcp_torch.save({"w": w}, checkpoint_id="abc://x.y", no_dist=True),
+                 lambda: dcp_torch.async_save({"w": w}, checkpoint_id="abc://x.y",
+                                              no_dist=True).result(),
+                 lambda: dcp_torch.load({"w": w}, checkpoint_id="abc://x.y", no_dist=True)):
+        with pytest.warns(UserWarning, match="torch serves"):
+            with pytest.raises(RuntimeError, match="Cannot detect"):
+                call()
+    assert not os.path.exists("abc:")
+    # use_collectives: True is dcp's save; False is torch's (rank-local)
+    p2 = str(tmp_path / "uc")
+    dcp_torch.save({"w": w}, checkpoint_id=p2, no_dist=True, use_collectives=True)
+    assert isinstance(dcp_torch.read_metadata(p2), tdcp.Metadata)
+    p3 = str(tmp_path / "uc3")
+    with pytest.warns(UserWarning, match="use_collectives=False"):
+        dcp_torch.save({"w": w}, checkpoint_id=p3, no_dist=True, use_collectives=False)
+    out = {"w": torch.zeros(4, 3)}
+    tdcp.load(out, checkpoint_id=p3, no_dist=True)
+    assert torch.equal(out["w"], w)
+    # async_save: torch's checkpointer type accepted; the future's Metadata
+    p4 = str(tmp_path / "as")
+    fut = dcp_torch.async_save({"w": w, "n": 5}, checkpoint_id=p4, no_dist=True,
+                               async_checkpointer_type=AsyncCheckpointerType.PROCESS)
+    got = fut.result()
+    assert isinstance(got, tdcp.Metadata) and set(got.state_dict_metadata) == {"w", "n"}
+    out = {"w": torch.zeros(4, 3), "n": 0}
+    dcp_torch.load(out, checkpoint_id=p4, no_dist=True)
+    assert torch.equal(out["w"], w) and out["n"] == 5
+    # torch's top-level names and submodules through dcp_torch
+    for name in ("CheckpointException", "HuggingFaceStorageReader", "HuggingFaceStorageWriter",
+                 "QuantizedHuggingFaceStorageReader", "load_sharded_optimizer_state_dict"):
+        assert getattr(dcp_torch, name) is getattr(tdcp, name)
+    from dcp_torch.default_planner import DefaultLoadPlanner
+    from dcp_torch.stateful import Stateful as S
+    assert DefaultLoadPlanner is tdcp.DefaultLoadPlanner and S is Stateful
+    assert dcp_torch.state_dict.get_state_dict is not None
+    assert dcp_torch.staging.AsyncStager is not None
+    from dcp_torch.api import CheckpointException as CE
+    assert CE is tdcp.CheckpointException
+    with pytest.raises(AttributeError):
+        dcp_torch.no_such_name  # noqa: B018
+
+
+def _cast_ranks(rank, world, path):
+    # a float32 DTensor loaded into bfloat16 shards on every rank, resharded
+    mesh = init_device_mesh("cpu", (world,))
+    full = torch.arange(48, dtype=torch.float32).reshape(8, 6) / 7
+    dcp_torch.save({"t": distribute_tensor(full, mesh, [Shard(0)])}, checkpoint_id=path)
+    out = {"t": distribute_tensor(torch.zeros(8, 6, dtype=torch.bfloat16), mesh, [Shard(1)])}
+    dcp_torch.load(out, checkpoint_id=path)
+    assert torch.equal(out["t"].full_tensor(), full.to(torch.bfloat16))
+    with pytest.raises(tdcp.CheckpointException, match="dtype"):
+        dcp_torch.load(out, checkpoint_id=path, cast=False)
+
+
+def test_cast_by_default_two_ranks(tmp_path):
+    run_ranks(2, _cast_ranks, str(tmp_path / "ck"))
+
+
+class _Collective(Stateful):
+    """A Stateful whose load_state_dict runs a collective of its own (an
+    all_gather or an all_reduce, by kind)."""
+
+    def __init__(self, kind, log):
+        self.kind, self.log = kind, log
+
+    def state_dict(self):
+        return {"kind": self.kind}
+
+    def load_state_dict(self, sd):
+        t = torch.arange(2) + 1 + 2 * dist.get_rank()
+        if self.kind == "gather":
+            out = [torch.zeros(2, dtype=torch.int64) for _ in range(dist.get_world_size())]
+            dist.all_gather(out, t)
+        else:
+            dist.all_reduce(t)
+        self.log.append((self.kind, sd["kind"]))
+
+
+def _stateful_order(rank, world, path):
+    log = []
+    a, b = _Collective("gather", log), _Collective("reduce", log)
+    # the ranks' dicts in opposite orders: torch's load calls the Stateful
+    # objects in sorted key order, so their collectives meet
+    sd = {"A": a, "B": b, "t": torch.ones(3)} if rank == 0 else {"t": torch.ones(3), "B": b, "A": a}
+    dcp_torch.save(sd, checkpoint_id=path)
+    dcp_torch.load(sd, checkpoint_id=path)
+    assert log == [("gather", "gather"), ("reduce", "reduce")], log
+
+
+def test_stateful_load_order_sorted(tmp_path):
+    run_ranks(2, _stateful_order, str(tmp_path / "ck"), timeout=120)

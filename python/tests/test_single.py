@@ -312,10 +312,14 @@ def test_corrupt_data_detected(ckpt):
 
 def test_options_refused_or_honoured(ckpt):
     from torch.distributed.checkpoint.filesystem import SerializationFormat
-    with pytest.raises(dcp_torch.NotSupportedError):
-        dcp_torch.FileSystemWriter(ckpt, serialization_format=SerializationFormat.SAFETENSORS)
-    with pytest.raises(dcp_torch.NotSupportedError):
-        dcp_torch.FileSystemWriter(ckpt, _extensions=[object()])
+    # what dcp does not write: torch's own writer (a warning says so)
+    with pytest.warns(UserWarning, match="torch's FileSystemWriter"):
+        w = dcp_torch.FileSystemWriter(ckpt, serialization_format=SerializationFormat.SAFETENSORS)
+    assert type(w) is tdcp.FileSystemWriter
+    with pytest.warns(UserWarning, match="torch's FileSystemWriter"):
+        w = dcp_torch.FileSystemWriter(ckpt, True, True, 1, 10_000_000, False, True, [object()])
+    assert type(w) is tdcp.FileSystemWriter
+    assert type(dcp_torch.FileSystemWriter(ckpt, _extensions=[])) is dcp_torch.FileSystemWriter
     # thread_count splits into files; single_file_per_rank=False one per item
     sd = {f"k{i}": torch.full((1000,), float(i)) for i in range(6)}
     tdcp.save(sd, storage_writer=dcp_torch.FileSystemWriter(ckpt, thread_count=3, sync_files=False,
@@ -467,12 +471,12 @@ def test_rename_skip_cast_planners(tmp_path):
     # without the rename the stored key is missing
     with pytest.raises(dcp_torch.KeyMismatchError, match="model.w"):
         dcp_torch.load({"model": {"w": torch.zeros(8, 5)}}, checkpoint_id=path, no_dist=True)
-    # cast: float32 into float64 only with cast=True
+    # cast: float32 into float64 (torch's default); refused with cast=False
     wide = {"weights": torch.zeros(8, 5, dtype=torch.float64)}
     with pytest.raises(dcp_torch.CheckpointError, match="weights"):
-        dcp_torch.load(wide, checkpoint_id=path, no_dist=True)
+        dcp_torch.load(wide, checkpoint_id=path, no_dist=True, cast=False)
     assert torch.equal(wide["weights"], torch.zeros(8, 5, dtype=torch.float64))
-    dcp_torch.load(wide, checkpoint_id=path, no_dist=True, cast=True)
+    dcp_torch.load(wide, checkpoint_id=path, no_dist=True)
     assert torch.equal(wide["weights"], w.double())
     # two keys onto one stored key: refused before anything is written or read
     with pytest.raises(dcp_torch.InvalidArgumentError, match="weights"):
@@ -515,3 +519,33 @@ def test_load_values_torch_stores(tmp_path):
     with pytest.raises(dcp_torch.UnsafeError, match="'obj'"):
         dcp_torch.load(out, checkpoint_id=bad, no_dist=True)
     assert torch.equal(out["w"], torch.zeros(4)) and out["obj"] is None
+
+
+def test_torch_writer_for_stream_transforms_and_coordinator_rank(tmp_path):
+    """torch's zstd stream transform asked of dcp_torch.FileSystemWriter:
+    torch's writer writes it (through dcp_torch.save too) and dcp's reader
+    loads it; save_state_dict/load_state_dict take torch's coordinator_rank
+    (dcp's own path: any rank, the same checkpoint; a torch writer or
+    reader: torch's function with it)."""
+    from torch.distributed.checkpoint._extension import ZStandard
+
+    sd = {"x": rand((6, 7), torch.float32, 4), "v": {"blob": b"abc", "n": 3}}
+    p = str(tmp_path / "z")
+    with pytest.warns(UserWarning):
+        w = dcp_torch.FileSystemWriter(p, thread_count=2, _extensions=[ZStandard()])
+        dcp_torch.save(sd, storage_writer=w, no_dist=True)
+    out = {"x": torch.zeros(6, 7), "v": {"blob": b"", "n": 0}}
+    dcp_torch.load(out, storage_reader=dcp_torch.FileSystemReader(p), no_dist=True)
+    assert torch.equal(out["x"], sd["x"]) and out["v"] == sd["v"]
+    p2 = str(tmp_path / "c")
+    dcp_torch.save_state_dict(sd, dcp_torch.FileSystemWriter(p2), coordinator_rank=1, no_dist=True)
+    out = {"x": torch.zeros(6, 7), "v": {"blob": b"", "n": 0}}
+    dcp_torch.load_state_dict(out, dcp_torch.FileSystemReader(p2), coordinator_rank=1, no_dist=True)
+    assert torch.equal(out["x"], sd["x"]) and out["v"] == sd["v"]
+    p3 = str(tmp_path / "t")
+    with pytest.warns(UserWarning, match="torch plans"):
+        dcp_torch.save_state_dict(sd, tdcp.FileSystemWriter(p3), coordinator_rank=0, no_dist=True)
+    out = {"x": torch.zeros(6, 7), "v": {"blob": b"", "n": 0}}
+    with pytest.warns(UserWarning, match="torch plans"):
+        dcp_torch.load_state_dict(out, tdcp.FileSystemReader(p3), coordinator_rank=0, no_dist=True)
+    assert torch.equal(out["x"], sd["x"]) and out["v"] == sd["v"]

@@ -57,6 +57,13 @@ from torch.distributed.checkpoint import (  # noqa: E402
     TensorStorageMetadata,
     WriteItem,
 )
+from torch.distributed.checkpoint import (  # noqa: E402
+    CheckpointException,
+    HuggingFaceStorageReader,
+    HuggingFaceStorageWriter,
+    QuantizedHuggingFaceStorageReader,
+    load_sharded_optimizer_state_dict,
+)
 from torch.distributed.checkpoint.stateful import Stateful  # noqa: E402
 from .utils import (
     clean,
@@ -68,6 +75,37 @@ from .utils import (
     verify,
 )
 
+# torch's submodules that dcp_torch has none of its own for (the planners,
+# metadata, stagers, Stateful, ...): `dcp.default_planner`,
+# `from dcp_torch.staging import ...` reach torch's, as a program written for
+# `torch.distributed.checkpoint` reaches them. dcp_torch's own (api,
+# filesystem, format_utils, optimizer, utils) are not replaced.
+_TORCH_SUBMODULES = ("_extension", "_nested_dict", "_storage_utils", "_traverse", "default_planner",
+                     "hf_storage", "logger", "metadata", "planner", "planner_helpers", "resharding",
+                     "staging", "state_dict", "state_dict_loader", "state_dict_saver", "stateful",
+                     "storage")
+
+
+def __getattr__(name: str):
+    if name in _TORCH_SUBMODULES:
+        import importlib
+        import sys
+        mod = importlib.import_module("torch.distributed.checkpoint." + name)
+        sys.modules.setdefault(f"{__name__}.{name}", mod)
+        return mod
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _alias_submodules() -> None:
+    import sys
+    for name in _TORCH_SUBMODULES:
+        mod = sys.modules.get("torch.distributed.checkpoint." + name)
+        if mod is not None:  # already imported by torch: aliased now
+            sys.modules.setdefault(f"{__name__}.{name}", mod)
+
+
+_alias_submodules()
+
 __version__ = "0.1.0"
 libdcp_version = _C.version()
 
@@ -78,6 +116,11 @@ __all__ = [
     "save_state_dict",
     "load_state_dict",
     "Stateful",
+    "CheckpointException",
+    "HuggingFaceStorageReader",
+    "HuggingFaceStorageWriter",
+    "QuantizedHuggingFaceStorageReader",
+    "load_sharded_optimizer_state_dict",
     "CheckpointManager",
     "FileSystemWriter",
     "FileSystemReader",

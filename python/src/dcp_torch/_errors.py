@@ -33,16 +33,28 @@ __all__ = [
 ]
 
 
-class CheckpointError(Exception):
+try:  # torch's: what its save and load raise on any failure
+    from torch.distributed.checkpoint.api import CheckpointException as _TorchCheckpointException
+except Exception:  # pragma: no cover - torch without distributed
+    class _TorchCheckpointException(BaseException):  # type: ignore[no-redef]
+        pass
+
+
+class CheckpointError(Exception, _TorchCheckpointException):
     """A dcp failure: ``code`` (dcp's negative error code), ``name`` (its
-    symbolic name, e.g. ``"ECORRUPT"``) and ``message`` (dcp's message)."""
+    symbolic name, e.g. ``"ECORRUPT"``) and ``message`` (dcp's message).
+    An ``Exception``, and also torch's ``CheckpointException`` (what
+    torch.distributed.checkpoint's save and load raise on any failure), so
+    that ``except CheckpointException`` written for torch catches dcp's
+    errors too; ``failures`` is empty (dcp's message names the rank)."""
 
     code: int = 0
     name: str = ""
 
     def __init__(self, message: str = "", code: int | None = None,
                  name: str | None = None) -> None:
-        super().__init__(message)
+        Exception.__init__(self, message)
+        self._failures = {}
         self.message = message
         if code is not None:
             self.code = code

@@ -8,7 +8,8 @@ joined with ``.``, the paths recorded in ``planner_data``); DTensors and
 ShardedTensors give their local boxes (torch's own chunk geometry),
 plain tensors are replicated (written once), non-tensor values are stored
 as torch stores them. Stateful objects' ``state_dict()`` is called at
-save, ``load_state_dict()`` after a load. The result is the checkpoint
+save, ``load_state_dict()`` after a load (a load calls both in sorted key
+order, as torch's does: collectives they make meet on every rank). The result is the checkpoint
 torch's FileSystemWriter writes: torch loads it, and dcp loads torch's.
 """
 
@@ -25,6 +26,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as tdcp
 from torch.distributed.checkpoint._nested_dict import flatten_state_dict
 from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.api import CheckpointException  # noqa: F401  (torch's api's name)
 from torch.distributed.checkpoint.stateful import Stateful
 
 from ._comm import TorchComm
@@ -72,6 +74,33 @@ def _writer_route(what: str, storage_writer, planner, checkpoint_id, sync_files)
                       "this save (dcp's own planning is not used)", stacklevel=3)
         return False, checkpoint_id, sync_files
     return True, checkpoint_id, sync_files
+
+
+def _torch_scheme(checkpoint_id) -> bool:
+    """A checkpoint_id with a URL scheme dcp does not serve (anything but
+    s3://): torch picks its storage for it (fsspec, or its "Cannot detect
+    which StorageReader or StorageWriter to use" RuntimeError), as its own
+    save and load do."""
+    if checkpoint_id is None or not isinstance(checkpoint_id, str):
+        return False
+    return "://" in checkpoint_id and not checkpoint_id.startswith("s3://")
+
+
+class _MissingIdError(InvalidArgumentError, RuntimeError):
+    """No checkpoint_id and no storage: torch raises a RuntimeError."""
+
+
+def _require_id(what: str, checkpoint_id) -> None:
+    if checkpoint_id is None:
+        raise _MissingIdError(f"dcp_torch.{what}: `checkpoint_id` must be specified if "
+                              "storage_reader/storage_writer is None.")
+
+
+def _warn_torch(what: str, checkpoint_id, use_collectives: bool = True) -> bool:
+    why = ("use_collectives=False" if not use_collectives
+           else f"checkpoint_id {checkpoint_id!r} is not a path or s3:// URL")
+    warnings.warn(f"dcp_torch.{what}: {why}: torch serves this call", stacklevel=3)
+    return False
 
 
 def _refuse_existing(path: str) -> None:
@@ -195,9 +224,21 @@ def _boxes(v, key: str):
     return tuple(v.shape), [((0,) * v.dim(), tuple(v.shape), v)]
 
 
-def _resolve_stateful(state_dict: dict) -> dict:
+def _sorted_keys(state_dict: dict) -> list:
+    """The top-level keys in the order torch's load visits them (sorted:
+    Stateful objects' state_dict()/load_state_dict() may run collectives,
+    and every rank must call them in the same order whatever its dict's
+    order); keys that do not sort (not all str) keep the dict's order."""
+    try:
+        return sorted(state_dict)
+    except TypeError:
+        return list(state_dict)
+
+
+def _resolve_stateful(state_dict: dict, keys=None) -> dict:
     out = {}
-    for k, v in state_dict.items():
+    for k in (state_dict if keys is None else keys):
+        v = state_dict[k]
         if not isinstance(k, str):
             raise InvalidArgumentError(f"state_dict keys must be str, not {type(k).__name__} ({k!r})")
         out[k] = v.state_dict() if isinstance(v, Stateful) else v
@@ -408,8 +449,8 @@ def _engine_call(fn, err: BaseException | None):
 
 def save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
          storage_writer=None, planner=None, process_group=None, no_dist: bool = False,
-         sync_files: bool = True, zstd: bool = False, io_depth: int = 0,
-         direct: bool = True, rename=None, skip=None):
+         use_collectives: bool = True, sync_files: bool = True, zstd: bool = False,
+         io_depth: int = 0, direct: bool = True, rename=None, skip=None):
     """torch.distributed.checkpoint.save, by dcp: collective over
     ``process_group`` (the default group; none initialised or
     ``no_dist=True``: one process). ``checkpoint_id``: a directory or
@@ -422,14 +463,18 @@ def save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
     out: an iterable, or a callable key -> bool). Returns the checkpoint's
     Metadata.
     Every rank raises the same ``CheckpointError`` on failure; nothing is
-    committed then."""
+    committed then. ``use_collectives=False`` (each rank saving without the
+    others, torch's rank-local metadata) and a ``checkpoint_id`` with a URL
+    scheme other than ``s3://`` are served by torch's own save."""
     served, checkpoint_id, sync_files = _writer_route("save", storage_writer, planner,
                                                       checkpoint_id, sync_files)
+    if served and (_torch_scheme(checkpoint_id) or not use_collectives):
+        served = _warn_torch("save", checkpoint_id, use_collectives)
     if not served:
         return tdcp.save(state_dict, checkpoint_id=checkpoint_id, storage_writer=storage_writer,
-                         planner=planner, process_group=process_group, no_dist=no_dist)
-    if checkpoint_id is None:
-        raise InvalidArgumentError("dcp_torch.save: checkpoint_id is required")
+                         planner=planner, process_group=process_group, no_dist=no_dist,
+                         use_collectives=use_collectives)
+    _require_id("save", checkpoint_id)
     path = fspath(checkpoint_id)
     with sigint_deferred():  # every rank runs the save to its end alike
         ctx = _context(process_group, no_dist, io_depth=io_depth, direct=direct)
@@ -448,9 +493,10 @@ class _AsyncState:
 
 
 def async_save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
-               storage_writer=None, planner=None, process_group=None, no_dist: bool = False,
-               sync_files: bool = True, zstd: bool = False, staging_budget: int = 0,
-               writer_nice: int = 10, rename=None, skip=None):
+               storage_writer=None, planner=None, process_group=None,
+               async_checkpointer_type=None, async_stager=None, no_dist: bool = False,
+               use_collectives: bool = True, sync_files: bool = True, zstd: bool = False,
+               staging_budget: int = 0, writer_nice: int = 10, rename=None, skip=None):
     """torch.distributed.checkpoint.async_save, by dcp: returns a
     ``concurrent.futures.Future`` once the state is staged (copied into
     dcp's cached staging buffers; the call blocks only for that copy and the
@@ -465,14 +511,26 @@ def async_save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = No
     files in the background (0 to 19; 10 by default, so that it takes the
     CPU the training loop and the other ranks' staging leave rather than
     competing with them; 0: the caller's); ``rename``, ``skip`` as for
-    ``save``."""
+    ``save``. torch's ``async_checkpointer_type`` is accepted (dcp's thread
+    serves either kind); an ``async_stager``, ``use_collectives=False`` or
+    a URL scheme other than ``s3://`` is served by torch's async_save."""
     served, checkpoint_id, sync_files = _writer_route("async_save", storage_writer, planner,
                                                       checkpoint_id, sync_files)
+    if served and (_torch_scheme(checkpoint_id) or not use_collectives or async_stager is not None):
+        if async_stager is not None:
+            warnings.warn("dcp_torch.async_save: an async_stager was given: torch serves this "
+                          "call", stacklevel=2)
+            served = False
+        else:
+            served = _warn_torch("async_save", checkpoint_id, use_collectives)
     if not served:
+        kw = {} if async_checkpointer_type is None else {"async_checkpointer_type":
+                                                         async_checkpointer_type}
         return tdcp.async_save(state_dict, checkpoint_id=checkpoint_id, storage_writer=storage_writer,
-                               planner=planner, process_group=process_group)
-    if checkpoint_id is None:
-        raise InvalidArgumentError("dcp_torch.async_save: checkpoint_id is required")
+                               planner=planner, process_group=process_group,
+                               async_stager=async_stager, no_dist=no_dist,
+                               use_collectives=use_collectives, **kw)
+    _require_id("async_save", checkpoint_id)
     path = fspath(checkpoint_id)
     prev = _AsyncState.thread
     if prev is not None:
@@ -491,10 +549,12 @@ def async_save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = No
         def finish():
             try:
                 req.wait()
+                from ._metadata import read_metadata
+                md = read_metadata(path)  # torch's future gives the Metadata
             except BaseException as e:  # reaches future.result()
                 fut.set_exception(e)
             else:
-                fut.set_result(None)
+                fut.set_result(md)
 
         th = threading.Thread(target=finish, name="dcp_torch-async-commit", daemon=True)
         _AsyncState.thread = th
@@ -504,7 +564,7 @@ def async_save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = No
 
 def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
          storage_reader=None, planner=None, process_group=None, no_dist: bool = False,
-         verify: bool = True, read_once: bool = True, cast: bool = False, rename=None,
+         verify: bool = True, read_once: bool = True, cast: bool = True, rename=None,
          skip=None):
     """torch.distributed.checkpoint.load, by dcp: in place (tensors filled,
     values replaced, Stateful objects given their state), strict as torch's
@@ -514,8 +574,9 @@ def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
     load. dcp's extras: ``verify`` (CRCs, True), ``read_once`` (a chunk
     several ranks need read by one and forwarded, True; chunks under 64 KiB
     are read by each rank that needs them: the two messages through
-    torch.distributed cost more than such a read), ``cast`` (a tensor
-    stored in another dtype converted to the state's, instead of a
+    torch.distributed cost more than such a read), ``cast`` (True, as
+    torch's load: a tensor stored in another dtype is converted to the
+    state's, as torch's ``copy_`` does; False: that is a
     ShapeMismatchError), and the rename and skip planners: ``rename`` (a
     mapping of the state's flattened keys to the stored keys they load
     from, or a callable key -> stored key), ``skip`` (keys left as they
@@ -524,13 +585,15 @@ def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
     if type(storage_reader) is FileSystemReader and planner is None and not storage_reader.allow_pickle:
         checkpoint_id = checkpoint_id or storage_reader.path
         verify = storage_reader.verify
-    elif storage_reader is not None or planner is not None:
-        warnings.warn("dcp_torch.load: a storage_reader or planner was given: torch plans this "
-                      "load", stacklevel=2)
+    elif storage_reader is not None or planner is not None or _torch_scheme(checkpoint_id):
+        if _torch_scheme(checkpoint_id) and storage_reader is None and planner is None:
+            _warn_torch("load", checkpoint_id)
+        else:
+            warnings.warn("dcp_torch.load: a storage_reader or planner was given: torch plans "
+                          "this load", stacklevel=2)
         return tdcp.load(state_dict, checkpoint_id=checkpoint_id, storage_reader=storage_reader,
                          planner=planner, process_group=process_group, no_dist=no_dist)
-    if checkpoint_id is None:
-        raise InvalidArgumentError("dcp_torch.load: checkpoint_id is required")
+    _require_id("load", checkpoint_id)
     with sigint_deferred():  # every rank runs the load to its end alike
         _load(state_dict, fspath(checkpoint_id), process_group, no_dist, verify, read_once, cast,
               rename, skip)
@@ -539,12 +602,14 @@ def load(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
 def _load(state_dict: dict, path: str, process_group, no_dist: bool, verify: bool,
           read_once: bool, cast: bool, rename, skip) -> None:
     ctx = _context(process_group, no_dist)
-    statefuls = {k: v for k, v in state_dict.items() if isinstance(v, Stateful)}
+    keys = _sorted_keys(state_dict)  # torch's load: state_dict() and
+    # load_state_dict() of Stateful objects called in sorted key order
+    statefuls = {k: state_dict[k] for k in keys if isinstance(state_dict[k], Stateful)}
     err, entries, copies, resolved, mappings, back = None, [], [], {}, {}, {}
     devices = set()
     try:
         keymap = _KeyMap(rename, skip)
-        resolved = _resolve_stateful(state_dict)
+        resolved = _resolve_stateful(state_dict, keys)
         flat, mappings = _flatten(resolved)
         for key, v in flat.items():
             path_t = keymap.path(key, mappings, "load")
@@ -658,10 +723,16 @@ def _load_refused_values(ctx, entries, path, flags, cause, group_args, own=None)
 def save_state_dict(state_dict: dict, storage_writer, process_group=None, coordinator_rank: int = 0,
                     no_dist: bool = False, planner=None):
     """The older name (torch's deprecated ``save_state_dict``): ``save``
-    with this writer."""
-    if coordinator_rank != 0:
-        raise InvalidArgumentError("dcp_torch.save_state_dict: coordinator_rank must be 0 (dcp's "
-                                   "coordinator is rank 0 of the group)")
+    with this writer. A torch writer or planner is served by torch's
+    ``save_state_dict`` (``coordinator_rank`` honoured); dcp's own save
+    takes any ``coordinator_rank`` (rank 0 of the group coordinates; the
+    checkpoint is the same)."""
+    if _own_writer(storage_writer, planner) is None:
+        warnings.warn("dcp_torch.save_state_dict: a storage_writer or planner was given: torch "
+                      "plans this save", stacklevel=2)
+        return tdcp.save_state_dict(state_dict, storage_writer, process_group=process_group,
+                                    coordinator_rank=coordinator_rank, no_dist=no_dist,
+                                    planner=planner)
     return save(state_dict, storage_writer=storage_writer, process_group=process_group,
                 no_dist=no_dist, planner=planner)
 
@@ -669,8 +740,16 @@ def save_state_dict(state_dict: dict, storage_writer, process_group=None, coordi
 def load_state_dict(state_dict: dict, storage_reader, process_group=None, coordinator_rank: int = 0,
                     no_dist: bool = False, planner=None):
     """The older name (torch's deprecated ``load_state_dict``): ``load``
-    with this reader."""
-    if coordinator_rank != 0:
-        raise InvalidArgumentError("dcp_torch.load_state_dict: coordinator_rank must be 0")
+    with this reader; a torch reader or planner is served by torch's
+    ``load_state_dict`` (``coordinator_rank`` honoured), dcp's own load
+    takes any ``coordinator_rank``."""
+    from .filesystem import FileSystemReader
+    if not (type(storage_reader) is FileSystemReader and planner is None
+            and not storage_reader.allow_pickle):
+        warnings.warn("dcp_torch.load_state_dict: a storage_reader or planner was given: torch "
+                      "plans this load", stacklevel=2)
+        return tdcp.load_state_dict(state_dict, storage_reader, process_group=process_group,
+                                    coordinator_rank=coordinator_rank, no_dist=no_dist,
+                                    planner=planner)
     return load(state_dict, storage_reader=storage_reader, process_group=process_group,
                 no_dist=no_dist, planner=planner)

@@ -158,11 +158,13 @@ class FileSystemWriter(_Engine, StorageWriter, BlockingAsyncStager):
     * ``overwrite`` (True): a checkpoint at ``path`` is replaced at the
       commit (it stays loadable until then); False raises
       ``ExistsError`` as torch raises.
-    * ``_extensions``: stream transforms. Refused (``NotSupportedError``):
-      dcp writes no torch stream extension (``dcptool`` and ``dcp_save``
-      offer zstd).
-    * ``serialization_format``: ``TORCH_SAVE`` only; ``SAFETENSORS`` is
-      refused (dcp reads such checkpoints but writes torch.save records).
+    * ``_extensions``: stream transforms. dcp writes none (``dcptool`` and
+      ``dcp_save`` offer zstd): given any, the constructor returns torch's
+      own ``FileSystemWriter`` with these arguments (a warning says so),
+      which ``save`` then serves through torch.
+    * ``serialization_format``: ``TORCH_SAVE``; ``SAFETENSORS`` likewise
+      returns torch's writer (dcp reads such checkpoints but writes
+      torch.save records).
 
     dcp's own, keyword only: ``io_depth`` (requests in flight, 0: dcp's
     default), ``io_block_bytes``, ``direct`` (O_DIRECT where possible,
@@ -172,6 +174,20 @@ class FileSystemWriter(_Engine, StorageWriter, BlockingAsyncStager):
     """
 
     _HANDLES = {"_ctx": None, "_part": None}
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        # stream transforms or safetensors records: torch's own writer
+        # (dcp writes neither), as a torch writer passed to save is served
+        ext = kwargs.get("_extensions", args[7] if len(args) > 7 else None)
+        fmt = kwargs.get("serialization_format", args[8] if len(args) > 8 else None)
+        if cls is FileSystemWriter and (ext or (fmt is not None
+                                                and fmt != SerializationFormat.TORCH_SAVE)):
+            from torch.distributed.checkpoint import FileSystemWriter as TorchWriter
+            warnings.warn("dcp_torch.FileSystemWriter: _extensions or a serialization_format "
+                          "other than TORCH_SAVE: torch's FileSystemWriter writes this "
+                          "checkpoint (dcp reads it)", stacklevel=2)
+            return TorchWriter(*args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,
