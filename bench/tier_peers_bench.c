@@ -365,8 +365,8 @@ int main(int argc, char **argv)
                "\"memcpy_ms\": %.2f, \"comm_gbps\": %.3f, "
                "\"mib_per_rank\": %zu, \"thread_multiple\": %d},\n",
                ms[3] / mmc, ms[2] / mmc, ms[1] / mmc, ms[0] / mmc, mlp / mmc,
-               ml0 / mmc, mlsp / mmc, mls0 / mmc, me[3] * 1e3, me[2] * 1e3, me[1] * 1e3, mmc * 1e3,
-               gbps, mib, mt);
+               ml0 / mmc, mlsp / mmc, mls0 / mmc, me[3] * 1e3, me[2] * 1e3,
+               me[1] * 1e3, mmc * 1e3, gbps, mib, mt);
         printf("  \"tier_replica_comm_gbps\": {\"value\": %.3f, \"unit\": "
                "\"GB/s per rank each way\"},\n",
                gbps);

@@ -302,27 +302,27 @@ DCP_API void dcp_tier_free(dcp_tier *t);
  * With replicas, the replication of the step to the partner nodes is
  * begun (see "Replication is off the save's path" above: on a thread of
  * its own with DCP_COMM_P2P_THREAD) and the call returns without waiting
- * for it; the next collective call of the stack ends it. A replication in flight from the previous save is ended first
- * thing here (before the busy rule); its failure (a peer's write, the
- * transport) is returned here on every rank, the message naming the step,
- * file and ranks, and nothing new is saved; that step stays committed in
- * tier 0 without replicas (no partial replica is left under a data
- * file's name) and its drain goes on.
- * Collective. Returns DCP_OK, DCP_EINVAL, DCP_EBUSY (tier 1's step locked
- * by another writer; tier 0 is committed), the codes of dcp_save (and of
- * dcp_request_wait with tier0_async), DCP_EIO, DCP_ENOSPC, DCP_ETIMEOUT
- * (a peer did not answer during replication), DCP_ENOMEM; every rank the
- * same, the message in dcp_errmsg(ctx).
+ * for it; the next collective call of the stack ends it. A replication in
+ * flight from the previous save is ended first thing here (before the busy
+ * rule); its failure (a peer's write, the transport) is returned here on every
+ * rank, the message naming the step, file and ranks, and nothing new is saved;
+ * that step stays committed in tier 0 without replicas (no partial replica is
+ * left under a data file's name) and its drain goes on. Collective. Returns
+ * DCP_OK, DCP_EINVAL, DCP_EBUSY (tier 1's step locked by another writer; tier 0
+ * is committed), the codes of dcp_save (and of dcp_request_wait with
+ * tier0_async), DCP_EIO, DCP_ENOSPC, DCP_ETIMEOUT (a peer did not answer during
+ * replication), DCP_ENOMEM; every rank the same, the message in
+ * dcp_errmsg(ctx).
  */
 DCP_API int dcp_tier_save(dcp_tier *t, const dcp_state *state, int64_t step,
                           int *outcome);
 
 /*
  * First ends a replication in flight, if any, on the calling thread
- * (it waits for the rest of its pieces, or for its thread); its failure is returned here, on
- * every rank, once, and nothing else is done (*done: 0 while a drain or
- * a staged save is still in flight, else 1). Then: whether the drain has
- * finished on every rank: *done = 1 (then it is committed here, and its
+ * (it waits for the rest of its pieces, or for its thread); its failure is
+ * returned here, on every rank, once, and nothing else is done (*done: 0 while
+ * a drain or a staged save is still in flight, else 1). Then: whether the drain
+ * has finished on every rank: *done = 1 (then it is committed here, and its
  * result returned) or 0 (still copying somewhere; DCP_OK). With
  * tier0_async, a staged save is then completed (committed in tier 0, its
  * replication begun, its drain started: *done = 0). With nothing in flight,

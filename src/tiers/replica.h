@@ -72,10 +72,10 @@ int dcp__nodes_replicating(const struct dcp__nodes *nd);
  * failure of the begin is kept and returned by the end.
  * dcp__repl_end (collective: every rank that began calls it, at the same
  * point of its sequence of collective calls) joins the thread, or runs
- * the rest of the exchange on the calling thread, agrees, renames the temporaries (or removes
- * them), frees r, and returns the outcome above (every rank the same;
- * the message in err). r NULL: DCP_OK. Both are called on one thread
- * (the thread's err is its own); between them no other transfer may run
+ * the rest of the exchange on the calling thread, agrees, renames the
+ * temporaries (or removes them), frees r, and returns the outcome above (every
+ * rank the same; the message in err). r NULL: DCP_OK. Both are called on one
+ * thread (the thread's err is its own); between them no other transfer may run
  * on c (tags would mix) — the read-once load's tags are apart.
  */
 struct dcp__repl;

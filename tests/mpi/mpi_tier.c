@@ -1231,8 +1231,9 @@ static long long partner_size(int64_t s, int src)
     struct dirent *e;
     while (d && (e = readdir(d)) != NULL) {
         size_t n = strlen(e->d_name);
-        if (strncmp(e->d_name, f, strlen(f)) != 0 || e->d_name[strlen(f)] != '.' ||
-            n < 4 || strcmp(e->d_name + n - 4, ".tmp") != 0)
+        if (strncmp(e->d_name, f, strlen(f)) != 0 ||
+            e->d_name[strlen(f)] != '.' || n < 4 ||
+            strcmp(e->d_name + n - 4, ".tmp") != 0)
             continue;
         char q[1400];
         snprintf(q, sizeof q, "%s/%s", p, e->d_name);
