@@ -5,6 +5,9 @@
  *   mpiexec -n 2 tier_peers_bench [DIR0 [DIR1 [MIB [RUNS]]]]
  *       defaults: /dev/shm/dcp-peers-bench (tier 0: DIR0/n<rank>),
  *                 /tmp/dcp-peers-bench (tier 1), 128 MiB per rank, 5 runs
+ *   DCP_BENCH_MT=1: MPI_Init_thread(MPI_THREAD_MULTIPLE): the replication
+ *       then streams on a thread of its own (DCP_COMM_P2P_THREAD) from
+ *       each save's return ("thread_multiple": 1 in the JSON)
  *
  * Each rank holds MIB MiB (16 float32 tensors, random). Each run, back to
  * back on both ranks:
@@ -27,7 +30,9 @@
  * communicator's bandwidth. Then a training loop's view ("loop",
  * "loop_replicas0"): tier0_async saves 1 s apart with no other call of
  * the stack, each of which completes the previous step (with replicas 1,
- * ends its replication). Then restore after losing node 1 (its directory
+ * ends its replication; the same with synchronous saves, "loop_sync",
+ * "loop_sync_replicas0", whose replication begins in the save). Then
+ * restore after losing node 1 (its directory
  * deleted before each run): dcp_tier_restore from tier 0 (node 0's own and
  * replica files; node 1's rank reads its own node's directory only, so
  * the file it reads is first copied there over the communicator) against
@@ -164,7 +169,15 @@ static dcp_state *mkstate(dcp_ctx *ctx, unsigned char *buf, size_t per)
 
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
+    /* DCP_BENCH_MT=1: MPI_THREAD_MULTIPLE, so the replication streams on
+     * a thread of its own (DCP_COMM_P2P_THREAD) after each save. */
+    const char *mtenv = getenv("DCP_BENCH_MT");
+    int mt = mtenv && strcmp(mtenv, "1") == 0, provided = MPI_THREAD_SINGLE;
+    if (mt)
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    else
+        MPI_Init(&argc, &argv);
+    mt = provided == MPI_THREAD_MULTIPLE;
     int size = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -247,17 +260,22 @@ int main(int argc, char **argv)
      * call of the stack, so each save also ends what the previous one
      * left (its tier-0 commit, spread and drain start, and with replicas
      * its replication, which the communicator did not progress alone). */
-    double lp[2][64];
-    for (int k = 0; k < 2; k++) {
+    /* lp[0..1]: tier0_async (tk[2], tk[3]); lp[2..3]: synchronous (tk[0],
+     * tk[1]), whose replication begins in the save itself: under
+     * MPI_THREAD_MULTIPLE it streams during the 1 s, so the next save's
+     * blocking is its own local copy plus the agreement. */
+    double lp[4][64];
+    for (int k = 0; k < 4; k++) {
+        dcp_tier *tl = k < 2 ? tk[2 + k] : tk[k - 2];
         for (int r = 0; r < runs; r++) {
             MPI_Barrier(MPI_COMM_WORLD);
             usleep(1000000);
             double a = now();
-            if (dcp_tier_save(tk[2 + k], st, step++, NULL) != DCP_OK)
+            if (dcp_tier_save(tl, st, step++, NULL) != DCP_OK)
                 DIE(ctx, "loop");
             lp[k][r] = slowest(now() - a);
         }
-        if (dcp_tier_drain_wait(tk[2 + k], NULL) != DCP_OK)
+        if (dcp_tier_drain_wait(tl, NULL) != DCP_OK)
             DIE(ctx, "loop");
     }
     for (int k = 0; k < 4; k++)
@@ -308,6 +326,7 @@ int main(int argc, char **argv)
     double mmc = median(mc, runs), mcm = median(cm, runs);
     double ms[4], me[4];
     double ml0 = median(lp[0], runs), mlp = median(lp[1], runs);
+    double mls0 = median(lp[2], runs), mlsp = median(lp[3], runs);
     for (int k = 0; k < 4; k++) {
         ms[k] = median(sv[k], runs);
         me[k] = median(se[k], runs);
@@ -328,23 +347,26 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "  tier0_async, saves 1 s apart and no other call: each "
                 "blocks %.1f ms (x%.2f memcpy) with replicas 0, %.1f ms "
-                "(x%.2f) with replicas 1\n"
+                "(x%.2f) with replicas 1; synchronous: %.1f ms (x%.2f) "
+                "with replicas 0, %.1f ms (x%.2f) with replicas 1\n"
                 "  node 1 lost: restore from tier 0 (own + replica) %.1f ms, "
                 "load from tier 1 (page cache dropped) %.1f ms (x%.2f)\n",
-                ml0 * 1e3, ml0 / mmc, mlp * 1e3, mlp / mmc, mr0 * 1e3,
-                mr1 * 1e3, mr1 / mr0);
+                ml0 * 1e3, ml0 / mmc, mlp * 1e3, mlp / mmc, mls0 * 1e3,
+                mls0 / mmc, mlsp * 1e3, mlsp / mmc, mr0 * 1e3, mr1 * 1e3,
+                mr1 / mr0);
         printf("  \"tier0_block_vs_memcpy_replica1\": {\"value\": %.3f, "
                "\"unit\": \"x memcpy\", \"mode\": \"tier0_async\", "
                "\"replicas0\": %.3f, \"sync\": %.3f, "
                "\"sync_replicas0\": %.3f, \"loop\": %.3f, "
-               "\"loop_replicas0\": %.3f, "
+               "\"loop_replicas0\": %.3f, \"loop_sync\": %.3f, "
+               "\"loop_sync_replicas0\": %.3f, "
                "\"settle_ms\": %.1f, "
                "\"settle_ms_replicas0\": %.1f, \"sync_settle_ms\": %.1f, "
                "\"memcpy_ms\": %.2f, \"comm_gbps\": %.3f, "
-               "\"mib_per_rank\": %zu},\n",
+               "\"mib_per_rank\": %zu, \"thread_multiple\": %d},\n",
                ms[3] / mmc, ms[2] / mmc, ms[1] / mmc, ms[0] / mmc, mlp / mmc,
-               ml0 / mmc, me[3] * 1e3, me[2] * 1e3, me[1] * 1e3, mmc * 1e3,
-               gbps, mib);
+               ml0 / mmc, mlsp / mmc, mls0 / mmc, me[3] * 1e3, me[2] * 1e3,
+               me[1] * 1e3, mmc * 1e3, gbps, mib, mt);
         printf("  \"tier_replica_comm_gbps\": {\"value\": %.3f, \"unit\": "
                "\"GB/s per rank each way\"},\n",
                gbps);

@@ -13,7 +13,10 @@
  *    inside dcp_save, dcp_save_async, dcp_request_wait, dcp_request_test
  *    and dcp_load, on the thread that called those (never from the
  *    background thread of an asynchronous save), so an implementation
- *    needs no locking of its own for dcp's sake.
+ *    needs no locking of its own for dcp's sake. The one exception is
+ *    opt-in: a version-3 struct whose flags hold DCP_COMM_P2P_THREAD
+ *    (below) lets dcp call the point-to-point members from a background
+ *    thread of its own.
  *  - Return DCP_OK, or a negative DCP_E* code (DCP_EIO is the usual one) for
  *    a transport failure. A transport failure is not recoverable: dcp returns
  *    the code, but ranks whose transport succeeded may be left waiting in a
@@ -37,9 +40,26 @@ extern "C" {
 #endif
 
 /* The version of struct dcp_comm_ops this header describes. A struct
- * filled against an older header (version 1) keeps working: dcp reads only
- * the members its version has. */
-#define DCP_COMM_OPS_VERSION 2
+ * filled against an older header (version 1 or 2) keeps working: dcp reads
+ * only the members its version has. */
+#define DCP_COMM_OPS_VERSION 3
+
+/*
+ * flags (version 3): DCP_COMM_P2P_THREAD says that isend, irecv, waitany
+ * and cancel may be called from one background thread of dcp while the
+ * thread that called dcp runs any member on the same communicator at the
+ * same time: the collectives (bcast ... barrier), whose messages must
+ * never match the background thread's (the MPI communicator, dcp_comm_mpi,
+ * sends point-to-point messages over a duplicate communicator of their
+ * own, and sets the flag only when MPI runs at MPI_THREAD_MULTIPLE), or
+ * point-to-point messages with other tags (a read-once dcp_load: tags
+ * below 24576; the background thread's are 24576 and above). Each
+ * request is used by the thread that started it only. The flag must be
+ * the same on every rank. dcp_tier.h uses it to stream a tier-0 save's
+ * peer replicas after the save returned; without it they move only inside
+ * the stack's calls.
+ */
+#define DCP_COMM_P2P_THREAD 1u
 
 /*
  * A communicator's operations. Set version = DCP_COMM_OPS_VERSION; members
@@ -99,6 +119,10 @@ struct dcp_comm_ops {
                  void **req);
     int (*waitany)(void *impl, void **reqs, size_t n, size_t *index);
     void (*cancel)(void *impl, void *req);
+    /* --- valid since version 3; optional (0: none) --- */
+    /* DCP_COMM_P2P_THREAD or 0; other bits must be 0 (DCP_EINVAL). Read
+     * only with the four point-to-point members set. */
+    uint32_t flags;
 };
 
 /*
@@ -107,7 +131,8 @@ struct dcp_comm_ops {
  * which is how its ownership ends. rank and size describe this process.
  *  - out: receives the communicator, for dcp_ctx_create; NULL on failure.
  * Returns DCP_OK, DCP_EINVAL (NULL ops or out, ops->version 0, a required
- * member NULL, size < 1, rank outside [0, size)), DCP_ENOMEM. On failure,
+ * member NULL, size < 1, rank outside [0, size), an unknown bit in a
+ * version-3 flags), DCP_ENOMEM. On failure,
  * impl is not destroyed. Not collective. Thread safe.
  */
 DCP_API int dcp_comm_create(const struct dcp_comm_ops *ops, void *impl,

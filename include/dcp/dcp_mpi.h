@@ -30,7 +30,12 @@ extern "C" {
  * yours. The duplicate inherits comm's error handler: with the default
  * MPI_ERRORS_ARE_FATAL a transport failure ends the job the MPI way; with
  * MPI_ERRORS_RETURN dcp returns DCP_EIO naming the MPI error (other ranks
- * may then be left waiting, see dcp_comm.h).
+ * may then be left waiting, see dcp_comm.h). When MPI runs at
+ * MPI_THREAD_MULTIPLE on every rank (MPI_Init_thread; MPI_Query_thread,
+ * agreed by one MPI_Allreduce here), it also duplicates comm a second
+ * time for dcp's point-to-point messages and sets DCP_COMM_P2P_THREAD
+ * (dcp_comm.h): a tier's peer replicas then stream on a background thread
+ * after its save returned (dcp_tier.h). Otherwise nothing changes.
  *  - out: receives the communicator; NULL on failure. Free it with
  *    dcp_comm_free before MPI_Finalize, after every context using it.
  * Returns DCP_OK, DCP_EINVAL (NULL out, MPI not initialised or already
@@ -58,7 +63,10 @@ DCP_API int dcp_comm_mpi(dcp_comm **out, MPI_Comm comm);
  *  - seconds: the bound per step; 0 (the default) waits forever.
  * Returns DCP_OK, or DCP_EINVAL (comm NULL or not from dcp_comm_mpi,
  * seconds negative, NaN or above 1e9). Local, not collective; call it on
- * every rank with the same value, when no dcp call is running on comm.
+ * every rank with the same value, when no dcp call is running on comm
+ * and no replication of a tier is in flight on it (dcp_tier.h). A timeout
+ * of the background replication's messages breaks only their own
+ * duplicate: the next tier call reports it, the collectives go on.
  * The wait polls MPI_Test with naps of at most 1 ms.
  */
 DCP_API int dcp_comm_mpi_set_timeout(dcp_comm *comm, double seconds);

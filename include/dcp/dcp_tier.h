@@ -76,17 +76,29 @@
  * the call completing the save) returns once the local copy is committed
  * in tier 0: it only begins the replication (plans it: one allreduce of
  * the file sizes; opens the first files; posts their first pieces,
- * nonblocking) and starts the drain. The replication ends at the next
- * collective call of the stack — dcp_tier_save, dcp_tier_drain_test,
- * dcp_tier_drain_wait, dcp_tier_restore or dcp_tier_free — on that call's
- * thread, while the step's drain thread copies it to tier 1 (the two
- * overlap): the rest of the pieces, the agreement, the renames. Between
- * the calls the pieces already posted move only as far as the
- * communicator progresses them on its own (MPI's, inside any MPI call of
- * the process). Why there and not on a thread of dcp's: communicator
- * calls (dcp_comm.h) are made only on the caller's thread, so that no
- * MPI_THREAD_MULTIPLE is needed. Memory: at most 8 pieces (32 MiB) in
- * flight per rank. A step counts as replicated (dcp_tier_replicated) only
+ * nonblocking) and starts the drain. How the rest moves depends on the
+ * context's communicator:
+ *  - With DCP_COMM_P2P_THREAD (dcp_comm.h; dcp_comm_mpi sets it when MPI
+ *    runs at MPI_THREAD_MULTIPLE, see dcp_mpi.h): a thread of the tier's
+ *    own streams the rest of the pieces from the moment the save returns,
+ *    whatever the caller does meanwhile (training, other collectives;
+ *    its messages go over a communicator of their own), alongside the
+ *    step's drain thread. The next collective call of the stack —
+ *    dcp_tier_save, dcp_tier_drain_test, dcp_tier_drain_wait,
+ *    dcp_tier_restore or dcp_tier_free — waits for that thread (nothing,
+ *    when the pieces already landed), then agrees on the outcome and
+ *    renames.
+ *  - Without (the default: MPI_Init, MPI_THREAD_FUNNELED, a user
+ *    communicator without the flag): the replication ends at the next
+ *    collective call of the stack on that call's thread, while the
+ *    step's drain thread copies it to tier 1 (the two overlap): the rest
+ *    of the pieces, the agreement, the renames. Between the calls the
+ *    pieces already posted move only as far as the communicator
+ *    progresses them on its own (MPI's, inside any MPI call of the
+ *    process): communicator calls are then made only on the caller's
+ *    thread.
+ * Memory: at most 8 pieces (32 MiB) in flight per rank, either way. A
+ * step counts as replicated (dcp_tier_replicated) only
  * once that call agreed every copy landed; a failure (a partner's write,
  * a partner that vanished: the transport's DCP_ETIMEOUT or DCP_EIO) is
  * returned by that call on every rank, the message naming the file and
@@ -128,11 +140,14 @@
  * holds itself.
  *
  * Threads: a dcp_tier is used by one thread at a time (its context's
- * rule); the drain thread does file I/O only, every communicator call
- * (the replication's included) runs on the caller's thread, inside one
- * of the collective calls above. Between two calls of the stack the
- * caller may use the context (dcp_save, dcp_load) as usual: the
- * replication's messages have tags of their own.
+ * rule); the drain thread does file I/O only; every communicator call
+ * runs on the caller's thread, inside one of the collective calls above,
+ * except the replication's point-to-point messages on its own thread
+ * with DCP_COMM_P2P_THREAD (from a save to the next collective call of
+ * the stack, which joins it). Between two calls of the stack the caller
+ * may use the context (dcp_save, dcp_load) as usual: the replication's
+ * messages have tags of their own (and, threaded, a communicator of
+ * their own).
  */
 #ifndef DCP_DCP_TIER_H
 #define DCP_DCP_TIER_H
@@ -285,29 +300,29 @@ DCP_API void dcp_tier_free(dcp_tier *t);
  * staged (dcp_save_async) and the call returns; a failure of the earlier
  * one is returned here and nothing new is started.
  * With replicas, the replication of the step to the partner nodes is
- * begun (see "Replication is off the save's path" above) and the call
- * returns without waiting for it; the next collective call of the stack
- * ends it. A replication in flight from the previous save is ended first
- * thing here (before the busy rule); its failure (a peer's write, the
- * transport) is returned here on every rank, the message naming the step,
- * file and ranks, and nothing new is saved; that step stays committed in
- * tier 0 without replicas (no partial replica is left under a data
- * file's name) and its drain goes on.
- * Collective. Returns DCP_OK, DCP_EINVAL, DCP_EBUSY (tier 1's step locked
- * by another writer; tier 0 is committed), the codes of dcp_save (and of
- * dcp_request_wait with tier0_async), DCP_EIO, DCP_ENOSPC, DCP_ETIMEOUT
- * (a peer did not answer during replication), DCP_ENOMEM; every rank the
- * same, the message in dcp_errmsg(ctx).
+ * begun (see "Replication is off the save's path" above: on a thread of
+ * its own with DCP_COMM_P2P_THREAD) and the call returns without waiting
+ * for it; the next collective call of the stack ends it. A replication in
+ * flight from the previous save is ended first thing here (before the busy
+ * rule); its failure (a peer's write, the transport) is returned here on every
+ * rank, the message naming the step, file and ranks, and nothing new is saved;
+ * that step stays committed in tier 0 without replicas (no partial replica is
+ * left under a data file's name) and its drain goes on. Collective. Returns
+ * DCP_OK, DCP_EINVAL, DCP_EBUSY (tier 1's step locked by another writer; tier 0
+ * is committed), the codes of dcp_save (and of dcp_request_wait with
+ * tier0_async), DCP_EIO, DCP_ENOSPC, DCP_ETIMEOUT (a peer did not answer during
+ * replication), DCP_ENOMEM; every rank the same, the message in
+ * dcp_errmsg(ctx).
  */
 DCP_API int dcp_tier_save(dcp_tier *t, const dcp_state *state, int64_t step,
                           int *outcome);
 
 /*
  * First ends a replication in flight, if any, on the calling thread
- * (it waits for the rest of its pieces); its failure is returned here, on
- * every rank, once, and nothing else is done (*done: 0 while a drain or
- * a staged save is still in flight, else 1). Then: whether the drain has
- * finished on every rank: *done = 1 (then it is committed here, and its
+ * (it waits for the rest of its pieces, or for its thread); its failure is
+ * returned here, on every rank, once, and nothing else is done (*done: 0 while
+ * a drain or a staged save is still in flight, else 1). Then: whether the drain
+ * has finished on every rank: *done = 1 (then it is committed here, and its
  * result returned) or 0 (still copying somewhere; DCP_OK). With
  * tier0_async, a staged save is then completed (committed in tier 0, its
  * replication begun, its drain started: *done = 0). With nothing in flight,

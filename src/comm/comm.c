@@ -27,13 +27,17 @@ int dcp_comm_create(const struct dcp_comm_ops *ops, void *impl, int rank,
     if (!ops->bcast || !ops->gather || !ops->gatherv || !ops->scatterv ||
         !ops->allreduce_min || !ops->barrier)
         return DCP_EINVAL;
+    if (ops->version >= 3 && (ops->flags & ~DCP_COMM_P2P_THREAD))
+        return DCP_EINVAL;
     c = dcp__calloc(1, sizeof(*c));
     if (!c)
         return DCP_ENOMEM;
-    /* A version-1 caller's struct ends at destroy: only that prefix is
-     * read, newer members stay NULL. */
+    /* An older caller's struct ends at its version's last member: only
+     * that prefix is read, newer members stay NULL (flags 0). */
     if (ops->version == 1)
         memcpy(&c->ops, ops, offsetof(struct dcp_comm_ops, isend));
+    else if (ops->version == 2)
+        memcpy(&c->ops, ops, offsetof(struct dcp_comm_ops, flags));
     else
         c->ops = *ops;
     c->ops.version = DCP_COMM_OPS_VERSION;
@@ -128,6 +132,11 @@ int dcp__comm_has_p2p(const dcp_comm *c)
 {
     return c && c->size > 1 && c->ops.version >= 2 && c->ops.isend &&
            c->ops.irecv && c->ops.waitany && c->ops.cancel;
+}
+
+int dcp__comm_p2p_thread(const dcp_comm *c)
+{
+    return dcp__comm_has_p2p(c) && (c->ops.flags & DCP_COMM_P2P_THREAD);
 }
 
 int dcp__comm_isend(const dcp_comm *c, const void *buf, size_t len, int peer,

@@ -60,6 +60,9 @@ int dcp__comm_allreduce_min(const dcp_comm *c, int64_t *vals, size_t n,
  * gets a message in err; DCP_ETIMEOUT says a peer did not answer.
  */
 int dcp__comm_has_p2p(const dcp_comm *c);
+/* Has p2p and DCP_COMM_P2P_THREAD (dcp_comm.h): the point-to-point members
+ * may run on a background thread beside the caller's collectives. */
+int dcp__comm_p2p_thread(const dcp_comm *c);
 int dcp__comm_isend(const dcp_comm *c, const void *buf, size_t len, int peer,
                     int tag, void **req, struct dcp_err *err);
 int dcp__comm_irecv(const dcp_comm *c, void *buf, size_t len, int peer, int tag,

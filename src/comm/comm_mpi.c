@@ -10,7 +10,14 @@
  * keeps messages between two ranks with one tag in order). Only root knows
  * every length, so root decides which way and broadcasts the choice first.
  * Everything runs on the caller's thread; nothing here needs more than
- * MPI_THREAD_SINGLE.
+ * MPI_THREAD_SINGLE. With MPI at MPI_THREAD_MULTIPLE on every rank, the
+ * point-to-point members may also run on one dcp background thread
+ * (DCP_COMM_P2P_THREAD, dcp_comm.h: a tier's replicas streaming after
+ * its save returned): they then use a second duplicate communicator,
+ * p2p, so their messages never mix with the caller's collectives, their
+ * waitany polls (MPI_Testany and short naps, not a spinning
+ * MPI_Waitany, so the thread leaves the cores to the caller), and a
+ * timeout there marks p2p broken, not the collectives' communicator.
  *
  * Every call is the non-blocking form (MPI_Ibcast, MPI_Isend, ...) and a
  * wait: MPI_Wait, or, with a timeout set (dcp_comm_mpi_set_timeout), a
@@ -45,11 +52,20 @@ void dcp__comm_mpi_test_limits(size_t piece_bytes, size_t max_count)
 
 struct mpi_comm {
     MPI_Comm comm;
+    MPI_Comm p2p; /* point-to-point: comm, or its own duplicate (threaded) */
     int rank;
     int size;
+    int threaded;   /* p2p is a duplicate, usable from a second thread */
     double timeout; /* seconds per call; 0 = wait forever */
     int broken;     /* a call timed out: a request is left pending */
+    _Atomic int p2p_broken; /* the same, of p2p when threaded */
 };
+
+/* The point-to-point side's broken flag: p2p's own when threaded. */
+static int p2p_is_broken(const struct mpi_comm *m)
+{
+    return m->threaded ? m->p2p_broken : m->broken;
+}
 
 static int mpi_ok(int e)
 {
@@ -273,14 +289,14 @@ static int m_isend(void *impl, const void *buf, size_t len, int peer, int tag,
 {
     struct mpi_comm *m = impl;
     MPI_Request *r;
-    if (m->broken)
+    if (p2p_is_broken(m))
         return DCP_ETIMEOUT;
     if (len > INT_MAX) /* dcp sends at most 64 MiB (dcp_comm.h) */
         return DCP_EINVAL;
     r = dcp__malloc(sizeof(*r));
     if (!r)
         return DCP_ENOMEM;
-    if (MPI_Isend(buf, (int)len, MPI_BYTE, peer, tag, m->comm, r) !=
+    if (MPI_Isend(buf, (int)len, MPI_BYTE, peer, tag, m->p2p, r) !=
         MPI_SUCCESS) {
         dcp__free(r);
         return DCP_EIO;
@@ -294,14 +310,14 @@ static int m_irecv(void *impl, void *buf, size_t len, int peer, int tag,
 {
     struct mpi_comm *m = impl;
     MPI_Request *r;
-    if (m->broken)
+    if (p2p_is_broken(m))
         return DCP_ETIMEOUT;
     if (len > INT_MAX) /* dcp sends at most 64 MiB (dcp_comm.h) */
         return DCP_EINVAL;
     r = dcp__malloc(sizeof(*r));
     if (!r)
         return DCP_ENOMEM;
-    if (MPI_Irecv(buf, (int)len, MPI_BYTE, peer, tag, m->comm, r) !=
+    if (MPI_Irecv(buf, (int)len, MPI_BYTE, peer, tag, m->p2p, r) !=
         MPI_SUCCESS) {
         dcp__free(r);
         return DCP_EIO;
@@ -318,7 +334,7 @@ static int m_waitany(void *impl, void **reqs, size_t n, size_t *index)
     long nap = 1000; /* ns, doubling to 1 ms */
     int idx = MPI_UNDEFINED, done = 0, e;
     size_t i;
-    if (m->broken)
+    if (p2p_is_broken(m))
         return DCP_ETIMEOUT;
     if (n > (size_t)INT_MAX)
         return DCP_EINVAL;
@@ -327,24 +343,30 @@ static int m_waitany(void *impl, void **reqs, size_t n, size_t *index)
         return DCP_ENOMEM;
     for (i = 0; i < n; i++)
         arr[i] = reqs[i] ? *(MPI_Request *)reqs[i] : MPI_REQUEST_NULL;
-    if (m->timeout <= 0) {
+    if (m->timeout <= 0 && !m->threaded) {
         e = MPI_Waitany((int)n, arr, &idx, MPI_STATUS_IGNORE);
     } else {
-        deadline = mono() + m->timeout;
+        /* Threaded: naps of at most 100 us, a piece's time or less. */
+        long cap = m->threaded ? 100000 : 1000000;
+        if (m->timeout > 0)
+            deadline = mono() + m->timeout;
         for (;;) {
             struct timespec ts;
             e = MPI_Testany((int)n, arr, &idx, &done, MPI_STATUS_IGNORE);
             if (e != MPI_SUCCESS || done)
                 break;
-            if (mono() >= deadline) {
-                m->broken = 1;
+            if (m->timeout > 0 && mono() >= deadline) {
+                if (m->threaded)
+                    m->p2p_broken = 1;
+                else
+                    m->broken = 1;
                 dcp__free(arr);
                 return DCP_ETIMEOUT;
             }
             ts.tv_sec = 0;
             ts.tv_nsec = nap;
             (void)nanosleep(&ts, NULL);
-            if (nap < 1000000)
+            if (nap < cap)
                 nap *= 2;
         }
     }
@@ -373,6 +395,8 @@ static void m_destroy(void *impl)
     struct mpi_comm *m = impl;
     int fin = 0;
     (void)MPI_Finalized(&fin);
+    if (!fin && m->threaded && !m->p2p_broken && m->p2p != MPI_COMM_NULL)
+        (void)MPI_Comm_free(&m->p2p);
     if (!fin && !m->broken)
         (void)MPI_Comm_free(&m->comm);
     dcp__free(m);
@@ -389,13 +413,29 @@ static const struct dcp_comm_ops mpi_ops = {DCP_COMM_OPS_VERSION,
                                             m_isend,
                                             m_irecv,
                                             m_waitany,
-                                            m_cancel};
+                                            m_cancel,
+                                            0};
+
+/* The same with DCP_COMM_P2P_THREAD (MPI_THREAD_MULTIPLE everywhere). */
+static const struct dcp_comm_ops mpi_ops_mt = {DCP_COMM_OPS_VERSION,
+                                               m_bcast,
+                                               m_gather,
+                                               m_gatherv,
+                                               m_scatterv,
+                                               m_allreduce_min,
+                                               m_barrier,
+                                               m_destroy,
+                                               m_isend,
+                                               m_irecv,
+                                               m_waitany,
+                                               m_cancel,
+                                               DCP_COMM_P2P_THREAD};
 
 int dcp_comm_mpi(dcp_comm **out, MPI_Comm comm)
 {
     struct mpi_comm *m;
-    MPI_Comm dup = MPI_COMM_NULL;
-    int init = 0, fin = 0, inter = 0, rc;
+    MPI_Comm dup = MPI_COMM_NULL, dup2 = MPI_COMM_NULL;
+    int init = 0, fin = 0, inter = 0, level = MPI_THREAD_SINGLE, mt, rc;
     if (!out)
         return DCP_EINVAL;
     *out = NULL;
@@ -408,18 +448,34 @@ int dcp_comm_mpi(dcp_comm **out, MPI_Comm comm)
      * leave other ranks waiting in MPI_Comm_dup. */
     if (MPI_Comm_dup(comm, &dup) != MPI_SUCCESS)
         return DCP_EIO;
+    /* Threaded point-to-point only where every rank has
+     * MPI_THREAD_MULTIPLE (agreed: the flag must match everywhere), over
+     * a second duplicate. Collective like the first. */
+    if (MPI_Query_thread(&level) != MPI_SUCCESS)
+        level = MPI_THREAD_SINGLE;
+    mt = level == MPI_THREAD_MULTIPLE;
+    if (MPI_Allreduce(MPI_IN_PLACE, &mt, 1, MPI_INT, MPI_MIN, dup) !=
+            MPI_SUCCESS ||
+        (mt && MPI_Comm_dup(dup, &dup2) != MPI_SUCCESS)) {
+        (void)MPI_Comm_free(&dup);
+        return DCP_EIO;
+    }
     m = dcp__calloc(1, sizeof(*m));
     if (!m) {
+        if (mt)
+            (void)MPI_Comm_free(&dup2);
         (void)MPI_Comm_free(&dup);
         return DCP_ENOMEM;
     }
     m->comm = dup;
+    m->threaded = mt;
+    m->p2p = mt ? dup2 : dup;
     if (MPI_Comm_rank(dup, &m->rank) != MPI_SUCCESS ||
         MPI_Comm_size(dup, &m->size) != MPI_SUCCESS) {
         m_destroy(m);
         return DCP_EIO;
     }
-    rc = dcp_comm_create(&mpi_ops, m, m->rank, m->size, out);
+    rc = dcp_comm_create(mt ? &mpi_ops_mt : &mpi_ops, m, m->rank, m->size, out);
     if (rc != DCP_OK)
         m_destroy(m);
     return rc;
@@ -428,6 +484,8 @@ int dcp_comm_mpi(dcp_comm **out, MPI_Comm comm)
 int dcp_comm_mpi_set_timeout(dcp_comm *comm, double seconds)
 {
     struct mpi_comm *m;
+    /* Set before any point-to-point traffic is in flight (a tier's
+     * replication runs between its save and its next call). */
     if (!comm || comm->ops.bcast != m_bcast || !(seconds >= 0) ||
         seconds > 1e9)
         return DCP_EINVAL;

@@ -35,10 +35,20 @@
  * only once every rank agreed, so a replica under a data file's name is
  * always whole. A transport failure ends the exchange at once (every
  * pending request cancelled before its buffer is freed).
+ *
+ * Where the communicator allows it (DCP_COMM_P2P_THREAD, dcp_comm.h), the
+ * replication's exchange runs on a thread of its own from the end of
+ * dcp__repl_begin: the same pump, blocking, on the thread, while the
+ * caller's thread returns and runs whatever it likes (other collectives
+ * on the communicator included: the messages travel apart). The thread
+ * owns the transfer's state until dcp__repl_end joins it; the end then
+ * only agrees and renames. Memory is the same NSLOT pieces. Without the
+ * flag the exchange moves only inside the end, as before.
  */
 #include "replica.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -593,6 +603,9 @@ struct dcp__repl {
     struct dcp_err perr; /* rc's message, kept until the end */
     char *stepdir;
     struct dcp_metadata *md; /* owned (dcp__repl_begin) or NULL */
+    int threaded;            /* th runs the exchange until joined */
+    pthread_t th;
+    struct dcp_err terr; /* the thread's transport messages */
 };
 
 /* The start of the shared list all (x's directory opened, maybe a local
@@ -623,7 +636,8 @@ static int run_end(struct dcp__repl *r)
     int rc = r->rc;
     if (rc != DCP_OK)
         *x->err = r->perr;
-    /* Transport failures end the exchange; local ones are agreed on. */
+    /* Transport failures end the exchange; local ones are agreed on.
+     * After a thread (dcp__repl_end joined it) nothing is left to pump. */
     if (rc == DCP_OK)
         rc = pump(x, r->jobs, r->n, &r->next, &r->active, 1);
     if (rc == DCP_OK) {
@@ -665,6 +679,19 @@ static void xfer_init(struct xfer *x, const dcp_comm *c, int rank,
     }
 }
 
+/* The background exchange: every job of r to its last piece. */
+static void *repl_main(void *arg)
+{
+    struct dcp__repl *r = arg;
+    dcp__storage_use(NULL); /* tier 0 is POSIX */
+    int rc = pump(&r->x, r->jobs, r->n, &r->next, &r->active, 1);
+    if (rc != DCP_OK) {
+        r->rc = rc;
+        r->perr = r->terr;
+    }
+    return NULL;
+}
+
 int dcp__repl_begin(struct dcp__repl **out, const dcp_comm *c,
                     const struct dcp__nodes *nd, int rank, const char *stepdir,
                     struct dcp_metadata *md, size_t piece, int nosync,
@@ -700,6 +727,17 @@ int dcp__repl_begin(struct dcp__repl **out, const dcp_comm *c,
         dcp__free(r);
         return rc;
     }
+    /* The rest of the exchange on a thread, where the communicator lets
+     * one run its point-to-point messages (a failed start: inline, at the
+     * end, as without). */
+    if (r->rc == DCP_OK && dcp__comm_p2p_thread(c) &&
+        (r->next < r->n || r->x.live)) {
+        r->x.err = &r->terr;
+        if (pthread_create(&r->th, NULL, repl_main, r) == 0)
+            r->threaded = 1;
+        else
+            r->x.err = err;
+    }
     *out = r;
     return DCP_OK;
 }
@@ -708,6 +746,9 @@ int dcp__repl_end(struct dcp__repl *r, struct dcp_err *err)
 {
     if (!r)
         return DCP_OK;
+    if (r->threaded)
+        pthread_join(r->th, NULL);
+    r->threaded = 0;
     r->x.err = err;
     int rc = run_end(r);
     dcp__meta_free(r->md);

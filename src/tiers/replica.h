@@ -61,19 +61,21 @@ int dcp__nodes_replicating(const struct dcp__nodes *nd);
  * It runs in two calls, so that a save returns before its replicas
  * land: dcp__repl_begin plans (one allreduce of the file sizes), agrees,
  * opens this rank's first WINDOW jobs (sources, temporaries) and posts
- * their first pieces, nonblocking, and returns without waiting: the
- * pieces move as far as the communicator progresses them on its own
- * (MPI's inside any later MPI call of the process). Memory: at most
+ * their first pieces, nonblocking, and returns without waiting. With a
+ * communicator that allows it (dcp__comm_p2p_thread: DCP_COMM_P2P_THREAD)
+ * a thread it starts then runs the whole exchange in the background;
+ * without, the pieces move as far as the communicator progresses them on
+ * its own (MPI's inside any later MPI call of the process). Memory: at most
  * NSLOT (8) pieces per rank, from start to end. md is owned by the
  * transfer (freed by the end, or by the begin on failure). *out is
  * NULL only on a failure returned here (every rank the same); a later
  * failure of the begin is kept and returned by the end.
  * dcp__repl_end (collective: every rank that began calls it, at the same
- * point of its sequence of collective calls) runs the rest of the exchange
- * on the calling thread, agrees, renames the temporaries (or removes
- * them), frees r, and returns the outcome above (every rank the same;
- * the message in err). r NULL: DCP_OK. Both
- * run on the calling thread only; between them no other transfer may run
+ * point of its sequence of collective calls) joins the thread, or runs
+ * the rest of the exchange on the calling thread, agrees, renames the
+ * temporaries (or removes them), frees r, and returns the outcome above (every
+ * rank the same; the message in err). r NULL: DCP_OK. Both are called on one
+ * thread (the thread's err is its own); between them no other transfer may run
  * on c (tags would mix) — the read-once load's tags are apart.
  */
 struct dcp__repl;

@@ -178,7 +178,7 @@ static inline const struct dcp_comm_ops *fc_ops(void)
         1, fc_bcast, fc_gather, fc_gatherv, fc_scatterv, fc_allreduce_min,
         fc_barrier, NULL,
         /* a version-1 communicator: no point-to-point, per-rank reads */
-        NULL, NULL, NULL, NULL};
+        NULL, NULL, NULL, NULL, 0};
     return &ops;
 }
 

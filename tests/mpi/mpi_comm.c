@@ -148,6 +148,8 @@ static void test_mpi_collectives(void)
     CHECK(dcp_comm_mpi(&c, MPI_COMM_WORLD) == 0);
     if (!c)
         return;
+    /* MPI_Init (not MPI_THREAD_MULTIPLE): no threaded point-to-point. */
+    CHECK(c->ops.flags == 0 && c->ops.isend);
     collectives(c);
     save_load(c, "default", mt_rank, mt_size);
     dcp_comm_free(c);
@@ -231,7 +233,8 @@ static void test_user_comm(void)
 {
     struct dcp_comm_ops ops = {
         1,         s_bcast,   s_gather, s_gatherv, s_scatterv, s_allreduce_min,
-        s_barrier, s_destroy, NULL,     NULL,      NULL,       NULL};
+        s_barrier, s_destroy, NULL,     NULL,      NULL,       NULL,
+        0};
     struct dcp_comm_ops bad = ops;
     dcp_comm *c = (dcp_comm *)&ops;
     int calls = 0;
@@ -252,6 +255,20 @@ static void test_user_comm(void)
         (int (*)(void *, const void *, size_t, int, int, void **))(uintptr_t)1;
     CHECK(dcp_comm_create(&bad, &calls, 0, 1, &c) == DCP_OK);
     CHECK(c->ops.isend == NULL && c->ops.version == DCP_COMM_OPS_VERSION);
+    dcp_comm_free(c);
+    /* A version-2 struct ends at cancel: flags is never read; version 3
+     * refuses an unknown flag and keeps DCP_COMM_P2P_THREAD. */
+    bad = ops;
+    bad.version = 2;
+    bad.flags = 0xdead;
+    CHECK(dcp_comm_create(&bad, &calls, 0, 1, &c) == DCP_OK);
+    CHECK(c->ops.flags == 0);
+    dcp_comm_free(c);
+    bad.version = 3;
+    CHECK(dcp_comm_create(&bad, &calls, 0, 1, &c) == DCP_EINVAL && !c);
+    bad.flags = DCP_COMM_P2P_THREAD;
+    CHECK(dcp_comm_create(&bad, &calls, 0, 1, &c) == DCP_OK);
+    CHECK(c->ops.flags == DCP_COMM_P2P_THREAD);
     dcp_comm_free(c);
     bad = ops;
     bad.destroy = NULL; /* optional */

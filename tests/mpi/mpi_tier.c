@@ -58,6 +58,13 @@
  *                after a node loss the restore takes the newest step
  *                agreed replicated (kept by retention); dcp_tier_free
  *                with a replication in flight lands it; tier0_async too
+ *   bgthread DIR 2 ranks as 2 nodes T0, T1, replicas 1, under
+ *                MPI_THREAD_MULTIPLE (DCP_COMM_P2P_THREAD): the replica
+ *                streams on its own thread after the save returned, whole
+ *                on disk with no tier or MPI call made, the next call
+ *                only agreeing and renaming; a write failing there fails
+ *                the next call alike on every rank; dcp_tier_free with a
+ *                replication in flight lands it
  *   rkill DIR V K  2 ranks as 2 nodes R0, R1, replicas 1: step 1 saved,
  *                replicated, drained; step 2's replication killed on rank
  *                V (SIGKILL) at its K-th replica hook call (before each
@@ -93,6 +100,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm.h"
 #include "mpitest.h"
 #include "tier.h"
 
@@ -1185,6 +1193,162 @@ static void test_bgrepl(void)
     dcp__tier_set_replica_piece(0);
 }
 
+/* ----------------------------------- bgthread (issue 30 #3, threaded) */
+
+/* The replica hook on the replication's own thread: pieces written on
+ * this rank, renames, a failure on rank bt_fail's writes, a nap per
+ * piece. */
+static _Atomic int bt_pieces, bt_renames, bt_fail = -1, bt_nap_ms;
+static int bthook(int rank, const char *file, uint64_t off, void *arg)
+{
+    (void)arg;
+    if (strcmp(file, ".rename") == 0) {
+        bt_renames++;
+        return 0;
+    }
+    if (bt_nap_ms)
+        usleep((useconds_t)bt_nap_ms * 1000);
+    bt_pieces++;
+    return rank == bt_fail && off > 0 ? DCP_EIO : 0;
+}
+
+/* The size of the partner's file of step s: its source in the partner's
+ * node (src), or the temporary its replica is written into here (-1:
+ * none). */
+static long long partner_size(int64_t s, int src)
+{
+    char p[1024], f[32];
+    struct stat sb;
+    snprintf(f, sizeof f, "__%d_0.distcp", 1 - mt_rank);
+    if (src) {
+        snprintf(p, sizeof p, "%s/T%d/step-%lld/%s", dir, 1 - mt_rank,
+                 (long long)s, f);
+        return stat(p, &sb) == 0 ? (long long)sb.st_size : -1;
+    }
+    snprintf(p, sizeof p, "%s/step-%lld", t0, (long long)s);
+    DIR *d = opendir(p);
+    long long got = -1;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (strncmp(e->d_name, f, strlen(f)) != 0 ||
+            e->d_name[strlen(f)] != '.' || n < 4 ||
+            strcmp(e->d_name + n - 4, ".tmp") != 0)
+            continue;
+        char q[1400];
+        snprintf(q, sizeof q, "%s/%s", p, e->d_name);
+        if (stat(q, &sb) == 0)
+            got = (long long)sb.st_size;
+    }
+    if (d)
+        closedir(d);
+    return got;
+}
+
+/* MPI_THREAD_MULTIPLE: the replication runs on a thread of its own after
+ * the save returned; no tier call (nor any MPI call) is made until its
+ * temporary is complete on disk; the next call only agrees and renames. */
+static void test_bgthread(void)
+{
+    enum { PIECE = 4 << 10 };
+    nrep = 1;
+    keep0 = 4;
+    keep1 = 4;
+    CHECK(comm->ops.flags == DCP_COMM_P2P_THREAD);
+    dcp__tier_set_replica_piece(PIECE);
+    dcp__tier_set_replica_hook(bthook, NULL);
+    dcp_tier *t = mk(ctx, DCP_TIER_WAIT, 0);
+    int64_t s = -1;
+    int done = 0;
+
+    /* 1. Step 1, 2 ms per piece: the save returns; then 20 s at most of
+     * naps without a call of the tier or of MPI until the partner's file
+     * is whole in its temporary, every piece written here. Not counted
+     * replicated, not under its name until the next call (drain_test),
+     * which writes no piece, renames, and counts it. */
+    dcp_state *st = make_state(1, 1);
+    bt_nap_ms = 2;
+    double t_save = now();
+    CHECK_OK(ctx, dcp_tier_save(t, st, 1, NULL));
+    t_save = now() - t_save;
+    long long want = partner_size(1, 1);
+    long long npieces = (want + PIECE - 1) / PIECE;
+    CHECK(want > 8 * PIECE);
+    double t_wait = now();
+    while ((partner_size(1, 0) != want || bt_pieces != npieces) &&
+           now() - t_wait < 20)
+        usleep(10000);
+    t_wait = now() - t_wait;
+    CHECK(partner_size(1, 0) == want && bt_pieces == npieces);
+    CHECK(bt_renames == 0 && !has_replica(1));
+    CHECK(replicated(t) == -1);
+    int before = bt_pieces;
+    double t_end = now();
+    CHECK_OK(ctx, dcp_tier_drain_test(t, &done));
+    t_end = now() - t_end;
+    CHECK(bt_pieces == before && bt_renames == 1);
+    CHECK(has_replica(1) && count_tmp(t0) == 0);
+    CHECK(replicated(t) == 1);
+    if (mt_rank == 0)
+        fprintf(stderr,
+                "bgthread: %lld pieces of %d B; save %.1f ms, replica "
+                "whole %.1f ms later with no call, next call %.1f ms\n",
+                npieces, PIECE, t_save * 1e3, t_wait * 1e3, t_end * 1e3);
+    CHECK(t_end < 2.0);
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    dcp_state_free(st);
+
+    /* 2. Rank 1's write failing on the thread: the save returned DCP_OK;
+     * the next call fails alike on every rank, naming the replica; no
+     * replica of step 2 nor temporary on either node; step 2 stays in
+     * tier 0, not counted replicated. */
+    bt_nap_ms = 0;
+    bt_fail = 1;
+    st = make_state(2, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 2, NULL));
+    usleep(200000);
+    int rc = dcp_tier_drain_test(t, &done);
+    bt_fail = -1;
+    CHECK_RC(ctx, rc, DCP_EIO);
+    CHECK(mt_same(rc) && mt_same_str(dcp_errmsg(ctx)));
+    CHECK_MSG(ctx, "replication of step 2");
+    CHECK_MSG(ctx, "replica of '__0_0.distcp' from rank 0 (rank 1)");
+    CHECK(!has_replica(2) && exists(t0, 2, ".metadata") && count_tmp(t0) == 0);
+    CHECK(replicated(t) == 1);
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    dcp_state_free(st);
+
+    /* 3. The next save after a replication done in the background (its
+     * temporary whole before the call): the save lands step 3's first. */
+    st = make_state(3, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 3, NULL));
+    dcp_state_free(st);
+    t_wait = now();
+    while (partner_size(3, 0) != partner_size(3, 1) && now() - t_wait < 20)
+        usleep(10000);
+    CHECK(partner_size(3, 0) == want && !has_replica(3));
+    st = make_state(4, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 4, NULL));
+    CHECK(replicated(t) == 3 && has_replica(3));
+    dcp_state_free(st);
+
+    /* 4. dcp_tier_free with step 5's replication in flight (20 ms per
+     * piece): it lands, renamed on both nodes, no temporary left. */
+    CHECK_OK(ctx, dcp_tier_drain_wait(t, &s));
+    bt_nap_ms = 20;
+    bt_pieces = 0;
+    st = make_state(5, 1);
+    CHECK_OK(ctx, dcp_tier_save(t, st, 5, NULL));
+    dcp_state_free(st);
+    CHECK(bt_pieces < npieces);
+    dcp_tier_free(t);
+    bt_nap_ms = 0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(bt_pieces == npieces && has_replica(5) && count_tmp(t0) == 0);
+    dcp__tier_set_replica_hook(NULL, NULL);
+    dcp__tier_set_replica_piece(0);
+}
+
 /* rkill: the victim dies at its kill_at-th replica hook call. */
 static int rkill_hook(int rank, const char *file, uint64_t off, void *arg)
 {
@@ -1490,7 +1654,21 @@ static void test_dcheck(void)
 
 int main(int argc, char **argv)
 {
-    mt_init(&argc, &argv);
+    if (argc > 1 && strcmp(argv[1], "bgthread") == 0) {
+        /* The replication's thread needs MPI_THREAD_MULTIPLE. */
+        int provided = 0;
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+        MPI_Comm_rank(MPI_COMM_WORLD, &mt_rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &mt_size);
+        if (provided != MPI_THREAD_MULTIPLE) {
+            if (mt_rank == 0)
+                fprintf(stderr, "skipped: no MPI_THREAD_MULTIPLE\n");
+            MPI_Finalize();
+            return 77;
+        }
+    } else {
+        mt_init(&argc, &argv);
+    }
     if (argc < 3 || (strcmp(argv[1], "kill") == 0 && argc != 5) ||
         (strcmp(argv[1], "rkill") == 0 && argc != 5) ||
         (strcmp(argv[1], "rkillcheck") == 0 && argc != 4) ||
@@ -1499,7 +1677,8 @@ int main(int argc, char **argv)
         if (mt_rank == 0)
             fprintf(stderr,
                     "usage: mpi_tier save|restart|lost|killcheck|"
-                    "interop|peers|peers2|peerslost|bgrepl DIR | kill|rkill "
+                    "interop|peers|peers2|peerslost|bgrepl|bgthread DIR | "
+                    "kill|rkill "
                     "DIR VICTIM K | "
                     "rkillcheck DIR VICTIM | "
                     "dkill DIR REPLICAS PHASE VICTIM | "
@@ -1517,7 +1696,7 @@ int main(int argc, char **argv)
     else if (strcmp(mode, "lost") == 0)
         node = 0;
     else if (strcmp(mode, "peers") == 0 || strcmp(mode, "peerslost") == 0 ||
-             strcmp(mode, "bgrepl") == 0)
+             strcmp(mode, "bgrepl") == 0 || strcmp(mode, "bgthread") == 0)
         node = mt_rank;
     else if (strcmp(mode, "peers2") == 0)
         node = mt_rank ? 3 : 1;
@@ -1542,7 +1721,8 @@ int main(int argc, char **argv)
     if ((strcmp(mode, "save") == 0 || strcmp(mode, "kill") == 0 ||
          strcmp(mode, "peers") == 0 || strcmp(mode, "rkill") == 0 ||
          strcmp(mode, "interop") == 0 || strcmp(mode, "s3") == 0 ||
-         strcmp(mode, "dkill") == 0 || strcmp(mode, "bgrepl") == 0) &&
+         strcmp(mode, "dkill") == 0 || strcmp(mode, "bgrepl") == 0 ||
+         strcmp(mode, "bgthread") == 0) &&
         mt_rank == 0) {
         char cmd[600];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -1563,6 +1743,8 @@ int main(int argc, char **argv)
         snprintf(t0, sizeof t0, "%s/R%d", dir, node);
     if (strcmp(mode, "bgrepl") == 0)
         snprintf(t0, sizeof t0, "%s/B%d", dir, node);
+    if (strcmp(mode, "bgthread") == 0)
+        snprintf(t0, sizeof t0, "%s/T%d", dir, node);
     snprintf(t1, sizeof t1, "%s/t1", dir);
     if (strcmp(mode, "s3") == 0 && argc == 4)
         snprintf(t1, sizeof t1, "%s", argv[3]);
@@ -1598,6 +1780,8 @@ int main(int argc, char **argv)
         RUN(peerslost);
     } else if (strcmp(mode, "bgrepl") == 0) {
         RUN(bgrepl);
+    } else if (strcmp(mode, "bgthread") == 0) {
+        RUN(bgthread);
     } else if (strcmp(mode, "rkill") == 0) {
         RUN(rkill);
     } else if (strcmp(mode, "rkillcheck") == 0) {

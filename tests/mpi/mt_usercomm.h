@@ -166,7 +166,8 @@ static int mt_user_comm(dcp_comm **out)
                                              u_isend,
                                              u_irecv,
                                              u_waitany,
-                                             u_cancel};
+                                             u_cancel,
+                                             0};
     struct dcp_comm_ops ops = ops2;
     if (mt_user_v1) {
         ops.version = 1;

@@ -947,7 +947,8 @@ TEST(communicator_on_caller_thread)
 {
     struct dcp_comm_ops ops = {1,          c_bcast, c_gather,  c_gatherv,
                                c_scatterv, c_min,   c_barrier, NULL,
-                               NULL,       NULL,    NULL,      NULL};
+                               NULL,       NULL,    NULL,      NULL,
+                               0};
     dcp_comm *comm;
     dcp_ctx *ctx;
     struct model m;

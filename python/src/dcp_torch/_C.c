@@ -398,7 +398,8 @@ static void tc_cancel(void *impl, void *req)
 static const struct dcp_comm_ops tc_ops = {
     DCP_COMM_OPS_VERSION, tc_bcast,   tc_gather,       tc_gatherv,
     tc_scatterv,          tc_allreduce_min, tc_barrier, tc_destroy,
-    tc_isend,             tc_irecv,   tc_waitany,      tc_cancel};
+    tc_isend,             tc_irecv,   tc_waitany,      tc_cancel,
+    0};
 
 /* ------------------------------------------------------------ Context */
 
