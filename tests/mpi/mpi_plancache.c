@@ -531,7 +531,7 @@ static dcp_comm *count_comm(void)
         DCP_COMM_OPS_VERSION, n_bcast, n_gather,  n_gatherv,
         n_scatterv,           n_allreduce_min,    n_barrier,
         u_destroy,            u_isend,            u_irecv,
-        u_waitany,            u_cancel};
+        u_waitany,            u_cancel,           0};
     MPI_Comm *c = malloc(sizeof(*c));
     dcp_comm *out = NULL;
     (void)mt_user_comm; /* its ops are used, counted, not it */
