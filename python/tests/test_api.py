@@ -127,8 +127,27 @@ def test_one_process_no_dist(tmp_path):
         dcp_torch.load({"w": torch.zeros(10)}, checkpoint_id=str(bad), no_dist=True)
     with pytest.raises(dcp_torch.InvalidArgumentError):
         dcp_torch.save({1: torch.zeros(1)}, checkpoint_id=path, no_dist=True)
+    # values dcp's encoder does not hold are stored as torch stores them:
+    # torch plans that save, dcp's drop-in writer writes it (a warning)
+    import io
+    odd = {"w": torch.arange(4.0), "b": io.BytesIO(b"xyz"), "s": {1, 2}, "big": 1 << 70,
+           "size": torch.Size([2, 3])}
+    with pytest.warns(UserWarning, match="torch plans this save"):
+        dcp_torch.save(odd, checkpoint_id=str(tmp_path / "o"), no_dist=True)
+    for loader in (dcp_torch, tdcp):
+        got = {"w": torch.zeros(4), "b": None, "s": None, "big": 0, "size": None}
+        loader.load(got, checkpoint_id=str(tmp_path / "o"), no_dist=True)
+        assert torch.equal(got["w"], odd["w"]) and got["b"].getvalue() == b"xyz"
+        assert got["s"] == {1, 2} and got["big"] == 1 << 70 and got["size"] == torch.Size([2, 3])
+    with pytest.warns(UserWarning, match="torch plans this save"):
+        dcp_torch.async_save(odd, checkpoint_id=str(tmp_path / "oa"), no_dist=True).result()
+    got = {"w": torch.zeros(4), "b": None, "s": None, "big": 0, "size": None}
+    dcp_torch.load(got, checkpoint_id=str(tmp_path / "oa"), no_dist=True)
+    assert got["b"].getvalue() == b"xyz" and got["s"] == {1, 2}
+    # with the rename/skip planners (dcp's own) such a value is refused
     with pytest.raises(NotImplementedError):
-        dcp_torch.save({"obj": object()}, checkpoint_id=str(tmp_path / "o"), no_dist=True)
+        dcp_torch.save({"obj": object()}, checkpoint_id=str(tmp_path / "o2"), no_dist=True,
+                       skip=["nothing"])
 
 
 def _fail_one(rank, world, path):
@@ -148,9 +167,18 @@ def _fail_one(rank, world, path):
     with pytest.raises(dcp_torch.CheckpointError) as ei:
         dcp_torch.save({"w": torch.ones(3), "b": Boom()}, checkpoint_id=path)
     assert "rank 1 failed" in str(ei.value) and "state_dict failed" in str(ei.value)
-    # an unsupported value on one rank: the same
+    # a value only torch stores on one rank: every rank takes torch's
+    # planning (dcp's writer), the others' state too
+    with pytest.warns(UserWarning, match="torch plans this save"):
+        dcp_torch.save({"w": torch.ones(3), "o": {1, 2} if rank == 0 else 1},
+                       checkpoint_id=path + "_odd")
+    got = {"w": torch.zeros(3), "o": None}
+    dcp_torch.load(got, checkpoint_id=path + "_odd")
+    assert torch.equal(got["w"], torch.ones(3)) and got["o"] in ({1, 2}, 1)
+    # with dcp's own planners such a value is refused on every rank alike
     with pytest.raises(dcp_torch.NotSupportedError) as ei:
-        dcp_torch.save({"w": torch.ones(3), "o": object() if rank == 0 else 1}, checkpoint_id=path)
+        dcp_torch.save({"w": torch.ones(3), "o": object() if rank == 0 else 1}, checkpoint_id=path,
+                       skip=["nothing"])
     assert "rank 0 failed" in str(ei.value) and "'o'" in str(ei.value)
     # ranks that disagree: a shape differing by rank -> the same error on
     # every rank, naming the key, nothing written

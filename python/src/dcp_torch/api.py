@@ -253,14 +253,28 @@ def _flatten(state_dict: dict):
 _PLAIN = (type(None), bool, int, float, str, bytes)
 
 
+# In the message of a value dcp's encoder does not hold (_TorchStored):
+# the agreed error every rank gets carries it, so all take torch's path.
+_TORCH_STORED_MARK = "[stored by torch]"
+
+
+class _TorchStored(NotSupportedError):
+    """A value dcp's value encoder does not hold (io.BytesIO, a set,
+    torch.Size, an int beyond 64 bits, a dict with other keys than str,
+    any other object): torch stores it (torch.save of the object, or the
+    BytesIO's bytes), so the save is planned by torch and written by dcp's
+    drop-in writer (_torch_stored_save)."""
+
+
 def _check_value(v, key: str, depth: int = 0) -> None:
     """What dcp can store as a value (the extension's py_to_value rules),
-    checked before the collective so that every rank can agree."""
+    checked before the collective so that every rank can agree; what it
+    cannot raises _TorchStored."""
     if depth > 100:
         raise InvalidArgumentError(f"'{key}': value nested too deeply")
     if isinstance(v, _PLAIN):
         if isinstance(v, int) and not isinstance(v, bool) and not -(1 << 63) <= v < (1 << 63):
-            raise NotSupportedError(f"'{key}': int {v} does not fit in 64 bits")
+            raise _TorchStored(f"'{key}': int {v} does not fit in 64 bits {_TORCH_STORED_MARK}")
         return
     if isinstance(v, (list, tuple)):
         for x in v:
@@ -269,11 +283,18 @@ def _check_value(v, key: str, depth: int = 0) -> None:
     if isinstance(v, dict):
         for k, x in v.items():
             if not isinstance(k, str):
-                raise NotSupportedError(f"'{key}': dict keys other than str cannot be saved by dcp")
+                raise _TorchStored(f"'{key}': a dict key other than str {_TORCH_STORED_MARK}")
             _check_value(x, key, depth + 1)
         return
-    raise NotSupportedError(f"'{key}': a {type(v).__name__} value cannot be saved by dcp (None, "
-                            "bool, int, float, str, bytes, lists, tuples and dicts of them)")
+    raise _TorchStored(f"'{key}': a {type(v).__name__} value, which dcp's value encoder does not "
+                       f"hold (None, bool, int, float, str, bytes, lists, tuples and dicts of "
+                       f"them) {_TORCH_STORED_MARK}")
+
+
+def _torch_stored(e: BaseException) -> bool:
+    """Whether e (this rank's own, or the agreed error of every rank) is a
+    value only torch stores: the same answer on every rank."""
+    return isinstance(e, NotSupportedError) and _TORCH_STORED_MARK in getattr(e, "message", "")
 
 
 def _agree(group_ctx_args, error: BaseException | None):
@@ -476,15 +497,38 @@ def save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = None,
                          use_collectives=use_collectives)
     _require_id("save", checkpoint_id)
     path = fspath(checkpoint_id)
-    with sigint_deferred():  # every rank runs the save to its end alike
-        ctx = _context(process_group, no_dist, io_depth=io_depth, direct=direct)
-        entries, keep, err, fail = _entries_marked(state_dict, (process_group, no_dist), rename,
-                                                   skip)
-        _engine_call(lambda: ctx.save(entries, path, _SAVE_ZSTD if zstd else 0, not sync_files,
-                                      False, fail), err)
-        del keep
+    try:
+        with sigint_deferred():  # every rank runs the save to its end alike
+            ctx = _context(process_group, no_dist, io_depth=io_depth, direct=direct)
+            entries, keep, err, fail = _entries_marked(state_dict, (process_group, no_dist),
+                                                       rename, skip)
+            _engine_call(lambda: ctx.save(entries, path, _SAVE_ZSTD if zstd else 0,
+                                          not sync_files, False, fail), err)
+            del keep
+    except NotSupportedError as e:
+        if not _torch_stored(e) or rename is not None or skip is not None:
+            raise
+        return _torch_stored_save("save", e, state_dict, path, sync_files, process_group, no_dist)
     from ._metadata import read_metadata
     return read_metadata(path)
+
+
+def _torch_stored_save(what: str, cause, state_dict, path: str, sync_files: bool, process_group,
+                       no_dist: bool, async_: bool = False):
+    """save or async_save of a state holding values dcp's encoder does not
+    hold (cause, agreed by every rank: all come here): planned by torch,
+    as torch stores such values, and written by dcp's drop-in writer (a
+    warning says so). Stateful objects' state_dict() has run once already
+    (for dcp's own entries) and runs again for torch's planning."""
+    from .filesystem import FileSystemWriter
+    warnings.warn(f"dcp_torch.{what}: {getattr(cause, 'message', cause)}: torch plans this save "
+                  "(dcp_torch.FileSystemWriter writes it)", stacklevel=3)
+    writer = FileSystemWriter(path, sync_files=sync_files)
+    if async_:
+        return tdcp.async_save(state_dict, storage_writer=writer, process_group=process_group,
+                               no_dist=no_dist)
+    return tdcp.save(state_dict, storage_writer=writer, process_group=process_group,
+                     no_dist=no_dist)
 
 
 class _AsyncState:
@@ -539,10 +583,16 @@ def async_save(state_dict: dict, *, checkpoint_id: str | os.PathLike | None = No
         # thread is started before a deferred KeyboardInterrupt is raised
         ctx = _context(process_group, no_dist, "async", staging_budget=staging_budget,
                        worker_nice=writer_nice)
-        entries, keep, err, fail = _entries_marked(state_dict, (process_group, no_dist), rename,
-                                                   skip)
-        req = _engine_call(lambda: ctx.save(entries, path, _SAVE_ZSTD if zstd else 0,
-                                            not sync_files, True, fail), err)
+        try:
+            entries, keep, err, fail = _entries_marked(state_dict, (process_group, no_dist),
+                                                       rename, skip)
+            req = _engine_call(lambda: ctx.save(entries, path, _SAVE_ZSTD if zstd else 0,
+                                                not sync_files, True, fail), err)
+        except NotSupportedError as e:
+            if not _torch_stored(e) or rename is not None or skip is not None:
+                raise
+            return _torch_stored_save("async_save", e, state_dict, path, sync_files,
+                                      process_group, no_dist, async_=True)
         del keep  # staged: the caller may change its tensors now
         fut: Future = Future()
 
