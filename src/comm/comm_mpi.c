@@ -416,21 +416,6 @@ static const struct dcp_comm_ops mpi_ops = {DCP_COMM_OPS_VERSION,
                                             m_cancel,
                                             0};
 
-/* The same with DCP_COMM_P2P_THREAD (MPI_THREAD_MULTIPLE everywhere). */
-static const struct dcp_comm_ops mpi_ops_mt = {DCP_COMM_OPS_VERSION,
-                                               m_bcast,
-                                               m_gather,
-                                               m_gatherv,
-                                               m_scatterv,
-                                               m_allreduce_min,
-                                               m_barrier,
-                                               m_destroy,
-                                               m_isend,
-                                               m_irecv,
-                                               m_waitany,
-                                               m_cancel,
-                                               DCP_COMM_P2P_THREAD};
-
 int dcp_comm_mpi(dcp_comm **out, MPI_Comm comm)
 {
     struct mpi_comm *m;
@@ -475,7 +460,13 @@ int dcp_comm_mpi(dcp_comm **out, MPI_Comm comm)
         m_destroy(m);
         return DCP_EIO;
     }
-    rc = dcp_comm_create(mt ? &mpi_ops_mt : &mpi_ops, m, m->rank, m->size, out);
+    {
+        /* dcp_comm_create copies the ops: the flag set on a local copy
+         * (DCP_COMM_P2P_THREAD: MPI_THREAD_MULTIPLE on every rank) */
+        struct dcp_comm_ops ops = mpi_ops;
+        ops.flags = mt ? DCP_COMM_P2P_THREAD : 0;
+        rc = dcp_comm_create(&ops, m, m->rank, m->size, out);
+    }
     if (rc != DCP_OK)
         m_destroy(m);
     return rc;
