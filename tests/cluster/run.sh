@@ -217,11 +217,27 @@ case_tier() {
     down_checked
 }
 
+# After n1 was cut: waits (up to the timeout + 30 s) for the 3 survivors'
+# FAIL lines in $LOG/cut (or an ok line), ends the run ($1: its pid) and
+# n1; sets the caller's t (seconds from the cut) and n (FAIL lines).
+survivors_after_cut() {
+    local pid=$1 tmo=$2 tcut=$SECONDS
+    while [ "$(grep -c ': FAIL ' "$LOG/cut")" -lt 3 ] && [ $((SECONDS - tcut)) -lt $((tmo + 30)) ]; do
+        grep -q '^ok ' "$LOG/cut" && break
+        sleep 0.2
+    done
+    t=$((SECONDS - tcut))
+    kill -TERM "$pid" 2>/dev/null
+    "$C" --name "$NM" kill n1 > /dev/null 2>&1
+    wait "$pid" 2>/dev/null
+    n=$(grep -c ': FAIL ' "$LOG/cut")
+}
+
 # cut_case save|load: a node cut off (link down, frozen) mid-operation; every
 # survivor fails with the same error within the timeout, nothing committed,
 # the previous checkpoint loads.
 cut_case() {
-    local what=$1 tmo=10 mib=96 t tcut n
+    local what=$1 tmo=10 mib=96 t n
     up 4 --node-rate 1gbit --store-rate 200mbit || return 1
     must "save step 1" mpi -- "$PROG" save $S3/cut 48 1 60 || return 1
     if [ "$what" = load ]; then
@@ -235,16 +251,7 @@ cut_case() {
     local pid=$!
     sleep 1.5
     "$C" --name "$NM" cut n1 > /dev/null 2>&1 || fail "cut n1"
-    tcut=$SECONDS
-    while [ "$(grep -c ': FAIL ' "$LOG/cut")" -lt 3 ] && [ $((SECONDS - tcut)) -lt $((tmo + 30)) ]; do
-        grep -q '^ok ' "$LOG/cut" && break
-        sleep 0.2
-    done
-    t=$((SECONDS - tcut))
-    kill -TERM $pid 2>/dev/null
-    "$C" --name "$NM" kill n1 > /dev/null 2>&1
-    wait $pid 2>/dev/null
-    n=$(grep -c ': FAIL ' "$LOG/cut")
+    survivors_after_cut "$pid" "$tmo"
     local errs msgs
     errs=$(grep ': FAIL ' "$LOG/cut" | awk '{print $5}' | tr -d : | sort -u | tr '\n' ' ')
     msgs=$(grep ': FAIL ' "$LOG/cut" | sed 's/^rank [0-9]*: //' | sort -u | wc -l)
@@ -270,7 +277,7 @@ cut_case() {
 # gone the previous replicated step restores from tier 0 on the survivors
 # (the lost node's files from its partner's replicas).
 case_cutrepl() {
-    local tmo=10 mib=96 t tcut n pid tmp=""
+    local tmo=10 mib=96 t n pid tmp=""
     # node links 100mbit: the 24 MiB replica of each node's file (and its
     # drain to S3, over the same link) take seconds, so the cut lands
     # while they stream
@@ -290,16 +297,7 @@ case_cutrepl() {
     done
     [ -n "$tmp" ] || fail "no replica of step 2 streaming into n1 seen ($(head -3 "$LOG/cut" | tr '\n' ' '))"
     "$C" --name "$NM" cut n1 > /dev/null 2>&1 || fail "cut n1"
-    tcut=$SECONDS
-    while [ "$(grep -c ': FAIL ' "$LOG/cut")" -lt 3 ] && [ $((SECONDS - tcut)) -lt $((tmo + 30)) ]; do
-        grep -q '^ok ' "$LOG/cut" && break
-        sleep 0.2
-    done
-    t=$((SECONDS - tcut))
-    kill -TERM $pid 2>/dev/null
-    "$C" --name "$NM" kill n1 > /dev/null 2>&1
-    wait $pid 2>/dev/null
-    n=$(grep -c ': FAIL ' "$LOG/cut")
+    survivors_after_cut "$pid" "$tmo"
     local errs reps
     errs=$(grep ': FAIL ' "$LOG/cut" | awk '{print $5}' | tr -d : | sort -u | tr '\n' ' ')
     reps=$(grep ': FAIL ' "$LOG/cut" | grep -o 'replicated=[-0-9]*' | sort -u | tr '\n' ' ')
